@@ -1,0 +1,86 @@
+// Core vocabulary: element types, shapes, devices, errors and host buffers.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace synoros {
+
+// Every error the engine raises on bad input. The message names the op, the shapes and the cause.
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& what) : std::runtime_error(what) {}
+};
+
+enum class DType : uint8_t { F32, F64, I32, I64 };
+
+constexpr size_t dtype_size(DType t) {
+  return (t == DType::F32 || t == DType::I32) ? 4 : 8;
+}
+constexpr bool is_float(DType t) { return t == DType::F32 || t == DType::F64; }
+const char* dtype_name(DType t);
+
+using Shape = std::vector<int64_t>;
+
+int64_t numel(const Shape& s);
+std::string shape_str(const Shape& s);
+// Row-major strides in elements.
+std::vector<int64_t> contiguous_strides(const Shape& s);
+// Normalises a possibly negative axis against rank; throws Error naming `op` when out of range.
+int normalize_axis(int64_t axis, size_t rank, const char* op, const Shape& shape);
+
+// Where a buffer lives. Providers and plans are per device; today only the CPU executes.
+struct Device {
+  enum class Kind : uint8_t { CPU, CUDA };
+  Kind kind = Kind::CPU;
+  int index = 0;
+  bool operator==(const Device&) const = default;
+};
+
+// A 64-byte aligned, owned allocation on one device.
+class Buffer {
+ public:
+  Buffer(size_t bytes, Device device = {});
+  ~Buffer();
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
+  void* data() { return data_; }
+  const void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+  Device device() const { return device_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+  Device device_;
+};
+
+// A dense row-major host tensor: what users feed in and read out.
+struct HostTensor {
+  DType dtype = DType::F32;
+  Shape shape;
+  std::shared_ptr<Buffer> buffer;
+
+  HostTensor() = default;
+  HostTensor(DType t, Shape s);
+  int64_t numel() const { return synoros::numel(shape); }
+  size_t bytes() const { return size_t(numel()) * dtype_size(dtype); }
+  template <class T>
+  T* data() {
+    return static_cast<T*>(buffer->data());
+  }
+  template <class T>
+  const T* data() const {
+    return static_cast<const T*>(buffer->data());
+  }
+  // Element i converted to double, whatever the dtype.
+  double get(int64_t i) const;
+  void set(int64_t i, double v);
+};
+
+}  // namespace synoros

@@ -1,0 +1,104 @@
+// Compiled plans and the thread pool they run on.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "synoros/ir.hpp"
+
+namespace synoros {
+
+// A fixed set of workers. Kernels split work into chunks whose boundaries depend only on the
+// problem, never on the number of threads, so results are identical for any pool size.
+class ThreadPool {
+ public:
+  explicit ThreadPool(int threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return int(workers_.size()) + 1; }
+  // Calls fn(ctx, chunk) for every chunk in [0, chunks), spread over the workers and the caller.
+  void run(int64_t chunks, void (*fn)(const void* ctx, int64_t chunk), const void* ctx);
+
+ private:
+  void worker_loop();
+  void work(uint64_t gen);
+
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int64_t> next_{0};
+  std::atomic<int> pending_{0};
+  int64_t chunks_ = 0;
+  void (*fn_)(const void*, int64_t) = nullptr;
+  const void* ctx_ = nullptr;
+  bool stop_ = false;
+};
+
+// The process-wide pool: SYNOROS_NUM_THREADS threads (default: all cores).
+ThreadPool& default_pool();
+void set_num_threads(int n);
+int num_threads();
+
+// One kernel call with everything resolved at compile time.
+struct Launch {
+  void (*fn)(const void* args, ThreadPool& pool);
+  const void* args;
+  ValueId node;
+};
+
+struct CompileOptions {
+  bool check_finite = false;  // raise Error at the first op producing NaN or Inf
+  ThreadPool* pool = nullptr; // default_pool() when null
+};
+
+// A compiled program: a flat list of launches over pre-resolved buffers. run() allocates nothing.
+class Plan {
+ public:
+  Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts = {});
+  ~Plan();
+  Plan(const Plan&) = delete;
+  Plan& operator=(const Plan&) = delete;
+
+  void run();
+
+  // Inputs are plan-owned buffers. set_input checks dtype and shape against the input node.
+  void set_input(ValueId input, const HostTensor& value);
+  void set_input(const std::string& name, const HostTensor& value);
+  template <class T>
+  T* data(ValueId v) {
+    return static_cast<T*>(ptr(v));
+  }
+  void* ptr(ValueId v);
+  // Copy of any computed value (outputs; intermediates are also kept in this unplanned plan).
+  HostTensor read(ValueId v) const;
+
+  const Graph& graph() const { return graph_; }
+  const std::vector<ValueId>& outputs() const { return outputs_; }
+  const std::vector<Launch>& launches() const { return launches_; }
+  ValueId find_input(const std::string& name) const;
+  size_t arena_bytes() const;
+  std::string describe() const;
+
+ private:
+  struct Impl;
+  void run_checked();
+  Graph graph_;
+  std::vector<ValueId> outputs_;
+  std::vector<Launch> launches_;
+  std::vector<void*> ptrs_;
+  ThreadPool* pool_;
+  bool check_finite_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace synoros

@@ -1,0 +1,8 @@
+// Umbrella header: the whole public API.
+#pragma once
+
+#include "synoros/autodiff.hpp"
+#include "synoros/core.hpp"
+#include "synoros/ir.hpp"
+#include "synoros/oracle.hpp"
+#include "synoros/runtime.hpp"

@@ -1,0 +1,65 @@
+#include "synoros/autodiff.hpp"
+
+namespace synoros {
+
+std::vector<ValueId> grad(Graph& g, ValueId loss, const std::vector<ValueId>& wrt, ValueId seed) {
+  if (loss < 0 || size_t(loss) >= g.size()) throw Error("grad: loss is not a value of this graph");
+  if (!is_float(g.dtype(loss))) throw Error("grad: loss must be a float tensor");
+  if (seed == kNoValue) {
+    if (!g.shape(loss).empty())
+      throw Error("grad: loss must be a scalar, got shape " + shape_str(g.shape(loss)) +
+                  " (pass a seed gradient for non-scalar outputs)");
+    seed = g.scalar(1.0, g.dtype(loss));
+  } else if (g.shape(seed) != g.shape(loss)) {
+    throw Error("grad: seed shape " + shape_str(g.shape(seed)) + " differs from loss shape " +
+                shape_str(g.shape(loss)));
+  }
+  size_t n = size_t(loss) + 1;
+  // Only nodes on a path from some w to the loss need adjoints.
+  std::vector<bool> from_wrt(n, false);
+  for (ValueId w : wrt) {
+    if (w < 0 || size_t(w) >= g.size()) throw Error("grad: wrt refers to a value not in this graph");
+    if (size_t(w) < n) from_wrt[size_t(w)] = true;
+  }
+  for (size_t i = 0; i < n; ++i)
+    for (ValueId x : g.node(ValueId(i)).in)
+      if (from_wrt[size_t(x)]) from_wrt[i] = true;
+
+  std::vector<std::vector<ValueId>> contrib(n);
+  contrib[size_t(loss)].push_back(seed);
+  std::vector<ValueId> adj(n, kNoValue);
+  for (size_t i = n; i-- > 0;) {
+    if (contrib[i].empty() || !from_wrt[i]) continue;
+    ValueId a = contrib[i][0];
+    for (size_t k = 1; k < contrib[i].size(); ++k) a = g.binary(Op::Add, a, contrib[i][k]);
+    adj[i] = a;
+    Node node = g.node(ValueId(i));
+    const OpInfo& info = op_info(node.op);
+    if (info.kind == OpKind::Leaf) continue;
+    bool any = false;
+    for (ValueId x : node.in) any = any || from_wrt[size_t(x)];
+    if (!any) continue;
+    if (!info.vjp) {
+      throw Error(std::string("grad: op '") + info.name + "' at %" + std::to_string(i) +
+                  " is not differentiable, but a gradient flows through it");
+    }
+    std::vector<ValueId> gin(node.in.size(), kNoValue);
+    info.vjp(g, ValueId(i), a, gin);
+    for (size_t k = 0; k < node.in.size(); ++k) {
+      if (gin[k] != kNoValue && from_wrt[size_t(node.in[k])])
+        contrib[size_t(node.in[k])].push_back(gin[k]);
+    }
+  }
+  std::vector<ValueId> out;
+  for (ValueId w : wrt) {
+    if (size_t(w) < n && adj[size_t(w)] != kNoValue) {
+      out.push_back(adj[size_t(w)]);
+    } else {
+      ValueId z = g.scalar(0.0, g.dtype(w));
+      out.push_back(g.expand(z, g.shape(w)));
+    }
+  }
+  return out;
+}
+
+}  // namespace synoros

@@ -1,0 +1,245 @@
+// Vector-Jacobian products. Each appends ordinary nodes to the tape; the adjoint of every view is
+// itself a gather (pad, slice, shift, fold, ...), so no gradient needs a scatter or an atomic.
+#include "ir/einsum_spec.hpp"
+#include "ir/op_defs.hpp"
+
+namespace synoros::opdefs {
+
+namespace {
+ValueId x0(Graph& g, ValueId v) { return g.node(v).in[0]; }
+ValueId x1(Graph& g, ValueId v) { return g.node(v).in[1]; }
+ValueId sc(Graph& g, ValueId like, double v) { return g.scalar(v, g.dtype(like)); }
+ValueId mul(Graph& g, ValueId a, ValueId b) { return g.binary(Op::Mul, a, b); }
+ValueId sub(Graph& g, ValueId a, ValueId b) { return g.binary(Op::Sub, a, b); }
+ValueId axis_op(Graph& g, Op op, ValueId a, std::vector<int64_t> ints) {
+  Attrs at;
+  at.ints = std::move(ints);
+  return g.add(op, {a}, at);
+}
+// Reduction result reshaped back to keepdim form and broadcast to `shape`.
+ValueId unreduce(Graph& g, ValueId go, const Node& n, Shape in) {
+  Shape keep = in;
+  for (int a : reduce_axes(n, in)) keep[size_t(a)] = 1;
+  return g.expand(g.reshape(go, keep), in);
+}
+}  // namespace
+
+void vjp_neg(Graph& g, ValueId, ValueId go, GradIn& gi) { gi[0] = g.unary(Op::Neg, go); }
+void vjp_exp(Graph& g, ValueId v, ValueId go, GradIn& gi) { gi[0] = mul(g, go, v); }
+void vjp_log(Graph& g, ValueId v, ValueId go, GradIn& gi) {
+  gi[0] = g.binary(Op::Div, go, x0(g, v));
+}
+void vjp_sqrt(Graph& g, ValueId v, ValueId go, GradIn& gi) {
+  gi[0] = g.binary(Op::Div, mul(g, go, sc(g, go, 0.5)), v);
+}
+void vjp_rsqrt(Graph& g, ValueId v, ValueId go, GradIn& gi) {
+  ValueId y3 = mul(g, mul(g, v, v), v);
+  gi[0] = mul(g, go, mul(g, y3, sc(g, go, -0.5)));
+}
+void vjp_abs(Graph& g, ValueId v, ValueId go, GradIn& gi) {
+  ValueId x = x0(g, v), zero = sc(g, x, 0.0);
+  ValueId sign = sub(g, g.binary(Op::CmpLt, zero, x), g.binary(Op::CmpLt, x, zero));
+  gi[0] = mul(g, go, sign);
+}
+void vjp_relu(Graph& g, ValueId v, ValueId go, GradIn& gi) {
+  gi[0] = g.binary(Op::ReluGrad, go, x0(g, v));
+}
+void vjp_gelu(Graph& g, ValueId v, ValueId go, GradIn& gi) {
+  gi[0] = g.binary(Op::GeluGrad, go, x0(g, v));
+}
+void vjp_sigmoid(Graph& g, ValueId v, ValueId go, GradIn& gi) {
+  gi[0] = mul(g, go, mul(g, v, sub(g, sc(g, v, 1.0), v)));
+}
+void vjp_tanh(Graph& g, ValueId v, ValueId go, GradIn& gi) {
+  gi[0] = mul(g, go, sub(g, sc(g, v, 1.0), mul(g, v, v)));
+}
+void vjp_cast(Graph& g, ValueId v, ValueId go, GradIn& gi) {
+  DType src = g.dtype(x0(g, v));
+  if (is_float(src) && is_float(g.dtype(v))) gi[0] = g.cast(go, src);
+}
+
+void vjp_add(Graph& g, ValueId v, ValueId go, GradIn& gi) {
+  gi[0] = g.sum_to(go, g.shape(x0(g, v)));
+  gi[1] = g.sum_to(go, g.shape(x1(g, v)));
+}
+void vjp_sub(Graph& g, ValueId v, ValueId go, GradIn& gi) {
+  gi[0] = g.sum_to(go, g.shape(x0(g, v)));
+  gi[1] = g.sum_to(g.unary(Op::Neg, go), g.shape(x1(g, v)));
+}
+void vjp_mul(Graph& g, ValueId v, ValueId go, GradIn& gi) {
+  ValueId a = x0(g, v), b = x1(g, v);
+  gi[0] = g.sum_to(mul(g, go, b), g.shape(a));
+  gi[1] = g.sum_to(mul(g, go, a), g.shape(b));
+}
+void vjp_div(Graph& g, ValueId v, ValueId go, GradIn& gi) {
+  ValueId a = x0(g, v), b = x1(g, v);
+  gi[0] = g.sum_to(g.binary(Op::Div, go, b), g.shape(a));
+  gi[1] = g.sum_to(g.unary(Op::Neg, g.binary(Op::Div, mul(g, go, v), b)), g.shape(b));
+}
+void vjp_pow(Graph& g, ValueId v, ValueId go, GradIn& gi) {
+  ValueId a = x0(g, v), b = x1(g, v);
+  ValueId am1 = g.binary(Op::Pow, a, sub(g, b, sc(g, b, 1.0)));
+  gi[0] = g.sum_to(mul(g, go, mul(g, b, am1)), g.shape(a));
+  gi[1] = g.sum_to(mul(g, go, mul(g, v, g.unary(Op::Log, a))), g.shape(b));
+}
+namespace {
+// Routes go to a where `b_wins` is 0 and to b where it is 1 (ties were decided by the forward).
+void route(Graph& g, ValueId v, ValueId b_wins, ValueId go, GradIn& gi) {
+  ValueId zero = sc(g, go, 0.0);
+  gi[0] = g.sum_to(g.add(Op::Where, {b_wins, zero, go}), g.shape(x0(g, v)));
+  gi[1] = g.sum_to(g.add(Op::Where, {b_wins, go, zero}), g.shape(x1(g, v)));
+}
+}  // namespace
+void vjp_max(Graph& g, ValueId v, ValueId go, GradIn& gi) {
+  route(g, v, g.binary(Op::CmpLt, x0(g, v), x1(g, v)), go, gi);
+}
+void vjp_min(Graph& g, ValueId v, ValueId go, GradIn& gi) {
+  route(g, v, g.binary(Op::CmpLt, x1(g, v), x0(g, v)), go, gi);
+}
+void vjp_where(Graph& g, ValueId v, ValueId go, GradIn& gi) {
+  const Node& n = g.node(v);
+  ValueId c = n.in[0], a = n.in[1], b = n.in[2];
+  ValueId zero = sc(g, go, 0.0);
+  gi[1] = g.sum_to(g.add(Op::Where, {c, go, zero}), g.shape(a));
+  gi[2] = g.sum_to(g.add(Op::Where, {c, zero, go}), g.shape(b));
+}
+
+void vjp_sum(Graph& g, ValueId v, ValueId go, GradIn& gi) {
+  Node n = g.node(v);
+  gi[0] = unreduce(g, go, n, g.shape(n.in[0]));
+}
+void vjp_mean(Graph& g, ValueId v, ValueId go, GradIn& gi) {
+  Node n = g.node(v);
+  Shape in = g.shape(n.in[0]);
+  int64_t count = 1;
+  for (int a : reduce_axes(n, in)) count *= in[size_t(a)];
+  ValueId scaled = mul(g, go, sc(g, go, 1.0 / double(count)));
+  gi[0] = unreduce(g, scaled, n, in);
+}
+void vjp_reduce_max(Graph& g, ValueId v, ValueId go, GradIn& gi) {
+  Node n = g.node(v);
+  ValueId x = n.in[0];
+  Shape in = g.shape(x);
+  ValueId ymax = unreduce(g, v, n, in);
+  ValueId mask = g.binary(Op::CmpEq, x, ymax);
+  Attrs at = n.attrs;
+  at.keepdim = true;
+  ValueId count = g.add(Op::Sum, {mask}, at);  // ties share the gradient evenly
+  ValueId share = g.binary(Op::Div, g.reshape(go, g.shape(count)), count);
+  gi[0] = mul(g, mask, g.expand(share, in));
+}
+
+void vjp_reshape(Graph& g, ValueId v, ValueId go, GradIn& gi) {
+  gi[0] = g.reshape(go, g.shape(x0(g, v)));
+}
+void vjp_permute(Graph& g, ValueId v, ValueId go, GradIn& gi) {
+  const auto& p = g.node(v).attrs.ints;
+  size_t r = p.size();
+  std::vector<int64_t> inv(r);
+  for (size_t i = 0; i < r; ++i)
+    inv[size_t(normalize_axis(p[i], r, "permute", g.shape(v)))] = int64_t(i);
+  gi[0] = g.permute(go, inv);
+}
+void vjp_expand(Graph& g, ValueId v, ValueId go, GradIn& gi) {
+  gi[0] = g.sum_to(go, g.shape(x0(g, v)));
+}
+void vjp_slice(Graph& g, ValueId v, ValueId go, GradIn& gi) {
+  const Shape& in = g.shape(x0(g, v));
+  AxisArgs a = axis_args(g.node(v), in.size());
+  gi[0] = axis_op(g, Op::Pad, go, {a.axis, a.a, in[size_t(a.axis)] - a.b});
+}
+void vjp_pad(Graph& g, ValueId v, ValueId go, GradIn& gi) {
+  const Shape& in = g.shape(x0(g, v));
+  AxisArgs a = axis_args(g.node(v), in.size());
+  gi[0] = axis_op(g, Op::Slice, go, {a.axis, a.a, a.a + in[size_t(a.axis)]});
+}
+void vjp_stride(Graph& g, ValueId v, ValueId go, GradIn& gi) {
+  // Upsample with zeros as a gather: [.., n', ..] -> [.., n', 1, ..] -> pad to s -> merge -> cut.
+  Shape in = g.shape(x0(g, v));
+  AxisArgs a = axis_args(g.node(v), in.size());
+  size_t ax = size_t(a.axis);
+  Shape gs = g.shape(go);
+  Shape split = gs;
+  split.insert(split.begin() + long(ax) + 1, 1);
+  ValueId up = axis_op(g, Op::Pad, g.reshape(go, split), {a.axis + 1, 0, a.a - 1});
+  Shape merged = gs;
+  merged[ax] = gs[ax] * a.a;
+  gi[0] = axis_op(g, Op::Slice, g.reshape(up, merged), {a.axis, 0, in[ax]});
+}
+void vjp_shift(Graph& g, ValueId v, ValueId go, GradIn& gi) {
+  AxisArgs a = axis_args(g.node(v), g.shape(v).size());
+  gi[0] = axis_op(g, Op::Shift, go, {a.axis, -a.a});
+}
+void vjp_unfold(Graph& g, ValueId v, ValueId go, GradIn& gi) {
+  gi[0] = axis_op(g, Op::Fold, go, g.node(v).attrs.ints);
+}
+void vjp_fold(Graph& g, ValueId v, ValueId go, GradIn& gi) {
+  gi[0] = axis_op(g, Op::Unfold, go, g.node(v).attrs.ints);
+}
+
+void vjp_einsum(Graph& g, ValueId v, ValueId go, GradIn& gi) {
+  Node n = g.node(v);
+  std::vector<Shape> shapes;
+  for (ValueId x : n.in) shapes.push_back(g.shape(x));
+  EinsumSpec e = parse_einsum(n.attrs.spec, shapes);
+  for (size_t k = 0; k < n.in.size(); ++k) {
+    std::vector<std::string> ins = {e.out};
+    std::vector<ValueId> ops = {go};
+    std::string avail = e.out;
+    for (size_t j = 0; j < n.in.size(); ++j) {
+      if (j == k) continue;
+      ins.push_back(e.in[j]);
+      ops.push_back(n.in[j]);
+      avail += e.in[j];
+    }
+    // Labels of operand k that neither the output nor another operand carries were summed out
+    // in the forward; their adjoint is a broadcast.
+    std::string kept;
+    Shape kept_shape = shapes[k];
+    for (size_t i = 0; i < e.in[k].size(); ++i) {
+      bool has = avail.find(e.in[k][i]) != std::string::npos;
+      if (has) kept += e.in[k][i];
+      else kept_shape[i] = 1;
+    }
+    ValueId r = g.einsum(make_einsum(ins, kept), ops);
+    gi[k] = g.expand(g.reshape(r, kept_shape), shapes[k]);
+  }
+}
+
+void vjp_softmax(Graph& g, ValueId v, ValueId go, GradIn& gi) {
+  Attrs at = g.node(v).attrs;
+  gi[0] = g.add(Op::SoftmaxGrad, {v, go}, at);
+}
+void vjp_log_softmax(Graph& g, ValueId v, ValueId go, GradIn& gi) {
+  Attrs at = g.node(v).attrs;
+  gi[0] = g.add(Op::LogSoftmaxGrad, {v, go}, at);
+}
+void vjp_layernorm(Graph& g, ValueId v, ValueId go, GradIn& gi) {
+  // y = (x - m) r with r = 1/sqrt(var + eps);  dx = r (go - mean(go) - y mean(go y)).
+  ValueId x = x0(g, v);
+  double eps = g.node(v).attrs.scalar;
+  ValueId xc = sub(g, x, g.mean(x, {-1}, true));
+  ValueId r = g.unary(Op::Rsqrt, g.binary(Op::Add, g.mean(mul(g, xc, xc), {-1}, true), sc(g, x, eps)));
+  ValueId t = sub(g, sub(g, go, g.mean(go, {-1}, true)), mul(g, v, g.mean(mul(g, go, v), {-1}, true)));
+  gi[0] = mul(g, r, t);
+}
+void vjp_cross_entropy(Graph& g, ValueId v, ValueId go, GradIn& gi) {
+  gi[0] = g.add(Op::CrossEntropyGrad, {x0(g, v), x1(g, v), go});
+}
+void vjp_embedding(Graph& g, ValueId v, ValueId go, GradIn& gi) {
+  Attrs at;
+  at.ints = {g.shape(x0(g, v))[0]};
+  gi[0] = g.add(Op::EmbeddingGrad, {go, x1(g, v)}, at);
+}
+void vjp_dropout(Graph& g, ValueId v, ValueId go, GradIn& gi) {
+  // The mask depends only on (seed, element index), so the same op on the gradient reapplies it.
+  Attrs at = g.node(v).attrs;
+  gi[0] = g.add(Op::Dropout, {go}, at);
+}
+
+}  // namespace synoros::opdefs
+
+namespace synoros::opdefs {
+// Piecewise-constant ops (comparisons): the gradient through them is zero almost everywhere.
+void vjp_none(Graph&, ValueId, ValueId, GradIn&) {}
+}  // namespace synoros::opdefs

@@ -1,0 +1,1 @@
+int mlp_demo_placeholder;

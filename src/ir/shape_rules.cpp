@@ -1,0 +1,290 @@
+// Shape and dtype rules. Each throws Error with the cause; Graph::add prefixes op and shapes.
+#include <algorithm>
+
+#include "ir/einsum_spec.hpp"
+#include "ir/op_defs.hpp"
+
+namespace synoros::opdefs {
+
+namespace {
+const Shape& in_shape(const Graph& g, const Node& n, size_t i) { return g.shape(n.in[i]); }
+DType in_dtype(const Graph& g, const Node& n, size_t i) { return g.dtype(n.in[i]); }
+void require_float(const Graph& g, const Node& n, size_t i) {
+  if (!is_float(in_dtype(g, n, i)))
+    throw Error("input " + std::to_string(i) + " must be f32 or f64, got " +
+                dtype_name(in_dtype(g, n, i)));
+}
+void require_int(const Graph& g, const Node& n, size_t i) {
+  if (is_float(in_dtype(g, n, i)))
+    throw Error("input " + std::to_string(i) + " must be i32 or i64, got " +
+                dtype_name(in_dtype(g, n, i)));
+}
+void require_ints(const Node& n, size_t count, const char* what) {
+  if (n.attrs.ints.size() != count)
+    throw Error(std::string("expects ") + what + " (" + std::to_string(count) + " integers), got " +
+                std::to_string(n.attrs.ints.size()));
+}
+}  // namespace
+
+AxisArgs axis_args(const Node& n, size_t rank) {
+  if (n.attrs.ints.size() < 2) throw Error("expects (axis, ...) integer attributes");
+  AxisArgs a;
+  a.axis = normalize_axis(n.attrs.ints[0], rank, op_name(n.op), {});
+  a.a = n.attrs.ints[1];
+  a.b = n.attrs.ints.size() > 2 ? n.attrs.ints[2] : 0;
+  return a;
+}
+
+std::vector<int> reduce_axes(const Node& n, const Shape& in) {
+  std::vector<int> axes;
+  if (n.attrs.ints.empty()) {
+    for (size_t i = 0; i < in.size(); ++i) axes.push_back(int(i));
+    return axes;
+  }
+  for (int64_t a : n.attrs.ints) axes.push_back(normalize_axis(a, in.size(), op_name(n.op), in));
+  std::sort(axes.begin(), axes.end());
+  if (std::adjacent_find(axes.begin(), axes.end()) != axes.end())
+    throw Error("reduction axes repeat");
+  return axes;
+}
+
+void infer_leaf(const Graph&, Node&) {}
+
+void infer_unary_float(const Graph& g, Node& n) {
+  require_float(g, n, 0);
+  n.dtype = in_dtype(g, n, 0);
+  n.shape = in_shape(g, n, 0);
+}
+
+void infer_cast(const Graph& g, Node& n) { n.shape = in_shape(g, n, 0); }
+
+void infer_binary(const Graph& g, Node& n) {
+  DType a = in_dtype(g, n, 0), b = in_dtype(g, n, 1);
+  if (a != b)
+    throw Error(std::string("dtype mismatch: ") + dtype_name(a) + " vs " + dtype_name(b));
+  if (n.op != Op::CmpLt && n.op != Op::CmpEq) require_float(g, n, 0);
+  n.dtype = a;
+  n.shape = broadcast_shapes(in_shape(g, n, 0), in_shape(g, n, 1), op_name(n.op));
+}
+
+void infer_where(const Graph& g, Node& n) {
+  if (in_dtype(g, n, 1) != in_dtype(g, n, 2))
+    throw Error(std::string("dtype mismatch between branches: ") + dtype_name(in_dtype(g, n, 1)) +
+                " vs " + dtype_name(in_dtype(g, n, 2)));
+  if (in_dtype(g, n, 0) != in_dtype(g, n, 1))
+    throw Error(std::string("condition dtype ") + dtype_name(in_dtype(g, n, 0)) +
+                " must match the branches' dtype " + dtype_name(in_dtype(g, n, 1)));
+  n.dtype = in_dtype(g, n, 1);
+  Shape s = broadcast_shapes(in_shape(g, n, 0), in_shape(g, n, 1), "where");
+  n.shape = broadcast_shapes(s, in_shape(g, n, 2), "where");
+}
+
+void infer_reduce(const Graph& g, Node& n) {
+  const Shape& in = in_shape(g, n, 0);
+  require_float(g, n, 0);
+  std::vector<int> axes = reduce_axes(n, in);
+  if (n.op == Op::ReduceMax) {
+    for (int a : axes)
+      if (in[size_t(a)] == 0) throw Error("max over an empty axis has no value");
+  }
+  n.dtype = in_dtype(g, n, 0);
+  n.shape.clear();
+  for (size_t i = 0; i < in.size(); ++i) {
+    bool red = std::find(axes.begin(), axes.end(), int(i)) != axes.end();
+    if (!red) n.shape.push_back(in[i]);
+    else if (n.attrs.keepdim) n.shape.push_back(1);
+  }
+}
+
+void infer_reshape(const Graph& g, Node& n) {
+  const Shape& in = in_shape(g, n, 0);
+  for (int64_t d : n.attrs.ints)
+    if (d < 0) throw Error("negative dimension in target shape " + shape_str(n.attrs.ints));
+  if (numel(n.attrs.ints) != numel(in))
+    throw Error("cannot reshape " + std::to_string(numel(in)) + " elements into " +
+                shape_str(n.attrs.ints));
+  n.dtype = in_dtype(g, n, 0);
+  n.shape = n.attrs.ints;
+}
+
+void infer_permute(const Graph& g, Node& n) {
+  const Shape& in = in_shape(g, n, 0);
+  const auto& p = n.attrs.ints;
+  if (p.size() != in.size())
+    throw Error("permutation " + shape_str(p) + " does not match rank " + std::to_string(in.size()));
+  std::vector<bool> seen(in.size(), false);
+  n.shape.resize(in.size());
+  for (size_t i = 0; i < p.size(); ++i) {
+    int a = normalize_axis(p[i], in.size(), "permute", in);
+    if (seen[size_t(a)]) throw Error("permutation " + shape_str(p) + " repeats an axis");
+    seen[size_t(a)] = true;
+    n.shape[i] = in[size_t(a)];
+  }
+  n.dtype = in_dtype(g, n, 0);
+}
+
+void infer_expand(const Graph& g, Node& n) {
+  const Shape& in = in_shape(g, n, 0);
+  const Shape& t = n.attrs.ints;
+  if (t.size() < in.size())
+    throw Error("cannot expand rank " + std::to_string(in.size()) + " to " + shape_str(t));
+  size_t lead = t.size() - in.size();
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (in[i] != t[lead + i] && in[i] != 1)
+      throw Error("cannot expand dimension " + std::to_string(i) + " of size " +
+                  std::to_string(in[i]) + " to " + std::to_string(t[lead + i]));
+  }
+  n.dtype = in_dtype(g, n, 0);
+  n.shape = t;
+}
+
+void infer_slice(const Graph& g, Node& n) {
+  const Shape& in = in_shape(g, n, 0);
+  require_ints(n, 3, "(axis, start, end)");
+  AxisArgs a = axis_args(n, in.size());
+  if (a.a < 0 || a.b < a.a || a.b > in[size_t(a.axis)])
+    throw Error("slice [" + std::to_string(a.a) + ", " + std::to_string(a.b) +
+                ") is out of range for axis " + std::to_string(a.axis));
+  n.dtype = in_dtype(g, n, 0);
+  n.shape = in;
+  n.shape[size_t(a.axis)] = a.b - a.a;
+}
+
+void infer_pad(const Graph& g, Node& n) {
+  const Shape& in = in_shape(g, n, 0);
+  require_ints(n, 3, "(axis, before, after)");
+  AxisArgs a = axis_args(n, in.size());
+  if (a.a < 0 || a.b < 0) throw Error("padding must be non-negative");
+  n.dtype = in_dtype(g, n, 0);
+  n.shape = in;
+  n.shape[size_t(a.axis)] += a.a + a.b;
+}
+
+void infer_stride(const Graph& g, Node& n) {
+  const Shape& in = in_shape(g, n, 0);
+  require_ints(n, 2, "(axis, stride)");
+  AxisArgs a = axis_args(n, in.size());
+  if (a.a < 1) throw Error("stride must be >= 1");
+  n.dtype = in_dtype(g, n, 0);
+  n.shape = in;
+  n.shape[size_t(a.axis)] = (in[size_t(a.axis)] + a.a - 1) / a.a;
+}
+
+void infer_shift(const Graph& g, Node& n) {
+  const Shape& in = in_shape(g, n, 0);
+  require_ints(n, 2, "(axis, offset)");
+  axis_args(n, in.size());
+  n.dtype = in_dtype(g, n, 0);
+  n.shape = in;
+}
+
+void infer_unfold(const Graph& g, Node& n) {
+  const Shape& in = in_shape(g, n, 0);
+  require_ints(n, 3, "(axis, window, dilation)");
+  AxisArgs a = axis_args(n, in.size());
+  if (a.a < 1 || a.b < 1) throw Error("window and dilation must be >= 1");
+  n.dtype = in_dtype(g, n, 0);
+  n.shape = in;
+  n.shape.push_back(a.a);
+}
+
+void infer_fold(const Graph& g, Node& n) {
+  const Shape& in = in_shape(g, n, 0);
+  require_ints(n, 3, "(axis, window, dilation)");
+  if (in.size() < 2) throw Error("fold needs rank >= 2");
+  AxisArgs a = axis_args(n, in.size() - 1);
+  if (a.a < 1 || a.b < 1) throw Error("window and dilation must be >= 1");
+  if (in.back() != a.a)
+    throw Error("last dimension " + std::to_string(in.back()) + " must equal the window " +
+                std::to_string(a.a));
+  n.dtype = in_dtype(g, n, 0);
+  n.shape = Shape(in.begin(), in.end() - 1);
+}
+
+void infer_einsum(const Graph& g, Node& n) {
+  std::vector<Shape> shapes;
+  for (size_t i = 0; i < n.in.size(); ++i) {
+    require_float(g, n, i);
+    shapes.push_back(in_shape(g, n, i));
+  }
+  if (n.in.size() == 2 && in_dtype(g, n, 0) != in_dtype(g, n, 1))
+    throw Error(std::string("dtype mismatch: ") + dtype_name(in_dtype(g, n, 0)) + " vs " +
+                dtype_name(in_dtype(g, n, 1)));
+  EinsumSpec e = parse_einsum(n.attrs.spec, shapes);
+  n.dtype = in_dtype(g, n, 0);
+  n.shape.clear();
+  for (char c : e.out) n.shape.push_back(e.size[int(c)]);
+}
+
+void infer_softmax(const Graph& g, Node& n) {
+  require_float(g, n, 0);
+  const Shape& in = in_shape(g, n, 0);
+  require_ints(n, 1, "(axis)");
+  normalize_axis(n.attrs.ints[0], in.size(), op_name(n.op), in);
+  n.dtype = in_dtype(g, n, 0);
+  n.shape = in;
+}
+
+void infer_softmax_grad(const Graph& g, Node& n) {
+  infer_softmax(g, n);
+  if (in_shape(g, n, 1) != in_shape(g, n, 0)) throw Error("gradient shape differs from output");
+}
+
+void infer_layernorm(const Graph& g, Node& n) {
+  require_float(g, n, 0);
+  const Shape& in = in_shape(g, n, 0);
+  if (in.empty() || in.back() == 0) throw Error("layernorm needs a non-empty last axis");
+  if (!(n.attrs.scalar > 0)) throw Error("layernorm needs eps > 0");
+  n.dtype = in_dtype(g, n, 0);
+  n.shape = in;
+}
+
+void infer_cross_entropy(const Graph& g, Node& n) {
+  require_float(g, n, 0);
+  require_int(g, n, 1);
+  const Shape& l = in_shape(g, n, 0);
+  const Shape& t = in_shape(g, n, 1);
+  if (l.size() != 2 || t.size() != 1 || t[0] != l[0] || l[1] < 1)
+    throw Error("expects logits [N, C>=1] and targets [N]");
+  n.dtype = in_dtype(g, n, 0);
+  n.shape = {};
+}
+
+void infer_cross_entropy_grad(const Graph& g, Node& n) {
+  infer_cross_entropy(g, n);
+  if (!in_shape(g, n, 2).empty()) throw Error("upstream gradient must be a scalar");
+  n.shape = in_shape(g, n, 0);
+}
+
+void infer_embedding(const Graph& g, Node& n) {
+  require_float(g, n, 0);
+  require_int(g, n, 1);
+  const Shape& w = in_shape(g, n, 0);
+  if (w.size() != 2) throw Error("embedding weight must be [V, D]");
+  n.dtype = in_dtype(g, n, 0);
+  n.shape = in_shape(g, n, 1);
+  n.shape.push_back(w[1]);
+}
+
+void infer_embedding_grad(const Graph& g, Node& n) {
+  require_float(g, n, 0);
+  require_int(g, n, 1);
+  require_ints(n, 1, "(vocabulary size)");
+  const Shape& gs = in_shape(g, n, 0);
+  Shape expect = in_shape(g, n, 1);
+  if (gs.empty()) throw Error("gradient must have rank >= 1");
+  expect.push_back(gs.back());
+  if (gs != expect) throw Error("gradient shape must be indices shape + [D]");
+  n.dtype = in_dtype(g, n, 0);
+  n.shape = {n.attrs.ints[0], gs.back()};
+}
+
+}  // namespace synoros::opdefs
+
+namespace synoros::opdefs {
+void infer_dropout(const Graph& g, Node& n) {
+  if (!(n.attrs.scalar >= 0.0 && n.attrs.scalar < 1.0))
+    throw Error("dropout probability must be in [0, 1), got " + std::to_string(n.attrs.scalar));
+  infer_unary_float(g, n);
+}
+}  // namespace synoros::opdefs

@@ -1,0 +1,262 @@
+// Fused kernels for composites: softmax family, layernorm, cross-entropy, embedding.
+// Each line (a softmax row, a sample) is handled by one thread in a fixed order.
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "kernels/cpu/cpu_kernels.hpp"
+
+namespace synoros::kernels {
+
+namespace {
+constexpr int64_t kLinesPerChunk = 32;
+
+struct LineArgs {
+  int64_t outer, n, inner;  // lines are (o, i); elements along n at stride inner
+  const void* in[3];
+  void* out;
+  double eps;
+  int op;  // which composite
+  bool f64;
+};
+
+template <class T>
+void softmax_line(const LineArgs& a, const T* x, T* y, int64_t st, bool log_out) {
+  T m = -INFINITY;
+  for (int64_t k = 0; k < a.n; ++k) m = std::max(m, x[k * st]);
+  T s = 0;
+  for (int64_t k = 0; k < a.n; ++k) s += std::exp(x[k * st] - m);
+  if (log_out) {
+    T ls = std::log(s);
+    for (int64_t k = 0; k < a.n; ++k) y[k * st] = x[k * st] - m - ls;
+  } else {
+    for (int64_t k = 0; k < a.n; ++k) y[k * st] = std::exp(x[k * st] - m) / s;
+  }
+}
+
+template <class T>
+void softmax_grad_line(const LineArgs& a, const T* yv, const T* g, T* dx, int64_t st, bool log_in) {
+  T s = 0;
+  if (log_in) {
+    for (int64_t k = 0; k < a.n; ++k) s += g[k * st];
+    for (int64_t k = 0; k < a.n; ++k) dx[k * st] = g[k * st] - std::exp(yv[k * st]) * s;
+  } else {
+    for (int64_t k = 0; k < a.n; ++k) s += yv[k * st] * g[k * st];
+    for (int64_t k = 0; k < a.n; ++k) dx[k * st] = yv[k * st] * (g[k * st] - s);
+  }
+}
+
+template <class T>
+void layernorm_line(const LineArgs& a, const T* x, T* y) {
+  T mean = 0;
+  for (int64_t k = 0; k < a.n; ++k) mean += x[k];
+  mean /= T(a.n);
+  T var = 0;
+  for (int64_t k = 0; k < a.n; ++k) var += (x[k] - mean) * (x[k] - mean);
+  var /= T(a.n);
+  T r = T(1) / std::sqrt(var + T(a.eps));
+  for (int64_t k = 0; k < a.n; ++k) y[k] = (x[k] - mean) * r;
+}
+
+template <class T>
+void line_chunk_t(const LineArgs& a, int64_t chunk) {
+  int64_t lines = a.outer * a.inner;
+  int64_t l1 = std::min(lines, (chunk + 1) * kLinesPerChunk);
+  for (int64_t l = chunk * kLinesPerChunk; l < l1; ++l) {
+    int64_t o = l / a.inner, i = l % a.inner;
+    int64_t base = o * a.n * a.inner + i;
+    const T* x0 = static_cast<const T*>(a.in[0]) + base;
+    T* y = static_cast<T*>(a.out) + base;
+    switch (a.op) {
+      case 0: softmax_line<T>(a, x0, y, a.inner, false); break;
+      case 1: softmax_line<T>(a, x0, y, a.inner, true); break;
+      case 2: softmax_grad_line<T>(a, x0, static_cast<const T*>(a.in[1]) + base, y, a.inner, false); break;
+      case 3: softmax_grad_line<T>(a, x0, static_cast<const T*>(a.in[1]) + base, y, a.inner, true); break;
+      case 4: layernorm_line<T>(a, x0, y); break;
+    }
+  }
+}
+
+void line_chunk(const void* p, int64_t chunk) {
+  const LineArgs& a = *static_cast<const LineArgs*>(p);
+  a.f64 ? line_chunk_t<double>(a, chunk) : line_chunk_t<float>(a, chunk);
+}
+
+void line_launch(const void* p, ThreadPool& pool) {
+  const LineArgs& a = *static_cast<const LineArgs*>(p);
+  pool.run((a.outer * a.inner + kLinesPerChunk - 1) / kLinesPerChunk, line_chunk, p);
+}
+
+Launch lower_lines(LowerCtx& c, int op, int axis) {
+  const Shape& s = c.node.shape;
+  auto* a = c.args<LineArgs>();
+  a->n = s[size_t(axis)];
+  a->outer = 1;
+  for (int d = 0; d < axis; ++d) a->outer *= s[size_t(d)];
+  a->inner = 1;
+  for (size_t d = size_t(axis) + 1; d < s.size(); ++d) a->inner *= s[d];
+  for (size_t k = 0; k < c.in.size() && k < 3; ++k) a->in[k] = c.in[k];
+  a->out = c.out;
+  a->eps = c.node.attrs.scalar;
+  a->op = op;
+  a->f64 = c.node.dtype == DType::F64;
+  return {line_launch, a, c.id};
+}
+
+int axis_attr(const LowerCtx& c) {
+  return normalize_axis(c.node.attrs.ints[0], c.node.shape.size(), op_name(c.node.op), c.node.shape);
+}
+
+// Index tensors may be i32 or i64.
+int64_t index_at(const void* p, bool i64, int64_t k) {
+  return i64 ? static_cast<const int64_t*>(p)[k] : static_cast<const int32_t*>(p)[k];
+}
+
+[[noreturn]] void bad_index(const char* op, int64_t v, int64_t limit) {
+  throw Error(std::string(op) + ": index " + std::to_string(v) + " is out of range [0, " +
+              std::to_string(limit) + ")");
+}
+
+// ---- cross entropy (mean over samples); its gradient scales by the upstream scalar.
+struct XentArgs {
+  int64_t N, C;
+  const void* logits;
+  const void* target;
+  const void* gout;
+  void* out;
+  bool f64, i64;
+};
+
+template <class T>
+void xent_t(const XentArgs& a, bool grad) {
+  const T* l = static_cast<const T*>(a.logits);
+  T* out = static_cast<T*>(a.out);
+  T total = 0;
+  T gscale = grad ? static_cast<const T*>(a.gout)[0] / T(a.N) : T(0);
+  for (int64_t r = 0; r < a.N; ++r) {
+    int64_t t = index_at(a.target, a.i64, r);
+    if (t < 0 || t >= a.C) bad_index(grad ? "cross_entropy_grad" : "cross_entropy", t, a.C);
+    const T* row = l + r * a.C;
+    T m = -INFINITY, s = 0;
+    for (int64_t k = 0; k < a.C; ++k) m = std::max(m, row[k]);
+    for (int64_t k = 0; k < a.C; ++k) s += std::exp(row[k] - m);
+    if (!grad) {
+      total += m + std::log(s) - row[t];
+      continue;
+    }
+    T* d = out + r * a.C;
+    for (int64_t k = 0; k < a.C; ++k)
+      d[k] = (std::exp(row[k] - m) / s - (k == t ? T(1) : T(0))) * gscale;
+  }
+  if (!grad) out[0] = total / T(a.N);
+}
+
+void xent_launch(const void* p, ThreadPool&) {
+  const XentArgs& a = *static_cast<const XentArgs*>(p);
+  a.f64 ? xent_t<double>(a, false) : xent_t<float>(a, false);
+}
+void xent_grad_launch(const void* p, ThreadPool&) {
+  const XentArgs& a = *static_cast<const XentArgs*>(p);
+  a.f64 ? xent_t<double>(a, true) : xent_t<float>(a, true);
+}
+
+XentArgs* xent_args(LowerCtx& c) {
+  auto* a = c.args<XentArgs>();
+  const Shape& ls = c.in_shape(0);
+  *a = {ls[0], ls[1], c.in[0], c.in[1], c.in.size() > 2 ? c.in[2] : nullptr, c.out,
+        c.node.dtype == DType::F64, c.in_dtype(1) == DType::I64};
+  return a;
+}
+
+// ---- embedding and its deterministic gradient
+struct EmbArgs {
+  int64_t V, D, P;
+  const void* table;  // weight [V, D] (forward) or upstream gradient [P, D] (backward)
+  const void* idx;
+  void* out;
+  int64_t* order;  // backward: positions sorted by vocabulary row (counting sort), P entries
+  int64_t* start;  // backward: V + 1 row starts
+  bool f64, i64;
+};
+
+template <class T>
+void emb_t(const EmbArgs& a) {
+  const T* w = static_cast<const T*>(a.table);
+  T* out = static_cast<T*>(a.out);
+  for (int64_t p = 0; p < a.P; ++p) {
+    int64_t v = index_at(a.idx, a.i64, p);
+    if (v < 0 || v >= a.V) bad_index("embedding", v, a.V);
+    std::copy(w + v * a.D, w + v * a.D + a.D, out + p * a.D);
+  }
+}
+void emb_launch(const void* p, ThreadPool&) {
+  const EmbArgs& a = *static_cast<const EmbArgs*>(p);
+  a.f64 ? emb_t<double>(a) : emb_t<float>(a);
+}
+
+template <class T>
+void emb_grad_rows(const EmbArgs& a, int64_t v0, int64_t v1) {
+  const T* g = static_cast<const T*>(a.table);
+  T* out = static_cast<T*>(a.out);
+  for (int64_t v = v0; v < v1; ++v) {
+    T* row = out + v * a.D;
+    std::fill(row, row + a.D, T(0));
+    for (int64_t q = a.start[v]; q < a.start[v + 1]; ++q) {  // positions in ascending order
+      const T* src = g + a.order[q] * a.D;
+      for (int64_t d = 0; d < a.D; ++d) row[d] += src[d];
+    }
+  }
+}
+void emb_grad_chunk(const void* p, int64_t chunk) {
+  const EmbArgs& a = *static_cast<const EmbArgs*>(p);
+  int64_t v0 = chunk * 64, v1 = std::min(a.V, v0 + 64);
+  a.f64 ? emb_grad_rows<double>(a, v0, v1) : emb_grad_rows<float>(a, v0, v1);
+}
+void emb_grad_launch(const void* p, ThreadPool& pool) {
+  const EmbArgs& a = *static_cast<const EmbArgs*>(p);
+  std::fill(a.start, a.start + a.V + 1, 0);
+  for (int64_t q = 0; q < a.P; ++q) {
+    int64_t v = index_at(a.idx, a.i64, q);
+    if (v < 0 || v >= a.V) bad_index("embedding_grad", v, a.V);
+    ++a.start[v + 1];
+  }
+  for (int64_t v = 0; v < a.V; ++v) a.start[v + 1] += a.start[v];
+  // Stable counting sort: a.order holds positions grouped by row, ascending within each row.
+  // The last row's start is used as a running cursor and restored afterwards.
+  for (int64_t q = 0; q < a.P; ++q) {
+    int64_t v = index_at(a.idx, a.i64, q);
+    a.order[a.start[v]++] = q;
+  }
+  for (int64_t v = a.V; v > 0; --v) a.start[v] = a.start[v - 1];
+  a.start[0] = 0;
+  pool.run((a.V + 63) / 64, emb_grad_chunk, p);
+}
+}  // namespace
+
+Launch lower_softmax(LowerCtx& c) { return lower_lines(c, c.node.op == Op::Softmax ? 0 : 1, axis_attr(c)); }
+Launch lower_softmax_grad(LowerCtx& c) {
+  return lower_lines(c, c.node.op == Op::SoftmaxGrad ? 2 : 3, axis_attr(c));
+}
+Launch lower_layernorm(LowerCtx& c) { return lower_lines(c, 4, int(c.node.shape.size()) - 1); }
+Launch lower_cross_entropy(LowerCtx& c) { return {xent_launch, xent_args(c), c.id}; }
+Launch lower_cross_entropy_grad(LowerCtx& c) { return {xent_grad_launch, xent_args(c), c.id}; }
+
+Launch lower_embedding(LowerCtx& c) {
+  auto* a = c.args<EmbArgs>();
+  const Shape& w = c.in_shape(0);
+  *a = {w[0], w[1], numel(c.in_shape(1)), c.in[0], c.in[1], c.out, nullptr, nullptr,
+        c.node.dtype == DType::F64, c.in_dtype(1) == DType::I64};
+  return {emb_launch, a, c.id};
+}
+
+Launch lower_embedding_grad(LowerCtx& c) {
+  auto* a = c.args<EmbArgs>();
+  int64_t V = c.node.shape[0], P = numel(c.in_shape(1));
+  *a = {V, c.node.shape[1], P, c.in[0], c.in[1], c.out,
+        static_cast<int64_t*>(c.storage.scratch(size_t(P + 1) * 8)),
+        static_cast<int64_t*>(c.storage.scratch(size_t(V + 2) * 8)), c.node.dtype == DType::F64,
+        c.in_dtype(1) == DType::I64};
+  return {emb_grad_launch, a, c.id};
+}
+
+}  // namespace synoros::kernels

@@ -1,0 +1,37 @@
+// CPU kernel lowerings, one per op family. src/kernels/cpu/lowering.cpp maps ops onto these.
+#pragma once
+
+#include "kernels/kernel_api.hpp"
+
+namespace synoros::kernels {
+
+Launch lower_map(LowerCtx& c);       // elementwise unary/binary/ternary with broadcasting
+Launch lower_cast(LowerCtx& c);
+Launch lower_dropout(LowerCtx& c);
+Launch lower_reduce(LowerCtx& c);    // sum, max, mean
+Launch lower_view(LowerCtx& c);      // permute, expand, slice, pad, stride, shift, unfold
+Launch lower_fold(LowerCtx& c);
+Launch lower_einsum(LowerCtx& c);
+Launch lower_softmax(LowerCtx& c);   // softmax, log_softmax
+Launch lower_softmax_grad(LowerCtx& c);
+Launch lower_layernorm(LowerCtx& c);
+Launch lower_cross_entropy(LowerCtx& c);
+Launch lower_cross_entropy_grad(LowerCtx& c);
+Launch lower_embedding(LowerCtx& c);
+Launch lower_embedding_grad(LowerCtx& c);
+
+// Strided gather used by views and by einsum to bring operands into GEMM layout:
+// out[i] = in[offset + sum_d idx_d * stride_d], out contiguous with shape `shape`.
+struct GatherSpec {
+  Shape shape;
+  std::vector<int64_t> stride;
+  int64_t offset = 0;
+  // One bounds-checked (or wrapping) input coordinate: c = c0 + sum_d idx_d * cstride_d,
+  // contributing c * cmul to the offset; out of [0, climit) reads 0 unless wrap is set.
+  bool checked = false, wrap = false;
+  std::vector<int64_t> cstride;
+  int64_t c0 = 0, climit = 0, cmul = 0;
+};
+Launch make_gather(LowerCtx& c, const GatherSpec& spec, const void* in, void* out, size_t esize);
+
+}  // namespace synoros::kernels

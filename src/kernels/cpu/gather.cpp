@@ -1,0 +1,210 @@
+// Views materialised as strided gathers (permute, expand, slice, pad, stride, shift, unfold), and
+// fold, the adjoint of unfold, as a gather-sum. No view ever scatters, so gradients through views
+// are deterministic without atomics.
+#include <algorithm>
+#include <cstring>
+
+#include "ir/op_defs.hpp"
+#include "kernels/cpu/cpu_kernels.hpp"
+
+namespace synoros::kernels {
+
+namespace {
+constexpr int kMaxRank = 10;
+constexpr int64_t kGatherChunk = 1 << 14;
+
+struct GatherArgs {
+  int rank;
+  int64_t total;
+  int64_t shape[kMaxRank];
+  int64_t stride[kMaxRank];
+  int64_t cstride[kMaxRank];
+  int64_t offset, c0, climit, cmul;
+  bool checked, wrap;
+  int64_t esize;
+  const char* in;
+  char* out;
+};
+
+template <class E>
+void gather_chunk_t(const GatherArgs& a, int64_t chunk) {
+  int64_t begin = chunk * kGatherChunk, end = std::min(a.total, begin + kGatherChunk);
+  int r = a.rank;
+  int64_t idx[kMaxRank];
+  int64_t rem = begin;
+  for (int d = r - 1; d >= 0; --d) {
+    idx[d] = rem % a.shape[d];
+    rem /= a.shape[d];
+  }
+  const E* in = reinterpret_cast<const E*>(a.in);
+  E* out = reinterpret_cast<E*>(a.out);
+  int64_t inner = a.shape[r - 1], s_in = a.stride[r - 1], cs_in = a.cstride[r - 1];
+  for (int64_t pos = begin; pos < end;) {
+    int64_t len = std::min(inner - idx[r - 1], end - pos);
+    int64_t off = a.offset, c = a.c0;
+    for (int d = 0; d < r; ++d) {
+      off += idx[d] * a.stride[d];
+      c += idx[d] * a.cstride[d];
+    }
+    if (!a.checked) {
+      if (s_in == 1) {
+        std::memcpy(out + pos, in + off, size_t(len) * sizeof(E));
+      } else {
+        for (int64_t i = 0; i < len; ++i) out[pos + i] = in[off + i * s_in];
+      }
+    } else {
+      for (int64_t i = 0; i < len; ++i) {
+        int64_t ci = c + i * cs_in;
+        if (a.wrap) ci = ((ci % a.climit) + a.climit) % a.climit;
+        bool ok = ci >= 0 && ci < a.climit;
+        out[pos + i] = ok ? in[off + i * s_in + ci * a.cmul] : E(0);
+      }
+    }
+    pos += len;
+    idx[r - 1] += len;
+    for (int d = r - 1; d > 0 && idx[d] == a.shape[d]; --d) {
+      idx[d] = 0;
+      ++idx[d - 1];
+    }
+  }
+}
+
+void gather_chunk(const void* p, int64_t chunk) {
+  const GatherArgs& a = *static_cast<const GatherArgs*>(p);
+  if (a.esize == 4) gather_chunk_t<uint32_t>(a, chunk);
+  else gather_chunk_t<uint64_t>(a, chunk);
+}
+
+void gather_launch(const void* p, ThreadPool& pool) {
+  const GatherArgs& a = *static_cast<const GatherArgs*>(p);
+  pool.run((a.total + kGatherChunk - 1) / kGatherChunk, gather_chunk, p);
+}
+}  // namespace
+
+Launch make_gather(LowerCtx& c, const GatherSpec& s, const void* in, void* out, size_t esize) {
+  if (s.shape.size() > size_t(kMaxRank))
+    throw Error(std::string(op_name(c.node.op)) + ": rank " + std::to_string(s.shape.size()) +
+                " exceeds the gather kernel's limit");
+  auto* a = c.args<GatherArgs>();
+  a->rank = int(s.shape.size());
+  a->total = numel(s.shape);
+  for (size_t d = 0; d < s.shape.size(); ++d) {
+    a->shape[d] = s.shape[d];
+    a->stride[d] = s.stride[d];
+    a->cstride[d] = s.checked ? s.cstride[d] : 0;
+  }
+  if (a->rank == 0) {  // scalar: one element
+    a->rank = 1;
+    a->shape[0] = 1;
+    a->stride[0] = 0;
+    a->cstride[0] = 0;
+  }
+  a->offset = s.offset;
+  a->checked = s.checked;
+  a->wrap = s.wrap;
+  a->c0 = s.c0;
+  a->climit = s.climit;
+  a->cmul = s.cmul;
+  a->esize = int64_t(esize);
+  a->in = static_cast<const char*>(in);
+  a->out = static_cast<char*>(out);
+  return {gather_launch, a, c.id};
+}
+
+Launch lower_view(LowerCtx& c) {
+  const Node& n = c.node;
+  const Shape& is = c.in_shape(0);
+  auto cs = contiguous_strides(is);
+  GatherSpec s;
+  s.shape = n.shape;
+  s.stride.assign(n.shape.size(), 0);
+  s.cstride.assign(n.shape.size(), 0);
+  for (size_t d = 0; d < is.size() && d < n.shape.size(); ++d) s.stride[d] = cs[d];
+  switch (n.op) {
+    case Op::Permute:
+      for (size_t d = 0; d < n.shape.size(); ++d)
+        s.stride[d] = cs[size_t(normalize_axis(n.attrs.ints[d], is.size(), "permute", is))];
+      break;
+    case Op::Expand: {
+      size_t lead = n.shape.size() - is.size();
+      for (size_t d = 0; d < n.shape.size(); ++d)
+        s.stride[d] = d < lead || is[d - lead] == 1 ? 0 : cs[d - lead];
+      break;
+    }
+    default: {
+      opdefs::AxisArgs ax = opdefs::axis_args(n, is.size());
+      size_t x = size_t(ax.axis);
+      if (n.op == Op::Slice) s.offset = ax.a * cs[x];
+      if (n.op == Op::Stride) s.stride[x] = cs[x] * ax.a;
+      if (n.op == Op::Pad || n.op == Op::Shift || n.op == Op::Unfold) {
+        s.checked = true;
+        s.stride[x] = 0;
+        s.cstride[x] = 1;
+        s.climit = is[x];
+        s.cmul = cs[x];
+      }
+      if (n.op == Op::Pad) s.c0 = -ax.a;
+      if (n.op == Op::Shift) s.wrap = true, s.c0 = is[x] ? ax.a % is[x] : 0;
+      if (n.op == Op::Unfold) {
+        int64_t center = (ax.a - 1) / 2;
+        s.stride.back() = 0;
+        s.cstride.back() = ax.b;
+        s.c0 = -center * ax.b;
+      }
+    }
+  }
+  return make_gather(c, s, c.in[0], c.out, dtype_size(n.dtype));
+}
+
+// ---- fold: out[.., p, ..] = sum_j in[.., p - (j - center) * dilation, .., j], j ascending
+namespace {
+struct FoldArgs {
+  int64_t outer, n, inner, k, center, dil;
+  const void* in;
+  void* out;
+  bool f64;
+};
+template <class T>
+void fold_chunk_t(const FoldArgs& a, int64_t o) {
+  const T* in = static_cast<const T*>(a.in);
+  T* out = static_cast<T*>(a.out);
+  for (int64_t p = 0; p < a.n; ++p)
+    for (int64_t i = 0; i < a.inner; ++i) {
+      T acc = T(0);
+      for (int64_t j = 0; j < a.k; ++j) {
+        int64_t q = p - (j - a.center) * a.dil;
+        if (q >= 0 && q < a.n) acc += in[((o * a.n + q) * a.inner + i) * a.k + j];
+      }
+      out[(o * a.n + p) * a.inner + i] = acc;
+    }
+}
+void fold_chunk(const void* p, int64_t o) {
+  const FoldArgs& a = *static_cast<const FoldArgs*>(p);
+  a.f64 ? fold_chunk_t<double>(a, o) : fold_chunk_t<float>(a, o);
+}
+void fold_launch(const void* p, ThreadPool& pool) {
+  pool.run(static_cast<const FoldArgs*>(p)->outer, fold_chunk, p);
+}
+}  // namespace
+
+Launch lower_fold(LowerCtx& c) {
+  const Node& n = c.node;
+  if (!is_float(n.dtype)) throw Error("fold: needs a float tensor");
+  opdefs::AxisArgs ax = opdefs::axis_args(n, n.shape.size());
+  auto* a = c.args<FoldArgs>();
+  size_t x = size_t(ax.axis);
+  a->n = n.shape[x];
+  a->outer = 1;
+  for (size_t d = 0; d < x; ++d) a->outer *= n.shape[d];
+  a->inner = 1;
+  for (size_t d = x + 1; d < n.shape.size(); ++d) a->inner *= n.shape[d];
+  a->k = ax.a;
+  a->center = (ax.a - 1) / 2;
+  a->dil = ax.b;
+  a->in = c.in[0];
+  a->out = c.out;
+  a->f64 = n.dtype == DType::F64;
+  return {fold_launch, a, c.id};
+}
+
+}  // namespace synoros::kernels

@@ -1,0 +1,150 @@
+#include "kernels/cpu/gemm.hpp"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace synoros::kernels {
+
+namespace {
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Packed layouts: A panel p holds rows [p*MR, p*MR+MR) as [K][MR]; B panel q holds columns
+// [q*NR, q*NR+NR) as [K][NR]. Out-of-range rows and columns are zero.
+void pack_a_panel(const GemmShape& s, const float* A, int64_t p, float* dst) {
+  int64_t m0 = p * kGemmMR, rows = std::min(kGemmMR, s.M - m0);
+  for (int64_t k = 0; k < s.K; ++k) {
+    float* d = dst + k * kGemmMR;
+    int64_t i = 0;
+    for (; i < rows; ++i) d[i] = A[(m0 + i) * s.a_rs + k * s.a_cs];
+    for (; i < kGemmMR; ++i) d[i] = 0.f;
+  }
+}
+
+void pack_b_panel(const GemmShape& s, const float* B, int64_t q, float* dst) {
+  int64_t n0 = q * kGemmNR, cols = std::min(kGemmNR, s.N - n0);
+  for (int64_t k = 0; k < s.K; ++k) {
+    float* d = dst + k * kGemmNR;
+    const float* src = B + k * s.b_rs + n0 * s.b_cs;
+    if (s.b_cs == 1 && cols == kGemmNR) {
+      std::memcpy(d, src, sizeof(float) * kGemmNR);
+      continue;
+    }
+    int64_t j = 0;
+    for (; j < cols; ++j) d[j] = src[j * s.b_cs];
+    for (; j < kGemmNR; ++j) d[j] = 0.f;
+  }
+}
+
+// acc[MR][NR] (+)= a[kc][MR] x b[kc][NR], continuing each element's FMA chain.
+void micro_scalar(int64_t kc, const float* a, const float* b, float* acc) {
+  for (int64_t k = 0; k < kc; ++k)
+    for (int64_t i = 0; i < kGemmMR; ++i)
+      for (int64_t j = 0; j < kGemmNR; ++j)
+        acc[i * kGemmNR + j] = std::fma(a[k * kGemmMR + i], b[k * kGemmNR + j], acc[i * kGemmNR + j]);
+}
+
+__attribute__((target("avx2,fma"))) void micro_avx2(int64_t kc, const float* a, const float* b,
+                                                     float* acc) {
+  __m256 c00 = _mm256_loadu_ps(acc + 0), c01 = _mm256_loadu_ps(acc + 8);
+  __m256 c10 = _mm256_loadu_ps(acc + 16), c11 = _mm256_loadu_ps(acc + 24);
+  __m256 c20 = _mm256_loadu_ps(acc + 32), c21 = _mm256_loadu_ps(acc + 40);
+  __m256 c30 = _mm256_loadu_ps(acc + 48), c31 = _mm256_loadu_ps(acc + 56);
+  __m256 c40 = _mm256_loadu_ps(acc + 64), c41 = _mm256_loadu_ps(acc + 72);
+  __m256 c50 = _mm256_loadu_ps(acc + 80), c51 = _mm256_loadu_ps(acc + 88);
+  for (int64_t k = 0; k < kc; ++k) {
+    __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+    __m256 x;
+    x = _mm256_broadcast_ss(a + 0), c00 = _mm256_fmadd_ps(x, b0, c00), c01 = _mm256_fmadd_ps(x, b1, c01);
+    x = _mm256_broadcast_ss(a + 1), c10 = _mm256_fmadd_ps(x, b0, c10), c11 = _mm256_fmadd_ps(x, b1, c11);
+    x = _mm256_broadcast_ss(a + 2), c20 = _mm256_fmadd_ps(x, b0, c20), c21 = _mm256_fmadd_ps(x, b1, c21);
+    x = _mm256_broadcast_ss(a + 3), c30 = _mm256_fmadd_ps(x, b0, c30), c31 = _mm256_fmadd_ps(x, b1, c31);
+    x = _mm256_broadcast_ss(a + 4), c40 = _mm256_fmadd_ps(x, b0, c40), c41 = _mm256_fmadd_ps(x, b1, c41);
+    x = _mm256_broadcast_ss(a + 5), c50 = _mm256_fmadd_ps(x, b0, c50), c51 = _mm256_fmadd_ps(x, b1, c51);
+    a += kGemmMR;
+    b += kGemmNR;
+  }
+  _mm256_storeu_ps(acc + 0, c00), _mm256_storeu_ps(acc + 8, c01);
+  _mm256_storeu_ps(acc + 16, c10), _mm256_storeu_ps(acc + 24, c11);
+  _mm256_storeu_ps(acc + 32, c20), _mm256_storeu_ps(acc + 40, c21);
+  _mm256_storeu_ps(acc + 48, c30), _mm256_storeu_ps(acc + 56, c31);
+  _mm256_storeu_ps(acc + 64, c40), _mm256_storeu_ps(acc + 72, c41);
+  _mm256_storeu_ps(acc + 80, c50), _mm256_storeu_ps(acc + 88, c51);
+}
+
+struct GemmJob {
+  const GemmShape* s;
+  const float* A;
+  const float* B;
+  float* C;
+  float* pa;  // packed A, panels of [K][MR]
+  float* pb;  // packed B, panels of [K][NR]
+  int64_t mp, np;
+  bool avx2;
+};
+
+void pack_chunk(const void* p, int64_t i) {
+  const GemmJob& j = *static_cast<const GemmJob*>(p);
+  if (i < j.mp) pack_a_panel(*j.s, j.A, i, j.pa + i * j.s->K * kGemmMR);
+  else pack_b_panel(*j.s, j.B, i - j.mp, j.pb + (i - j.mp) * j.s->K * kGemmNR);
+}
+
+// One chunk = one B panel (a column strip of C) across all A panels and all K blocks.
+void compute_chunk(const void* p, int64_t q) {
+  const GemmJob& j = *static_cast<const GemmJob*>(p);
+  const GemmShape& s = *j.s;
+  int64_t n0 = q * kGemmNR, cols = std::min(kGemmNR, s.N - n0);
+  alignas(64) float acc[kGemmMR * kGemmNR];
+  for (int64_t pa = 0; pa < j.mp; ++pa) {
+    int64_t m0 = pa * kGemmMR, rows = std::min(kGemmMR, s.M - m0);
+    std::memset(acc, 0, sizeof(acc));
+    const float* a = j.pa + pa * s.K * kGemmMR;
+    const float* b = j.pb + q * s.K * kGemmNR;
+    for (int64_t k0 = 0; k0 < s.K; k0 += kGemmKC) {
+      int64_t kc = std::min(kGemmKC, s.K - k0);
+      if (j.avx2) micro_avx2(kc, a + k0 * kGemmMR, b + k0 * kGemmNR, acc);
+      else micro_scalar(kc, a + k0 * kGemmMR, b + k0 * kGemmNR, acc);
+    }
+    for (int64_t i = 0; i < rows; ++i)
+      std::memcpy(j.C + (m0 + i) * s.c_rs + n0, acc + i * kGemmNR, sizeof(float) * size_t(cols));
+  }
+}
+}  // namespace
+
+size_t gemm_scratch_floats(const GemmShape& s) {
+  return size_t(ceil_div(s.M, kGemmMR) * kGemmMR * s.K + ceil_div(s.N, kGemmNR) * kGemmNR * s.K) + 16;
+}
+
+void sgemm(const GemmShape& s, const float* A, const float* B, float* C, float* scratch, bool avx2,
+           ThreadPool& pool) {
+  if (s.M == 0 || s.N == 0) return;
+  if (s.K == 0) {
+    for (int64_t m = 0; m < s.M; ++m) std::memset(C + m * s.c_rs, 0, sizeof(float) * size_t(s.N));
+    return;
+  }
+  GemmJob j{&s, A, B, C, scratch, nullptr, ceil_div(s.M, kGemmMR), ceil_div(s.N, kGemmNR), avx2};
+  j.pb = scratch + j.mp * kGemmMR * s.K;
+  // Tiny problems run inline: a parallel launch costs more than the work.
+  bool tiny = s.M * s.N * s.K < (1 << 15);
+  if (tiny) {
+    for (int64_t i = 0; i < j.mp + j.np; ++i) pack_chunk(&j, i);
+    for (int64_t q = 0; q < j.np; ++q) compute_chunk(&j, q);
+    return;
+  }
+  pool.run(j.mp + j.np, pack_chunk, &j);
+  pool.run(j.np, compute_chunk, &j);
+}
+
+void dgemm(const GemmShape& s, const double* A, const double* B, double* C) {
+  for (int64_t m = 0; m < s.M; ++m)
+    for (int64_t n = 0; n < s.N; ++n) {
+      double acc = 0;
+      for (int64_t k = 0; k < s.K; ++k)
+        acc = std::fma(A[m * s.a_rs + k * s.a_cs], B[k * s.b_rs + n * s.b_cs], acc);
+      C[m * s.c_rs + n] = acc;
+    }
+}
+
+}  // namespace synoros::kernels

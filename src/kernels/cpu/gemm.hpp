@@ -1,0 +1,34 @@
+// Single-precision GEMM with the engine's canonical reduction order: every C[m, n] is one FMA
+// chain over k = 0, 1, ..., K-1 starting from zero. The AVX2 micro-kernel and the scalar
+// fallback (std::fma) follow the same chain, so they agree bit for bit.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "synoros/runtime.hpp"
+
+namespace synoros::kernels {
+
+struct GemmShape {
+  int64_t M, N, K;
+  // Element strides: A(m, k) = A[m * a_rs + k * a_cs], B(k, n) = B[k * b_rs + n * b_cs],
+  // C(m, n) = C[m * c_rs + n] (C rows contiguous).
+  int64_t a_rs, a_cs, b_rs, b_cs, c_rs;
+};
+
+constexpr int64_t kGemmMR = 6;
+constexpr int64_t kGemmNR = 16;
+constexpr int64_t kGemmKC = 256;
+
+// Scratch the packed operands need, in floats.
+size_t gemm_scratch_floats(const GemmShape& s);
+
+// C = A @ B for one matrix; `scratch` holds gemm_scratch_floats(s) floats, 64-byte aligned.
+void sgemm(const GemmShape& s, const float* A, const float* B, float* C, float* scratch,
+           bool avx2, ThreadPool& pool);
+
+// Double precision, same canonical order, plain loops.
+void dgemm(const GemmShape& s, const double* A, const double* B, double* C);
+
+}  // namespace synoros::kernels

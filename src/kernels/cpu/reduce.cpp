@@ -1,0 +1,148 @@
+// Sum, max and mean over axes in a fixed order that depends only on the shape:
+//  * reducing a trailing contiguous run: 8 interleaved lanes per 4096-element segment, lanes
+//    combined pairwise, segments added in order;
+//  * reducing a middle or leading run: sequential over the reduced index, vectorised across the
+//    kept inner elements.
+// Work is split over output rows only, so the thread count never changes a bit.
+#include <algorithm>
+#include <cmath>
+
+#include "ir/op_defs.hpp"
+#include "kernels/cpu/cpu_kernels.hpp"
+
+namespace synoros::kernels {
+
+namespace {
+constexpr int64_t kSegment = 4096;
+constexpr int64_t kRowsPerChunk = 64;
+
+struct ReduceArgs {
+  int64_t outer, r, inner;
+  const void* in;
+  void* out;
+  int kind;  // 0 sum, 1 max, 2 mean
+  bool f64;
+};
+
+template <class T>
+T combine(T a, T b, int kind) {
+  if (kind == 1) return (b > a || std::isnan(b)) ? b : a;
+  return a + b;
+}
+
+template <class T>
+T reduce_row(const T* x, int64_t r, int kind) {
+  T total = kind == 1 ? -INFINITY : T(0);
+  for (int64_t s0 = 0; s0 < r; s0 += kSegment) {
+    int64_t len = std::min(kSegment, r - s0);
+    const T* p = x + s0;
+    T lane[8];
+    for (int j = 0; j < 8; ++j) lane[j] = kind == 1 ? T(-INFINITY) : T(0);
+    int64_t i = 0;
+    if (kind == 1) {
+      for (; i + 8 <= len; i += 8)
+        for (int j = 0; j < 8; ++j) lane[j] = combine(lane[j], p[i + j], 1);
+    } else {
+      for (; i + 8 <= len; i += 8)
+        for (int j = 0; j < 8; ++j) lane[j] += p[i + j];
+    }
+    for (int j = 0; i < len; ++i, ++j) lane[j] = combine(lane[j], p[i], kind);
+    T seg = combine(combine(combine(lane[0], lane[1], kind), combine(lane[2], lane[3], kind), kind),
+                    combine(combine(lane[4], lane[5], kind), combine(lane[6], lane[7], kind), kind),
+                    kind);
+    total = combine(total, seg, kind);
+  }
+  return total;
+}
+
+template <class T>
+void reduce_chunk_t(const ReduceArgs& a, int64_t chunk) {
+  const T* x = static_cast<const T*>(a.in);
+  T* y = static_cast<T*>(a.out);
+  int64_t o0 = chunk * kRowsPerChunk, o1 = std::min(a.outer, o0 + kRowsPerChunk);
+  T count = T(a.r);
+  for (int64_t o = o0; o < o1; ++o) {
+    if (a.inner == 1) {
+      T v = reduce_row(x + o * a.r, a.r, a.kind);
+      y[o] = a.kind == 2 ? v / count : v;
+      continue;
+    }
+    T* yo = y + o * a.inner;
+    const T* xo = x + o * a.r * a.inner;
+    for (int64_t i = 0; i < a.inner; ++i) yo[i] = a.kind == 1 ? T(-INFINITY) : T(0);
+    for (int64_t k = 0; k < a.r; ++k) {
+      const T* xk = xo + k * a.inner;
+      if (a.kind == 1) {
+        for (int64_t i = 0; i < a.inner; ++i) yo[i] = combine(yo[i], xk[i], 1);
+      } else {
+        for (int64_t i = 0; i < a.inner; ++i) yo[i] += xk[i];
+      }
+    }
+    if (a.kind == 2)
+      for (int64_t i = 0; i < a.inner; ++i) yo[i] = yo[i] / count;
+  }
+}
+
+void reduce_chunk(const void* p, int64_t chunk) {
+  const ReduceArgs& a = *static_cast<const ReduceArgs*>(p);
+  a.f64 ? reduce_chunk_t<double>(a, chunk) : reduce_chunk_t<float>(a, chunk);
+}
+
+void reduce_launch(const void* p, ThreadPool& pool) {
+  const ReduceArgs& a = *static_cast<const ReduceArgs*>(p);
+  pool.run((a.outer + kRowsPerChunk - 1) / kRowsPerChunk, reduce_chunk, p);
+}
+
+struct TwoLaunch {
+  Launch first, second;
+};
+void two_launch(const void* p, ThreadPool& pool) {
+  const TwoLaunch& t = *static_cast<const TwoLaunch*>(p);
+  t.first.fn(t.first.args, pool);
+  t.second.fn(t.second.args, pool);
+}
+}  // namespace
+
+Launch lower_reduce(LowerCtx& c) {
+  const Node& n = c.node;
+  const Shape& is = c.in_shape(0);
+  std::vector<int> axes = opdefs::reduce_axes(n, is);
+  std::vector<bool> red(is.size(), false);
+  for (int x : axes) red[size_t(x)] = true;
+  bool contiguous_block = axes.empty() || axes.back() - axes.front() + 1 == int(axes.size());
+  auto* a = c.args<ReduceArgs>();
+  a->kind = n.op == Op::Sum ? 0 : n.op == Op::ReduceMax ? 1 : 2;
+  a->f64 = n.dtype == DType::F64;
+  a->out = c.out;
+  a->outer = 1, a->r = 1, a->inner = 1;
+  if (contiguous_block) {
+    for (size_t d = 0; d < is.size(); ++d) {
+      if (red[d]) a->r *= is[d];
+      else if (axes.empty() || int(d) < axes.front()) a->outer *= is[d];
+      else a->inner *= is[d];
+    }
+    a->in = c.in[0];
+    return {reduce_launch, a, c.id};
+  }
+  // Scattered axes: gather the input with reduced axes moved last, then reduce rows.
+  GatherSpec g;
+  auto cs = contiguous_strides(is);
+  for (int pass = 0; pass < 2; ++pass)
+    for (size_t d = 0; d < is.size(); ++d)
+      if (red[d] == (pass == 1)) {
+        g.shape.push_back(is[d]);
+        g.stride.push_back(cs[d]);
+        if (pass == 1) a->r *= is[d];
+        else a->outer *= is[d];
+      }
+  g.cstride.assign(g.shape.size(), 0);
+  size_t es = dtype_size(n.dtype);
+  void* tmp = c.storage.scratch(size_t(numel(is)) * es);
+  a->in = tmp;
+  auto* t = c.args<TwoLaunch>();
+  t->first = make_gather(c, g, c.in[0], tmp, es);
+  t->second = {reduce_launch, a, c.id};
+  return {two_launch, t, c.id};
+}
+
+}  // namespace synoros::kernels

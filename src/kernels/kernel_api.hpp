@@ -1,0 +1,62 @@
+// What a kernel lowering sees: one node, its resolved buffers, and plan-owned storage for its
+// arguments and scratch. Lowerings run at compile time; the Launch they return runs in Plan::run.
+#pragma once
+
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "synoros/runtime.hpp"
+
+namespace synoros::kernels {
+
+// Plan-owned storage for launch arguments and scratch buffers, alive as long as the plan.
+class PlanStorage {
+ public:
+  template <class T>
+  T* make() {
+    blocks_.push_back(std::make_unique<Buffer>(sizeof(T)));
+    return new (blocks_.back()->data()) T();
+  }
+  void* scratch(size_t bytes) {
+    blocks_.push_back(std::make_unique<Buffer>(bytes));
+    return blocks_.back()->data();
+  }
+  size_t scratch_bytes() const {
+    size_t b = 0;
+    for (const auto& x : blocks_) b += x->bytes();
+    return b;
+  }
+
+ private:
+  std::vector<std::unique_ptr<Buffer>> blocks_;
+};
+
+struct LowerCtx {
+  const Graph& g;
+  ValueId id;
+  const Node& node;
+  std::vector<void*> in;
+  void* out;
+  PlanStorage& storage;
+
+  const Shape& in_shape(size_t i) const { return g.shape(node.in[i]); }
+  DType in_dtype(size_t i) const { return g.dtype(node.in[i]); }
+  template <class T>
+  T* args() {
+    static_assert(std::is_trivially_destructible_v<T>, "launch args must be trivially destructible");
+    return storage.make<T>();
+  }
+};
+
+// Builds the launch for one node. Throws Error for unsupported dtypes.
+Launch lower(LowerCtx& ctx);
+
+// Instruction-set level chosen at start-up: AVX2+FMA when the CPU has it, else scalar.
+// SYNOROS_ISA=scalar forces the fallback (the determinism tests compare both).
+enum class Isa { Scalar, Avx2 };
+Isa active_isa();
+void set_isa(Isa isa);
+const char* isa_name(Isa isa);
+
+}  // namespace synoros::kernels

@@ -1,0 +1,365 @@
+// The float64 oracle: the plainest possible definition of every op, written with multi-index
+// loops and no cleverness. It shares no code with the kernels except the dropout RNG, which is
+// part of the op's definition.
+#include <cmath>
+#include <limits>
+
+#include "core/philox.hpp"
+#include "ir/einsum_spec.hpp"
+#include "ir/op_defs.hpp"
+
+namespace synoros::opdefs {
+
+namespace {
+HostTensor make_out(const Node& n) {
+  return HostTensor(is_float(n.dtype) ? DType::F64 : DType::I64, n.shape);
+}
+
+std::vector<int64_t> unravel(int64_t flat, const Shape& s) {
+  std::vector<int64_t> idx(s.size());
+  for (size_t i = s.size(); i-- > 0;) {
+    idx[i] = s[i] ? flat % s[i] : 0;
+    flat = s[i] ? flat / s[i] : 0;
+  }
+  return idx;
+}
+
+int64_t ravel(const std::vector<int64_t>& idx, const Shape& s) {
+  int64_t f = 0;
+  for (size_t i = 0; i < s.size(); ++i) f = f * s[i] + idx[i];
+  return f;
+}
+
+// Flat index into `in` for an output multi-index under numpy broadcasting.
+int64_t broadcast_source(const std::vector<int64_t>& out_idx, const Shape& in) {
+  size_t lead = out_idx.size() - in.size();
+  int64_t f = 0;
+  for (size_t i = 0; i < in.size(); ++i) f = f * in[i] + (in[i] == 1 ? 0 : out_idx[lead + i]);
+  return f;
+}
+
+int64_t index_or_throw(double v, int64_t limit, const char* op) {
+  int64_t i = int64_t(v);
+  if (i < 0 || i >= limit)
+    throw Error(std::string(op) + ": index " + std::to_string(i) + " is out of range [0, " +
+                std::to_string(limit) + ")");
+  return i;
+}
+}  // namespace
+
+double ref_gelu(double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }
+double ref_gelu_grad(double x) {
+  const double pi = 3.14159265358979323846;
+  return 0.5 * (1.0 + std::erf(x / std::sqrt(2.0))) + x * std::exp(-0.5 * x * x) / std::sqrt(2 * pi);
+}
+
+HostTensor oracle_leaf(const Node& n, const OracleIn&) {
+  throw Error(std::string("oracle: leaf '") + n.name + "' must be fed, not evaluated");
+}
+
+HostTensor oracle_unary(const Node& n, const OracleIn& in) {
+  HostTensor out = make_out(n);
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    double x = in[0]->get(i), y = 0;
+    switch (n.op) {
+      case Op::Neg: y = -x; break;
+      case Op::Exp: y = std::exp(x); break;
+      case Op::Log: y = std::log(x); break;
+      case Op::Sqrt: y = std::sqrt(x); break;
+      case Op::Rsqrt: y = 1.0 / std::sqrt(x); break;
+      case Op::Abs: y = std::fabs(x); break;
+      case Op::Relu: y = x > 0 ? x : 0.0; break;
+      case Op::Gelu: y = ref_gelu(x); break;
+      case Op::Sigmoid: y = 1.0 / (1.0 + std::exp(-x)); break;
+      case Op::Tanh: y = std::tanh(x); break;
+      default: throw Error("oracle_unary: not a unary op");
+    }
+    out.set(i, y);
+  }
+  return out;
+}
+
+HostTensor oracle_cast(const Node& n, const OracleIn& in) {
+  HostTensor out = make_out(n);
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    double x = in[0]->get(i);
+    out.set(i, is_float(n.dtype) ? x : std::trunc(x));
+  }
+  return out;
+}
+
+HostTensor oracle_binary(const Node& n, const OracleIn& in) {
+  HostTensor out = make_out(n);
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    auto idx = unravel(i, n.shape);
+    double a = in[0]->get(broadcast_source(idx, in[0]->shape));
+    double b = in[1]->get(broadcast_source(idx, in[1]->shape));
+    double y = 0;
+    switch (n.op) {
+      case Op::Add: y = a + b; break;
+      case Op::Sub: y = a - b; break;
+      case Op::Mul: y = a * b; break;
+      case Op::Div: y = a / b; break;
+      case Op::Pow: y = std::pow(a, b); break;
+      case Op::Max: y = a >= b ? a : b; break;
+      case Op::Min: y = a <= b ? a : b; break;
+      case Op::CmpLt: y = a < b ? 1.0 : 0.0; break;
+      case Op::CmpEq: y = a == b ? 1.0 : 0.0; break;
+      case Op::ReluGrad: y = b > 0 ? a : 0.0; break;
+      case Op::GeluGrad: y = a * ref_gelu_grad(b); break;
+      default: throw Error("oracle_binary: not a binary op");
+    }
+    out.set(i, y);
+  }
+  return out;
+}
+
+HostTensor oracle_where(const Node& n, const OracleIn& in) {
+  HostTensor out = make_out(n);
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    auto idx = unravel(i, n.shape);
+    bool c = in[0]->get(broadcast_source(idx, in[0]->shape)) != 0.0;
+    out.set(i, in[c ? 1 : 2]->get(broadcast_source(idx, in[c ? 1 : 2]->shape)));
+  }
+  return out;
+}
+
+HostTensor oracle_reduce(const Node& n, const OracleIn& in) {
+  const Shape& is = in[0]->shape;
+  std::vector<int> axes = reduce_axes(n, is);
+  std::vector<bool> red(is.size(), false);
+  for (int a : axes) red[size_t(a)] = true;
+  Shape kept;  // output shape with kept dims as 1 for reduced ones
+  int64_t count = 1;
+  for (size_t i = 0; i < is.size(); ++i) {
+    kept.push_back(red[i] ? 1 : is[i]);
+    if (red[i]) count *= is[i];
+  }
+  HostTensor out = make_out(n);
+  std::vector<double> acc(size_t(numel(kept)), n.op == Op::ReduceMax ? -INFINITY : 0.0);
+  for (int64_t i = 0; i < in[0]->numel(); ++i) {
+    auto idx = unravel(i, is);
+    for (size_t d = 0; d < is.size(); ++d)
+      if (red[d]) idx[d] = 0;
+    double& a = acc[size_t(ravel(idx, kept))];
+    double x = in[0]->get(i);
+    a = n.op == Op::ReduceMax ? (x > a || std::isnan(x) ? x : a) : a + x;
+  }
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    double v = acc[size_t(i)];
+    out.set(i, n.op == Op::Mean ? (count ? v / double(count) : NAN) : v);
+  }
+  return out;
+}
+
+HostTensor oracle_view(const Node& n, const OracleIn& in) {
+  const Shape& is = in[0]->shape;
+  HostTensor out = make_out(n);
+  const auto& ints = n.attrs.ints;
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    auto o = unravel(i, n.shape);
+    std::vector<int64_t> src(is.size());
+    bool zero = false;
+    switch (n.op) {
+      case Op::Reshape: src = unravel(i, is); break;
+      case Op::Permute:
+        for (size_t d = 0; d < ints.size(); ++d)
+          src[size_t(normalize_axis(ints[d], is.size(), "permute", is))] = o[d];
+        break;
+      case Op::Expand: {
+        size_t lead = o.size() - is.size();
+        for (size_t d = 0; d < is.size(); ++d) src[d] = is[d] == 1 ? 0 : o[lead + d];
+        break;
+      }
+      default: {
+        AxisArgs a = axis_args(n, is.size());
+        size_t ax = size_t(a.axis);
+        for (size_t d = 0; d < is.size(); ++d) src[d] = o[d];
+        int64_t& s = src[ax];
+        if (n.op == Op::Slice) s = o[ax] + a.a;
+        if (n.op == Op::Pad) s = o[ax] - a.a, zero = s < 0 || s >= is[ax];
+        if (n.op == Op::Stride) s = o[ax] * a.a;
+        if (n.op == Op::Shift) s = ((o[ax] + a.a) % is[ax] + is[ax]) % is[ax];
+        if (n.op == Op::Unfold) {
+          int64_t center = (a.a - 1) / 2;
+          s = o[ax] + (o.back() - center) * a.b;
+          zero = s < 0 || s >= is[ax];
+        }
+      }
+    }
+    out.set(i, zero ? 0.0 : in[0]->get(ravel(src, is)));
+  }
+  return out;
+}
+
+HostTensor oracle_fold(const Node& n, const OracleIn& in) {
+  const Shape& is = in[0]->shape;
+  AxisArgs a = axis_args(n, is.size() - 1);
+  size_t ax = size_t(a.axis);
+  int64_t center = (a.a - 1) / 2;
+  HostTensor out = make_out(n);
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    auto o = unravel(i, n.shape);
+    double acc = 0;
+    for (int64_t j = 0; j < a.a; ++j) {
+      // Unfold read x[p] at window j from position q = p - (j - center) * dilation.
+      int64_t q = o[ax] - (j - center) * a.b;
+      if (q < 0 || q >= n.shape[ax]) continue;
+      auto src = o;
+      src[ax] = q;
+      src.push_back(j);
+      acc += in[0]->get(ravel(src, is));
+    }
+    out.set(i, acc);
+  }
+  return out;
+}
+
+HostTensor oracle_einsum(const Node& n, const OracleIn& in) {
+  std::vector<Shape> shapes;
+  for (auto* t : in) shapes.push_back(t->shape);
+  EinsumSpec e = parse_einsum(n.attrs.spec, shapes);
+  std::string labels = e.labels();
+  Shape space;
+  for (char c : labels) space.push_back(e.size[int(c)]);
+  HostTensor out = make_out(n);
+  std::vector<double> acc(size_t(out.numel()), 0.0);
+  auto pick = [&](const std::string& ls, const std::vector<int64_t>& idx, const Shape& s) {
+    std::vector<int64_t> sub;
+    for (char c : ls) sub.push_back(idx[labels.find(c)]);
+    return ravel(sub, s);
+  };
+  for (int64_t f = 0; f < numel(space); ++f) {
+    auto idx = unravel(f, space);
+    double p = 1;
+    for (size_t k = 0; k < in.size(); ++k) p *= in[k]->get(pick(e.in[k], idx, in[k]->shape));
+    acc[size_t(pick(e.out, idx, n.shape))] += p;
+  }
+  for (int64_t i = 0; i < out.numel(); ++i) out.set(i, acc[size_t(i)]);
+  return out;
+}
+
+namespace {
+// Calls fn(offsets) for every line along `axis`, with the flat offsets of its elements.
+template <class Fn>
+void for_each_line(const Shape& s, int axis, Fn fn) {
+  int64_t n = s[size_t(axis)];
+  int64_t inner = 1;
+  for (size_t d = size_t(axis) + 1; d < s.size(); ++d) inner *= s[d];
+  int64_t outer = n ? numel(s) / (n * inner) : 0;
+  std::vector<int64_t> offs(static_cast<size_t>(n));
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t i = 0; i < inner; ++i) {
+      for (int64_t k = 0; k < n; ++k) offs[size_t(k)] = (o * n + k) * inner + i;
+      fn(offs);
+    }
+}
+}  // namespace
+
+HostTensor oracle_softmax(const Node& n, const OracleIn& in) {
+  HostTensor out = make_out(n);
+  int axis = normalize_axis(n.attrs.ints[0], n.shape.size(), "softmax", n.shape);
+  for_each_line(n.shape, axis, [&](const std::vector<int64_t>& offs) {
+    double m = -INFINITY, s = 0;
+    for (int64_t o : offs) m = std::max(m, in[0]->get(o));
+    for (int64_t o : offs) s += std::exp(in[0]->get(o) - m);
+    for (int64_t o : offs) {
+      double x = in[0]->get(o);
+      out.set(o, n.op == Op::Softmax ? std::exp(x - m) / s : x - m - std::log(s));
+    }
+  });
+  return out;
+}
+
+HostTensor oracle_softmax_grad(const Node& n, const OracleIn& in) {
+  HostTensor out = make_out(n);
+  int axis = normalize_axis(n.attrs.ints[0], n.shape.size(), "softmax_grad", n.shape);
+  for_each_line(n.shape, axis, [&](const std::vector<int64_t>& offs) {
+    double s = 0;
+    for (int64_t o : offs)
+      s += n.op == Op::SoftmaxGrad ? in[0]->get(o) * in[1]->get(o) : in[1]->get(o);
+    for (int64_t o : offs) {
+      double y = in[0]->get(o), g = in[1]->get(o);
+      out.set(o, n.op == Op::SoftmaxGrad ? y * (g - s) : g - std::exp(y) * s);
+    }
+  });
+  return out;
+}
+
+HostTensor oracle_layernorm(const Node& n, const OracleIn& in) {
+  HostTensor out = make_out(n);
+  int axis = int(n.shape.size()) - 1;
+  for_each_line(n.shape, axis, [&](const std::vector<int64_t>& offs) {
+    double mean = 0, var = 0;
+    for (int64_t o : offs) mean += in[0]->get(o);
+    mean /= double(offs.size());
+    for (int64_t o : offs) var += (in[0]->get(o) - mean) * (in[0]->get(o) - mean);
+    var /= double(offs.size());
+    for (int64_t o : offs) out.set(o, (in[0]->get(o) - mean) / std::sqrt(var + n.attrs.scalar));
+  });
+  return out;
+}
+
+HostTensor oracle_cross_entropy(const Node& n, const OracleIn& in) {
+  const HostTensor& l = *in[0];
+  int64_t N = l.shape[0], C = l.shape[1];
+  double total = 0;
+  for (int64_t r = 0; r < N; ++r) {
+    int64_t t = index_or_throw(in[1]->get(r), C, "cross_entropy target");
+    double m = -INFINITY, s = 0;
+    for (int64_t c = 0; c < C; ++c) m = std::max(m, l.get(r * C + c));
+    for (int64_t c = 0; c < C; ++c) s += std::exp(l.get(r * C + c) - m);
+    total += m + std::log(s) - l.get(r * C + t);
+  }
+  HostTensor out = make_out(n);
+  out.set(0, N ? total / double(N) : NAN);
+  return out;
+}
+
+HostTensor oracle_cross_entropy_grad(const Node& n, const OracleIn& in) {
+  const HostTensor& l = *in[0];
+  int64_t N = l.shape[0], C = l.shape[1];
+  double g = in[2]->get(0) / double(N);
+  HostTensor out = make_out(n);
+  for (int64_t r = 0; r < N; ++r) {
+    int64_t t = index_or_throw(in[1]->get(r), C, "cross_entropy target");
+    double m = -INFINITY, s = 0;
+    for (int64_t c = 0; c < C; ++c) m = std::max(m, l.get(r * C + c));
+    for (int64_t c = 0; c < C; ++c) s += std::exp(l.get(r * C + c) - m);
+    for (int64_t c = 0; c < C; ++c)
+      out.set(r * C + c, (std::exp(l.get(r * C + c) - m) / s - (c == t ? 1.0 : 0.0)) * g);
+  }
+  return out;
+}
+
+HostTensor oracle_embedding(const Node& n, const OracleIn& in) {
+  int64_t V = in[0]->shape[0], D = in[0]->shape[1];
+  HostTensor out = make_out(n);
+  for (int64_t p = 0; p < in[1]->numel(); ++p) {
+    int64_t v = index_or_throw(in[1]->get(p), V, "embedding");
+    for (int64_t d = 0; d < D; ++d) out.set(p * D + d, in[0]->get(v * D + d));
+  }
+  return out;
+}
+
+HostTensor oracle_embedding_grad(const Node& n, const OracleIn& in) {
+  int64_t V = n.shape[0], D = n.shape[1];
+  HostTensor out = make_out(n);
+  for (int64_t p = 0; p < in[1]->numel(); ++p) {
+    int64_t v = index_or_throw(in[1]->get(p), V, "embedding_grad");
+    for (int64_t d = 0; d < D; ++d) out.set(v * D + d, out.get(v * D + d) + in[0]->get(p * D + d));
+  }
+  return out;
+}
+
+HostTensor oracle_dropout(const Node& n, const OracleIn& in) {
+  HostTensor out = make_out(n);
+  double p = n.attrs.scalar;
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    bool keep = philox_uniform(n.attrs.seed, uint64_t(i)) >= float(p);
+    out.set(i, keep ? in[0]->get(i) / (1.0 - p) : 0.0);
+  }
+  return out;
+}
+
+}  // namespace synoros::opdefs

@@ -1,0 +1,37 @@
+// Helpers shared by the tests: seeded random tensors.
+#pragma once
+
+#include <cstdint>
+#include <random>
+
+#include "synoros/synoros.hpp"
+
+namespace synoros::testing {
+
+struct InputSpec {
+  DType dtype = DType::F32;
+  Shape shape;
+  double lo = -1.0, hi = 1.0;  // uniform range; ints: [lo, hi)
+  double avoid = 0.0;          // keep |x| >= avoid (away from kinks of relu, abs, max)
+};
+
+inline HostTensor random_tensor(const InputSpec& s, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(s.lo, s.hi);
+  HostTensor h(s.dtype, s.shape);
+  for (int64_t i = 0; i < h.numel(); ++i) {
+    double v = u(rng);
+    if (!is_float(s.dtype)) v = std::floor(v);
+    if (s.avoid > 0 && std::fabs(v) < s.avoid) v = v < 0 ? -s.avoid - 0.1 : s.avoid + 0.1;
+    h.set(i, v);
+  }
+  return h;
+}
+
+inline HostTensor to_f64(const HostTensor& h) {
+  HostTensor w(DType::F64, h.shape);
+  for (int64_t i = 0; i < h.numel(); ++i) w.set(i, h.get(i));
+  return w;
+}
+
+}  // namespace synoros::testing
