@@ -6,3 +6,5 @@
 #include "synoros/ir.hpp"
 #include "synoros/oracle.hpp"
 #include "synoros/runtime.hpp"
+#include "synoros/tensor.hpp"
+#include "synoros/tiny_mlp.hpp"

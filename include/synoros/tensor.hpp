@@ -1,0 +1,142 @@
+// The PyTorch-like front end. Tensor operations are recorded lazily; values are realized on
+// demand through compiled plans, cached by the structural hash of the tape.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "synoros/ir.hpp"
+#include "synoros/runtime.hpp"
+
+namespace synoros {
+
+struct TensorImpl;
+
+class Tensor {
+ public:
+  Tensor() = default;
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  // Concrete tensors.
+  static Tensor from(HostTensor value);
+  static Tensor from(const std::vector<float>& data, Shape shape);
+  static Tensor scalar(double v, DType t = DType::F32);
+  static Tensor zeros(Shape shape, DType t = DType::F32);
+  // N(0, std^2) from a seeded generator: the same seed gives the same bits everywhere.
+  static Tensor randn(Shape shape, uint64_t seed, double std = 1.0);
+  // U(-bound, bound), seeded.
+  static Tensor uniform(Shape shape, uint64_t seed, double bound);
+
+  bool defined() const { return impl_ != nullptr; }
+  const Shape& shape() const;
+  DType dtype() const;
+  int64_t numel() const { return synoros::numel(shape()); }
+
+  // Arithmetic (numpy broadcasting).
+  Tensor operator+(const Tensor& o) const;
+  Tensor operator-(const Tensor& o) const;
+  Tensor operator*(const Tensor& o) const;
+  Tensor operator/(const Tensor& o) const;
+  Tensor operator-() const;
+  Tensor operator+(double s) const;
+  Tensor operator-(double s) const;
+  Tensor operator*(double s) const;
+  Tensor operator/(double s) const;
+
+  Tensor exp() const;
+  Tensor log() const;
+  Tensor sqrt() const;
+  Tensor relu() const;
+  Tensor gelu() const;
+  Tensor sigmoid() const;
+  Tensor tanh() const;
+  Tensor pow(double e) const;
+  Tensor sum(std::vector<int64_t> axes = {}, bool keepdim = false) const;
+  Tensor mean(std::vector<int64_t> axes = {}, bool keepdim = false) const;
+  Tensor max(std::vector<int64_t> axes = {}, bool keepdim = false) const;
+  Tensor reshape(Shape s) const;
+  Tensor permute(std::vector<int64_t> perm) const;
+  Tensor transpose() const;  // swaps the last two axes
+  Tensor expand(Shape s) const;
+  Tensor matmul(const Tensor& o) const;
+  Tensor softmax(int64_t axis = -1) const;
+  Tensor log_softmax(int64_t axis = -1) const;
+  Tensor layernorm(double eps = 1e-5) const;
+  Tensor cast(DType t) const;
+  // Generic escape hatch: any op of the table with these attrs.
+  static Tensor apply(Op op, const std::vector<Tensor>& in, const Attrs& attrs = {},
+                      DType cast_to = DType::F32);
+
+  // Autodiff. Leaves with requires_grad accumulate gradients in grad() on backward().
+  Tensor& requires_grad(bool on = true);
+  bool requires_grad_enabled() const;
+  void backward() const;
+  Tensor grad() const;
+  void zero_grad();
+  // Overwrites this leaf's storage with `value` (an optimizer update). Inside compile() the
+  // update becomes part of the compiled step.
+  void assign(const Tensor& value);
+
+  // Realization.
+  HostTensor value() const;
+  std::vector<float> to_vector() const;
+  double item() const;
+  bool realized() const;
+
+  TensorImpl* impl() const { return impl_.get(); }
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
+
+ private:
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+inline Tensor operator*(double s, const Tensor& t) { return t * s; }
+inline Tensor operator+(double s, const Tensor& t) { return t + s; }
+
+// Losses.
+Tensor mse_loss(const Tensor& pred, const Tensor& target);
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets);
+
+// Realizes several tensors with one plan (shared work is computed once).
+void realize(const std::vector<Tensor>& ts);
+
+// Plain SGD (momentum and friends come with the training stack).
+class SGD {
+ public:
+  SGD(std::vector<Tensor> params, double lr) : params_(std::move(params)), lr_(lr) {}
+  void step();
+  void zero_grad();
+
+ private:
+  std::vector<Tensor> params_;
+  double lr_;
+};
+
+// A whole step (forward, backward, optimizer update) captured once and replayed on new inputs.
+class CompiledStep {
+ public:
+  // Runs the step on `args` (checked against the traced dtypes and shapes); returns outputs.
+  std::vector<HostTensor> operator()(const std::vector<HostTensor>& args);
+  // Zero-copy variant for hot loops: write inputs via input_ptr, then run(), then read.
+  void run();
+  float* input_ptr(size_t i);
+  const float* output_ptr(size_t i);
+  Plan& plan() { return *plan_; }
+
+ private:
+  friend CompiledStep compile(const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>&,
+                              const std::vector<std::pair<DType, Shape>>&);
+  std::shared_ptr<Plan> plan_;
+  std::vector<ValueId> inputs_, outputs_;
+  std::vector<std::pair<ValueId, std::shared_ptr<HostTensor>>> updates_;
+};
+
+CompiledStep compile(const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& fn,
+                     const std::vector<std::pair<DType, Shape>>& arg_specs);
+
+// Plans compiled so far by realize()/backward()/compile(), keyed by structural hash.
+size_t plan_cache_size();
+
+}  // namespace synoros

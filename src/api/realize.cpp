@@ -1,0 +1,177 @@
+// Lowering lazy tensors to the tape, the plan cache, realization and compile().
+#include <cstring>
+#include <functional>
+
+#include "api/tensor_impl.hpp"
+
+namespace synoros {
+
+Lowered lower_dag(const std::vector<std::shared_ptr<TensorImpl>>& roots) {
+  Lowered low;
+  std::function<ValueId(const std::shared_ptr<TensorImpl>&)> visit;
+  // Iterative post-order would avoid deep recursion; DAG depth here is the op count of a step.
+  visit = [&](const std::shared_ptr<TensorImpl>& t) -> ValueId {
+    auto it = low.ids.find(t.get());
+    if (it != low.ids.end()) return it->second;
+    ValueId v;
+    if (t->in.empty() && t->value) {
+      if (t->is_const) {
+        v = low.g.constant(*t->value);
+      } else if (t->requires_grad) {
+        v = low.g.param(t->value, "p" + std::to_string(low.params.size()));
+        low.params.push_back({t, v});
+      } else {
+        v = low.g.input(t->dtype, t->shape, "in" + std::to_string(low.feeds.size()));
+        low.feeds.push_back({t, v});
+      }
+    } else if (t->in.empty()) {
+      if (t->placeholder < 0) throw Error("tensor: a leaf without a value");
+      v = low.g.input(t->dtype, t->shape, "arg" + std::to_string(t->placeholder));
+    } else {
+      std::vector<ValueId> in;
+      for (const auto& x : t->in) in.push_back(visit(x));
+      v = low.g.add(t->op, in, t->attrs, t->dtype);
+    }
+    low.ids[t.get()] = v;
+    if (low.by_id.size() <= size_t(v)) low.by_id.resize(size_t(v) + 1);
+    low.by_id[size_t(v)] = t;
+    return v;
+  };
+  for (const auto& r : roots) low.outputs.push_back(visit(r));
+  return low;
+}
+
+std::vector<Tensor> raise(const Lowered& low, const std::vector<ValueId>& ids) {
+  std::vector<std::shared_ptr<TensorImpl>> made(low.g.size());
+  for (size_t i = 0; i < low.by_id.size(); ++i) made[i] = low.by_id[i];
+  std::function<std::shared_ptr<TensorImpl>(ValueId)> up = [&](ValueId v) {
+    if (made[size_t(v)]) return made[size_t(v)];
+    const Node& n = low.g.node(v);
+    auto t = std::make_shared<TensorImpl>();
+    t->op = n.op;
+    t->attrs = n.attrs;
+    t->dtype = n.dtype;
+    t->shape = n.shape;
+    if (n.op == Op::Const) {
+      t->value = n.data;
+      t->is_const = true;
+    } else {
+      for (ValueId x : n.in) t->in.push_back(up(x));
+    }
+    made[size_t(v)] = t;
+    return t;
+  };
+  std::vector<Tensor> out;
+  for (ValueId v : ids) out.emplace_back(up(v));
+  return out;
+}
+
+namespace {
+struct PlanCache {
+  std::unordered_multimap<uint64_t, std::shared_ptr<Plan>> plans;
+};
+PlanCache& cache() {
+  static PlanCache c;
+  return c;
+}
+}  // namespace
+
+std::shared_ptr<Plan> cached_plan(const Lowered& low) {
+  uint64_t h = low.g.structural_hash();
+  for (ValueId o : low.outputs) h = h * 1000003u + uint64_t(o);
+  auto range = cache().plans.equal_range(h);
+  for (auto it = range.first; it != range.second; ++it) {
+    // A hash match is confirmed by full structural equality before reuse.
+    if (it->second->outputs() == low.outputs && it->second->graph().structurally_equal(low.g))
+      return it->second;
+  }
+  if (cache().plans.size() >= 512) cache().plans.clear();
+  auto p = std::make_shared<Plan>(low.g, low.outputs);
+  cache().plans.emplace(h, p);
+  return p;
+}
+
+size_t plan_cache_size() { return cache().plans.size(); }
+
+void realize(const std::vector<Tensor>& ts) {
+  if (trace_state().active) throw Error("realize: values cannot be read while compile() is tracing");
+  std::vector<std::shared_ptr<TensorImpl>> roots;
+  for (const Tensor& t : ts) {
+    if (!t.defined()) throw Error("realize: undefined tensor");
+    if (!t.realized()) roots.push_back(t.impl_ptr());
+  }
+  if (roots.empty()) return;
+  Lowered low = lower_dag(roots);
+  std::shared_ptr<Plan> plan = cached_plan(low);
+  for (const auto& [impl, id] : low.feeds) plan->set_input(id, *impl->value);
+  plan->run();
+  for (size_t i = 0; i < roots.size(); ++i) {
+    roots[i]->value = std::make_shared<HostTensor>(plan->read(low.outputs[i]));
+    roots[i]->in.clear();  // now a leaf: the DAG behind it can be freed
+  }
+}
+
+std::vector<HostTensor> CompiledStep::operator()(const std::vector<HostTensor>& args) {
+  if (args.size() != inputs_.size())
+    throw Error("compiled step: expects " + std::to_string(inputs_.size()) + " arguments, got " +
+                std::to_string(args.size()));
+  for (size_t i = 0; i < args.size(); ++i)
+    if (inputs_[i] != kNoValue) plan_->set_input(inputs_[i], args[i]);
+  run();
+  std::vector<HostTensor> out;
+  for (ValueId o : outputs_) out.push_back(plan_->read(o));
+  return out;
+}
+
+void CompiledStep::run() {
+  plan_->run();
+  for (const auto& [v, storage] : updates_)
+    std::memcpy(storage->buffer->data(), plan_->ptr(v), storage->bytes());
+}
+
+float* CompiledStep::input_ptr(size_t i) { return plan_->data<float>(inputs_.at(i)); }
+const float* CompiledStep::output_ptr(size_t i) { return plan_->data<float>(outputs_.at(i)); }
+
+CompiledStep compile(const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& fn,
+                     const std::vector<std::pair<DType, Shape>>& arg_specs) {
+  TraceState& ts = trace_state();
+  if (ts.active) throw Error("compile: already tracing");
+  std::vector<Tensor> args;
+  for (size_t i = 0; i < arg_specs.size(); ++i) {
+    auto t = std::make_shared<TensorImpl>();
+    t->dtype = arg_specs[i].first;
+    t->shape = arg_specs[i].second;
+    t->placeholder = int(i);
+    args.emplace_back(t);
+  }
+  ts.active = true;
+  ts.updates.clear();
+  ts.saved_grads.clear();
+  struct Reset {
+    TraceState& s;
+    ~Reset() {
+      s.active = false;
+      // Tracing leaves the eager state as it was (restored newest first).
+      for (auto it = s.saved_grads.rbegin(); it != s.saved_grads.rend(); ++it) it->first->grad = it->second;
+      s.saved_grads.clear();
+    }
+  } reset{ts};
+  std::vector<Tensor> outs = fn(args);
+  std::vector<std::shared_ptr<TensorImpl>> roots;
+  for (const Tensor& o : outs) roots.push_back(o.impl_ptr());
+  for (const auto& [p, v] : ts.updates) roots.push_back(v);
+  Lowered low = lower_dag(roots);
+  CompiledStep step;
+  step.plan_ = cached_plan(low);
+  for (const Tensor& a : args) {
+    auto it = low.ids.find(a.impl());
+    step.inputs_.push_back(it == low.ids.end() ? kNoValue : it->second);
+  }
+  step.outputs_.assign(low.outputs.begin(), low.outputs.begin() + long(outs.size()));
+  for (size_t i = 0; i < ts.updates.size(); ++i)
+    step.updates_.push_back({low.outputs[outs.size() + i], ts.updates[i].first->value});
+  for (const auto& [impl, id] : low.feeds) step.plan_->set_input(id, *impl->value);
+  return step;
+}
+
+}  // namespace synoros

@@ -1,0 +1,230 @@
+#include "synoros/tensor.hpp"
+
+#include <cstring>
+#include <random>
+#include <unordered_map>
+
+#include "api/tensor_impl.hpp"
+#include "synoros/autodiff.hpp"
+
+namespace synoros {
+
+namespace {
+std::shared_ptr<TensorImpl> leaf(HostTensor v, bool is_const) {
+  auto t = std::make_shared<TensorImpl>();
+  t->dtype = v.dtype;
+  t->shape = v.shape;
+  t->value = std::make_shared<HostTensor>(std::move(v));
+  t->is_const = is_const;
+  return t;
+}
+const TensorImpl& need(const Tensor& t) {
+  if (!t.impl()) throw Error("tensor: use of an undefined tensor");
+  return *t.impl();
+}
+}  // namespace
+
+TraceState& trace_state() {
+  static thread_local TraceState s;
+  return s;
+}
+
+Tensor Tensor::from(HostTensor value) { return Tensor(leaf(std::move(value), false)); }
+Tensor Tensor::from(const std::vector<float>& data, Shape shape) {
+  if (int64_t(data.size()) != synoros::numel(shape))
+    throw Error("Tensor::from: " + std::to_string(data.size()) + " values do not fill shape " + shape_str(shape));
+  HostTensor h(DType::F32, std::move(shape));
+  std::memcpy(h.buffer->data(), data.data(), data.size() * 4);
+  return from(std::move(h));
+}
+Tensor Tensor::scalar(double v, DType t) {
+  HostTensor h(t, {});
+  h.set(0, v);
+  return Tensor(leaf(std::move(h), true));
+}
+Tensor Tensor::zeros(Shape shape, DType t) { return from(HostTensor(t, std::move(shape))); }
+Tensor Tensor::randn(Shape shape, uint64_t seed, double std) {
+  HostTensor h(DType::F32, std::move(shape));
+  std::mt19937_64 rng(seed);
+  // Box-Muller on the raw generator: std::normal_distribution is implementation-defined.
+  for (int64_t i = 0; i < h.numel(); ++i) {
+    double u1 = (double(rng() >> 11) + 1.0) / 9007199254740993.0, u2 = double(rng() >> 11) / 9007199254740992.0;
+    h.set(i, std * std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+  }
+  return from(std::move(h));
+}
+Tensor Tensor::uniform(Shape shape, uint64_t seed, double bound) {
+  HostTensor h(DType::F32, std::move(shape));
+  std::mt19937_64 rng(seed);
+  for (int64_t i = 0; i < h.numel(); ++i) h.set(i, (double(rng() >> 11) / 9007199254740992.0 * 2 - 1) * bound);
+  return from(std::move(h));
+}
+
+const Shape& Tensor::shape() const { return need(*this).shape; }
+DType Tensor::dtype() const { return need(*this).dtype; }
+bool Tensor::realized() const { return need(*this).value != nullptr && need(*this).in.empty(); }
+
+Tensor Tensor::apply(Op op, const std::vector<Tensor>& in, const Attrs& attrs, DType cast_to) {
+  // Shape and dtype come from the op table's own rules, on a scratch graph of the inputs.
+  Graph g;
+  std::vector<ValueId> ids;
+  for (const Tensor& t : in) ids.push_back(g.input(need(t).dtype, need(t).shape, "x"));
+  ValueId v = g.add(op, ids, attrs, cast_to);
+  auto t = std::make_shared<TensorImpl>();
+  t->op = op;
+  t->attrs = attrs;
+  t->dtype = g.dtype(v);
+  t->shape = g.shape(v);
+  for (const Tensor& x : in) t->in.push_back(x.impl_ptr());
+  return Tensor(t);
+}
+
+namespace {
+Tensor bin(Op op, const Tensor& a, const Tensor& b) { return Tensor::apply(op, {a, b}); }
+Tensor sc(const Tensor& like, double v) { return Tensor::scalar(v, like.dtype()); }
+Tensor red(Op op, const Tensor& a, std::vector<int64_t> axes, bool keep) {
+  Attrs at;
+  at.ints = std::move(axes);
+  at.keepdim = keep;
+  return Tensor::apply(op, {a}, at);
+}
+Tensor with_ints(Op op, const Tensor& a, std::vector<int64_t> v, double s = 0) {
+  Attrs at;
+  at.ints = std::move(v);
+  at.scalar = s;
+  return Tensor::apply(op, {a}, at);
+}
+}  // namespace
+
+Tensor Tensor::operator+(const Tensor& o) const { return bin(Op::Add, *this, o); }
+Tensor Tensor::operator-(const Tensor& o) const { return bin(Op::Sub, *this, o); }
+Tensor Tensor::operator*(const Tensor& o) const { return bin(Op::Mul, *this, o); }
+Tensor Tensor::operator/(const Tensor& o) const { return bin(Op::Div, *this, o); }
+Tensor Tensor::operator-() const { return apply(Op::Neg, {*this}); }
+Tensor Tensor::operator+(double s) const { return *this + sc(*this, s); }
+Tensor Tensor::operator-(double s) const { return *this - sc(*this, s); }
+Tensor Tensor::operator*(double s) const { return *this * sc(*this, s); }
+Tensor Tensor::operator/(double s) const { return *this / sc(*this, s); }
+Tensor Tensor::exp() const { return apply(Op::Exp, {*this}); }
+Tensor Tensor::log() const { return apply(Op::Log, {*this}); }
+Tensor Tensor::sqrt() const { return apply(Op::Sqrt, {*this}); }
+Tensor Tensor::relu() const { return apply(Op::Relu, {*this}); }
+Tensor Tensor::gelu() const { return apply(Op::Gelu, {*this}); }
+Tensor Tensor::sigmoid() const { return apply(Op::Sigmoid, {*this}); }
+Tensor Tensor::tanh() const { return apply(Op::Tanh, {*this}); }
+Tensor Tensor::pow(double e) const { return bin(Op::Pow, *this, sc(*this, e)); }
+Tensor Tensor::sum(std::vector<int64_t> axes, bool keep) const { return red(Op::Sum, *this, std::move(axes), keep); }
+Tensor Tensor::mean(std::vector<int64_t> axes, bool keep) const { return red(Op::Mean, *this, std::move(axes), keep); }
+Tensor Tensor::max(std::vector<int64_t> axes, bool keep) const { return red(Op::ReduceMax, *this, std::move(axes), keep); }
+Tensor Tensor::reshape(Shape s) const { return with_ints(Op::Reshape, *this, std::move(s)); }
+Tensor Tensor::permute(std::vector<int64_t> p) const { return with_ints(Op::Permute, *this, std::move(p)); }
+Tensor Tensor::transpose() const {
+  size_t r = shape().size();
+  if (r < 2) throw Error("transpose: needs rank >= 2, got shape " + shape_str(shape()));
+  std::vector<int64_t> p(r);
+  for (size_t i = 0; i < r; ++i) p[i] = int64_t(i);
+  std::swap(p[r - 1], p[r - 2]);
+  return permute(p);
+}
+Tensor Tensor::expand(Shape s) const { return with_ints(Op::Expand, *this, std::move(s)); }
+Tensor Tensor::matmul(const Tensor& o) const {
+  Graph g;  // reuse the builder's spec construction and checks
+  ValueId v = g.matmul(g.input(dtype(), shape(), "a"), g.input(o.dtype(), o.shape(), "b"));
+  Attrs at;
+  at.spec = g.node(v).attrs.spec;
+  return apply(Op::Einsum, {*this, o}, at);
+}
+Tensor Tensor::softmax(int64_t axis) const { return with_ints(Op::Softmax, *this, {axis}); }
+Tensor Tensor::log_softmax(int64_t axis) const { return with_ints(Op::LogSoftmax, *this, {axis}); }
+Tensor Tensor::layernorm(double eps) const { return with_ints(Op::LayerNorm, *this, {}, eps); }
+Tensor Tensor::cast(DType t) const { return apply(Op::Cast, {*this}, {}, t); }
+
+Tensor mse_loss(const Tensor& pred, const Tensor& target) {
+  Tensor d = pred - target;
+  return (d * d).mean();
+}
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets) {
+  return Tensor::apply(Op::CrossEntropy, {logits, targets});
+}
+
+Tensor& Tensor::requires_grad(bool on) {
+  TensorImpl& t = *impl_;
+  if (on && !t.in.empty()) throw Error("requires_grad: only leaf tensors can require gradients");
+  if (on && !is_float(t.dtype)) throw Error("requires_grad: only float tensors can require gradients");
+  t.requires_grad = on;
+  return *this;
+}
+bool Tensor::requires_grad_enabled() const { return need(*this).requires_grad; }
+Tensor Tensor::grad() const { return Tensor(need(*this).grad); }
+void Tensor::zero_grad() { impl_->grad.reset(); }
+
+HostTensor Tensor::value() const {
+  if (!realized()) realize({*this});
+  return *need(*this).value;
+}
+std::vector<float> Tensor::to_vector() const {
+  HostTensor h = value();
+  std::vector<float> v(size_t(h.numel()));
+  for (int64_t i = 0; i < h.numel(); ++i) v[size_t(i)] = float(h.get(i));
+  return v;
+}
+double Tensor::item() const {
+  HostTensor h = value();
+  if (h.numel() != 1) throw Error("item: tensor of shape " + shape_str(h.shape) + " is not a single value");
+  return h.get(0);
+}
+
+void Tensor::backward() const {
+  const TensorImpl& L = need(*this);
+  if (!L.shape.empty()) throw Error("backward: loss must be a scalar, got shape " + shape_str(L.shape));
+  Lowered low = lower_dag({impl_});
+  std::vector<ValueId> wrt;
+  std::vector<std::shared_ptr<TensorImpl>> params;
+  for (const auto& [impl, id] : low.params) {
+    wrt.push_back(id);
+    params.push_back(impl);
+  }
+  if (wrt.empty()) throw Error("backward: no tensor in this graph requires a gradient");
+  std::vector<ValueId> gids = synoros::grad(low.g, low.outputs[0], wrt);
+  std::vector<Tensor> grads = raise(low, gids);
+  std::vector<Tensor> to_realize = {*this};
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (trace_state().active) trace_state().saved_grads.push_back({params[i], params[i]->grad});
+    Tensor gsum = params[i]->grad ? Tensor(params[i]->grad) + grads[i] : grads[i];
+    params[i]->grad = gsum.impl_ptr();
+    to_realize.push_back(gsum);
+  }
+  if (!trace_state().active) realize(to_realize);
+}
+
+void Tensor::assign(const Tensor& v) {
+  TensorImpl& t = *impl_;
+  if (!t.in.empty() || !t.value) throw Error("assign: only realized leaf tensors can be assigned");
+  if (need(v).shape != t.shape || need(v).dtype != t.dtype)
+    throw Error("assign: value " + std::string(dtype_name(v.dtype())) + shape_str(v.shape()) +
+                " does not match " + dtype_name(t.dtype) + shape_str(t.shape));
+  if (trace_state().active) {
+    trace_state().updates.push_back({impl_, v.impl_ptr()});
+    return;
+  }
+  HostTensor nv = v.value();
+  std::memcpy(t.value->buffer->data(), nv.buffer->data(), nv.bytes());
+}
+
+void SGD::step() {
+  std::vector<Tensor> news;
+  for (Tensor& p : params_) {
+    if (!p.grad().defined()) continue;
+    news.push_back(p - p.grad() * lr_);
+  }
+  if (!trace_state().active) realize(news);
+  size_t k = 0;
+  for (Tensor& p : params_)
+    if (p.grad().defined()) p.assign(news[k++]);
+}
+
+void SGD::zero_grad() {
+  for (Tensor& p : params_) p.zero_grad();
+}
+
+}  // namespace synoros

@@ -1,0 +1,47 @@
+// Internal state behind Tensor: a lazy DAG node, or a realized leaf holding a value.
+#pragma once
+
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "synoros/tensor.hpp"
+
+namespace synoros {
+
+struct TensorImpl {
+  Op op = Op::Input;
+  Attrs attrs;
+  DType dtype = DType::F32;
+  Shape shape;
+  std::vector<std::shared_ptr<TensorImpl>> in;  // empty for leaves
+  std::shared_ptr<HostTensor> value;            // set once realized (leaves)
+  bool is_const = false;                         // embedded into plans as a constant
+  bool requires_grad = false;
+  std::shared_ptr<TensorImpl> grad;
+  int placeholder = -1;                          // argument slot while tracing compile()
+};
+
+struct TraceState {
+  bool active = false;
+  std::vector<std::pair<std::shared_ptr<TensorImpl>, std::shared_ptr<TensorImpl>>> updates;
+  std::vector<std::pair<std::shared_ptr<TensorImpl>, std::shared_ptr<TensorImpl>>> saved_grads;
+};
+TraceState& trace_state();
+
+// A DAG flattened into a tape.
+struct Lowered {
+  Graph g;
+  std::vector<ValueId> outputs;
+  std::vector<std::pair<std::shared_ptr<TensorImpl>, ValueId>> params;  // requires_grad leaves
+  std::vector<std::pair<std::shared_ptr<TensorImpl>, ValueId>> feeds;   // other realized leaves
+  std::unordered_map<const TensorImpl*, ValueId> ids;
+  std::vector<std::shared_ptr<TensorImpl>> by_id;
+};
+Lowered lower_dag(const std::vector<std::shared_ptr<TensorImpl>>& roots);
+// Lazy tensors for tape values appended after lowering (gradients).
+std::vector<Tensor> raise(const Lowered& low, const std::vector<ValueId>& ids);
+// The cached plan for a lowered tape.
+std::shared_ptr<Plan> cached_plan(const Lowered& low);
+
+}  // namespace synoros
