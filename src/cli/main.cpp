@@ -1,1 +1,40 @@
-int main() { return 0; }
+// The synoros command-line tool.
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <string>
+
+#include "cli/commands.hpp"
+#include "synoros/synoros.hpp"
+
+namespace {
+void usage() {
+  std::cout << "usage: synoros <command> [options]\n"
+               "  train-mlp [--steps N] [--lr X]   train the tiny MLP on a synthetic regression task\n"
+               "  plan                             print the compiled plan of one tiny-MLP SGD step\n"
+               "  info                             instruction set and thread count in use\n";
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    usage();
+    return 2;
+  }
+  std::string cmd = argv[1];
+  try {
+    if (cmd == "train-mlp") return synoros::cli::train_mlp(argc - 2, argv + 2);
+    if (cmd == "plan") return synoros::cli::print_plan();
+    if (cmd == "info") return synoros::cli::info();
+    if (cmd == "-h" || cmd == "--help" || cmd == "help") {
+      usage();
+      return 0;
+    }
+    std::cerr << "synoros: unknown command '" << cmd << "'\n";
+    usage();
+    return 2;
+  } catch (const synoros::Error& e) {
+    std::cerr << "synoros: error: " << e.what() << "\n";
+    return 1;
+  }
+}

@@ -74,6 +74,64 @@ __attribute__((target("avx2,fma"))) void micro_avx2(int64_t kc, const float* a, 
   _mm256_storeu_ps(acc + 80, c50), _mm256_storeu_ps(acc + 88, c51);
 }
 
+// ---- small problems: no packing of A (broadcast loads work at any stride) and B read in place
+// when its rows are contiguous. Same FMA chain per element as the packed path.
+__attribute__((target("avx2,fma"))) __m256i tail_mask(int64_t n) {
+  alignas(32) static const int32_t m[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+  n = n < 0 ? 0 : (n > 8 ? 8 : n);
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(m + 8 - n));
+}
+
+template <int R>
+__attribute__((target("avx2,fma"))) void small_block(int64_t K, const float* A, int64_t a_rs,
+                                                     int64_t a_cs, const float* B, int64_t ldb,
+                                                     float* C, int64_t c_rs, int64_t cols) {
+  __m256i m0 = tail_mask(cols), m1 = tail_mask(cols - 8);
+  __m256 c0[R], c1[R];
+  for (int i = 0; i < R; ++i) c0[i] = _mm256_setzero_ps(), c1[i] = _mm256_setzero_ps();
+  if (cols > 8) {
+    for (int64_t k = 0; k < K; ++k) {
+      __m256 b0 = _mm256_maskload_ps(B + k * ldb, m0), b1 = _mm256_maskload_ps(B + k * ldb + 8, m1);
+      for (int i = 0; i < R; ++i) {
+        __m256 a = _mm256_broadcast_ss(A + i * a_rs + k * a_cs);
+        c0[i] = _mm256_fmadd_ps(a, b0, c0[i]);
+        c1[i] = _mm256_fmadd_ps(a, b1, c1[i]);
+      }
+    }
+  } else {
+    for (int64_t k = 0; k < K; ++k) {
+      __m256 b0 = _mm256_maskload_ps(B + k * ldb, m0);
+      for (int i = 0; i < R; ++i)
+        c0[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(A + i * a_rs + k * a_cs), b0, c0[i]);
+    }
+  }
+  for (int i = 0; i < R; ++i) {
+    _mm256_maskstore_ps(C + i * c_rs, m0, c0[i]);
+    if (cols > 8) _mm256_maskstore_ps(C + i * c_rs + 8, m1, c1[i]);
+  }
+}
+
+__attribute__((target("avx2,fma"))) void small_gemm_avx2(const GemmShape& s, const float* A,
+                                                         const float* B, int64_t ldb, float* C) {
+  for (int64_t n0 = 0; n0 < s.N; n0 += 16) {
+    int64_t cols = std::min<int64_t>(16, s.N - n0);
+    const float* b = B + n0;
+    int64_t m0 = 0;
+    for (; m0 + 6 <= s.M; m0 += 6)
+      small_block<6>(s.K, A + m0 * s.a_rs, s.a_rs, s.a_cs, b, ldb, C + m0 * s.c_rs + n0, s.c_rs, cols);
+    const float* a = A + m0 * s.a_rs;
+    float* c = C + m0 * s.c_rs + n0;
+    switch (s.M - m0) {
+      case 1: small_block<1>(s.K, a, s.a_rs, s.a_cs, b, ldb, c, s.c_rs, cols); break;
+      case 2: small_block<2>(s.K, a, s.a_rs, s.a_cs, b, ldb, c, s.c_rs, cols); break;
+      case 3: small_block<3>(s.K, a, s.a_rs, s.a_cs, b, ldb, c, s.c_rs, cols); break;
+      case 4: small_block<4>(s.K, a, s.a_rs, s.a_cs, b, ldb, c, s.c_rs, cols); break;
+      case 5: small_block<5>(s.K, a, s.a_rs, s.a_cs, b, ldb, c, s.c_rs, cols); break;
+      default: break;
+    }
+  }
+}
+
 struct GemmJob {
   const GemmShape* s;
   const float* A;
@@ -128,6 +186,13 @@ void sgemm(const GemmShape& s, const float* A, const float* B, float* C, float* 
   j.pb = scratch + j.mp * kGemmMR * s.K;
   // Tiny problems run inline: a parallel launch costs more than the work.
   bool tiny = s.M * s.N * s.K < (1 << 15);
+  if (tiny && avx2) {
+    if (s.b_cs == 1) return small_gemm_avx2(s, A, B, s.b_rs, C);
+    // B stored transposed: lay it out as [K][N] rows first.
+    for (int64_t k = 0; k < s.K; ++k)
+      for (int64_t n = 0; n < s.N; ++n) scratch[k * s.N + n] = B[k * s.b_rs + n * s.b_cs];
+    return small_gemm_avx2(s, A, scratch, s.N, C);
+  }
   if (tiny) {
     for (int64_t i = 0; i < j.mp + j.np; ++i) pack_chunk(&j, i);
     for (int64_t q = 0; q < j.np; ++q) compute_chunk(&j, q);

@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""Side-by-side: the engine's Google Benchmark cases against PyTorch eager, in one run.
+
+Each side runs in several fresh processes; medians are reported, with the ratio
+PyTorch time / engine time (above 1: the engine is faster). Results go to a JSON file.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCENARIOS = ["TinyMLP/FwdBwd", "TinyMLP/SgdStep"]
+# Glibc heap trimming off: otherwise eager PyTorch suffers page-fault storms in some runs.
+TUNABLES = "glibc.malloc.trim_threshold=4294967296:glibc.malloc.mmap_threshold=4294967296"
+
+
+def engine_run(bench, threads, min_time):
+    env = dict(os.environ, SYNOROS_NUM_THREADS=str(threads))
+    flt = "^(" + "|".join(s.replace("/", "/") for s in SCENARIOS) + ")$"
+    res = subprocess.run([bench, "--benchmark_format=json", f"--benchmark_filter={flt}",
+                          f"--benchmark_min_time={min_time}"], env=env, check=True,
+                         capture_output=True, text=True)
+    data = json.loads(res.stdout)
+    return {b["name"]: b["real_time"] * {"ns": 1, "us": 1e3, "ms": 1e6}[b["time_unit"]]
+            for b in data["benchmarks"]}
+
+
+def torch_run(threads, min_time):
+    env = dict(os.environ, GLIBC_TUNABLES=TUNABLES, OMP_NUM_THREADS=str(threads),
+               OPENBLAS_NUM_THREADS=str(threads))
+    res = subprocess.run(["/usr/bin/python3", os.path.join(HERE, "torch_scenarios.py"), str(threads)]
+                         + SCENARIOS, env=env, check=True, capture_output=True, text=True)
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bench", default=os.path.join(HERE, "..", "build", "synoros_bench"))
+    ap.add_argument("--threads", type=int, nargs="+", default=[1])
+    ap.add_argument("--processes", type=int, default=3)
+    ap.add_argument("--min-time", type=float, default=0.3)
+    ap.add_argument("--json", default="bench_results.json")
+    args = ap.parse_args()
+    rows = []
+    for th in args.threads:
+        eng = {s: [] for s in SCENARIOS}
+        tor = {s: [] for s in SCENARIOS}
+        for _ in range(args.processes):  # interleaved, so drift hits both sides alike
+            for k, v in engine_run(args.bench, th, args.min_time).items():
+                eng[k].append(v)
+            for k, v in torch_run(th, args.min_time).items():
+                tor[k].append(v)
+        for s in SCENARIOS:
+            e, t = statistics.median(eng[s]), statistics.median(tor[s])
+            rows.append({"scenario": s, "threads": th, "engine_ns": e, "torch_ns": t, "ratio": t / e})
+    print(f"{'scenario':<22}{'threads':>8}{'engine ns/iter':>18}{'PyTorch ns/iter':>18}{'ratio':>10}")
+    for r in rows:
+        print(f"{r['scenario']:<22}{r['threads']:>8}{r['engine_ns']:>18.1f}{r['torch_ns']:>18.1f}"
+              f"{r['ratio']:>9.1f}x")
+    with open(args.json, "w") as f:
+        json.dump({"medians_over_processes": args.processes, "rows": rows}, f, indent=2)
+    print(f"results written to {args.json}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""PyTorch eager versions of the side-by-side scenarios. Run by compare.py in a subprocess."""
+import json
+import sys
+import time
+
+import torch
+from threadpoolctl import threadpool_limits
+
+
+def tiny_mlp(with_sgd):
+    torch.manual_seed(0)
+    x = torch.randn(8, 16)
+    t = torch.randn(8, 8)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8))
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    loss_fn = torch.nn.MSELoss()
+
+    def step():
+        for p in model.parameters():
+            p.grad = None
+        loss = loss_fn(model(x), t)
+        loss.backward()
+        if with_sgd:
+            opt.step()
+    return step
+
+
+SCENARIOS = {
+    "TinyMLP/FwdBwd": lambda: tiny_mlp(False),
+    "TinyMLP/SgdStep": lambda: tiny_mlp(True),
+}
+
+
+def time_ns(fn, min_time=0.5):
+    for _ in range(50):
+        fn()
+    n, elapsed = 1, 0.0
+    while True:
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        elapsed = time.perf_counter() - t0
+        if elapsed >= min_time:
+            return elapsed * 1e9 / n
+        n *= 2
+
+
+def main():
+    threads = int(sys.argv[1])
+    names = sys.argv[2:]
+    torch.set_num_threads(threads)
+    out = {}
+    with threadpool_limits(limits=threads):
+        for name in names:
+            out[name] = time_ns(SCENARIOS[name]())
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs, builds with warnings as errors, runs every test, then runs the suite once more under
+# AddressSanitizer + UndefinedBehaviorSanitizer.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install_deps.sh
+jobs=$(nproc)
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DSYNOROS_WERROR=ON > /dev/null
+cmake --build build
+ctest --test-dir build --output-on-failure -j "$jobs"
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSYNOROS_WERROR=ON \
+      -DSYNOROS_SANITIZE=ON -DSYNOROS_BENCH=OFF > /dev/null
+cmake --build build-asan
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  ctest --test-dir build-asan --output-on-failure -j "$jobs"
+# The benchmark binary and the CLI must at least start and run.
+./build/synoros_bench --benchmark_min_time=0.01 > /dev/null
+./build/synoros train-mlp --steps 50 > /dev/null

@@ -1,0 +1,7 @@
+#pragma once
+
+namespace synoros::cli {
+int train_mlp(int argc, char** argv);
+int print_plan();
+int info();
+}  // namespace synoros::cli
