@@ -3,6 +3,7 @@
 
 #include "core/philox.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
+#include "kernels/cpu/odometer.hpp"
 #include "kernels/cpu/line_fn.hpp"
 
 namespace synoros::kernels {
@@ -28,11 +29,7 @@ void map_chunk(const void* p, int64_t chunk) {
   int64_t begin = chunk * kMapChunk, end = std::min(a.total, begin + kMapChunk);
   int r = a.rank;
   int64_t idx[kMaxRank];
-  int64_t rem = begin;
-  for (int d = r - 1; d >= 0; --d) {
-    idx[d] = rem % a.shape[d];
-    rem /= a.shape[d];
-  }
+  unravel_index(begin, r, a.shape, idx);
   int64_t inner = a.shape[r - 1];
   int64_t s_inner[3];
   for (int k = 0; k < a.n_in; ++k) s_inner[k] = a.stride[k][r - 1];
@@ -47,11 +44,7 @@ void map_chunk(const void* p, int64_t chunk) {
     }
     a.line(a.out + pos * a.esize, src, s_inner, len);
     pos += len;
-    idx[r - 1] += len;
-    for (int d = r - 1; d > 0 && idx[d] == a.shape[d]; --d) {
-      idx[d] = 0;
-      ++idx[d - 1];
-    }
+    advance_index(len, r, a.shape, idx);
   }
 }
 

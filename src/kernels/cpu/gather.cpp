@@ -6,6 +6,7 @@
 
 #include "ir/op_defs.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
+#include "kernels/cpu/odometer.hpp"
 
 namespace synoros::kernels {
 
@@ -31,11 +32,7 @@ void gather_chunk_t(const GatherArgs& a, int64_t chunk) {
   int64_t begin = chunk * kGatherChunk, end = std::min(a.total, begin + kGatherChunk);
   int r = a.rank;
   int64_t idx[kMaxRank];
-  int64_t rem = begin;
-  for (int d = r - 1; d >= 0; --d) {
-    idx[d] = rem % a.shape[d];
-    rem /= a.shape[d];
-  }
+  unravel_index(begin, r, a.shape, idx);
   const E* in = reinterpret_cast<const E*>(a.in);
   E* out = reinterpret_cast<E*>(a.out);
   int64_t inner = a.shape[r - 1], s_in = a.stride[r - 1], cs_in = a.cstride[r - 1];
@@ -61,11 +58,7 @@ void gather_chunk_t(const GatherArgs& a, int64_t chunk) {
       }
     }
     pos += len;
-    idx[r - 1] += len;
-    for (int d = r - 1; d > 0 && idx[d] == a.shape[d]; --d) {
-      idx[d] = 0;
-      ++idx[d - 1];
-    }
+    advance_index(len, r, a.shape, idx);
   }
 }
 
