@@ -235,7 +235,6 @@ Launch lower_einsum(LowerCtx& c) {
   g->shape.a_rs = g->a.row_stride, g->shape.a_cs = g->a.col_stride;
   g->shape.b_rs = g->b.row_stride, g->shape.b_cs = g->b.col_stride;
   g->shape.c_rs = g->c.row_stride;
-  if (g->shape.N == 1) g->shape.c_rs = g->c.row_stride;
   g->scratch = g->f64 ? nullptr
                       : static_cast<float*>(c.storage.scratch(gemm_scratch_floats(g->shape) * 4));
   return {gemm_launch, g, c.id};

@@ -48,22 +48,23 @@ constexpr bool rows_in_order() {
 }
 static_assert(rows_in_order(), "CPU lowering rows must follow the Op enum order");
 
-Isa detect_isa() {
-  const char* env = std::getenv("SYNOROS_ISA");
-  if (env && std::strcmp(env, "scalar") == 0) return Isa::Scalar;
+bool cpu_has_avx2() {
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? Isa::Avx2 : Isa::Scalar;
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
 Isa& isa_slot() {
-  static Isa isa = detect_isa();
+  static Isa isa = [] {
+    const char* env = std::getenv("SYNOROS_ISA");
+    if (env && std::strcmp(env, "scalar") == 0) return Isa::Scalar;
+    return cpu_has_avx2() ? Isa::Avx2 : Isa::Scalar;
+  }();
   return isa;
 }
 }  // namespace
 
 Isa active_isa() { return isa_slot(); }
 void set_isa(Isa isa) {
-  if (isa == Isa::Avx2 && detect_isa() != Isa::Avx2 && !std::getenv("SYNOROS_ISA"))
-    throw Error("set_isa: this CPU has no AVX2+FMA");
+  if (isa == Isa::Avx2 && !cpu_has_avx2()) throw Error("set_isa: this CPU has no AVX2+FMA");
   isa_slot() = isa;
 }
 const char* isa_name(Isa isa) { return isa == Isa::Avx2 ? "avx2" : "scalar"; }
