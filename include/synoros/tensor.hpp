@@ -130,7 +130,11 @@ class CompiledStep {
                               const std::vector<std::pair<DType, Shape>>&);
   std::shared_ptr<Plan> plan_;
   std::vector<ValueId> inputs_, outputs_;
-  std::vector<std::pair<ValueId, std::shared_ptr<HostTensor>>> updates_;
+  struct Update {
+    const void* src;  // the plan's buffer holding the new value, resolved once
+    std::shared_ptr<HostTensor> dst;
+  };
+  std::vector<Update> updates_;
 };
 
 CompiledStep compile(const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& fn,

@@ -125,8 +125,7 @@ std::vector<HostTensor> CompiledStep::operator()(const std::vector<HostTensor>& 
 
 void CompiledStep::run() {
   plan_->run();
-  for (const auto& [v, storage] : updates_)
-    std::memcpy(storage->buffer->data(), plan_->ptr(v), storage->bytes());
+  for (const Update& u : updates_) std::memcpy(u.dst->buffer->data(), u.src, u.dst->bytes());
 }
 
 float* CompiledStep::input_ptr(size_t i) { return plan_->data<float>(inputs_.at(i)); }
@@ -169,7 +168,7 @@ CompiledStep compile(const std::function<std::vector<Tensor>(const std::vector<T
   }
   step.outputs_.assign(low.outputs.begin(), low.outputs.begin() + long(outs.size()));
   for (size_t i = 0; i < ts.updates.size(); ++i)
-    step.updates_.push_back({low.outputs[outs.size() + i], ts.updates[i].first->value});
+    step.updates_.push_back({step.plan_->ptr(low.outputs[outs.size() + i]), ts.updates[i].first->value});
   for (const auto& [impl, id] : low.feeds) step.plan_->set_input(id, *impl->value);
   return step;
 }

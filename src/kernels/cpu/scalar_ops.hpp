@@ -2,16 +2,61 @@
 // The same source is compiled for every ISA with -ffp-contract=off, so all give the same bits.
 #pragma once
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 
 namespace synoros::kernels::fn {
 
+// float32 exp with a fixed polynomial (Cephes' expf coefficients): only IEEE +, -, *, /, integer
+// shifts and conversions, branch-free, so it vectorises and gives the same bits on every ISA.
+// Accurate to about 2 ulp; NaN propagates, overflow gives inf, deep underflow gives 0.
+inline float exp_f32(float x) {
+  float xc = x > 89.0f ? 89.0f : x;
+  xc = xc < -104.0f ? -104.0f : xc;
+  float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round to nearest
+  float r = xc - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  float e = p * (r * r) + r + 1.0f;
+  // Scale by 2^n in two halves so every intermediate stays a normal float.
+  int32_t ni = static_cast<int32_t>(n);
+  int32_t n1 = ni >> 1, n2 = ni - n1;
+  float s1 = std::bit_cast<float>((n1 + 127) << 23), s2 = std::bit_cast<float>((n2 + 127) << 23);
+  float y = (e * s1) * s2;
+  return x != x ? x : y;
+}
+
+inline float sigmoid_f32(float x) { return 1.0f / (1.0f + exp_f32(-x)); }
+
+// tanh: an odd polynomial near zero (Cephes' tanhf), 1 - 2 / (exp(2|x|) + 1) elsewhere.
+inline float tanh_f32(float x) {
+  float a = x < 0.0f ? -x : x;
+  float z = x * x;
+  float p = -5.70498872745e-3f;
+  p = p * z + 2.06390887954e-2f;
+  p = p * z - 5.37397155531e-2f;
+  p = p * z + 1.33314422036e-1f;
+  p = p * z - 3.33332819422e-1f;
+  float small = p * z * x + x;
+  float big = 1.0f - 2.0f / (exp_f32(2.0f * a) + 1.0f);
+  big = x < 0.0f ? -big : big;
+  return a < 0.625f ? small : big;
+}
+
 template <class T>
 constexpr T kHalf = T(0.5);
 
 struct Neg { template <class T> static T f(T x) { return -x; } };
-struct Exp { template <class T> static T f(T x) { return std::exp(x); } };
+struct Exp {
+  static float f(float x) { return exp_f32(x); }
+  static double f(double x) { return std::exp(x); }
+};
 struct Log { template <class T> static T f(T x) { return std::log(x); } };
 struct Sqrt { template <class T> static T f(T x) { return std::sqrt(x); } };
 struct Rsqrt { template <class T> static T f(T x) { return T(1) / std::sqrt(x); } };
@@ -21,8 +66,14 @@ struct Gelu {
   template <class T>
   static T f(T x) { return kHalf<T> * x * (T(1) + std::erf(x * T(0.70710678118654752440))); }
 };
-struct Sigmoid { template <class T> static T f(T x) { return T(1) / (T(1) + std::exp(-x)); } };
-struct Tanh { template <class T> static T f(T x) { return std::tanh(x); } };
+struct Sigmoid {
+  static float f(float x) { return sigmoid_f32(x); }
+  static double f(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+};
+struct Tanh {
+  static float f(float x) { return tanh_f32(x); }
+  static double f(double x) { return std::tanh(x); }
+};
 
 struct Add { template <class T> static T f(T a, T b) { return a + b; } };
 struct Sub { template <class T> static T f(T a, T b) { return a - b; } };

@@ -1,0 +1,51 @@
+// The fixed-polynomial float32 exp, sigmoid and tanh against float64 over their whole range.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "kernels/cpu/scalar_ops.hpp"
+
+namespace synoros::kernels::fn {
+namespace {
+
+// Largest error over a sweep, in units of float epsilon relative to max(|ref|, floor).
+template <class F, class R>
+double worst_error(F f, R ref, double lo, double hi, double floor) {
+  double worst = 0;
+  const int n = 200001;
+  for (int i = 0; i < n; ++i) {
+    float x = float(lo + (hi - lo) * i / (n - 1));
+    double r = ref(double(x));
+    double e = std::fabs(double(f(x)) - r) / std::max(std::fabs(r), floor);
+    worst = std::max(worst, e / double(std::numeric_limits<float>::epsilon()));
+  }
+  return worst;
+}
+
+TEST(VectorMath, ExpIsAccurateAcrossTheNormalRange) {
+  EXPECT_LT(worst_error(exp_f32, [](double x) { return std::exp(x); }, -87, 88.7, 0), 3.0);
+}
+
+TEST(VectorMath, ExpEdgeCases) {
+  EXPECT_EQ(exp_f32(0.0f), 1.0f);
+  EXPECT_TRUE(std::isinf(exp_f32(89.0f)));
+  EXPECT_TRUE(std::isinf(exp_f32(std::numeric_limits<float>::infinity())));
+  EXPECT_EQ(exp_f32(-std::numeric_limits<float>::infinity()), 0.0f);
+  EXPECT_EQ(exp_f32(-200.0f), 0.0f);
+  EXPECT_TRUE(std::isnan(exp_f32(std::nanf(""))));
+  // Gradual underflow: e^-100 is a float denormal, not zero.
+  EXPECT_NEAR(exp_f32(-100.0f), std::exp(-100.0), 2e-45);
+}
+
+TEST(VectorMath, SigmoidAndTanhAreAccurate) {
+  EXPECT_LT(worst_error(sigmoid_f32, [](double x) { return 1 / (1 + std::exp(-x)); }, -80, 80, 0), 4.0);
+  EXPECT_LT(worst_error(tanh_f32, [](double x) { return std::tanh(x); }, -20, 20, 0), 4.0);
+  EXPECT_EQ(tanh_f32(30.0f), 1.0f);
+  EXPECT_EQ(tanh_f32(-30.0f), -1.0f);
+  EXPECT_EQ(tanh_f32(0.0f), 0.0f);
+  EXPECT_TRUE(std::isnan(tanh_f32(std::nanf(""))));
+}
+
+}  // namespace
+}  // namespace synoros::kernels::fn
