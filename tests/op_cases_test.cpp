@@ -174,7 +174,9 @@ TEST_P(OpCases, FastPathMatchesOracle) {
   const OpCase oc = all_cases()[GetParam()];
   SCOPED_TRACE(oc.name);
   Built b = build(oc);
-  Plan plan(b.g, {b.out});
+  CompileOptions keep;
+  keep.keep_intermediates = true;
+  Plan plan(b.g, {b.out}, keep);
   for (size_t i = 0; i < b.in.size(); ++i) plan.set_input(b.in[i], random_tensor(oc.inputs[i], 7 + i));
   plan.run();
   VerifyResult r = verify(plan, true);
@@ -217,7 +219,9 @@ TEST_P(OpCases, GradientMatchesFiniteDifferences) {
     }
   }
   // 2. The same gradient graph through the fast path, checked against the oracle.
-  Plan plan(b.g, grads);
+  CompileOptions keep;
+  keep.keep_intermediates = true;
+  Plan plan(b.g, grads, keep);
   for (size_t i = 0; i < b.in.size(); ++i) plan.set_input(b.in[i], feeds[b.in[i]]);
   plan.run();
   VerifyResult r = verify(plan, true);

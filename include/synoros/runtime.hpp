@@ -57,8 +57,20 @@ struct Launch {
 };
 
 struct CompileOptions {
-  bool check_finite = false;  // raise Error at the first op producing NaN or Inf
-  ThreadPool* pool = nullptr; // default_pool() when null
+  bool check_finite = false;        // raise Error at the first op producing NaN or Inf
+  bool plan_memory = true;          // share arena space between values whose lifetimes are
+                                    // disjoint (SYNOROS_NO_PLAN=1 turns it off everywhere)
+  bool keep_intermediates = false;  // every value stays readable after run() (verify needs it)
+  ThreadPool* pool = nullptr;       // default_pool() when null
+};
+
+// Where one value lives in a plan's arena, and when (launch steps, inclusive; -1 = before the
+// first launch, INT_MAX = never reused).
+struct BufferInfo {
+  ValueId value;
+  size_t offset, bytes;
+  int start, end;
+  ValueId inplace_of;  // the value whose bytes it took over, or kNoValue
 };
 
 // A compiled program: a flat list of launches over pre-resolved buffers. run() allocates nothing.
@@ -86,8 +98,11 @@ class Plan {
   const std::vector<ValueId>& outputs() const { return outputs_; }
   const std::vector<Launch>& launches() const { return launches_; }
   ValueId find_input(const std::string& name) const;
-  size_t arena_bytes() const;
-  std::string describe() const;
+  size_t arena_bytes() const;      // peak bytes of all planned values
+  size_t unplanned_bytes() const;  // what the same values take with no sharing
+  bool keeps_intermediates() const;
+  std::vector<BufferInfo> buffers() const;
+  std::string describe() const;    // launches, buffer offsets and lifetimes, peak bytes
 
  private:
   struct Impl;

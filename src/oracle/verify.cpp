@@ -119,6 +119,8 @@ VerifyResult compare(const HostTensor& fast, const HostTensor& ref, double budge
 }
 
 VerifyResult verify(Plan& plan, bool intermediates) {
+  if (intermediates && !plan.keeps_intermediates())
+    throw Error("verify: checking intermediates needs a plan compiled with keep_intermediates");
   const Graph& g = plan.graph();
   std::map<ValueId, HostTensor> feeds;
   for (size_t i = 0; i < g.size(); ++i) {

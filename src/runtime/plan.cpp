@@ -1,8 +1,10 @@
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 
 #include "kernels/kernel_api.hpp"
+#include "passes/memory_plan.hpp"
 #include "synoros/runtime.hpp"
 
 namespace synoros {
@@ -10,15 +12,12 @@ namespace synoros {
 struct Plan::Impl {
   kernels::PlanStorage storage;
   std::unique_ptr<Buffer> arena;
-  std::vector<size_t> offset;  // arena offset per value (SIZE_MAX: not in the arena)
+  passes::MemoryPlan memory;
+  bool keep_all = false;
   std::vector<ValueId> inputs;
   std::vector<bool> fed;
   size_t unfed = 0;
 };
-
-namespace {
-size_t value_bytes(const Node& n) { return size_t(numel(n.shape)) * dtype_size(n.dtype); }
-}  // namespace
 
 Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
     : graph_(g), outputs_(std::move(outputs)), pool_(opts.pool), check_finite_(opts.check_finite),
@@ -45,16 +44,28 @@ Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
     }
   }
 
-  // Unplanned layout: every computed value gets its own slot (Track/Place will share them).
-  impl_->offset.assign(n, SIZE_MAX);
-  size_t total = 0;
+  // Track: the schedule (tape order) and which values own arena bytes; reshapes alias.
+  std::vector<ValueId> order, alias_root(n, kNoValue);
+  std::vector<bool> in_arena(n, false), observable(n, false);
+  const char* no_plan = std::getenv("SYNOROS_NO_PLAN");
+  impl_->keep_all = opts.keep_intermediates;
   for (size_t i = 0; i < n; ++i) {
     const Node& nd = graph_.node(ValueId(i));
-    if (!needed[i] || nd.op == Op::Param || nd.op == Op::Const || nd.op == Op::Reshape) continue;
-    impl_->offset[i] = total;
-    total += (value_bytes(nd) + 63) / 64 * 64;
+    if (!needed[i]) continue;
+    bool leaf = op_info(nd.op).kind == OpKind::Leaf;
+    alias_root[i] = nd.op == Op::Reshape ? alias_root[size_t(nd.in[0])] : ValueId(i);
+    if (nd.op == Op::Param || nd.op == Op::Const || nd.op == Op::Reshape) continue;
+    in_arena[i] = true;
+    observable[i] = nd.op == Op::Input || folded[i] || opts.keep_intermediates;
+    if (!leaf && !folded[i]) order.push_back(ValueId(i));
   }
-  impl_->arena = std::make_unique<Buffer>(total);
+  for (ValueId o : outputs_)
+    if (alias_root[size_t(o)] != kNoValue) observable[size_t(alias_root[size_t(o)])] = true;
+  // Place: arena offsets from the interval allocator over those lifetimes.
+  passes::MemoryPlanInput mi{&graph_, in_arena, alias_root, order, observable,
+                             opts.plan_memory && !(no_plan && std::string(no_plan) == "1")};
+  impl_->memory = passes::plan_memory(mi);
+  impl_->arena = std::make_unique<Buffer>(impl_->memory.arena_bytes);
   ptrs_.assign(n, nullptr);
   char* base = static_cast<char*>(impl_->arena->data());
   for (size_t i = 0; i < n; ++i) {
@@ -62,10 +73,8 @@ Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
     if (!needed[i]) continue;
     if (nd.op == Op::Param || nd.op == Op::Const) ptrs_[i] = nd.data->buffer->data();
     else if (nd.op == Op::Reshape) ptrs_[i] = ptrs_[size_t(nd.in[0])];
-    else ptrs_[i] = base + impl_->offset[i];
-    if (nd.op == Op::Input) {
-      impl_->inputs.push_back(ValueId(i));
-    }
+    else ptrs_[i] = base + impl_->memory.offset[i];
+    if (nd.op == Op::Input) impl_->inputs.push_back(ValueId(i));
   }
   impl_->fed.assign(n, false);
   impl_->unfed = impl_->inputs.size();
@@ -74,6 +83,7 @@ Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
   for (size_t i = 0; i < n; ++i) {
     const Node& nd = graph_.node(ValueId(i));
     if (!needed[i] || op_info(nd.op).kind == OpKind::Leaf) continue;
+    // Launches follow the tape order, which is the schedule the memory plan assumed.
     std::vector<void*> in;
     for (ValueId x : nd.in) in.push_back(ptrs_[size_t(x)]);
     kernels::LowerCtx ctx{graph_, ValueId(i), nd, in, ptrs_[i], impl_->storage};
@@ -165,13 +175,33 @@ void* Plan::ptr(ValueId v) {
 HostTensor Plan::read(ValueId v) const {
   if (v < 0 || size_t(v) >= ptrs_.size() || !ptrs_[size_t(v)])
     throw Error("plan: value %" + std::to_string(v) + " is not computed by this plan");
+  ValueId root = v;
+  while (graph_.node(root).op == Op::Reshape) root = graph_.node(root).in[0];
+  const auto& life = impl_->memory.life;
+  if (impl_->memory.offset[size_t(root)] != SIZE_MAX && life[size_t(root)].end != passes::kForever)
+    throw Error("plan: value %" + std::to_string(v) + " is an intermediate whose memory is reused; "
+                "compile with keep_intermediates to read it");
   const Node& nd = graph_.node(v);
   HostTensor h(nd.dtype, nd.shape);
   std::memcpy(h.buffer->data(), ptrs_[size_t(v)], h.bytes());
   return h;
 }
 
-size_t Plan::arena_bytes() const { return impl_->arena->bytes(); }
+size_t Plan::arena_bytes() const { return impl_->memory.arena_bytes; }
+size_t Plan::unplanned_bytes() const { return impl_->memory.naive_bytes; }
+bool Plan::keeps_intermediates() const { return impl_->keep_all; }
+
+std::vector<BufferInfo> Plan::buffers() const {
+  std::vector<BufferInfo> out;
+  const passes::MemoryPlan& m = impl_->memory;
+  for (size_t v = 0; v < m.offset.size(); ++v) {
+    if (m.offset[v] == SIZE_MAX) continue;
+    const Node& nd = graph_.node(ValueId(v));
+    out.push_back({ValueId(v), m.offset[v], size_t(numel(nd.shape)) * dtype_size(nd.dtype),
+                   m.life[v].start, m.life[v].end, m.inplace_of[v]});
+  }
+  return out;
+}
 
 std::string Plan::describe() const {
   std::ostringstream o;
@@ -180,9 +210,9 @@ std::string Plan::describe() const {
   for (const Launch& l : launches_) {
     const Node& nd = graph_.node(l.node);
     o << "  %" << l.node << " " << op_name(nd.op) << " " << dtype_name(nd.dtype) << shape_str(nd.shape);
-    if (impl_->offset[size_t(l.node)] != SIZE_MAX) o << " @" << impl_->offset[size_t(l.node)];
     o << "\n";
   }
+  o << passes::describe_memory(graph_, impl_->memory);
   return o.str();
 }
 

@@ -1,0 +1,49 @@
+// Track and Place for memory: the liveness of every value over a schedule of launches, and an
+// arena offset for each value from an interval allocator over those lifetimes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "synoros/ir.hpp"
+
+namespace synoros::passes {
+
+constexpr int kForever = std::numeric_limits<int>::max();
+
+// Per value: the launch step producing it (-1: before the first launch, e.g. inputs and folded
+// constants) and the last step reading it (kForever: observable, never reused).
+struct Lifetime {
+  int start = -1;
+  int end = -1;
+};
+
+struct MemoryPlan {
+  std::vector<size_t> offset;        // arena offset per value; SIZE_MAX if not in the arena
+  std::vector<Lifetime> life;        // per value (arena values only are meaningful)
+  std::vector<ValueId> inplace_of;   // value whose block this one took over at its start
+  size_t arena_bytes = 0;            // peak: the arena's size
+  size_t naive_bytes = 0;            // every value its own block
+};
+
+struct MemoryPlanInput {
+  const Graph* g;
+  std::vector<bool> in_arena;       // value needs an arena block
+  std::vector<ValueId> alias_root;  // reshape chains point to the value owning the bytes
+  std::vector<ValueId> order;       // launches in schedule order
+  std::vector<bool> observable;     // never reused: inputs, outputs, folded, kept values
+  bool plan = true;                 // false: every value its own block (SYNOROS_NO_PLAN)
+};
+
+MemoryPlan plan_memory(const MemoryPlanInput& in);
+
+// Whether `n` may write its output over input `k` (same shape, same element size, and the kernel
+// reads each element before writing it).
+bool can_run_in_place(const Graph& g, const Node& n, size_t k);
+
+std::string describe_memory(const Graph& g, const MemoryPlan& m);
+
+}  // namespace synoros::passes
