@@ -100,6 +100,7 @@ std::vector<std::vector<uint8_t>> run_outputs(const RandomGraph& r, bool plan, u
                                               size_t* arena = nullptr) {
   CompileOptions o;
   o.plan_memory = plan;
+  o.fuse = plan;  // the reference is unfused and unplanned
   Plan p(r.g, r.outputs, o);
   if (plan) check_no_overlap(p);
   if (arena) *arena = p.arena_bytes();
@@ -137,10 +138,16 @@ TEST(MemoryPlan, ElementwiseChainRunsInPlace) {
   ValueId x = g.input(DType::F32, {1024}, "x");
   ValueId y = g.unary(Op::Exp, x);
   for (int i = 0; i < 6; ++i) y = g.unary(Op::Tanh, y);
-  Plan p(g, {y});
+  CompileOptions unfused;
+  unfused.fuse = false;
+  Plan p(g, {y}, unfused);
   // Input + one working buffer: every tanh writes over the value it consumes.
   EXPECT_EQ(p.arena_bytes(), 2 * 4096u);
   EXPECT_EQ(p.unplanned_bytes(), 8 * 4096u);
+  // Fused, the chain is one launch and its intermediates never get a buffer at all.
+  Plan f(g, {y});
+  EXPECT_EQ(f.launches().size(), 1u);
+  EXPECT_EQ(f.unplanned_bytes(), 2 * 4096u);
 }
 
 TEST(MemoryPlan, ReadingAReusedIntermediateIsAnError) {

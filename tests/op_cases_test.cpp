@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <set>
 
@@ -181,6 +182,36 @@ TEST_P(OpCases, FastPathMatchesOracle) {
   plan.run();
   VerifyResult r = verify(plan, true);
   EXPECT_TRUE(r.ok) << r.report;
+}
+
+// The default plan (fused, memory planned) gives the same bits as the unfused, unplanned one,
+// for the op and for its gradient graph.
+TEST_P(OpCases, FusedAndPlannedMatchUnfusedBitForBit) {
+  const OpCase oc = all_cases()[GetParam()];
+  SCOPED_TRACE(oc.name);
+  Built b = build(oc);
+  std::vector<ValueId> outs = {b.out};
+  if (b.loss != kNoValue) {
+    std::vector<ValueId> wrt;
+    for (size_t i = 0; i < b.in.size(); ++i)
+      if (is_float(oc.inputs[i].dtype)) wrt.push_back(b.in[i]);
+    for (ValueId gv : grad(b.g, b.loss, wrt)) outs.push_back(gv);
+  }
+  CompileOptions plain;
+  plain.fuse = false;
+  plain.plan_memory = false;
+  Plan fast(b.g, outs), ref(b.g, outs, plain);
+  for (size_t i = 0; i < b.in.size(); ++i) {
+    HostTensor x = random_tensor(oc.inputs[i], 7 + i);
+    fast.set_input(b.in[i], x);
+    ref.set_input(b.in[i], x);
+  }
+  fast.run();
+  ref.run();
+  for (ValueId o : outs) {
+    HostTensor a = fast.read(o), e = ref.read(o);
+    EXPECT_EQ(0, std::memcmp(a.buffer->data(), e.buffer->data(), a.bytes())) << "value %" << o;
+  }
 }
 
 TEST_P(OpCases, GradientMatchesFiniteDifferences) {

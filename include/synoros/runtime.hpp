@@ -61,6 +61,7 @@ struct CompileOptions {
   bool plan_memory = true;          // share arena space between values whose lifetimes are
                                     // disjoint (SYNOROS_NO_PLAN=1 turns it off everywhere)
   bool keep_intermediates = false;  // every value stays readable after run() (verify needs it)
+  bool fuse = true;                 // fuse elementwise chains (SYNOROS_NO_FUSION=1 turns it off)
   ThreadPool* pool = nullptr;       // default_pool() when null
 };
 

@@ -84,11 +84,11 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
     m.life[v] = {step[v], in.observable[v] ? kForever : step[v]};
     m.naive_bytes += rounded(g.node(ValueId(v)));
   }
-  for (ValueId u : in.order)
-    for (ValueId x : g.node(u).in) {
+  for (size_t s = 0; s < in.order.size(); ++s)
+    for (ValueId x : in.reads[s]) {
       ValueId r = in.alias_root[size_t(x)];
       if (r != kNoValue && in.in_arena[size_t(r)] && m.life[size_t(r)].end != kForever)
-        m.life[size_t(r)].end = std::max(m.life[size_t(r)].end, step[size_t(u)]);
+        m.life[size_t(r)].end = std::max(m.life[size_t(r)].end, int(s));
     }
   if (!in.plan) {
     size_t off = 0;
@@ -110,16 +110,15 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
     const Node& nd = g.node(v);
     bool took = false;
     if (in.in_arena[size_t(v)]) {
-      // In place: an input whose last reader is this launch, with the same size and layout.
-      for (size_t k = 0; k < nd.in.size() && !took; ++k) {
-        ValueId x = nd.in[k];
+      // In place: a read whose last reader is this launch, with the same size and layout.
+      for (ValueId x : in.inplace[s]) {
+        if (took) break;
         if (in.alias_root[size_t(x)] != x || !in.in_arena[size_t(x)]) continue;
-        if (m.life[size_t(x)].end != int(s) || m.inplace_of[size_t(x)] == v) continue;
-        if (!can_run_in_place(g, nd, k) || rounded(g.node(x)) != rounded(nd)) continue;
+        if (m.life[size_t(x)].end != int(s) || rounded(g.node(x)) != rounded(nd)) continue;
         // Another operand reading the same buffer at a different index would be clobbered.
         bool shared = false;
-        for (size_t j = 0; j < nd.in.size(); ++j)
-          if (j != k && in.alias_root[size_t(nd.in[j])] == x && g.shape(nd.in[j]) != nd.shape) shared = true;
+        for (ValueId y : in.reads[s])
+          if (y != x && in.alias_root[size_t(y)] == x && g.shape(y) != nd.shape) shared = true;
         if (shared) continue;
         m.offset[size_t(v)] = m.offset[size_t(x)];
         m.inplace_of[size_t(v)] = x;

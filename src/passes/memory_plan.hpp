@@ -30,10 +30,12 @@ struct MemoryPlan {
 };
 
 struct MemoryPlanInput {
-  const Graph* g;
+  const Graph* g = nullptr;
   std::vector<bool> in_arena;       // value needs an arena block
   std::vector<ValueId> alias_root;  // reshape chains point to the value owning the bytes
-  std::vector<ValueId> order;       // launches in schedule order
+  std::vector<ValueId> order;       // the value each launch writes, in schedule order
+  std::vector<std::vector<ValueId>> reads;    // per launch: the values it reads
+  std::vector<std::vector<ValueId>> inplace;  // per launch: reads it may overwrite, if they die
   std::vector<bool> observable;     // never reused: inputs, outputs, folded, kept values
   bool plan = true;                 // false: every value its own block (SYNOROS_NO_PLAN)
 };

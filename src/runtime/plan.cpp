@@ -4,6 +4,8 @@
 #include <sstream>
 
 #include "kernels/kernel_api.hpp"
+#include "kernels/cpu/cpu_kernels.hpp"
+#include "passes/fusion.hpp"
 #include "passes/memory_plan.hpp"
 #include "synoros/runtime.hpp"
 
@@ -13,11 +15,19 @@ struct Plan::Impl {
   kernels::PlanStorage storage;
   std::unique_ptr<Buffer> arena;
   passes::MemoryPlan memory;
+  std::vector<std::vector<ValueId>> groups;  // fused groups of more than one op
   bool keep_all = false;
   std::vector<ValueId> inputs;
   std::vector<bool> fed;
   size_t unfed = 0;
 };
+
+namespace {
+bool env_flag(const char* name) {
+  const char* v = std::getenv(name);
+  return v && std::string(v) == "1";
+}
+}  // namespace
 
 Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
     : graph_(g), outputs_(std::move(outputs)), pool_(opts.pool), check_finite_(opts.check_finite),
@@ -44,33 +54,62 @@ Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
     }
   }
 
-  // Track: the schedule (tape order) and which values own arena bytes; reshapes alias.
-  std::vector<ValueId> order, alias_root(n, kNoValue);
-  std::vector<bool> in_arena(n, false), observable(n, false);
-  const char* no_plan = std::getenv("SYNOROS_NO_PLAN");
+  // Track: which values are launched and which stay observable; reshapes alias their input.
+  std::vector<ValueId> alias_root(n, kNoValue);
+  std::vector<bool> launched(n, false), observable(n, false);
   impl_->keep_all = opts.keep_intermediates;
   for (size_t i = 0; i < n; ++i) {
     const Node& nd = graph_.node(ValueId(i));
     if (!needed[i]) continue;
-    bool leaf = op_info(nd.op).kind == OpKind::Leaf;
     alias_root[i] = nd.op == Op::Reshape ? alias_root[size_t(nd.in[0])] : ValueId(i);
-    if (nd.op == Op::Param || nd.op == Op::Const || nd.op == Op::Reshape) continue;
-    in_arena[i] = true;
+    launched[i] = op_info(nd.op).kind != OpKind::Leaf && !folded[i] && nd.op != Op::Reshape;
     observable[i] = nd.op == Op::Input || folded[i] || opts.keep_intermediates;
-    if (!leaf && !folded[i]) order.push_back(ValueId(i));
   }
-  for (ValueId o : outputs_)
-    if (alias_root[size_t(o)] != kNoValue) observable[size_t(alias_root[size_t(o)])] = true;
-  // Place: arena offsets from the interval allocator over those lifetimes.
-  passes::MemoryPlanInput mi{&graph_, in_arena, alias_root, order, observable,
-                             opts.plan_memory && !(no_plan && std::string(no_plan) == "1")};
+  for (ValueId o : outputs_) observable[size_t(alias_root[size_t(o)])] = true;
+
+  // Place: fusion groups, then one launch per group or non-fusable node, in tape order.
+  // Checking for non-finite values names the op that produced one, so nothing is fused then.
+  bool fuse = opts.fuse && !opts.check_finite && !env_flag("SYNOROS_NO_FUSION");
+  std::vector<passes::FusionGroup> groups = passes::fuse_elementwise(graph_, launched, observable, fuse);
+  std::vector<int> group_of(n, -1);
+  std::vector<bool> fused_away(n, false);
+  for (size_t k = 0; k < groups.size(); ++k) {
+    group_of[size_t(groups[k].members.back())] = int(k);
+    for (size_t j = 0; j + 1 < groups[k].members.size(); ++j) fused_away[size_t(groups[k].members[j])] = true;
+  }
+  passes::MemoryPlanInput mi;
+  mi.g = &graph_;
+  mi.alias_root = alias_root;
+  mi.observable = observable;
+  mi.plan = opts.plan_memory && !env_flag("SYNOROS_NO_PLAN");
+  mi.in_arena.assign(n, false);
+  for (size_t i = 0; i < n; ++i) {
+    const Node& nd = graph_.node(ValueId(i));
+    mi.in_arena[i] = needed[i] && !fused_away[i] && nd.op != Op::Param && nd.op != Op::Const &&
+                     nd.op != Op::Reshape;
+    if (!launched[i] || fused_away[i]) continue;
+    mi.order.push_back(ValueId(i));
+    std::vector<ValueId> reads, inplace;
+    if (group_of[i] >= 0) {
+      reads = groups[size_t(group_of[i])].externals;
+      for (ValueId x : reads)
+        if (graph_.shape(x) == nd.shape && dtype_size(graph_.dtype(x)) == dtype_size(nd.dtype))
+          inplace.push_back(x);
+    } else {
+      reads = nd.in;
+      for (size_t k = 0; k < nd.in.size(); ++k)
+        if (passes::can_run_in_place(graph_, nd, k)) inplace.push_back(nd.in[k]);
+    }
+    mi.reads.push_back(reads);
+    mi.inplace.push_back(inplace);
+  }
   impl_->memory = passes::plan_memory(mi);
   impl_->arena = std::make_unique<Buffer>(impl_->memory.arena_bytes);
   ptrs_.assign(n, nullptr);
   char* base = static_cast<char*>(impl_->arena->data());
   for (size_t i = 0; i < n; ++i) {
     const Node& nd = graph_.node(ValueId(i));
-    if (!needed[i]) continue;
+    if (!needed[i] || fused_away[i]) continue;
     if (nd.op == Op::Param || nd.op == Op::Const) ptrs_[i] = nd.data->buffer->data();
     else if (nd.op == Op::Reshape) ptrs_[i] = ptrs_[size_t(nd.in[0])];
     else ptrs_[i] = base + impl_->memory.offset[i];
@@ -79,17 +118,25 @@ Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
   impl_->fed.assign(n, false);
   impl_->unfed = impl_->inputs.size();
 
+  // Lowering: folded values run once now; the rest become the launch list.
   std::vector<Launch> fold_now;
   for (size_t i = 0; i < n; ++i) {
     const Node& nd = graph_.node(ValueId(i));
-    if (!needed[i] || op_info(nd.op).kind == OpKind::Leaf) continue;
-    // Launches follow the tape order, which is the schedule the memory plan assumed.
-    std::vector<void*> in;
-    for (ValueId x : nd.in) in.push_back(ptrs_[size_t(x)]);
-    kernels::LowerCtx ctx{graph_, ValueId(i), nd, in, ptrs_[i], impl_->storage};
+    if (!needed[i] || fused_away[i] || op_info(nd.op).kind == OpKind::Leaf) continue;
     Launch l;
     try {
-      l = kernels::lower(ctx);
+      if (group_of[i] >= 0) {
+        const passes::FusionGroup& grp = groups[size_t(group_of[i])];
+        std::vector<void*> ext;
+        for (ValueId x : grp.externals) ext.push_back(ptrs_[size_t(x)]);
+        l = kernels::lower_group(graph_, grp.members, grp.externals, ext, ptrs_[i], impl_->storage);
+        if (grp.members.size() > 1) impl_->groups.push_back(grp.members);
+      } else {
+        std::vector<void*> in;
+        for (ValueId x : nd.in) in.push_back(ptrs_[size_t(x)]);
+        kernels::LowerCtx ctx{graph_, ValueId(i), nd, in, ptrs_[i], impl_->storage};
+        l = kernels::lower(ctx);
+      }
     } catch (const Error& e) {
       throw Error(std::string("compile: ") + op_name(nd.op) + " at %" + std::to_string(i) + ": " + e.what());
     }
@@ -210,6 +257,11 @@ std::string Plan::describe() const {
   for (const Launch& l : launches_) {
     const Node& nd = graph_.node(l.node);
     o << "  %" << l.node << " " << op_name(nd.op) << " " << dtype_name(nd.dtype) << shape_str(nd.shape);
+    o << "\n";
+  }
+  for (const auto& grp : impl_->groups) {
+    o << "fusion group ->%" << grp.back() << ":";
+    for (ValueId v : grp) o << " %" << v << " " << op_name(graph_.node(v).op);
     o << "\n";
   }
   o << passes::describe_memory(graph_, impl_->memory);

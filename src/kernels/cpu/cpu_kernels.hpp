@@ -6,6 +6,17 @@
 namespace synoros::kernels {
 
 Launch lower_map(LowerCtx& c);       // elementwise unary/binary/ternary with broadcasting
+
+// A fused elementwise group: `members` in tape order (the last one is the group's output), all
+// of the output's shape and dtype; `externals` are the values they read from outside the group,
+// broadcast against the output shape. Each block of output is computed instruction by
+// instruction through L1-resident scratch, so intermediates never reach memory. Every element
+// goes through the same scalar operations as unfused, so the bits are identical.
+constexpr int kFuseMaxMembers = 16;
+constexpr int kFuseMaxExternals = 8;
+Launch lower_group(const Graph& g, const std::vector<ValueId>& members,
+                   const std::vector<ValueId>& externals, const std::vector<void*>& ext_ptrs,
+                   void* out, PlanStorage& storage);
 Launch lower_cast(LowerCtx& c);
 Launch lower_dropout(LowerCtx& c);
 Launch lower_reduce(LowerCtx& c);    // sum, max, mean

@@ -1,0 +1,149 @@
+// Fused elementwise groups: one pass over the output, block by block; each member op runs as a
+// line kernel over an L1-resident block, reading externals in place (with broadcast strides).
+#include <algorithm>
+
+#include "kernels/cpu/cpu_kernels.hpp"
+#include "kernels/cpu/line_fn.hpp"
+#include "kernels/cpu/odometer.hpp"
+
+namespace synoros::kernels {
+
+namespace {
+constexpr int kMaxRank = 8;
+constexpr int64_t kChunk = 1 << 14;  // elements per work chunk; fixed, independent of threads
+constexpr int64_t kBlock = 256;      // elements per block: every slot of a block stays in L1
+
+struct Instr {
+  LineFn fn;
+  int nsrc;
+  int src[3];  // >= 0: the slot of member src; < 0: external -(src + 1)
+};
+
+struct GroupArgs {
+  int rank, n_ext, n_instr;
+  int64_t total, esize;
+  int64_t shape[kMaxRank];
+  int64_t stride[kFuseMaxExternals][kMaxRank];
+  const char* ext[kFuseMaxExternals];
+  char* out;
+  Instr instr[kFuseMaxMembers];
+};
+
+void group_chunk(const void* p, int64_t chunk) {
+  const GroupArgs& a = *static_cast<const GroupArgs*>(p);
+  alignas(64) char slots[kFuseMaxMembers - 1][kBlock * 8];
+  int64_t begin = chunk * kChunk, end = std::min(a.total, begin + kChunk);
+  int r = a.rank;
+  int64_t idx[kMaxRank];
+  unravel_index(begin, r, a.shape, idx);
+  int64_t inner = a.shape[r - 1];
+  int64_t s_inner[kFuseMaxExternals];
+  for (int k = 0; k < a.n_ext; ++k) s_inner[k] = a.stride[k][r - 1];
+  const int64_t one[3] = {1, 1, 1};
+  for (int64_t pos = begin; pos < end;) {
+    int64_t len = std::min({inner - idx[r - 1], end - pos, kBlock});
+    const char* ext[kFuseMaxExternals];
+    for (int k = 0; k < a.n_ext; ++k) {
+      int64_t off = 0;
+      for (int d = 0; d < r; ++d) off += idx[d] * a.stride[k][d];
+      ext[k] = a.ext[k] + off * a.esize;
+    }
+    for (int i = 0; i < a.n_instr; ++i) {
+      const Instr& in = a.instr[i];
+      const void* src[3];
+      int64_t st[3];
+      for (int j = 0; j < in.nsrc; ++j) {
+        if (in.src[j] >= 0) {
+          src[j] = slots[in.src[j]];
+          st[j] = one[j];
+        } else {
+          src[j] = ext[-in.src[j] - 1];
+          st[j] = s_inner[-in.src[j] - 1];
+        }
+      }
+      void* dst = i == a.n_instr - 1 ? static_cast<void*>(a.out + pos * a.esize) : slots[i];
+      in.fn(dst, src, st, len);
+    }
+    pos += len;
+    advance_index(len, r, a.shape, idx);
+  }
+}
+
+void group_launch(const void* p, ThreadPool& pool) {
+  const GroupArgs& a = *static_cast<const GroupArgs*>(p);
+  pool.run((a.total + kChunk - 1) / kChunk, group_chunk, p);
+}
+}  // namespace
+
+Launch lower_group(const Graph& g, const std::vector<ValueId>& members,
+                   const std::vector<ValueId>& externals, const std::vector<void*>& ext_ptrs,
+                   void* out, PlanStorage& storage) {
+  const Node& root = g.node(members.back());
+  if (members.size() > size_t(kFuseMaxMembers) || externals.size() > size_t(kFuseMaxExternals))
+    throw Error("fusion: group too large for the fused kernel");
+  auto* a = storage.make<GroupArgs>();
+  a->n_ext = int(externals.size());
+  a->n_instr = int(members.size());
+  a->total = numel(root.shape);
+  a->esize = int64_t(dtype_size(root.dtype));
+  a->out = static_cast<char*>(out);
+  for (size_t i = 0; i < members.size(); ++i) {
+    const Node& n = g.node(members[i]);
+    DType t = g.dtype(n.in.back());
+    LineFn fn = active_isa() == Isa::Avx2 ? avx2::pick_line(n.op, t) : scalar::pick_line(n.op, t);
+    if (!fn) throw Error(std::string(op_name(n.op)) + ": no CPU kernel for dtype " + dtype_name(t));
+    Instr& ins = a->instr[i];
+    ins.fn = fn;
+    ins.nsrc = int(n.in.size());
+    for (size_t j = 0; j < n.in.size(); ++j) {
+      auto m = std::find(members.begin(), members.end(), n.in[j]);
+      if (m != members.end()) {
+        ins.src[j] = int(m - members.begin());
+      } else {
+        auto e = std::find(externals.begin(), externals.end(), n.in[j]);
+        if (e == externals.end()) throw Error("fusion: operand missing from the group's externals");
+        ins.src[j] = -int(e - externals.begin()) - 1;
+      }
+    }
+  }
+  // Strides of every external against the output shape (0 along broadcast dims), then merge dims
+  // that are contiguous for every external so the inner run is as long as possible.
+  size_t R = root.shape.size(), E = externals.size();
+  std::vector<std::vector<int64_t>> st(E, std::vector<int64_t>(R, 0));
+  for (size_t k = 0; k < E; ++k) {
+    const Shape& is = g.shape(externals[k]);
+    auto cs = contiguous_strides(is);
+    size_t lead = R - is.size();
+    for (size_t d = 0; d < is.size(); ++d) st[k][lead + d] = is[d] == 1 ? 0 : cs[d];
+    a->ext[k] = static_cast<const char*>(ext_ptrs[k]);
+  }
+  std::vector<int64_t> ms;
+  std::vector<std::vector<int64_t>> mst(E);
+  for (size_t d = 0; d < R; ++d) {
+    if (root.shape[d] == 1) continue;
+    bool merge = !ms.empty();
+    for (size_t k = 0; k < E && merge; ++k) merge = mst[k].back() == st[k][d] * root.shape[d];
+    if (merge) {
+      ms.back() *= root.shape[d];
+      for (size_t k = 0; k < E; ++k) mst[k].back() = st[k][d];
+    } else {
+      ms.push_back(root.shape[d]);
+      for (size_t k = 0; k < E; ++k) mst[k].push_back(st[k][d]);
+    }
+  }
+  if (ms.empty()) {
+    ms.push_back(1);
+    for (auto& v : mst) v.push_back(0);
+  }
+  if (ms.size() > size_t(kMaxRank))
+    throw Error(std::string(op_name(root.op)) + ": broadcast of rank " + std::to_string(ms.size()) +
+                " exceeds the kernel's limit of " + std::to_string(kMaxRank));
+  a->rank = int(ms.size());
+  for (size_t d = 0; d < ms.size(); ++d) {
+    a->shape[d] = ms[d];
+    for (size_t k = 0; k < E; ++k) a->stride[k][d] = mst[k][d];
+  }
+  return {group_launch, a, members.back()};
+}
+
+}  // namespace synoros::kernels

@@ -1,0 +1,69 @@
+#include "passes/fusion.hpp"
+
+#include <algorithm>
+
+#include "kernels/cpu/cpu_kernels.hpp"
+
+namespace synoros::passes {
+
+bool fusable(const Graph& g, ValueId v) {
+  const Node& n = g.node(v);
+  if (op_info(n.op).kind != OpKind::Elementwise || n.op == Op::Cast) return false;
+  for (ValueId x : n.in)
+    if (g.dtype(x) != n.dtype) return false;
+  return true;
+}
+
+std::vector<FusionGroup> fuse_elementwise(const Graph& g, const std::vector<bool>& launched,
+                                          const std::vector<bool>& observable, bool enabled) {
+  size_t n = g.size();
+  std::vector<int> readers(n, 0);
+  for (size_t i = 0; i < n; ++i)
+    if (launched[i] || g.node(ValueId(i)).op == Op::Reshape) {
+      std::vector<ValueId> in = g.node(ValueId(i)).in;  // distinct readers: x*x reads x once
+      std::sort(in.begin(), in.end());
+      in.erase(std::unique(in.begin(), in.end()), in.end());
+      for (ValueId x : in) ++readers[size_t(x)];
+    }
+  std::vector<bool> taken(n, false);
+  std::vector<FusionGroup> groups;
+  for (size_t i = n; i-- > 0;) {
+    ValueId root = ValueId(i);
+    if (!launched[i] || taken[i] || !fusable(g, root)) continue;
+    FusionGroup grp;
+    std::vector<ValueId> members = {root};
+    taken[i] = true;
+    auto count_externals = [&](const std::vector<ValueId>& ms) {
+      std::vector<ValueId> ext;
+      for (ValueId m : ms)
+        for (ValueId x : g.node(m).in)
+          if (std::find(ms.begin(), ms.end(), x) == ms.end() &&
+              std::find(ext.begin(), ext.end(), x) == ext.end())
+            ext.push_back(x);
+      return ext;
+    };
+    // Grow toward producers: a producer joins when this group is its only reader.
+    for (size_t k = 0; enabled && k < members.size(); ++k) {
+      for (ValueId x : g.node(members[k]).in) {
+        if (taken[size_t(x)] || !launched[size_t(x)] || observable[size_t(x)]) continue;
+        if (!fusable(g, x) || readers[size_t(x)] != 1) continue;
+        if (g.shape(x) != g.shape(root) || g.dtype(x) != g.dtype(root)) continue;
+        std::vector<ValueId> trial = members;
+        trial.push_back(x);
+        if (trial.size() > size_t(kernels::kFuseMaxMembers) ||
+            count_externals(trial).size() > size_t(kernels::kFuseMaxExternals))
+          continue;
+        members.push_back(x);
+        taken[size_t(x)] = true;
+      }
+    }
+    std::sort(members.begin(), members.end());
+    grp.members = members;
+    grp.externals = count_externals(members);
+    groups.push_back(std::move(grp));
+  }
+  std::reverse(groups.begin(), groups.end());
+  return groups;
+}
+
+}  // namespace synoros::passes

@@ -1,0 +1,25 @@
+// Place: fusion. Groups chains of elementwise ops of one shape and dtype so they run as one
+// kernel; a value is fused into its consumer when that consumer is its only reader and nobody
+// outside the plan can observe it.
+#pragma once
+
+#include <vector>
+
+#include "synoros/ir.hpp"
+
+namespace synoros::passes {
+
+struct FusionGroup {
+  std::vector<ValueId> members;    // tape order; the last member is the group's output
+  std::vector<ValueId> externals;  // values read from outside the group, first-use order
+};
+
+// One group per elementwise launch root. `launched`: values computed by a launch;
+// `observable`: values that must stay materialised. With `enabled` false every group has one
+// member.
+std::vector<FusionGroup> fuse_elementwise(const Graph& g, const std::vector<bool>& launched,
+                                          const std::vector<bool>& observable, bool enabled);
+
+bool fusable(const Graph& g, ValueId v);
+
+}  // namespace synoros::passes
