@@ -40,6 +40,23 @@ void TinyMLP_Sgd(benchmark::State& state) {
 }
 BENCHMARK(TinyMLP_Sgd)->Name("TinyMLP/SgdStep");
 
+// y = tanh((sigmoid(relu(x*1.5 + 0.5) * x) - 0.25) * 2) over x[1024, 1024], out of place.
+Tensor eltwise_chain(const Tensor& x) { return ((((x * 1.5 + 0.5).relu() * x).sigmoid() - 0.25) * 2.0).tanh(); }
+
+void EltwiseChain(benchmark::State& state) {
+  CompiledStep step = compile([](const std::vector<Tensor>& a) { return std::vector<Tensor>{eltwise_chain(a[0])}; },
+                              {{DType::F32, {1024, 1024}}});
+  HostTensor x = Tensor::randn({1024, 1024}, 3).value();
+  std::memcpy(step.input_ptr(0), x.buffer->data(), x.bytes());
+  for (auto _ : state) {
+    step.run();
+    benchmark::DoNotOptimize(step.output_ptr(0));
+  }
+  state.SetBytesProcessed(int64_t(state.iterations()) * 2 * 1024 * 1024 * 4);
+  state.counters["launches"] = double(step.plan().launches().size());
+}
+BENCHMARK(EltwiseChain)->Name("EltwiseChain")->UseRealTime();
+
 }  // namespace
 
 BENCHMARK_MAIN();

@@ -12,19 +12,19 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SCENARIOS = ["TinyMLP/FwdBwd", "TinyMLP/SgdStep"]
+SCENARIOS = ["TinyMLP/FwdBwd", "TinyMLP/SgdStep", "EltwiseChain"]
 # Glibc heap trimming off: otherwise eager PyTorch suffers page-fault storms in some runs.
 TUNABLES = "glibc.malloc.trim_threshold=4294967296:glibc.malloc.mmap_threshold=4294967296"
 
 
 def engine_run(bench, threads, min_time):
     env = dict(os.environ, SYNOROS_NUM_THREADS=str(threads))
-    flt = "^(" + "|".join(s.replace("/", "/") for s in SCENARIOS) + ")$"
+    flt = "^(" + "|".join(SCENARIOS) + ")(/real_time)?$"
     res = subprocess.run([bench, "--benchmark_format=json", f"--benchmark_filter={flt}",
                           f"--benchmark_min_time={min_time}"], env=env, check=True,
                          capture_output=True, text=True)
     data = json.loads(res.stdout)
-    return {b["name"]: b["real_time"] * {"ns": 1, "us": 1e3, "ms": 1e6}[b["time_unit"]]
+    return {b["name"].replace("/real_time", ""): b["real_time"] * {"ns": 1, "us": 1e3, "ms": 1e6}[b["time_unit"]]
             for b in data["benchmarks"]}
 
 

@@ -25,7 +25,14 @@ def tiny_mlp(with_sgd):
     return step
 
 
+def eltwise_chain():
+    torch.manual_seed(0)
+    x = torch.randn(1024, 1024)
+    return lambda: torch.tanh((torch.sigmoid(torch.relu(x * 1.5 + 0.5) * x) - 0.25) * 2)
+
+
 SCENARIOS = {
+    "EltwiseChain": eltwise_chain,
     "TinyMLP/FwdBwd": lambda: tiny_mlp(False),
     "TinyMLP/SgdStep": lambda: tiny_mlp(True),
 }

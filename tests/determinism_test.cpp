@@ -50,13 +50,17 @@ TEST(Determinism, TinyMlpLossFalls) {
   EXPECT_LT(last, 0.5 * first);
 }
 
-TEST(Determinism, ScalarAndAvx2KernelsAgreeBitForBit) {
-  if (kernels::active_isa() != kernels::Isa::Avx2) GTEST_SKIP() << "this CPU has no AVX2+FMA";
-  auto v = train_bytes(50);
+TEST(Determinism, EveryIsaGivesTheSameBits) {
+  if (kernels::best_isa() == kernels::Isa::Scalar) GTEST_SKIP() << "this CPU has no AVX2+FMA";
+  kernels::Isa saved = kernels::active_isa();
   kernels::set_isa(kernels::Isa::Scalar);
-  auto s = train_bytes(50);
-  kernels::set_isa(kernels::Isa::Avx2);
-  EXPECT_EQ(v, s);
+  auto ref = train_bytes(50);
+  for (kernels::Isa isa : {kernels::Isa::Avx2, kernels::Isa::Avx512}) {
+    if (int(isa) > int(kernels::best_isa())) continue;
+    kernels::set_isa(isa);
+    EXPECT_EQ(train_bytes(50), ref) << kernels::isa_name(isa);
+  }
+  kernels::set_isa(saved);
 }
 
 TEST(Determinism, LargeParallelKernelsIgnoreThreadCount) {
@@ -89,5 +93,37 @@ TEST(Determinism, LargeParallelKernelsIgnoreThreadCount) {
   EXPECT_EQ(one, three);
 }
 
+}  // namespace
+}  // namespace synoros
+
+namespace synoros {
+namespace {
+TEST(Determinism, VectorMathGivesTheSameBitsOnEveryIsa) {
+  auto run = [] {
+    Graph g;
+    ValueId x = g.input(DType::F32, {20000}, "x");
+    std::vector<ValueId> outs;
+    for (Op op : {Op::Exp, Op::Sigmoid, Op::Tanh, Op::Gelu, Op::Log, Op::Sqrt}) outs.push_back(g.unary(op, x));
+    Plan p(g, outs);
+    p.set_input(x, testing::random_tensor({DType::F32, {20000}, -100, 100}, 5));
+    p.run();
+    std::vector<uint8_t> bytes;
+    for (ValueId o : outs) {
+      HostTensor h = p.read(o);
+      auto* b = static_cast<const uint8_t*>(h.buffer->data());
+      bytes.insert(bytes.end(), b, b + h.bytes());
+    }
+    return bytes;
+  };
+  kernels::Isa saved = kernels::active_isa();
+  kernels::set_isa(kernels::Isa::Scalar);
+  auto ref = run();
+  for (kernels::Isa isa : {kernels::Isa::Avx2, kernels::Isa::Avx512}) {
+    if (int(isa) > int(kernels::best_isa())) continue;
+    kernels::set_isa(isa);
+    EXPECT_EQ(run(), ref) << kernels::isa_name(isa);
+  }
+  kernels::set_isa(saved);
+}
 }  // namespace
 }  // namespace synoros

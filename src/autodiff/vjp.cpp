@@ -42,7 +42,9 @@ void vjp_abs(Graph& g, ValueId v, ValueId go, GradIn& gi) {
   gi[0] = mul(g, go, sign);
 }
 void vjp_relu(Graph& g, ValueId v, ValueId go, GradIn& gi) {
-  gi[0] = g.binary(Op::ReluGrad, go, x0(g, v));
+  // Masked by the output (y > 0 exactly where x > 0), so the pre-activation need not be kept
+  // and the bias add before a ReLU can fuse with it.
+  gi[0] = g.binary(Op::ReluGrad, go, v);
 }
 void vjp_gelu(Graph& g, ValueId v, ValueId go, GradIn& gi) {
   gi[0] = g.binary(Op::GeluGrad, go, x0(g, v));

@@ -52,10 +52,14 @@ struct LowerCtx {
 // Builds the launch for one node. Throws Error for unsupported dtypes.
 Launch lower(LowerCtx& ctx);
 
-// Instruction-set level chosen at start-up: AVX2+FMA when the CPU has it, else scalar.
-// SYNOROS_ISA=scalar forces the fallback (the determinism tests compare both).
-enum class Isa { Scalar, Avx2 };
+// One launch that runs `first`, then `second`.
+Launch sequence(PlanStorage& storage, Launch first, Launch second, ValueId node);
+
+// Instruction-set level chosen at start-up: the best the CPU has. SYNOROS_ISA=scalar|avx2 caps
+// it (the determinism tests compare all levels bit for bit).
+enum class Isa { Scalar, Avx2, Avx512 };
 Isa active_isa();
+Isa best_isa();  // what this CPU supports
 void set_isa(Isa isa);
 const char* isa_name(Isa isa);
 

@@ -14,17 +14,45 @@ bool fusable(const Graph& g, ValueId v) {
   return true;
 }
 
-std::vector<FusionGroup> fuse_elementwise(const Graph& g, const std::vector<bool>& launched,
-                                          const std::vector<bool>& observable, bool enabled) {
-  size_t n = g.size();
-  std::vector<int> readers(n, 0);
-  for (size_t i = 0; i < n; ++i)
+namespace {
+std::vector<int> distinct_readers(const Graph& g, const std::vector<bool>& launched) {
+  std::vector<int> readers(g.size(), 0);
+  for (size_t i = 0; i < g.size(); ++i)
     if (launched[i] || g.node(ValueId(i)).op == Op::Reshape) {
       std::vector<ValueId> in = g.node(ValueId(i)).in;  // distinct readers: x*x reads x once
       std::sort(in.begin(), in.end());
       in.erase(std::unique(in.begin(), in.end()), in.end());
       for (ValueId x : in) ++readers[size_t(x)];
     }
+  return readers;
+}
+}  // namespace
+
+std::vector<ValueId> epilogue_producers(const Graph& g, const std::vector<FusionGroup>& groups,
+                                        const std::vector<bool>& launched,
+                                        const std::vector<bool>& observable, bool enabled) {
+  std::vector<ValueId> out(groups.size(), kNoValue);
+  if (!enabled) return out;
+  std::vector<int> readers = distinct_readers(g, launched);
+  for (size_t k = 0; k < groups.size(); ++k) {
+    ValueId root = groups[k].members.back();
+    for (ValueId e : groups[k].externals) {
+      const Node& p = g.node(e);
+      OpKind kind = op_info(p.op).kind;
+      if (!launched[size_t(e)] || observable[size_t(e)] || readers[size_t(e)] != 1) continue;
+      if (kind == OpKind::Elementwise || p.op == Op::Dropout) continue;
+      if (p.shape != g.shape(root) || p.dtype != g.dtype(root)) continue;
+      out[k] = e;
+      break;
+    }
+  }
+  return out;
+}
+
+std::vector<FusionGroup> fuse_elementwise(const Graph& g, const std::vector<bool>& launched,
+                                          const std::vector<bool>& observable, bool enabled) {
+  size_t n = g.size();
+  std::vector<int> readers = distinct_readers(g, launched);
   std::vector<bool> taken(n, false);
   std::vector<FusionGroup> groups;
   for (size_t i = n; i-- > 0;) {

@@ -22,4 +22,12 @@ std::vector<FusionGroup> fuse_elementwise(const Graph& g, const std::vector<bool
 
 bool fusable(const Graph& g, ValueId v);
 
+// For each group (by index), the non-elementwise launch whose output only that group reads and
+// that has the group output's shape and dtype, or kNoValue. That producer then runs inside the
+// group's launch, writing into the group's output buffer, and the group runs over it in place
+// as its epilogue (bias + activation after a matmul, an update after a reduction).
+std::vector<ValueId> epilogue_producers(const Graph& g, const std::vector<FusionGroup>& groups,
+                                        const std::vector<bool>& launched,
+                                        const std::vector<bool>& observable, bool enabled);
+
 }  // namespace synoros::passes

@@ -16,6 +16,7 @@ struct Plan::Impl {
   std::unique_ptr<Buffer> arena;
   passes::MemoryPlan memory;
   std::vector<std::vector<ValueId>> groups;  // fused groups of more than one op
+  std::vector<bool> readable;                // holds its value after run()
   bool keep_all = false;
   std::vector<ValueId> inputs;
   std::vector<bool> fed;
@@ -71,11 +72,13 @@ Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
   // Checking for non-finite values names the op that produced one, so nothing is fused then.
   bool fuse = opts.fuse && !opts.check_finite && !env_flag("SYNOROS_NO_FUSION");
   std::vector<passes::FusionGroup> groups = passes::fuse_elementwise(graph_, launched, observable, fuse);
+  std::vector<ValueId> producer = passes::epilogue_producers(graph_, groups, launched, observable, fuse);
   std::vector<int> group_of(n, -1);
   std::vector<bool> fused_away(n, false);
   for (size_t k = 0; k < groups.size(); ++k) {
     group_of[size_t(groups[k].members.back())] = int(k);
     for (size_t j = 0; j + 1 < groups[k].members.size(); ++j) fused_away[size_t(groups[k].members[j])] = true;
+    if (producer[k] != kNoValue) fused_away[size_t(producer[k])] = true;
   }
   passes::MemoryPlanInput mi;
   mi.g = &graph_;
@@ -90,7 +93,13 @@ Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
     if (!launched[i] || fused_away[i]) continue;
     mi.order.push_back(ValueId(i));
     std::vector<ValueId> reads, inplace;
-    if (group_of[i] >= 0) {
+    if (group_of[i] >= 0 && producer[size_t(group_of[i])] != kNoValue) {
+      // The producer writes into this launch's output first, so nothing may be overwritten.
+      ValueId e = producer[size_t(group_of[i])];
+      reads = graph_.node(e).in;
+      for (ValueId x : groups[size_t(group_of[i])].externals)
+        if (x != e) reads.push_back(x);
+    } else if (group_of[i] >= 0) {
       reads = groups[size_t(group_of[i])].externals;
       for (ValueId x : reads)
         if (graph_.shape(x) == nd.shape && dtype_size(graph_.dtype(x)) == dtype_size(nd.dtype))
@@ -115,6 +124,14 @@ Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
     else ptrs_[i] = base + impl_->memory.offset[i];
     if (nd.op == Op::Input) impl_->inputs.push_back(ValueId(i));
   }
+  impl_->readable.assign(n, false);
+  for (size_t i = 0; i < n; ++i) {
+    const Node& nd = graph_.node(ValueId(i));
+    if (!needed[i] || fused_away[i]) continue;
+    ValueId r = alias_root[i];
+    impl_->readable[i] = nd.op == Op::Param || nd.op == Op::Const || observable[size_t(r)] ||
+                         graph_.node(r).op == Op::Param || graph_.node(r).op == Op::Const;
+  }
   impl_->fed.assign(n, false);
   impl_->unfed = impl_->inputs.size();
 
@@ -127,10 +144,21 @@ Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
     try {
       if (group_of[i] >= 0) {
         const passes::FusionGroup& grp = groups[size_t(group_of[i])];
+        ValueId e = producer[size_t(group_of[i])];
         std::vector<void*> ext;
-        for (ValueId x : grp.externals) ext.push_back(ptrs_[size_t(x)]);
+        for (ValueId x : grp.externals) ext.push_back(x == e ? ptrs_[i] : ptrs_[size_t(x)]);
         l = kernels::lower_group(graph_, grp.members, grp.externals, ext, ptrs_[i], impl_->storage);
-        if (grp.members.size() > 1) impl_->groups.push_back(grp.members);
+        std::vector<ValueId> shown = grp.members;
+        if (e != kNoValue) {
+          // Epilogue: the producer writes this launch's output, the group then runs over it.
+          const Node& pn = graph_.node(e);
+          std::vector<void*> pin;
+          for (ValueId x : pn.in) pin.push_back(ptrs_[size_t(x)]);
+          kernels::LowerCtx pctx{graph_, e, pn, pin, ptrs_[i], impl_->storage};
+          l = kernels::sequence(impl_->storage, kernels::lower(pctx), l, ValueId(i));
+          shown.insert(shown.begin(), e);
+        }
+        if (shown.size() > 1) impl_->groups.push_back(shown);
       } else {
         std::vector<void*> in;
         for (ValueId x : nd.in) in.push_back(ptrs_[size_t(x)]);
@@ -222,10 +250,7 @@ void* Plan::ptr(ValueId v) {
 HostTensor Plan::read(ValueId v) const {
   if (v < 0 || size_t(v) >= ptrs_.size() || !ptrs_[size_t(v)])
     throw Error("plan: value %" + std::to_string(v) + " is not computed by this plan");
-  ValueId root = v;
-  while (graph_.node(root).op == Op::Reshape) root = graph_.node(root).in[0];
-  const auto& life = impl_->memory.life;
-  if (impl_->memory.offset[size_t(root)] != SIZE_MAX && life[size_t(root)].end != passes::kForever)
+  if (!impl_->readable[size_t(v)])
     throw Error("plan: value %" + std::to_string(v) + " is an intermediate whose memory is reused; "
                 "compile with keep_intermediates to read it");
   const Node& nd = graph_.node(v);

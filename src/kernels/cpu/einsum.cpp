@@ -138,7 +138,8 @@ struct GemmArgs {
   const void* B;
   void* C;
   float* scratch;
-  bool f64, avx2;
+  bool f64;
+  int isa;
   Launch pre[2];
   Launch post;
 };
@@ -155,7 +156,7 @@ void gemm_launch(const void* p, ThreadPool& pool) {
     } else {
       sgemm(g.shape, static_cast<const float*>(g.A) + bi * g.a.batch_stride,
             static_cast<const float*>(g.B) + bi * g.b.batch_stride,
-            static_cast<float*>(g.C) + bi * g.c.batch_stride, g.scratch, g.avx2, pool);
+            static_cast<float*>(g.C) + bi * g.c.batch_stride, g.scratch, g.isa, pool);
     }
   }
   if (g.post.fn) g.post.fn(g.post.args, pool);
@@ -198,7 +199,7 @@ Launch lower_einsum(LowerCtx& c) {
   size_t es = dtype_size(n.dtype);
   auto* g = c.args<GemmArgs>();
   g->f64 = n.dtype == DType::F64;
-  g->avx2 = active_isa() == Isa::Avx2;
+  g->isa = int(active_isa());
   g->batch = group_size(e, bat);
   g->shape.M = group_size(e, m);
   g->shape.N = group_size(e, nn);

@@ -90,7 +90,7 @@ Launch lower_group(const Graph& g, const std::vector<ValueId>& members,
   for (size_t i = 0; i < members.size(); ++i) {
     const Node& n = g.node(members[i]);
     DType t = g.dtype(n.in.back());
-    LineFn fn = active_isa() == Isa::Avx2 ? avx2::pick_line(n.op, t) : scalar::pick_line(n.op, t);
+    LineFn fn = pick_line(n.op, t);
     if (!fn) throw Error(std::string(op_name(n.op)) + ": no CPU kernel for dtype " + dtype_name(t));
     Instr& ins = a->instr[i];
     ins.fn = fn;

@@ -132,6 +132,59 @@ __attribute__((target("avx2,fma"))) void small_gemm_avx2(const GemmShape& s, con
   }
 }
 
+// AVX-512: 32 columns per block in two zmm registers (masked at the edge), up to 8 rows.
+template <int R>
+__attribute__((target("avx512f,avx512vl,fma"))) void small_block512(
+    int64_t K, const float* A, int64_t a_rs, int64_t a_cs, const float* B, int64_t ldb, float* C,
+    int64_t c_rs, int64_t cols) {
+  __mmask16 m0 = __mmask16(cols >= 16 ? 0xFFFF : (1u << cols) - 1);
+  __mmask16 m1 = __mmask16(cols >= 32 ? 0xFFFF : cols <= 16 ? 0 : (1u << (cols - 16)) - 1);
+  __m512 c0[R], c1[R];
+  for (int i = 0; i < R; ++i) c0[i] = _mm512_setzero_ps(), c1[i] = _mm512_setzero_ps();
+  if (cols > 16) {
+    for (int64_t k = 0; k < K; ++k) {
+      __m512 b0 = _mm512_maskz_loadu_ps(m0, B + k * ldb), b1 = _mm512_maskz_loadu_ps(m1, B + k * ldb + 16);
+      for (int i = 0; i < R; ++i) {
+        __m512 a = _mm512_set1_ps(A[i * a_rs + k * a_cs]);
+        c0[i] = _mm512_fmadd_ps(a, b0, c0[i]);
+        c1[i] = _mm512_fmadd_ps(a, b1, c1[i]);
+      }
+    }
+  } else {
+    for (int64_t k = 0; k < K; ++k) {
+      __m512 b0 = _mm512_maskz_loadu_ps(m0, B + k * ldb);
+      for (int i = 0; i < R; ++i) c0[i] = _mm512_fmadd_ps(_mm512_set1_ps(A[i * a_rs + k * a_cs]), b0, c0[i]);
+    }
+  }
+  for (int i = 0; i < R; ++i) {
+    _mm512_mask_storeu_ps(C + i * c_rs, m0, c0[i]);
+    if (cols > 16) _mm512_mask_storeu_ps(C + i * c_rs + 16, m1, c1[i]);
+  }
+}
+
+__attribute__((target("avx512f,avx512vl,fma"))) void small_gemm_avx512(const GemmShape& s, const float* A,
+                                                                       const float* B, int64_t ldb, float* C) {
+  for (int64_t n0 = 0; n0 < s.N; n0 += 32) {
+    int64_t cols = std::min<int64_t>(32, s.N - n0);
+    const float* b = B + n0;
+    int64_t m0 = 0;
+    for (; m0 + 8 <= s.M; m0 += 8)
+      small_block512<8>(s.K, A + m0 * s.a_rs, s.a_rs, s.a_cs, b, ldb, C + m0 * s.c_rs + n0, s.c_rs, cols);
+    const float* a = A + m0 * s.a_rs;
+    float* c = C + m0 * s.c_rs + n0;
+    switch (s.M - m0) {
+      case 1: small_block512<1>(s.K, a, s.a_rs, s.a_cs, b, ldb, c, s.c_rs, cols); break;
+      case 2: small_block512<2>(s.K, a, s.a_rs, s.a_cs, b, ldb, c, s.c_rs, cols); break;
+      case 3: small_block512<3>(s.K, a, s.a_rs, s.a_cs, b, ldb, c, s.c_rs, cols); break;
+      case 4: small_block512<4>(s.K, a, s.a_rs, s.a_cs, b, ldb, c, s.c_rs, cols); break;
+      case 5: small_block512<5>(s.K, a, s.a_rs, s.a_cs, b, ldb, c, s.c_rs, cols); break;
+      case 6: small_block512<6>(s.K, a, s.a_rs, s.a_cs, b, ldb, c, s.c_rs, cols); break;
+      case 7: small_block512<7>(s.K, a, s.a_rs, s.a_cs, b, ldb, c, s.c_rs, cols); break;
+      default: break;
+    }
+  }
+}
+
 struct GemmJob {
   const GemmShape* s;
   const float* A;
@@ -175,8 +228,9 @@ size_t gemm_scratch_floats(const GemmShape& s) {
   return size_t(ceil_div(s.M, kGemmMR) * kGemmMR * s.K + ceil_div(s.N, kGemmNR) * kGemmNR * s.K) + 16;
 }
 
-void sgemm(const GemmShape& s, const float* A, const float* B, float* C, float* scratch, bool avx2,
+void sgemm(const GemmShape& s, const float* A, const float* B, float* C, float* scratch, int isa,
            ThreadPool& pool) {
+  bool avx2 = isa >= 1;
   if (s.M == 0 || s.N == 0) return;
   if (s.K == 0) {
     for (int64_t m = 0; m < s.M; ++m) std::memset(C + m * s.c_rs, 0, sizeof(float) * size_t(s.N));
@@ -186,12 +240,18 @@ void sgemm(const GemmShape& s, const float* A, const float* B, float* C, float* 
   j.pb = scratch + j.mp * kGemmMR * s.K;
   // Tiny problems run inline: a parallel launch costs more than the work.
   bool tiny = s.M * s.N * s.K < (1 << 15);
-  if (tiny && avx2) {
-    if (s.b_cs == 1) return small_gemm_avx2(s, A, B, s.b_rs, C);
-    // B stored transposed: lay it out as [K][N] rows first.
-    for (int64_t k = 0; k < s.K; ++k)
-      for (int64_t n = 0; n < s.N; ++n) scratch[k * s.N + n] = B[k * s.b_rs + n * s.b_cs];
-    return small_gemm_avx2(s, A, scratch, s.N, C);
+  if (tiny && isa >= 1) {
+    const float* b = B;
+    int64_t ldb = s.b_rs;
+    if (s.b_cs != 1) {
+      // B stored transposed: lay it out as [K][N] rows first (reading B's rows contiguously).
+      for (int64_t n = 0; n < s.N; ++n)
+        for (int64_t k = 0; k < s.K; ++k) scratch[k * s.N + n] = B[k * s.b_rs + n * s.b_cs];
+      b = scratch;
+      ldb = s.N;
+    }
+    if (isa >= 2) return small_gemm_avx512(s, A, b, ldb, C);
+    return small_gemm_avx2(s, A, b, ldb, C);
   }
   if (tiny) {
     for (int64_t i = 0; i < j.mp + j.np; ++i) pack_chunk(&j, i);

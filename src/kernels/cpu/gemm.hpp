@@ -25,8 +25,9 @@ constexpr int64_t kGemmKC = 256;
 size_t gemm_scratch_floats(const GemmShape& s);
 
 // C = A @ B for one matrix; `scratch` holds gemm_scratch_floats(s) floats, 64-byte aligned.
-void sgemm(const GemmShape& s, const float* A, const float* B, float* C, float* scratch,
-           bool avx2, ThreadPool& pool);
+// isa: 0 scalar, 1 AVX2, 2 AVX-512 (same bits on all).
+void sgemm(const GemmShape& s, const float* A, const float* B, float* C, float* scratch, int isa,
+           ThreadPool& pool);
 
 // Double precision, same canonical order, plain loops.
 void dgemm(const GemmShape& s, const double* A, const double* B, double* C);

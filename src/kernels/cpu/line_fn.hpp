@@ -11,5 +11,8 @@ using LineFn = void (*)(void* out, const void* const* in, const int64_t* s, int6
 
 namespace scalar { LineFn pick_line(Op op, DType t); }
 namespace avx2 { LineFn pick_line(Op op, DType t); }
+namespace avx512 { LineFn pick_line(Op op, DType t); }
+// The active ISA's line kernel for an elementwise op, or nullptr.
+LineFn pick_line(Op op, DType t);
 
 }  // namespace synoros::kernels

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "kernels/cpu/cpu_kernels.hpp"
+#include "kernels/cpu/line_fn.hpp"
 
 namespace synoros::kernels {
 
@@ -48,26 +49,61 @@ constexpr bool rows_in_order() {
 }
 static_assert(rows_in_order(), "CPU lowering rows must follow the Op enum order");
 
-bool cpu_has_avx2() {
+Isa detect_isa() {
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return Isa::Scalar;
+  bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw");
+  return avx512 ? Isa::Avx512 : Isa::Avx2;
 }
 Isa& isa_slot() {
   static Isa isa = [] {
+    Isa best = detect_isa();
     const char* env = std::getenv("SYNOROS_ISA");
     if (env && std::strcmp(env, "scalar") == 0) return Isa::Scalar;
-    return cpu_has_avx2() ? Isa::Avx2 : Isa::Scalar;
+    if (env && std::strcmp(env, "avx2") == 0 && best != Isa::Scalar) return Isa::Avx2;
+    return best;
   }();
   return isa;
 }
 }  // namespace
 
 Isa active_isa() { return isa_slot(); }
+Isa best_isa() { return detect_isa(); }
 void set_isa(Isa isa) {
-  if (isa == Isa::Avx2 && !cpu_has_avx2()) throw Error("set_isa: this CPU has no AVX2+FMA");
+  if (int(isa) > int(detect_isa())) throw Error(std::string("set_isa: this CPU has no ") + isa_name(isa));
   isa_slot() = isa;
 }
-const char* isa_name(Isa isa) { return isa == Isa::Avx2 ? "avx2" : "scalar"; }
+const char* isa_name(Isa isa) {
+  return isa == Isa::Avx512 ? "avx512" : isa == Isa::Avx2 ? "avx2" : "scalar";
+}
+
+LineFn pick_line(Op op, DType t) {
+  switch (active_isa()) {
+    case Isa::Avx512: return avx512::pick_line(op, t);
+    case Isa::Avx2: return avx2::pick_line(op, t);
+    case Isa::Scalar: break;
+  }
+  return scalar::pick_line(op, t);
+}
+
+namespace {
+struct Sequence {
+  Launch first, second;
+};
+void sequence_launch(const void* p, ThreadPool& pool) {
+  const Sequence& s = *static_cast<const Sequence*>(p);
+  s.first.fn(s.first.args, pool);
+  s.second.fn(s.second.args, pool);
+}
+}  // namespace
+
+Launch sequence(PlanStorage& storage, Launch first, Launch second, ValueId node) {
+  auto* s = storage.make<Sequence>();
+  s->first = first;
+  s->second = second;
+  return {sequence_launch, s, node};
+}
 
 Launch lower(LowerCtx& c) {
   LowerFn fn = kRows[size_t(c.node.op)].fn;

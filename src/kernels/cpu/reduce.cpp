@@ -92,15 +92,6 @@ void reduce_launch(const void* p, ThreadPool& pool) {
   const ReduceArgs& a = *static_cast<const ReduceArgs*>(p);
   pool.run((a.outer + kRowsPerChunk - 1) / kRowsPerChunk, reduce_chunk, p);
 }
-
-struct TwoLaunch {
-  Launch first, second;
-};
-void two_launch(const void* p, ThreadPool& pool) {
-  const TwoLaunch& t = *static_cast<const TwoLaunch*>(p);
-  t.first.fn(t.first.args, pool);
-  t.second.fn(t.second.args, pool);
-}
 }  // namespace
 
 Launch lower_reduce(LowerCtx& c) {
@@ -139,10 +130,7 @@ Launch lower_reduce(LowerCtx& c) {
   size_t es = dtype_size(n.dtype);
   void* tmp = c.storage.scratch(size_t(numel(is)) * es);
   a->in = tmp;
-  auto* t = c.args<TwoLaunch>();
-  t->first = make_gather(c, g, c.in[0], tmp, es);
-  t->second = {reduce_launch, a, c.id};
-  return {two_launch, t, c.id};
+  return sequence(c.storage, make_gather(c, g, c.in[0], tmp, es), {reduce_launch, a, c.id}, c.id);
 }
 
 }  // namespace synoros::kernels
