@@ -116,6 +116,7 @@ std::vector<OpCase> all_cases() {
   c.push_back(with_attrs("fold k3", Op::Fold, {f32({2, 6, 3})}, ints({1, 3, 1})));
   c.push_back(einsum("mk,kn->mn", {{3, 4}, {4, 5}}));
   c.push_back(einsum("mk,nk->mn", {{8, 16}, {32, 16}}));
+  c.push_back(einsum("mk,nk->mn", {{5, 13}, {19, 13}}));  // transpose with ragged edges
   c.push_back(einsum("km,kn->mn", {{7, 13}, {7, 17}}));
   c.push_back(einsum("bmk,bkn->bmn", {{2, 3, 4}, {2, 4, 5}}));
   c.push_back(einsum("ij,jk->ki", {{3, 4}, {4, 5}}));

@@ -29,17 +29,49 @@ struct GroupArgs {
   Instr instr[kFuseMaxMembers];
 };
 
+// Runs the group's instructions over one run [pos, pos + len) whose externals start at ext.
+inline void run_block(const GroupArgs& a, char (*slots)[kBlock * 8], const char* const* ext,
+                      const int64_t* s_inner, int64_t pos, int64_t len) {
+  static constexpr int64_t one[3] = {1, 1, 1};
+  for (int i = 0; i < a.n_instr; ++i) {
+    const Instr& in = a.instr[i];
+    const void* src[3];
+    int64_t st[3];
+    for (int j = 0; j < in.nsrc; ++j) {
+      if (in.src[j] >= 0) {
+        src[j] = slots[in.src[j]];
+        st[j] = one[j];
+      } else {
+        src[j] = ext[-in.src[j] - 1];
+        st[j] = s_inner[-in.src[j] - 1];
+      }
+    }
+    void* dst = i == a.n_instr - 1 ? static_cast<void*>(a.out + pos * a.esize) : slots[i];
+    in.fn(dst, src, st, len);
+  }
+}
+
 void group_chunk(const void* p, int64_t chunk) {
   const GroupArgs& a = *static_cast<const GroupArgs*>(p);
   alignas(64) char slots[kFuseMaxMembers - 1][kBlock * 8];
   int64_t begin = chunk * kChunk, end = std::min(a.total, begin + kChunk);
+  if (a.rank == 1) {  // every external contiguous or a broadcast scalar: no index walking
+    int64_t s_inner[kFuseMaxExternals];
+    const char* ext[kFuseMaxExternals];
+    for (int k = 0; k < a.n_ext; ++k) s_inner[k] = a.stride[k][0];
+    for (int64_t pos = begin; pos < end; pos += kBlock) {
+      int64_t len = std::min(end - pos, kBlock);
+      for (int k = 0; k < a.n_ext; ++k) ext[k] = a.ext[k] + pos * s_inner[k] * a.esize;
+      run_block(a, slots, ext, s_inner, pos, len);
+    }
+    return;
+  }
   int r = a.rank;
   int64_t idx[kMaxRank];
   unravel_index(begin, r, a.shape, idx);
   int64_t inner = a.shape[r - 1];
   int64_t s_inner[kFuseMaxExternals];
   for (int k = 0; k < a.n_ext; ++k) s_inner[k] = a.stride[k][r - 1];
-  const int64_t one[3] = {1, 1, 1};
   for (int64_t pos = begin; pos < end;) {
     int64_t len = std::min({inner - idx[r - 1], end - pos, kBlock});
     const char* ext[kFuseMaxExternals];
@@ -48,22 +80,7 @@ void group_chunk(const void* p, int64_t chunk) {
       for (int d = 0; d < r; ++d) off += idx[d] * a.stride[k][d];
       ext[k] = a.ext[k] + off * a.esize;
     }
-    for (int i = 0; i < a.n_instr; ++i) {
-      const Instr& in = a.instr[i];
-      const void* src[3];
-      int64_t st[3];
-      for (int j = 0; j < in.nsrc; ++j) {
-        if (in.src[j] >= 0) {
-          src[j] = slots[in.src[j]];
-          st[j] = one[j];
-        } else {
-          src[j] = ext[-in.src[j] - 1];
-          st[j] = s_inner[-in.src[j] - 1];
-        }
-      }
-      void* dst = i == a.n_instr - 1 ? static_cast<void*>(a.out + pos * a.esize) : slots[i];
-      in.fn(dst, src, st, len);
-    }
+    run_block(a, slots, ext, s_inner, pos, len);
     pos += len;
     advance_index(len, r, a.shape, idx);
   }

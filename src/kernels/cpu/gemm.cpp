@@ -88,10 +88,12 @@ __attribute__((target("avx2,fma"))) void small_block(int64_t K, const float* A, 
                                                      float* C, int64_t c_rs, int64_t cols) {
   __m256i m0 = tail_mask(cols), m1 = tail_mask(cols - 8);
   __m256 c0[R], c1[R];
+#pragma GCC unroll 8
   for (int i = 0; i < R; ++i) c0[i] = _mm256_setzero_ps(), c1[i] = _mm256_setzero_ps();
   if (cols > 8) {
     for (int64_t k = 0; k < K; ++k) {
       __m256 b0 = _mm256_maskload_ps(B + k * ldb, m0), b1 = _mm256_maskload_ps(B + k * ldb + 8, m1);
+#pragma GCC unroll 8
       for (int i = 0; i < R; ++i) {
         __m256 a = _mm256_broadcast_ss(A + i * a_rs + k * a_cs);
         c0[i] = _mm256_fmadd_ps(a, b0, c0[i]);
@@ -140,10 +142,12 @@ __attribute__((target("avx512f,avx512vl,fma"))) void small_block512(
   __mmask16 m0 = __mmask16(cols >= 16 ? 0xFFFF : (1u << cols) - 1);
   __mmask16 m1 = __mmask16(cols >= 32 ? 0xFFFF : cols <= 16 ? 0 : (1u << (cols - 16)) - 1);
   __m512 c0[R], c1[R];
+#pragma GCC unroll 8
   for (int i = 0; i < R; ++i) c0[i] = _mm512_setzero_ps(), c1[i] = _mm512_setzero_ps();
   if (cols > 16) {
     for (int64_t k = 0; k < K; ++k) {
       __m512 b0 = _mm512_maskz_loadu_ps(m0, B + k * ldb), b1 = _mm512_maskz_loadu_ps(m1, B + k * ldb + 16);
+#pragma GCC unroll 8
       for (int i = 0; i < R; ++i) {
         __m512 a = _mm512_set1_ps(A[i * a_rs + k * a_cs]);
         c0[i] = _mm512_fmadd_ps(a, b0, c0[i]);
@@ -153,9 +157,11 @@ __attribute__((target("avx512f,avx512vl,fma"))) void small_block512(
   } else {
     for (int64_t k = 0; k < K; ++k) {
       __m512 b0 = _mm512_maskz_loadu_ps(m0, B + k * ldb);
+#pragma GCC unroll 8
       for (int i = 0; i < R; ++i) c0[i] = _mm512_fmadd_ps(_mm512_set1_ps(A[i * a_rs + k * a_cs]), b0, c0[i]);
     }
   }
+#pragma GCC unroll 8
   for (int i = 0; i < R; ++i) {
     _mm512_mask_storeu_ps(C + i * c_rs, m0, c0[i]);
     if (cols > 16) _mm512_mask_storeu_ps(C + i * c_rs + 16, m1, c1[i]);
@@ -183,6 +189,34 @@ __attribute__((target("avx512f,avx512vl,fma"))) void small_gemm_avx512(const Gem
       default: break;
     }
   }
+}
+
+// dst[k][n] = S[n][k] for S with rows of stride ld (the B of an A @ S^T product).
+// 8x8 blocks are transposed in registers; edges element by element.
+__attribute__((target("avx2"))) void transpose_rows(const float* S, int64_t ld, int64_t N, int64_t K,
+                                                    float* dst) {
+  int64_t n8 = N / 8 * 8, k8 = K / 8 * 8;
+  for (int64_t n = 0; n < n8; n += 8)
+    for (int64_t k = 0; k < k8; k += 8) {
+      __m256 r[8], t[8];
+      for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(S + (n + i) * ld + k);
+      for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+      }
+      for (int i = 0; i < 8; i += 4) {
+        r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+        r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+        r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+      }
+      for (int i = 0; i < 4; ++i) {
+        _mm256_storeu_ps(dst + (k + i) * N + n, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
+        _mm256_storeu_ps(dst + (k + i + 4) * N + n, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
+      }
+    }
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t k = (n < n8 ? k8 : 0); k < K; ++k) dst[k * N + n] = S[n * ld + k];
 }
 
 struct GemmJob {
@@ -244,9 +278,13 @@ void sgemm(const GemmShape& s, const float* A, const float* B, float* C, float* 
     const float* b = B;
     int64_t ldb = s.b_rs;
     if (s.b_cs != 1) {
-      // B stored transposed: lay it out as [K][N] rows first (reading B's rows contiguously).
-      for (int64_t n = 0; n < s.N; ++n)
-        for (int64_t k = 0; k < s.K; ++k) scratch[k * s.N + n] = B[k * s.b_rs + n * s.b_cs];
+      // B stored transposed: lay it out as [K][N] rows first.
+      if (s.b_rs == 1) {
+        transpose_rows(B, s.b_cs, s.N, s.K, scratch);
+      } else {
+        for (int64_t n = 0; n < s.N; ++n)
+          for (int64_t k = 0; k < s.K; ++k) scratch[k * s.N + n] = B[k * s.b_rs + n * s.b_cs];
+      }
       b = scratch;
       ldb = s.N;
     }
