@@ -101,6 +101,7 @@ class Plan {
   ValueId find_input(const std::string& name) const;
   size_t arena_bytes() const;      // peak bytes of all planned values
   size_t unplanned_bytes() const;  // what the same values take with no sharing
+  size_t scratch_bytes() const;    // kernel scratch (GEMM packing, gathers), outside the arena
   bool keeps_intermediates() const;
   std::vector<BufferInfo> buffers() const;
   std::string describe() const;    // launches, buffer offsets and lifetimes, peak bytes

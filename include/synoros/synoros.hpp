@@ -8,3 +8,4 @@
 #include "synoros/runtime.hpp"
 #include "synoros/tensor.hpp"
 #include "synoros/tiny_mlp.hpp"
+#include "synoros/gpt.hpp"

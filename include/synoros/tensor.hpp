@@ -23,6 +23,8 @@ class Tensor {
   static Tensor from(HostTensor value);
   static Tensor from(const std::vector<float>& data, Shape shape);
   static Tensor scalar(double v, DType t = DType::F32);
+  // A value embedded into plans as a constant (folded at compile time, never fed).
+  static Tensor constant(HostTensor value);
   static Tensor zeros(Shape shape, DType t = DType::F32);
   // N(0, std^2) from a seeded generator: the same seed gives the same bits everywhere.
   static Tensor randn(Shape shape, uint64_t seed, double std = 1.0);
@@ -65,6 +67,8 @@ class Tensor {
   Tensor log_softmax(int64_t axis = -1) const;
   Tensor layernorm(double eps = 1e-5) const;
   Tensor cast(DType t) const;
+  Tensor slice(int64_t axis, int64_t start, int64_t end) const;
+  Tensor dropout(double p, uint64_t seed) const;
   // Generic escape hatch: any op of the table with these attrs.
   static Tensor apply(Op op, const std::vector<Tensor>& in, const Attrs& attrs = {},
                       DType cast_to = DType::F32);
@@ -94,6 +98,11 @@ class Tensor {
 
 inline Tensor operator*(double s, const Tensor& t) { return t * s; }
 inline Tensor operator+(double s, const Tensor& t) { return t + s; }
+
+// einsum over one or two operands, e.g. einsum("bhtd,bhsd->bhts", {q, k}).
+Tensor einsum(const std::string& spec, const std::vector<Tensor>& operands);
+// Rows of `weight` [V, D] picked by integer `indices`: shape indices.shape + [D].
+Tensor embedding(const Tensor& weight, const Tensor& indices);
 
 // Losses.
 Tensor mse_loss(const Tensor& pred, const Tensor& target);

@@ -42,6 +42,7 @@ Tensor Tensor::scalar(double v, DType t) {
   h.set(0, v);
   return Tensor(leaf(std::move(h), true));
 }
+Tensor Tensor::constant(HostTensor value) { return Tensor(leaf(std::move(value), true)); }
 Tensor Tensor::zeros(Shape shape, DType t) { return from(HostTensor(t, std::move(shape))); }
 Tensor Tensor::randn(Shape shape, uint64_t seed, double std) {
   HostTensor h(DType::F32, std::move(shape));
@@ -138,6 +139,24 @@ Tensor Tensor::softmax(int64_t axis) const { return with_ints(Op::Softmax, *this
 Tensor Tensor::log_softmax(int64_t axis) const { return with_ints(Op::LogSoftmax, *this, {axis}); }
 Tensor Tensor::layernorm(double eps) const { return with_ints(Op::LayerNorm, *this, {}, eps); }
 Tensor Tensor::cast(DType t) const { return apply(Op::Cast, {*this}, {}, t); }
+Tensor Tensor::slice(int64_t axis, int64_t start, int64_t end) const {
+  return with_ints(Op::Slice, *this, {axis, start, end});
+}
+Tensor Tensor::dropout(double p, uint64_t seed) const {
+  Attrs at;
+  at.scalar = p;
+  at.seed = seed;
+  return apply(Op::Dropout, {*this}, at);
+}
+
+Tensor einsum(const std::string& spec, const std::vector<Tensor>& operands) {
+  Attrs at;
+  at.spec = spec;
+  return Tensor::apply(Op::Einsum, operands, at);
+}
+Tensor embedding(const Tensor& weight, const Tensor& indices) {
+  return Tensor::apply(Op::Embedding, {weight, indices});
+}
 
 Tensor mse_loss(const Tensor& pred, const Tensor& target) {
   Tensor d = pred - target;

@@ -2,6 +2,7 @@
 
 namespace synoros::cli {
 int train_mlp(int argc, char** argv);
-int print_plan();
+int print_plan(int argc, char** argv);
+int gpt_memory();
 int info();
 }  // namespace synoros::cli

@@ -11,7 +11,8 @@ namespace {
 void usage() {
   std::cout << "usage: synoros <command> [options]\n"
                "  train-mlp [--steps N] [--lr X]   train the tiny MLP on a synthetic regression task\n"
-               "  plan                             print the compiled plan of one tiny-MLP SGD step\n"
+               "  plan [--no-fusion] [--no-plan]   print the compiled plan of one tiny-MLP SGD step\n"
+               "  memory                           peak bytes of one GPT training step (JSON)\n"
                "  info                             instruction set and thread count in use\n";
 }
 }  // namespace
@@ -24,7 +25,8 @@ int main(int argc, char** argv) {
   std::string cmd = argv[1];
   try {
     if (cmd == "train-mlp") return synoros::cli::train_mlp(argc - 2, argv + 2);
-    if (cmd == "plan") return synoros::cli::print_plan();
+    if (cmd == "plan") return synoros::cli::print_plan(argc - 2, argv + 2);
+    if (cmd == "memory") return synoros::cli::gpt_memory();
     if (cmd == "info") return synoros::cli::info();
     if (cmd == "-h" || cmd == "--help" || cmd == "help") {
       usage();

@@ -53,10 +53,30 @@ int train_mlp(int argc, char** argv) {
   return losses.back() < losses.front() ? 0 : 1;
 }
 
-int print_plan() {
+int print_plan(int argc, char** argv) {
+  CompileOptions opts;
+  for (int i = 0; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--no-fusion") opts.fuse = false;
+    else if (a == "--no-plan") opts.plan_memory = false;
+    else throw Error("plan: unknown option '" + a + "'");
+  }
   TinyMLP m(7);
   CompiledStep step = compile_tiny_mlp_sgd(m, 0.05);
-  std::cout << step.plan().graph().to_string() << "\n" << step.plan().describe();
+  Plan p(step.plan().graph(), step.plan().outputs(), opts);
+  std::cout << p.graph().to_string() << "\n" << p.describe();
+  return 0;
+}
+
+int gpt_memory() {
+  Gpt m(GptConfig{}, 1);
+  CompiledStep step = compile_gpt_grad(m);
+  const Plan& p = step.plan();
+  size_t params = 0;
+  for (const Tensor& t : m.params()) params += size_t(t.numel()) * 4;
+  std::cout << "{\"planned_bytes\": " << p.arena_bytes() << ", \"unplanned_bytes\": " << p.unplanned_bytes()
+            << ", \"scratch_bytes\": " << p.scratch_bytes() << ", \"param_bytes\": " << params
+            << ", \"launches\": " << p.launches().size() << "}\n";
   return 0;
 }
 

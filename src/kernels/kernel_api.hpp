@@ -2,6 +2,7 @@
 // arguments and scratch. Lowerings run at compile time; the Launch they return runs in Plan::run.
 #pragma once
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -10,26 +11,31 @@
 
 namespace synoros::kernels {
 
-// Plan-owned storage for launch arguments and scratch buffers, alive as long as the plan.
+// Plan-owned storage for launch arguments, and the plan's one scratch region. Launches run one
+// at a time, so every launch's scratch starts at the region's beginning (a frame); the region is
+// as large as the largest frame. A plan lowers twice: once to size the region (scratch pointers
+// are then placeholders that no lowering may dereference), once for real.
 class PlanStorage {
  public:
+  explicit PlanStorage(char* scratch_base) : base_(scratch_base) {}
   template <class T>
   T* make() {
     blocks_.push_back(std::make_unique<Buffer>(sizeof(T)));
     return new (blocks_.back()->data()) T();
   }
+  void begin_frame() { frame_ = 0; }
   void* scratch(size_t bytes) {
-    blocks_.push_back(std::make_unique<Buffer>(bytes));
-    return blocks_.back()->data();
+    size_t off = frame_;
+    frame_ += (bytes + 63) / 64 * 64;
+    peak_ = std::max(peak_, frame_);
+    return base_ + off;
   }
-  size_t scratch_bytes() const {
-    size_t b = 0;
-    for (const auto& x : blocks_) b += x->bytes();
-    return b;
-  }
+  size_t scratch_bytes() const { return peak_; }
 
  private:
   std::vector<std::unique_ptr<Buffer>> blocks_;
+  char* base_;
+  size_t frame_ = 0, peak_ = 0;
 };
 
 struct LowerCtx {

@@ -12,7 +12,8 @@
 namespace synoros {
 
 struct Plan::Impl {
-  kernels::PlanStorage storage;
+  std::unique_ptr<Buffer> scratch;
+  std::unique_ptr<kernels::PlanStorage> storage;
   std::unique_ptr<Buffer> arena;
   passes::MemoryPlan memory;
   std::vector<std::vector<ValueId>> groups;  // fused groups of more than one op
@@ -135,42 +136,53 @@ Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
   impl_->fed.assign(n, false);
   impl_->unfed = impl_->inputs.size();
 
-  // Lowering: folded values run once now; the rest become the launch list.
+  // Lowering, twice: the first pass sizes the shared scratch region, the second is kept.
+  // Folded values run once at the end; the rest become the launch list.
   std::vector<Launch> fold_now;
-  for (size_t i = 0; i < n; ++i) {
-    const Node& nd = graph_.node(ValueId(i));
-    if (!needed[i] || fused_away[i] || op_info(nd.op).kind == OpKind::Leaf) continue;
-    Launch l;
-    try {
-      if (group_of[i] >= 0) {
-        const passes::FusionGroup& grp = groups[size_t(group_of[i])];
-        ValueId e = producer[size_t(group_of[i])];
-        std::vector<void*> ext;
-        for (ValueId x : grp.externals) ext.push_back(x == e ? ptrs_[i] : ptrs_[size_t(x)]);
-        l = kernels::lower_group(graph_, grp.members, grp.externals, ext, ptrs_[i], impl_->storage);
-        std::vector<ValueId> shown = grp.members;
-        if (e != kNoValue) {
-          // Epilogue: the producer writes this launch's output, the group then runs over it.
-          const Node& pn = graph_.node(e);
-          std::vector<void*> pin;
-          for (ValueId x : pn.in) pin.push_back(ptrs_[size_t(x)]);
-          kernels::LowerCtx pctx{graph_, e, pn, pin, ptrs_[i], impl_->storage};
-          l = kernels::sequence(impl_->storage, kernels::lower(pctx), l, ValueId(i));
-          shown.insert(shown.begin(), e);
+  auto lower_all = [&](kernels::PlanStorage& storage, bool keep) {
+    for (size_t i = 0; i < n; ++i) {
+      const Node& nd = graph_.node(ValueId(i));
+      if (!needed[i] || fused_away[i] || op_info(nd.op).kind == OpKind::Leaf) continue;
+      storage.begin_frame();
+      Launch l;
+      try {
+        if (group_of[i] >= 0) {
+          const passes::FusionGroup& grp = groups[size_t(group_of[i])];
+          ValueId e = producer[size_t(group_of[i])];
+          std::vector<void*> ext;
+          for (ValueId x : grp.externals) ext.push_back(x == e ? ptrs_[i] : ptrs_[size_t(x)]);
+          l = kernels::lower_group(graph_, grp.members, grp.externals, ext, ptrs_[i], storage);
+          std::vector<ValueId> shown = grp.members;
+          if (e != kNoValue) {
+            // Epilogue: the producer writes this launch's output, the group then runs over it.
+            const Node& pn = graph_.node(e);
+            std::vector<void*> pin;
+            for (ValueId x : pn.in) pin.push_back(ptrs_[size_t(x)]);
+            kernels::LowerCtx pctx{graph_, e, pn, pin, ptrs_[i], storage};
+            l = kernels::sequence(storage, kernels::lower(pctx), l, ValueId(i));
+            shown.insert(shown.begin(), e);
+          }
+          if (keep && shown.size() > 1) impl_->groups.push_back(shown);
+        } else {
+          std::vector<void*> in;
+          for (ValueId x : nd.in) in.push_back(ptrs_[size_t(x)]);
+          kernels::LowerCtx ctx{graph_, ValueId(i), nd, in, ptrs_[i], storage};
+          l = kernels::lower(ctx);
         }
-        if (shown.size() > 1) impl_->groups.push_back(shown);
-      } else {
-        std::vector<void*> in;
-        for (ValueId x : nd.in) in.push_back(ptrs_[size_t(x)]);
-        kernels::LowerCtx ctx{graph_, ValueId(i), nd, in, ptrs_[i], impl_->storage};
-        l = kernels::lower(ctx);
+      } catch (const Error& err) {
+        throw Error(std::string("compile: ") + op_name(nd.op) + " at %" + std::to_string(i) + ": " + err.what());
       }
-    } catch (const Error& e) {
-      throw Error(std::string("compile: ") + op_name(nd.op) + " at %" + std::to_string(i) + ": " + e.what());
+      if (!l.fn || !keep) continue;
+      (folded[i] ? fold_now : launches_).push_back(l);
     }
-    if (!l.fn) continue;
-    (folded[i] ? fold_now : launches_).push_back(l);
+  };
+  {
+    kernels::PlanStorage sizing(reinterpret_cast<char*>(uintptr_t(4096)));  // never dereferenced
+    lower_all(sizing, false);
+    impl_->scratch = std::make_unique<Buffer>(sizing.scratch_bytes());
   }
+  impl_->storage = std::make_unique<kernels::PlanStorage>(static_cast<char*>(impl_->scratch->data()));
+  lower_all(*impl_->storage, true);
   ThreadPool& pool = pool_ ? *pool_ : default_pool();
   for (const Launch& l : fold_now) l.fn(l.args, pool);
 }
@@ -261,6 +273,7 @@ HostTensor Plan::read(ValueId v) const {
 
 size_t Plan::arena_bytes() const { return impl_->memory.arena_bytes; }
 size_t Plan::unplanned_bytes() const { return impl_->memory.naive_bytes; }
+size_t Plan::scratch_bytes() const { return impl_->scratch->bytes(); }
 bool Plan::keeps_intermediates() const { return impl_->keep_all; }
 
 std::vector<BufferInfo> Plan::buffers() const {
@@ -278,7 +291,7 @@ std::vector<BufferInfo> Plan::buffers() const {
 std::string Plan::describe() const {
   std::ostringstream o;
   o << "plan: " << launches_.size() << " launches, arena " << arena_bytes() << " bytes, scratch "
-    << impl_->storage.scratch_bytes() << " bytes, isa " << kernels::isa_name(kernels::active_isa()) << "\n";
+    << impl_->scratch->bytes() << " bytes, isa " << kernels::isa_name(kernels::active_isa()) << "\n";
   for (const Launch& l : launches_) {
     const Node& nd = graph_.node(l.node);
     o << "  %" << l.node << " " << op_name(nd.op) << " " << dtype_name(nd.dtype) << shape_str(nd.shape);
