@@ -45,8 +45,13 @@ struct LowerCtx {
   std::vector<void*> in;
   void* out;
   PlanStorage& storage;
+  // Per operand: element strides when it is read through a folded view (else contiguous).
+  std::vector<std::vector<int64_t>> in_strides = {};
 
   const Shape& in_shape(size_t i) const { return g.shape(node.in[i]); }
+  std::vector<int64_t> in_stride(size_t i) const {
+    return i < in_strides.size() ? in_strides[i] : contiguous_strides(in_shape(i));
+  }
   DType in_dtype(size_t i) const { return g.dtype(node.in[i]); }
   template <class T>
   T* args() {

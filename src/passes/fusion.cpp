@@ -40,6 +40,9 @@ std::vector<ValueId> epilogue_producers(const Graph& g, const std::vector<Fusion
       const Node& p = g.node(e);
       OpKind kind = op_info(p.op).kind;
       if (!launched[size_t(e)] || observable[size_t(e)] || readers[size_t(e)] != 1) continue;
+      // Read through a view (at other indices) it cannot be overwritten in place.
+      const auto& gath = groups[k].gathered;
+      if (std::find(gath.begin(), gath.end(), e) != gath.end()) continue;
       if (kind == OpKind::Elementwise || p.op == Op::Dropout) continue;
       if (p.shape != g.shape(root) || p.dtype != g.dtype(root)) continue;
       out[k] = e;
@@ -47,6 +50,11 @@ std::vector<ValueId> epilogue_producers(const Graph& g, const std::vector<Fusion
     }
   }
   return out;
+}
+
+bool foldable_view(const Graph& g, ValueId v) {
+  Op op = g.node(v).op;
+  return op_info(op).kind == OpKind::View && op != Op::Reshape && op != Op::Fold;
 }
 
 std::vector<FusionGroup> fuse_elementwise(const Graph& g, const std::vector<bool>& launched,
@@ -70,11 +78,13 @@ std::vector<FusionGroup> fuse_elementwise(const Graph& g, const std::vector<bool
             ext.push_back(x);
       return ext;
     };
-    // Grow toward producers: a producer joins when this group is its only reader.
+    // Grow toward producers: a producer joins when this group is its only reader. A view joins
+    // as a load (a gather from its input into the block); the group does not grow past it.
     for (size_t k = 0; enabled && k < members.size(); ++k) {
+      if (foldable_view(g, members[k])) continue;
       for (ValueId x : g.node(members[k]).in) {
         if (taken[size_t(x)] || !launched[size_t(x)] || observable[size_t(x)]) continue;
-        if (!fusable(g, x) || readers[size_t(x)] != 1) continue;
+        if (!(fusable(g, x) || foldable_view(g, x)) || readers[size_t(x)] != 1) continue;
         if (g.shape(x) != g.shape(root) || g.dtype(x) != g.dtype(root)) continue;
         std::vector<ValueId> trial = members;
         trial.push_back(x);
@@ -88,6 +98,8 @@ std::vector<FusionGroup> fuse_elementwise(const Graph& g, const std::vector<bool
     std::sort(members.begin(), members.end());
     grp.members = members;
     grp.externals = count_externals(members);
+    for (ValueId m : members)
+      if (foldable_view(g, m)) grp.gathered.push_back(g.node(m).in[0]);
     groups.push_back(std::move(grp));
   }
   std::reverse(groups.begin(), groups.end());

@@ -12,6 +12,7 @@ namespace synoros::passes {
 struct FusionGroup {
   std::vector<ValueId> members;    // tape order; the last member is the group's output
   std::vector<ValueId> externals;  // values read from outside the group, first-use order
+  std::vector<ValueId> gathered;   // externals read through a view member (at other indices)
 };
 
 // One group per elementwise launch root. `launched`: values computed by a launch;
@@ -21,6 +22,8 @@ std::vector<FusionGroup> fuse_elementwise(const Graph& g, const std::vector<bool
                                           const std::vector<bool>& observable, bool enabled);
 
 bool fusable(const Graph& g, ValueId v);
+// Views (other than reshape and fold) join a group as loads when their shape is the group's.
+bool foldable_view(const Graph& g, ValueId v);
 
 // For each group (by index), the non-elementwise launch whose output only that group reads and
 // that has the group output's shape and dtype, or kNoValue. That producer then runs inside the

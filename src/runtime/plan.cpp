@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -7,6 +8,7 @@
 #include "kernels/cpu/cpu_kernels.hpp"
 #include "passes/fusion.hpp"
 #include "passes/memory_plan.hpp"
+#include "passes/views.hpp"
 #include "synoros/runtime.hpp"
 
 namespace synoros {
@@ -30,6 +32,63 @@ bool env_flag(const char* name) {
   return v && std::string(v) == "1";
 }
 }  // namespace
+
+// Marks affine view chains whose every reader is an einsum (directly or through further such
+// views) as folded, and records for each einsum operand its base and (offset, strides).
+void fold_views_into_einsums(const Graph& g, const std::vector<bool>& needed,
+                             const std::vector<bool>& launched, const std::vector<bool>& observable,
+                             std::vector<bool>& fused_away,
+                             std::vector<std::vector<passes::AffineView>>& views) {
+  size_t n = g.size();
+  std::vector<std::vector<ValueId>> readers(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (!needed[i]) continue;  // fused readers still read their inputs
+    std::vector<ValueId> in = g.node(ValueId(i)).in;
+    std::sort(in.begin(), in.end());
+    in.erase(std::unique(in.begin(), in.end()), in.end());
+    for (ValueId x : in) readers[size_t(x)].push_back(ValueId(i));
+  }
+  std::vector<bool> blocked(n, false);
+  for (bool changed = true; changed;) {
+    changed = false;
+    std::vector<bool> only(n, false);  // every reader is an einsum or a folded view
+    for (size_t i = n; i-- > 0;) {
+      const Node& nd = g.node(ValueId(i));
+      bool candidate = needed[i] && !observable[i] && !blocked[i] && passes::is_affine_view_op(nd.op) &&
+                       (nd.op == Op::Reshape || (launched[i] && !fused_away[i]));
+      if (!candidate || readers[i].empty()) continue;
+      bool ok = true;
+      for (ValueId r : readers[i]) ok = ok && (g.node(r).op == Op::Einsum || only[size_t(r)]);
+      only[i] = ok;
+    }
+    for (size_t i = 0; i < n && !changed; ++i) {
+      if (!needed[i] || g.node(ValueId(i)).op != Op::Einsum || !launched[i]) continue;
+      views[i].clear();
+      for (ValueId x : g.node(ValueId(i)).in) {
+        std::vector<ValueId> chain;
+        ValueId cur = x;
+        while (only[size_t(cur)]) chain.push_back(cur), cur = g.node(cur).in[0];
+        passes::AffineView av{cur, 0, g.shape(cur), contiguous_strides(g.shape(cur))};
+        for (size_t j = chain.size(); j-- > 0 && !changed;) {
+          if (!passes::apply_view(g.node(chain[j]), av)) {
+            for (ValueId c : chain) blocked[size_t(c)] = true;  // materialise this chain
+            changed = true;
+          }
+        }
+        views[i].push_back(av);
+      }
+    }
+    if (changed) continue;
+    for (size_t i = 0; i < n; ++i)
+      if (only[i] && g.node(ValueId(i)).op != Op::Reshape) fused_away[i] = true;
+  }
+  // Einsums reading nothing folded keep plain operands.
+  for (size_t i = 0; i < n; ++i) {
+    bool any = false;
+    for (size_t k = 0; k < views[i].size(); ++k) any = any || views[i][k].base != g.node(ValueId(i)).in[k];
+    if (!any) views[i].clear();
+  }
+}
 
 Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
     : graph_(g), outputs_(std::move(outputs)), pool_(opts.pool), check_finite_(opts.check_finite),
@@ -81,6 +140,33 @@ Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
     for (size_t j = 0; j + 1 < groups[k].members.size(); ++j) fused_away[size_t(groups[k].members[j])] = true;
     if (producer[k] != kNoValue) fused_away[size_t(producer[k])] = true;
   }
+  // Views folded into contractions: affine view chains that only einsums read are never
+  // materialised; the einsum reads their base buffer through (offset, strides).
+  std::vector<std::vector<passes::AffineView>> operand_views(n);
+  if (fuse) fold_views_into_einsums(graph_, needed, launched, observable, fused_away, operand_views);
+  // What a launch of node v reads: an einsum reads its operands' bases.
+  auto node_reads = [&](ValueId v) {
+    if (operand_views[size_t(v)].empty()) return graph_.node(v).in;
+    std::vector<ValueId> r;
+    for (const auto& av : operand_views[size_t(v)]) r.push_back(av.base);
+    return r;
+  };
+  // Lowering context for node v writing to out, with folded operands resolved.
+  auto make_ctx = [&](ValueId v, void* out, kernels::PlanStorage& storage) {
+    const Node& vn = graph_.node(v);
+    kernels::LowerCtx ctx{graph_, v, vn, {}, out, storage};
+    for (size_t k = 0; k < vn.in.size(); ++k) {
+      if (operand_views[size_t(v)].empty()) {
+        ctx.in.push_back(ptrs_[size_t(vn.in[k])]);
+        continue;
+      }
+      const passes::AffineView& av = operand_views[size_t(v)][k];
+      ctx.in.push_back(static_cast<char*>(ptrs_[size_t(av.base)]) + av.offset * int64_t(dtype_size(vn.dtype)));
+      ctx.in_strides.push_back(av.strides);
+    }
+    return ctx;
+  };
+
   passes::MemoryPlanInput mi;
   mi.g = &graph_;
   mi.alias_root = alias_root;
@@ -97,16 +183,18 @@ Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
     if (group_of[i] >= 0 && producer[size_t(group_of[i])] != kNoValue) {
       // The producer writes into this launch's output first, so nothing may be overwritten.
       ValueId e = producer[size_t(group_of[i])];
-      reads = graph_.node(e).in;
+      reads = node_reads(e);
       for (ValueId x : groups[size_t(group_of[i])].externals)
         if (x != e) reads.push_back(x);
     } else if (group_of[i] >= 0) {
-      reads = groups[size_t(group_of[i])].externals;
+      const passes::FusionGroup& grp = groups[size_t(group_of[i])];
+      reads = grp.externals;
       for (ValueId x : reads)
-        if (graph_.shape(x) == nd.shape && dtype_size(graph_.dtype(x)) == dtype_size(nd.dtype))
+        if (graph_.shape(x) == nd.shape && dtype_size(graph_.dtype(x)) == dtype_size(nd.dtype) &&
+            std::find(grp.gathered.begin(), grp.gathered.end(), x) == grp.gathered.end())
           inplace.push_back(x);
     } else {
-      reads = nd.in;
+      reads = node_reads(ValueId(i));
       for (size_t k = 0; k < nd.in.size(); ++k)
         if (passes::can_run_in_place(graph_, nd, k)) inplace.push_back(nd.in[k]);
     }
@@ -155,18 +243,13 @@ Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
           std::vector<ValueId> shown = grp.members;
           if (e != kNoValue) {
             // Epilogue: the producer writes this launch's output, the group then runs over it.
-            const Node& pn = graph_.node(e);
-            std::vector<void*> pin;
-            for (ValueId x : pn.in) pin.push_back(ptrs_[size_t(x)]);
-            kernels::LowerCtx pctx{graph_, e, pn, pin, ptrs_[i], storage};
+            kernels::LowerCtx pctx = make_ctx(e, ptrs_[i], storage);
             l = kernels::sequence(storage, kernels::lower(pctx), l, ValueId(i));
             shown.insert(shown.begin(), e);
           }
           if (keep && shown.size() > 1) impl_->groups.push_back(shown);
         } else {
-          std::vector<void*> in;
-          for (ValueId x : nd.in) in.push_back(ptrs_[size_t(x)]);
-          kernels::LowerCtx ctx{graph_, ValueId(i), nd, in, ptrs_[i], storage};
+          kernels::LowerCtx ctx = make_ctx(ValueId(i), ptrs_[i], storage);
           l = kernels::lower(ctx);
         }
       } catch (const Error& err) {

@@ -44,5 +44,7 @@ struct GatherSpec {
   int64_t c0 = 0, climit = 0, cmul = 0;
 };
 Launch make_gather(LowerCtx& c, const GatherSpec& spec, const void* in, void* out, size_t esize);
+// Output elements [begin, end) of a gather built by make_gather / lower_view, written to dst.
+void gather_range(const void* gather_args, int64_t begin, int64_t end, void* dst);
 
 }  // namespace synoros::kernels

@@ -76,7 +76,7 @@ Launch lower_direct(LowerCtx& c, const EinsumSpec& e) {
   a->n_red_labels = int(red.size());
   for (size_t k = 0; k < e.in.size(); ++k) {
     a->in[k] = c.in[k];
-    auto cs = contiguous_strides(c.in_shape(k));
+    auto cs = c.in_stride(k);
     auto stride_of = [&](char l) -> int64_t {
       auto pos = e.in[k].find(l);
       return pos == std::string::npos ? 0 : cs[pos];
@@ -207,7 +207,7 @@ Launch lower_einsum(LowerCtx& c) {
   const std::string ga[3] = {bat, m, k}, gb[3] = {bat, k, nn}, gc[3] = {bat, m, nn};
   const void* A = c.in[0];
   const void* B = c.in[1];
-  auto sa = contiguous_strides(shapes[0]), sb = contiguous_strides(shapes[1]);
+  auto sa = c.in_stride(0), sb = c.in_stride(1);
   auto so = contiguous_strides(n.shape);
   if (!merge_groups(la, sa, e, ga, g->a)) {
     void* t = c.storage.scratch(size_t(numel(shapes[0])) * es);

@@ -15,6 +15,7 @@ constexpr int64_t kBlock = 256;      // elements per block: every slot of a bloc
 
 struct Instr {
   LineFn fn;
+  const void* gather;  // a folded view: gather args, filling the slot from its input
   int nsrc;
   int src[3];  // >= 0: the slot of member src; < 0: external -(src + 1)
 };
@@ -35,6 +36,10 @@ inline void run_block(const GroupArgs& a, char (*slots)[kBlock * 8], const char*
   static constexpr int64_t one[3] = {1, 1, 1};
   for (int i = 0; i < a.n_instr; ++i) {
     const Instr& in = a.instr[i];
+    if (in.gather) {
+      gather_range(in.gather, pos, pos + len, slots[i]);
+      continue;
+    }
     const void* src[3];
     int64_t st[3];
     for (int j = 0; j < in.nsrc; ++j) {
@@ -104,13 +109,23 @@ Launch lower_group(const Graph& g, const std::vector<ValueId>& members,
   a->total = numel(root.shape);
   a->esize = int64_t(dtype_size(root.dtype));
   a->out = static_cast<char*>(out);
+  std::vector<bool> read_direct(externals.size(), false);  // by a line op, with broadcast strides
   for (size_t i = 0; i < members.size(); ++i) {
     const Node& n = g.node(members[i]);
+    Instr& ins = a->instr[i];
+    if (op_info(n.op).kind == OpKind::View) {
+      if (i + 1 == members.size()) throw Error("fusion: a view cannot be a group's output");
+      auto e = std::find(externals.begin(), externals.end(), n.in[0]);
+      if (e == externals.end()) throw Error("fusion: a folded view must read an external");
+      LowerCtx vc{g, members[i], n, {ext_ptrs[size_t(e - externals.begin())]}, nullptr, storage};
+      ins = {nullptr, lower_view(vc).args, 0, {0, 0, 0}};
+      continue;
+    }
     DType t = g.dtype(n.in.back());
     LineFn fn = pick_line(n.op, t);
     if (!fn) throw Error(std::string(op_name(n.op)) + ": no CPU kernel for dtype " + dtype_name(t));
-    Instr& ins = a->instr[i];
     ins.fn = fn;
+    ins.gather = nullptr;
     ins.nsrc = int(n.in.size());
     for (size_t j = 0; j < n.in.size(); ++j) {
       auto m = std::find(members.begin(), members.end(), n.in[j]);
@@ -120,6 +135,7 @@ Launch lower_group(const Graph& g, const std::vector<ValueId>& members,
         auto e = std::find(externals.begin(), externals.end(), n.in[j]);
         if (e == externals.end()) throw Error("fusion: operand missing from the group's externals");
         ins.src[j] = -int(e - externals.begin()) - 1;
+        read_direct[size_t(e - externals.begin())] = true;
       }
     }
   }
@@ -128,18 +144,20 @@ Launch lower_group(const Graph& g, const std::vector<ValueId>& members,
   size_t R = root.shape.size(), E = externals.size();
   std::vector<std::vector<int64_t>> st(E, std::vector<int64_t>(R, 0));
   for (size_t k = 0; k < E; ++k) {
+    a->ext[k] = static_cast<const char*>(ext_ptrs[k]);
+    if (!read_direct[k]) continue;  // only read through a view's gather: no strides needed
     const Shape& is = g.shape(externals[k]);
     auto cs = contiguous_strides(is);
     size_t lead = R - is.size();
     for (size_t d = 0; d < is.size(); ++d) st[k][lead + d] = is[d] == 1 ? 0 : cs[d];
-    a->ext[k] = static_cast<const char*>(ext_ptrs[k]);
   }
   std::vector<int64_t> ms;
   std::vector<std::vector<int64_t>> mst(E);
   for (size_t d = 0; d < R; ++d) {
     if (root.shape[d] == 1) continue;
     bool merge = !ms.empty();
-    for (size_t k = 0; k < E && merge; ++k) merge = mst[k].back() == st[k][d] * root.shape[d];
+    for (size_t k = 0; k < E && merge; ++k)
+      merge = !read_direct[k] || mst[k].back() == st[k][d] * root.shape[d];
     if (merge) {
       ms.back() *= root.shape[d];
       for (size_t k = 0; k < E; ++k) mst[k].back() = st[k][d];

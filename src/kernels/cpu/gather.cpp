@@ -27,14 +27,13 @@ struct GatherArgs {
   char* out;
 };
 
+// Gathers output elements [begin, end) into out[0, end - begin).
 template <class E>
-void gather_chunk_t(const GatherArgs& a, int64_t chunk) {
-  int64_t begin = chunk * kGatherChunk, end = std::min(a.total, begin + kGatherChunk);
+void gather_range_t(const GatherArgs& a, int64_t begin, int64_t end, E* out) {
   int r = a.rank;
   int64_t idx[kMaxRank];
   unravel_index(begin, r, a.shape, idx);
   const E* in = reinterpret_cast<const E*>(a.in);
-  E* out = reinterpret_cast<E*>(a.out);
   int64_t inner = a.shape[r - 1], s_in = a.stride[r - 1], cs_in = a.cstride[r - 1];
   for (int64_t pos = begin; pos < end;) {
     int64_t len = std::min(inner - idx[r - 1], end - pos);
@@ -45,16 +44,16 @@ void gather_chunk_t(const GatherArgs& a, int64_t chunk) {
     }
     if (!a.checked) {
       if (s_in == 1) {
-        std::memcpy(out + pos, in + off, size_t(len) * sizeof(E));
+        std::memcpy(out + (pos - begin), in + off, size_t(len) * sizeof(E));
       } else {
-        for (int64_t i = 0; i < len; ++i) out[pos + i] = in[off + i * s_in];
+        for (int64_t i = 0; i < len; ++i) out[pos - begin + i] = in[off + i * s_in];
       }
     } else {
       for (int64_t i = 0; i < len; ++i) {
         int64_t ci = c + i * cs_in;
         if (a.wrap) ci = ((ci % a.climit) + a.climit) % a.climit;
         bool ok = ci >= 0 && ci < a.climit;
-        out[pos + i] = ok ? in[off + i * s_in + ci * a.cmul] : E(0);
+        out[pos - begin + i] = ok ? in[off + i * s_in + ci * a.cmul] : E(0);
       }
     }
     pos += len;
@@ -64,10 +63,19 @@ void gather_chunk_t(const GatherArgs& a, int64_t chunk) {
 
 void gather_chunk(const void* p, int64_t chunk) {
   const GatherArgs& a = *static_cast<const GatherArgs*>(p);
-  if (a.esize == 4) gather_chunk_t<uint32_t>(a, chunk);
-  else gather_chunk_t<uint64_t>(a, chunk);
+  int64_t begin = chunk * kGatherChunk, end = std::min(a.total, begin + kGatherChunk);
+  gather_range(p, begin, end, a.out + begin * a.esize);
 }
 
+}  // namespace
+
+void gather_range(const void* args, int64_t begin, int64_t end, void* dst) {
+  const GatherArgs& a = *static_cast<const GatherArgs*>(args);
+  if (a.esize == 4) gather_range_t<uint32_t>(a, begin, end, static_cast<uint32_t*>(dst));
+  else gather_range_t<uint64_t>(a, begin, end, static_cast<uint64_t*>(dst));
+}
+
+namespace {
 void gather_launch(const void* p, ThreadPool& pool) {
   const GatherArgs& a = *static_cast<const GatherArgs*>(p);
   pool.run((a.total + kGatherChunk - 1) / kGatherChunk, gather_chunk, p);
