@@ -139,6 +139,7 @@ std::vector<OpCase> all_cases() {
   Attrs ln;
   ln.scalar = 1e-5;
   c.push_back(with_attrs("layernorm", Op::LayerNorm, {f32({3, 8})}, ln));
+  c.push_back(with_attrs("layernorm affine", Op::LayerNorm, {f32({2, 3, 8}), f32({8}), f32({8})}, ln));
   c.push_back(with_attrs("cross_entropy i64", Op::CrossEntropy, {f32({5, 7}, -3, 3), i64({5}, 7)}, {}));
   c.push_back(with_attrs("cross_entropy i32", Op::CrossEntropy,
                          {f32({4, 3}, -3, 3), InputSpec{DType::I32, {4}, 0, 3, 0}}, {}));

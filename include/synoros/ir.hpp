@@ -33,7 +33,8 @@ enum class Op : uint8_t {
   // contraction
   Einsum,
   // composites with fused kernels (each has a decomposition the oracle mirrors)
-  Softmax, LogSoftmax, SoftmaxGrad, LogSoftmaxGrad, LayerNorm, CrossEntropy, CrossEntropyGrad,
+  Softmax, LogSoftmax, SoftmaxGrad, LogSoftmaxGrad, LayerNorm, LayerNormGrad, CrossEntropy,
+  CrossEntropyGrad,
   Embedding, EmbeddingGrad, Dropout,
   Count
 };
@@ -71,7 +72,7 @@ struct Cost {
 struct OpInfo {
   Op op;
   const char* name;
-  int arity;  // -1: variadic (einsum takes 1 or 2)
+  int arity;  // -N: from 1 to N inputs (einsum 1-2, layernorm 1 or 3)
   OpKind kind;
   // Sets node.shape and node.dtype from the inputs and attrs; throws Error naming op and shapes.
   void (*infer)(const Graph&, Node&);

@@ -101,6 +101,8 @@ inline Tensor operator+(double s, const Tensor& t) { return t + s; }
 
 // einsum over one or two operands, e.g. einsum("bhtd,bhsd->bhts", {q, k}).
 Tensor einsum(const std::string& spec, const std::vector<Tensor>& operands);
+// LayerNorm over the last axis with elementwise weight and bias [C] (PyTorch's nn.LayerNorm).
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
 // Rows of `weight` [V, D] picked by integer `indices`: shape indices.shape + [D].
 Tensor embedding(const Tensor& weight, const Tensor& indices);
 

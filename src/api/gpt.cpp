@@ -5,7 +5,7 @@
 namespace synoros {
 
 namespace {
-Tensor affine_layernorm(const Tensor& x, const Tensor& w, const Tensor& b) { return x.layernorm(1e-5) * w + b; }
+Tensor affine_layernorm(const Tensor& x, const Tensor& w, const Tensor& b) { return layer_norm(x, w, b); }
 // x [.., in] @ w^T + b with w [out, in] (PyTorch's Linear layout).
 Tensor linear3(const Tensor& x, const Tensor& w, const Tensor& b) { return einsum("btk,nk->btn", {x, w}) + b; }
 Tensor param(Shape s, uint64_t seed, double std) { return Tensor::randn(std::move(s), seed, std).requires_grad(); }

@@ -154,6 +154,11 @@ Tensor einsum(const std::string& spec, const std::vector<Tensor>& operands) {
   at.spec = spec;
   return Tensor::apply(Op::Einsum, operands, at);
 }
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  Attrs at;
+  at.scalar = eps;
+  return Tensor::apply(Op::LayerNorm, {x, weight, bias}, at);
+}
 Tensor embedding(const Tensor& weight, const Tensor& indices) {
   return Tensor::apply(Op::Embedding, {weight, indices});
 }

@@ -217,13 +217,23 @@ void vjp_log_softmax(Graph& g, ValueId v, ValueId go, GradIn& gi) {
   gi[0] = g.add(Op::LogSoftmaxGrad, {v, go}, at);
 }
 void vjp_layernorm(Graph& g, ValueId v, ValueId go, GradIn& gi) {
-  // y = (x - m) r with r = 1/sqrt(var + eps);  dx = r (go - mean(go) - y mean(go y)).
-  ValueId x = x0(g, v);
-  double eps = g.node(v).attrs.scalar;
-  ValueId xc = sub(g, x, g.mean(x, {-1}, true));
-  ValueId r = g.unary(Op::Rsqrt, g.binary(Op::Add, g.mean(mul(g, xc, xc), {-1}, true), sc(g, x, eps)));
-  ValueId t = sub(g, sub(g, go, g.mean(go, {-1}, true)), mul(g, v, g.mean(mul(g, go, v), {-1}, true)));
-  gi[0] = mul(g, r, t);
+  // Only x is needed (as PyTorch saves it): the statistics and the normalised values are
+  // recomputed, so neither the output nor x - mean stays alive for the backward pass.
+  Node n = g.node(v);
+  Attrs stats;
+  stats.scalar = n.attrs.scalar;
+  ValueId x = n.in[0];
+  if (n.in.size() == 1) {
+    gi[0] = g.add(Op::LayerNormGrad, {x, go}, stats);
+    return;
+  }
+  gi[0] = g.add(Op::LayerNormGrad, {x, go, n.in[1]}, stats);
+  ValueId xh = g.add(Op::LayerNorm, {x}, stats);
+  Shape s = g.shape(x);
+  std::vector<int64_t> lead;
+  for (size_t d = 0; d + 1 < s.size(); ++d) lead.push_back(int64_t(d));
+  gi[1] = g.sum(mul(g, go, xh), lead);
+  gi[2] = g.sum(go, lead);
 }
 void vjp_cross_entropy(Graph& g, ValueId v, ValueId go, GradIn& gi) {
   gi[0] = g.add(Op::CrossEntropyGrad, {x0(g, v), x1(g, v), go});

@@ -66,9 +66,11 @@ ValueId Graph::scalar(double v, DType t) {
 ValueId Graph::add(Op op, std::vector<ValueId> in, Attrs attrs, DType cast_to) {
   const OpInfo& info = op_info(op);
   if (info.kind == OpKind::Leaf) throw Error(std::string(info.name) + ": use the leaf builders");
-  bool arity_ok = info.arity < 0 ? (in.size() == 1 || in.size() == 2) : int(in.size()) == info.arity;
+  bool arity_ok = info.arity < 0 ? (!in.empty() && int(in.size()) <= -info.arity)
+                                  : int(in.size()) == info.arity;
   if (!arity_ok) {
-    throw Error(op_context(*this, op, in) + ": expects " + std::to_string(info.arity) +
+    throw Error(op_context(*this, op, in) + ": expects " +
+                (info.arity < 0 ? "1 to " + std::to_string(-info.arity) : std::to_string(info.arity)) +
                 " inputs, got " + std::to_string(in.size()));
   }
   for (ValueId v : in) {

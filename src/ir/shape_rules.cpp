@@ -230,11 +230,31 @@ void infer_softmax_grad(const Graph& g, Node& n) {
   if (in_shape(g, n, 1) != in_shape(g, n, 0)) throw Error("gradient shape differs from output");
 }
 
+// layernorm(x [, weight, bias]) over the last axis; weight and bias are [C].
 void infer_layernorm(const Graph& g, Node& n) {
   require_float(g, n, 0);
   const Shape& in = in_shape(g, n, 0);
   if (in.empty() || in.back() == 0) throw Error("layernorm needs a non-empty last axis");
   if (!(n.attrs.scalar > 0)) throw Error("layernorm needs eps > 0");
+  if (n.in.size() == 2) throw Error("layernorm takes x, or x with weight and bias");
+  for (size_t k = 1; k < n.in.size(); ++k) {
+    if (in_dtype(g, n, k) != in_dtype(g, n, 0)) throw Error("weight and bias must have x's dtype");
+    if (in_shape(g, n, k) != Shape{in.back()})
+      throw Error("weight and bias must be [" + std::to_string(in.back()) + "]");
+  }
+  n.dtype = in_dtype(g, n, 0);
+  n.shape = in;
+}
+
+// layernorm_grad(x, g [, weight]): the input gradient of layernorm(x [, weight, bias]).
+void infer_layernorm_grad(const Graph& g, Node& n) {
+  if (n.in.size() < 2) throw Error("layernorm_grad takes x, the upstream gradient and an optional weight");
+  require_float(g, n, 0);
+  const Shape& in = in_shape(g, n, 0);
+  if (in.empty() || in.back() == 0) throw Error("layernorm needs a non-empty last axis");
+  if (in_shape(g, n, 1) != in || in_dtype(g, n, 1) != in_dtype(g, n, 0))
+    throw Error("gradient must match x");
+  if (n.in.size() == 3 && in_shape(g, n, 2) != Shape{in.back()}) throw Error("weight must be [C]");
   n.dtype = in_dtype(g, n, 0);
   n.shape = in;
 }

@@ -295,7 +295,38 @@ HostTensor oracle_layernorm(const Node& n, const OracleIn& in) {
     mean /= double(offs.size());
     for (int64_t o : offs) var += (in[0]->get(o) - mean) * (in[0]->get(o) - mean);
     var /= double(offs.size());
-    for (int64_t o : offs) out.set(o, (in[0]->get(o) - mean) / std::sqrt(var + n.attrs.scalar));
+    for (size_t k = 0; k < offs.size(); ++k) {
+      double y = (in[0]->get(offs[k]) - mean) / std::sqrt(var + n.attrs.scalar);
+      if (in.size() == 3) y = y * in[1]->get(int64_t(k)) + in[2]->get(int64_t(k));
+      out.set(offs[k], y);
+    }
+  });
+  return out;
+}
+
+// d/dx of layernorm: with xh = (x - mean) r, r = 1/sqrt(var + eps) and gw = g * weight,
+// dx = r (gw - mean(gw) - xh mean(gw xh)).
+HostTensor oracle_layernorm_grad(const Node& n, const OracleIn& in) {
+  HostTensor out = make_out(n);
+  int axis = int(n.shape.size()) - 1;
+  double eps = n.attrs.scalar;
+  for_each_line(n.shape, axis, [&](const std::vector<int64_t>& offs) {
+    double cnt = double(offs.size()), mean = 0, var = 0;
+    for (int64_t o : offs) mean += in[0]->get(o);
+    mean /= cnt;
+    for (int64_t o : offs) var += (in[0]->get(o) - mean) * (in[0]->get(o) - mean);
+    double r = 1.0 / std::sqrt(var / cnt + eps);
+    std::vector<double> gw(offs.size()), xh(offs.size());
+    double mg = 0, mgx = 0;
+    for (size_t k = 0; k < offs.size(); ++k) {
+      xh[k] = (in[0]->get(offs[k]) - mean) * r;
+      gw[k] = in[1]->get(offs[k]) * (in.size() == 3 ? in[2]->get(int64_t(k)) : 1.0);
+      mg += gw[k];
+      mgx += gw[k] * xh[k];
+    }
+    mg /= cnt;
+    mgx /= cnt;
+    for (size_t k = 0; k < offs.size(); ++k) out.set(offs[k], r * (gw[k] - mg - xh[k] * mgx));
   });
   return out;
 }

@@ -16,6 +16,7 @@ struct LineArgs {
   const void* in[3];
   void* out;
   double eps;
+  int n_in;
   int op;  // which composite
   bool f64;
 };
@@ -46,16 +47,49 @@ void softmax_grad_line(const LineArgs& a, const T* yv, const T* g, T* dx, int64_
   }
 }
 
+// Mean and 1/sqrt(var + eps) of one row, summed in index order.
 template <class T>
-void layernorm_line(const LineArgs& a, const T* x, T* y) {
-  T mean = 0;
+void row_stats(const LineArgs& a, const T* x, T& mean, T& r) {
+  mean = 0;
   for (int64_t k = 0; k < a.n; ++k) mean += x[k];
   mean /= T(a.n);
   T var = 0;
   for (int64_t k = 0; k < a.n; ++k) var += (x[k] - mean) * (x[k] - mean);
   var /= T(a.n);
-  T r = T(1) / std::sqrt(var + T(a.eps));
-  for (int64_t k = 0; k < a.n; ++k) y[k] = (x[k] - mean) * r;
+  r = T(1) / std::sqrt(var + T(a.eps));
+}
+
+template <class T>
+void layernorm_line(const LineArgs& a, const T* x, T* y) {
+  T mean, r;
+  row_stats(a, x, mean, r);
+  const T* w = static_cast<const T*>(a.in[1]);
+  const T* b = static_cast<const T*>(a.in[2]);
+  if (a.n_in == 3) {
+    for (int64_t k = 0; k < a.n; ++k) y[k] = (x[k] - mean) * r * w[k] + b[k];
+  } else {
+    for (int64_t k = 0; k < a.n; ++k) y[k] = (x[k] - mean) * r;
+  }
+}
+
+// dx = r (gw - mean(gw) - xh mean(gw xh)) with xh = (x - mean) r and gw = g * weight.
+template <class T>
+void layernorm_grad_line(const LineArgs& a, const T* x, const T* g, T* dx) {
+  T mean, r;
+  row_stats(a, x, mean, r);
+  const T* w = static_cast<const T*>(a.in[2]);
+  T mg = 0, mgx = 0;
+  for (int64_t k = 0; k < a.n; ++k) {
+    T gw = a.n_in == 3 ? g[k] * w[k] : g[k];
+    mg += gw;
+    mgx += gw * ((x[k] - mean) * r);
+  }
+  mg /= T(a.n);
+  mgx /= T(a.n);
+  for (int64_t k = 0; k < a.n; ++k) {
+    T gw = a.n_in == 3 ? g[k] * w[k] : g[k];
+    dx[k] = r * (gw - mg - ((x[k] - mean) * r) * mgx);
+  }
 }
 
 template <class T>
@@ -73,6 +107,7 @@ void line_chunk_t(const LineArgs& a, int64_t chunk) {
       case 2: softmax_grad_line<T>(a, x0, static_cast<const T*>(a.in[1]) + base, y, a.inner, false); break;
       case 3: softmax_grad_line<T>(a, x0, static_cast<const T*>(a.in[1]) + base, y, a.inner, true); break;
       case 4: layernorm_line<T>(a, x0, y); break;
+      case 5: layernorm_grad_line<T>(a, x0, static_cast<const T*>(a.in[1]) + base, y); break;
     }
   }
 }
@@ -96,6 +131,7 @@ Launch lower_lines(LowerCtx& c, int op, int axis) {
   a->inner = 1;
   for (size_t d = size_t(axis) + 1; d < s.size(); ++d) a->inner *= s[d];
   for (size_t k = 0; k < c.in.size() && k < 3; ++k) a->in[k] = c.in[k];
+  a->n_in = int(c.in.size());
   a->out = c.out;
   a->eps = c.node.attrs.scalar;
   a->op = op;
@@ -237,7 +273,9 @@ Launch lower_softmax(LowerCtx& c) { return lower_lines(c, c.node.op == Op::Softm
 Launch lower_softmax_grad(LowerCtx& c) {
   return lower_lines(c, c.node.op == Op::SoftmaxGrad ? 2 : 3, axis_attr(c));
 }
-Launch lower_layernorm(LowerCtx& c) { return lower_lines(c, 4, int(c.node.shape.size()) - 1); }
+Launch lower_layernorm(LowerCtx& c) {
+  return lower_lines(c, c.node.op == Op::LayerNorm ? 4 : 5, int(c.node.shape.size()) - 1);
+}
 Launch lower_cross_entropy(LowerCtx& c) { return {xent_launch, xent_args(c), c.id}; }
 Launch lower_cross_entropy_grad(LowerCtx& c) { return {xent_grad_launch, xent_args(c), c.id}; }
 

@@ -37,6 +37,7 @@ constexpr Row kRows[] = {
     {Op::Einsum, lower_einsum},  {Op::Softmax, lower_softmax},
     {Op::LogSoftmax, lower_softmax}, {Op::SoftmaxGrad, lower_softmax_grad},
     {Op::LogSoftmaxGrad, lower_softmax_grad}, {Op::LayerNorm, lower_layernorm},
+    {Op::LayerNormGrad, lower_layernorm},
     {Op::CrossEntropy, lower_cross_entropy}, {Op::CrossEntropyGrad, lower_cross_entropy_grad},
     {Op::Embedding, lower_embedding}, {Op::EmbeddingGrad, lower_embedding_grad},
     {Op::Dropout, lower_dropout},
