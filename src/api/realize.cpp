@@ -1,4 +1,5 @@
 // Lowering lazy tensors to the tape, the plan cache, realization and compile().
+#include <algorithm>
 #include <cstring>
 #include <functional>
 
@@ -7,37 +8,47 @@
 namespace synoros {
 
 Lowered lower_dag(const std::vector<std::shared_ptr<TensorImpl>>& roots) {
+  // Everything the roots depend on, laid out in creation order: the program order the user
+  // wrote (forward, then backward in autodiff order), which is also the schedule.
+  std::vector<TensorImpl*> all;
+  std::unordered_map<const TensorImpl*, bool> seen;
+  std::vector<TensorImpl*> stack;
+  for (const auto& r : roots) stack.push_back(r.get());
+  while (!stack.empty()) {
+    TensorImpl* t = stack.back();
+    stack.pop_back();
+    if (seen[t]) continue;
+    seen[t] = true;
+    all.push_back(t);
+    for (const auto& x : t->in) stack.push_back(x.get());
+  }
+  std::sort(all.begin(), all.end(), [](const TensorImpl* a, const TensorImpl* b) { return a->seq < b->seq; });
   Lowered low;
-  std::function<ValueId(const std::shared_ptr<TensorImpl>&)> visit;
-  // Iterative post-order would avoid deep recursion; DAG depth here is the op count of a step.
-  visit = [&](const std::shared_ptr<TensorImpl>& t) -> ValueId {
-    auto it = low.ids.find(t.get());
-    if (it != low.ids.end()) return it->second;
+  for (TensorImpl* t : all) {
     ValueId v;
     if (t->in.empty() && t->value) {
       if (t->is_const) {
         v = low.g.constant(*t->value);
       } else if (t->requires_grad) {
         v = low.g.param(t->value, "p" + std::to_string(low.params.size()));
-        low.params.push_back({t, v});
+        low.params.push_back({t->shared_from_this(), v});
       } else {
         v = low.g.input(t->dtype, t->shape, "in" + std::to_string(low.feeds.size()));
-        low.feeds.push_back({t, v});
+        low.feeds.push_back({t->shared_from_this(), v});
       }
     } else if (t->in.empty()) {
       if (t->placeholder < 0) throw Error("tensor: a leaf without a value");
       v = low.g.input(t->dtype, t->shape, "arg" + std::to_string(t->placeholder));
     } else {
       std::vector<ValueId> in;
-      for (const auto& x : t->in) in.push_back(visit(x));
+      for (const auto& x : t->in) in.push_back(low.ids.at(x.get()));
       v = low.g.add(t->op, in, t->attrs, t->dtype);
     }
-    low.ids[t.get()] = v;
+    low.ids[t] = v;
     if (low.by_id.size() <= size_t(v)) low.by_id.resize(size_t(v) + 1);
-    low.by_id[size_t(v)] = t;
-    return v;
-  };
-  for (const auto& r : roots) low.outputs.push_back(visit(r));
+    low.by_id[size_t(v)] = t->shared_from_this();
+  }
+  for (const auto& r : roots) low.outputs.push_back(low.ids.at(r.get()));
   return low;
 }
 
@@ -61,6 +72,14 @@ std::vector<Tensor> raise(const Lowered& low, const std::vector<ValueId>& ids) {
     made[size_t(v)] = t;
     return t;
   };
+  // Create in tape order so the new tensors' creation order follows the gradient program.
+  std::vector<bool> want(low.g.size(), false);
+  for (ValueId v : ids) want[size_t(v)] = true;
+  for (size_t i = low.g.size(); i-- > 0;)
+    if (want[i])
+      for (ValueId x : low.g.node(ValueId(i)).in) want[size_t(x)] = true;
+  for (size_t i = 0; i < low.g.size(); ++i)
+    if (want[i]) up(ValueId(i));
   std::vector<Tensor> out;
   for (ValueId v : ids) out.emplace_back(up(v));
   return out;

@@ -1,5 +1,6 @@
 #include "synoros/tensor.hpp"
 
+#include <atomic>
 #include <cstring>
 #include <random>
 #include <unordered_map>
@@ -23,6 +24,11 @@ const TensorImpl& need(const Tensor& t) {
   return *t.impl();
 }
 }  // namespace
+
+TensorImpl::TensorImpl() {
+  static std::atomic<uint64_t> next{0};
+  seq = next.fetch_add(1, std::memory_order_relaxed);
+}
 
 TraceState& trace_state() {
   static thread_local TraceState s;

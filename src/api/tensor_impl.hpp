@@ -9,7 +9,9 @@
 
 namespace synoros {
 
-struct TensorImpl {
+struct TensorImpl : std::enable_shared_from_this<TensorImpl> {
+  TensorImpl();
+  uint64_t seq;                                  // creation order: the program order
   Op op = Op::Input;
   Attrs attrs;
   DType dtype = DType::F32;
