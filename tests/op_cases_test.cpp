@@ -126,6 +126,7 @@ std::vector<OpCase> all_cases() {
   c.push_back(einsum("ij,k->i", {{3, 4}, {2}}));
   c.push_back(einsum("ij->j", {{3, 4}}));
   c.push_back(einsum("mk,kn->mn", {{37, 129}, {129, 35}}));
+  c.push_back(einsum("mk,kn->mn", {{9, 600}, {600, 21}}));  // several K blocks
   c.push_back({"conv via unfold", {f32({2, 3, 5, 5}), f32({4, 3, 3, 3})},
                [](Graph& g, const std::vector<ValueId>& x) {
                  ValueId u = g.add(Op::Unfold, {x[0]}, ints({2, 3, 1}));

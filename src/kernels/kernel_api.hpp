@@ -11,19 +11,21 @@
 
 namespace synoros::kernels {
 
-// Plan-owned storage for launch arguments, and the plan's one scratch region. Launches run one
-// at a time, so every launch's scratch starts at the region's beginning (a frame); the region is
-// as large as the largest frame. A plan lowers twice: once to size the region (scratch pointers
-// are then placeholders that no lowering may dereference), once for real.
+// Plan-owned storage for launch arguments, and each launch's scratch frame. A plan lowers
+// twice: once to size every frame (pointers are then placeholders that no lowering may
+// dereference), then for real, with each frame placed by the memory planner in the arena.
 class PlanStorage {
  public:
-  explicit PlanStorage(char* scratch_base) : base_(scratch_base) {}
   template <class T>
   T* make() {
     blocks_.push_back(std::make_unique<Buffer>(sizeof(T)));
     return new (blocks_.back()->data()) T();
   }
-  void begin_frame() { frame_ = 0; }
+  void begin_frame(char* base) {
+    base_ = base;
+    frame_ = 0;
+  }
+  size_t frame_bytes() const { return frame_; }
   void* scratch(size_t bytes) {
     size_t off = frame_;
     frame_ += (bytes + 63) / 64 * 64;
@@ -34,7 +36,7 @@ class PlanStorage {
 
  private:
   std::vector<std::unique_ptr<Buffer>> blocks_;
-  char* base_;
+  char* base_ = nullptr;
   size_t frame_ = 0, peak_ = 0;
 };
 

@@ -90,10 +90,18 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
       if (r != kNoValue && in.in_arena[size_t(r)] && m.life[size_t(r)].end != kForever)
         m.life[size_t(r)].end = std::max(m.life[size_t(r)].end, int(s));
     }
+  auto scratch_of = [&](size_t s) {
+    size_t b = s < in.scratch.size() ? in.scratch[s] : 0;
+    return (b + kAlign - 1) / kAlign * kAlign;
+  };
+  m.scratch_offset.assign(in.order.size(), SIZE_MAX);
+  for (size_t s = 0; s < in.order.size(); ++s) m.naive_bytes += scratch_of(s);
   if (!in.plan) {
     size_t off = 0;
     for (size_t v = 0; v < n; ++v)
       if (in.in_arena[v]) m.offset[v] = off, off += rounded(g.node(ValueId(v)));
+    for (size_t s = 0; s < in.order.size(); ++s)
+      if (scratch_of(s)) m.scratch_offset[s] = off, off += scratch_of(s);
     m.arena_bytes = off;
     return m;
   }
@@ -126,10 +134,13 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
       }
       if (!took) m.offset[size_t(v)] = alloc.alloc(rounded(nd));
     }
+    // The launch's scratch lives exactly as long as the launch.
+    if (scratch_of(s)) m.scratch_offset[s] = alloc.alloc(scratch_of(s));
     for (ValueId d : dies_at[s]) {
       bool handed_on = in.in_arena[size_t(v)] && m.inplace_of[size_t(v)] == d;
       if (!handed_on) alloc.release(m.offset[size_t(d)], rounded(g.node(d)));
     }
+    if (scratch_of(s)) alloc.release(m.scratch_offset[s], scratch_of(s));
   }
   m.arena_bytes = alloc.peak();
   return m;

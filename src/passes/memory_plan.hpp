@@ -25,8 +25,9 @@ struct MemoryPlan {
   std::vector<size_t> offset;        // arena offset per value; SIZE_MAX if not in the arena
   std::vector<Lifetime> life;        // per value (arena values only are meaningful)
   std::vector<ValueId> inplace_of;   // value whose block this one took over at its start
+  std::vector<size_t> scratch_offset;  // per launch (SIZE_MAX: none)
   size_t arena_bytes = 0;            // peak: the arena's size
-  size_t naive_bytes = 0;            // every value its own block
+  size_t naive_bytes = 0;            // every value (and scratch frame) its own block
 };
 
 struct MemoryPlanInput {
@@ -36,6 +37,7 @@ struct MemoryPlanInput {
   std::vector<ValueId> order;       // the value each launch writes, in schedule order
   std::vector<std::vector<ValueId>> reads;    // per launch: the values it reads
   std::vector<std::vector<ValueId>> inplace;  // per launch: reads it may overwrite, if they die
+  std::vector<size_t> scratch;      // per launch: bytes of scratch it needs while it runs
   std::vector<bool> observable;     // never reused: inputs, outputs, folded, kept values
   bool plan = true;                 // false: every value its own block (SYNOROS_NO_PLAN)
 };

@@ -14,7 +14,6 @@
 namespace synoros {
 
 struct Plan::Impl {
-  std::unique_ptr<Buffer> scratch;
   std::unique_ptr<kernels::PlanStorage> storage;
   std::unique_ptr<Buffer> arena;
   passes::MemoryPlan memory;
@@ -167,6 +166,51 @@ Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
     return ctx;
   };
 
+  // Lowering runs twice: first with placeholder pointers, to learn each launch's scratch so the
+  // memory planner can place it; then for real. Folded values run once at the end; the rest
+  // become the launch list.
+  std::vector<Launch> fold_now;
+  std::vector<size_t> frame(n, 0);
+  auto lower_all = [&](kernels::PlanStorage& storage, bool keep, auto frame_base) {
+    for (size_t i = 0; i < n; ++i) {
+      const Node& nd = graph_.node(ValueId(i));
+      if (!needed[i] || fused_away[i] || op_info(nd.op).kind == OpKind::Leaf) continue;
+      storage.begin_frame(frame_base(i));
+      Launch l;
+      try {
+        if (group_of[i] >= 0) {
+          const passes::FusionGroup& grp = groups[size_t(group_of[i])];
+          ValueId e = producer[size_t(group_of[i])];
+          std::vector<void*> ext;
+          for (ValueId x : grp.externals) ext.push_back(x == e ? ptrs_[i] : ptrs_[size_t(x)]);
+          l = kernels::lower_group(graph_, grp.members, grp.externals, ext, ptrs_[i], storage);
+          std::vector<ValueId> shown = grp.members;
+          if (e != kNoValue) {
+            // Epilogue: the producer writes this launch's output, the group then runs over it.
+            kernels::LowerCtx pctx = make_ctx(e, ptrs_[i], storage);
+            l = kernels::sequence(storage, kernels::lower(pctx), l, ValueId(i));
+            shown.insert(shown.begin(), e);
+          }
+          if (keep && shown.size() > 1) impl_->groups.push_back(shown);
+        } else {
+          kernels::LowerCtx ctx = make_ctx(ValueId(i), ptrs_[i], storage);
+          l = kernels::lower(ctx);
+        }
+      } catch (const Error& err) {
+        throw Error(std::string("compile: ") + op_name(nd.op) + " at %" + std::to_string(i) + ": " + err.what());
+      }
+      frame[i] = storage.frame_bytes();
+      if (!l.fn || !keep) continue;
+      (folded[i] ? fold_now : launches_).push_back(l);
+    }
+  };
+  char* const placeholder = reinterpret_cast<char*>(uintptr_t(1) << 20);  // never dereferenced
+  {
+    ptrs_.assign(n, placeholder);
+    kernels::PlanStorage sizing;
+    lower_all(sizing, false, [&](size_t) { return placeholder; });
+  }
+
   passes::MemoryPlanInput mi;
   mi.g = &graph_;
   mi.alias_root = alias_root;
@@ -179,6 +223,7 @@ Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
                      nd.op != Op::Reshape;
     if (!launched[i] || fused_away[i]) continue;
     mi.order.push_back(ValueId(i));
+    mi.scratch.push_back(frame[i]);
     std::vector<ValueId> reads, inplace;
     if (group_of[i] >= 0 && producer[size_t(group_of[i])] != kNoValue) {
       // The producer writes into this launch's output first, so nothing may be overwritten.
@@ -224,48 +269,18 @@ Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
   impl_->fed.assign(n, false);
   impl_->unfed = impl_->inputs.size();
 
-  // Lowering, twice: the first pass sizes the shared scratch region, the second is kept.
-  // Folded values run once at the end; the rest become the launch list.
-  std::vector<Launch> fold_now;
-  auto lower_all = [&](kernels::PlanStorage& storage, bool keep) {
-    for (size_t i = 0; i < n; ++i) {
-      const Node& nd = graph_.node(ValueId(i));
-      if (!needed[i] || fused_away[i] || op_info(nd.op).kind == OpKind::Leaf) continue;
-      storage.begin_frame();
-      Launch l;
-      try {
-        if (group_of[i] >= 0) {
-          const passes::FusionGroup& grp = groups[size_t(group_of[i])];
-          ValueId e = producer[size_t(group_of[i])];
-          std::vector<void*> ext;
-          for (ValueId x : grp.externals) ext.push_back(x == e ? ptrs_[i] : ptrs_[size_t(x)]);
-          l = kernels::lower_group(graph_, grp.members, grp.externals, ext, ptrs_[i], storage);
-          std::vector<ValueId> shown = grp.members;
-          if (e != kNoValue) {
-            // Epilogue: the producer writes this launch's output, the group then runs over it.
-            kernels::LowerCtx pctx = make_ctx(e, ptrs_[i], storage);
-            l = kernels::sequence(storage, kernels::lower(pctx), l, ValueId(i));
-            shown.insert(shown.begin(), e);
-          }
-          if (keep && shown.size() > 1) impl_->groups.push_back(shown);
-        } else {
-          kernels::LowerCtx ctx = make_ctx(ValueId(i), ptrs_[i], storage);
-          l = kernels::lower(ctx);
-        }
-      } catch (const Error& err) {
-        throw Error(std::string("compile: ") + op_name(nd.op) + " at %" + std::to_string(i) + ": " + err.what());
-      }
-      if (!l.fn || !keep) continue;
-      (folded[i] ? fold_now : launches_).push_back(l);
-    }
-  };
-  {
-    kernels::PlanStorage sizing(reinterpret_cast<char*>(uintptr_t(4096)));  // never dereferenced
-    lower_all(sizing, false);
-    impl_->scratch = std::make_unique<Buffer>(sizing.scratch_bytes());
-  }
-  impl_->storage = std::make_unique<kernels::PlanStorage>(static_cast<char*>(impl_->scratch->data()));
-  lower_all(*impl_->storage, true);
+  std::vector<int> step_of(n, -1);
+  for (size_t k = 0; k < mi.order.size(); ++k) step_of[size_t(mi.order[k])] = int(k);
+  size_t fold_scratch = 0;
+  for (size_t i = 0; i < n; ++i)
+    if (folded[i]) fold_scratch = std::max(fold_scratch, frame[i]);
+  Buffer fold_frame(fold_scratch);  // folded launches run once, below, then it is gone
+  impl_->storage = std::make_unique<kernels::PlanStorage>();
+  lower_all(*impl_->storage, true, [&](size_t i) {
+    if (step_of[i] < 0) return static_cast<char*>(fold_frame.data());
+    size_t off = impl_->memory.scratch_offset[size_t(step_of[i])];
+    return off == SIZE_MAX ? nullptr : base + off;
+  });
   ThreadPool& pool = pool_ ? *pool_ : default_pool();
   for (const Launch& l : fold_now) l.fn(l.args, pool);
 }
@@ -356,7 +371,7 @@ HostTensor Plan::read(ValueId v) const {
 
 size_t Plan::arena_bytes() const { return impl_->memory.arena_bytes; }
 size_t Plan::unplanned_bytes() const { return impl_->memory.naive_bytes; }
-size_t Plan::scratch_bytes() const { return impl_->scratch->bytes(); }
+size_t Plan::scratch_bytes() const { return impl_->storage->scratch_bytes(); }
 bool Plan::keeps_intermediates() const { return impl_->keep_all; }
 
 std::vector<BufferInfo> Plan::buffers() const {
@@ -374,7 +389,7 @@ std::vector<BufferInfo> Plan::buffers() const {
 std::string Plan::describe() const {
   std::ostringstream o;
   o << "plan: " << launches_.size() << " launches, arena " << arena_bytes() << " bytes, scratch "
-    << impl_->scratch->bytes() << " bytes, isa " << kernels::isa_name(kernels::active_isa()) << "\n";
+    << impl_->storage->scratch_bytes() << " bytes, isa " << kernels::isa_name(kernels::active_isa()) << "\n";
   for (const Launch& l : launches_) {
     const Node& nd = graph_.node(l.node);
     o << "  %" << l.node << " " << op_name(nd.op) << " " << dtype_name(nd.dtype) << shape_str(nd.shape);

@@ -11,22 +11,25 @@ namespace synoros::kernels {
 namespace {
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Packed layouts: A panel p holds rows [p*MR, p*MR+MR) as [K][MR]; B panel q holds columns
-// [q*NR, q*NR+NR) as [K][NR]. Out-of-range rows and columns are zero.
-void pack_a_panel(const GemmShape& s, const float* A, int64_t p, float* dst) {
+// Packed layouts of one K block [k0, k0 + kc): A panel p holds rows [p*MR, p*MR+MR) as
+// [kc][MR]; B panel q holds columns [q*NR, q*NR+NR) as [kc][NR]. Out-of-range rows and columns
+// are zero.
+void pack_a_panel(const GemmShape& s, const float* A, int64_t p, int64_t k0, int64_t kc, float* dst) {
   int64_t m0 = p * kGemmMR, rows = std::min(kGemmMR, s.M - m0);
-  for (int64_t k = 0; k < s.K; ++k) {
-    float* d = dst + k * kGemmMR;
+  for (int64_t kk = 0; kk < kc; ++kk) {
+    int64_t k = k0 + kk;
+    float* d = dst + kk * kGemmMR;
     int64_t i = 0;
     for (; i < rows; ++i) d[i] = A[(m0 + i) * s.a_rs + k * s.a_cs];
     for (; i < kGemmMR; ++i) d[i] = 0.f;
   }
 }
 
-void pack_b_panel(const GemmShape& s, const float* B, int64_t q, float* dst) {
+void pack_b_panel(const GemmShape& s, const float* B, int64_t q, int64_t k0, int64_t kc, float* dst) {
   int64_t n0 = q * kGemmNR, cols = std::min(kGemmNR, s.N - n0);
-  for (int64_t k = 0; k < s.K; ++k) {
-    float* d = dst + k * kGemmNR;
+  for (int64_t kk = 0; kk < kc; ++kk) {
+    int64_t k = k0 + kk;
+    float* d = dst + kk * kGemmNR;
     const float* src = B + k * s.b_rs + n0 * s.b_cs;
     if (s.b_cs == 1 && cols == kGemmNR) {
       std::memcpy(d, src, sizeof(float) * kGemmNR);
@@ -224,19 +227,21 @@ struct GemmJob {
   const float* A;
   const float* B;
   float* C;
-  float* pa;  // packed A, panels of [K][MR]
-  float* pb;  // packed B, panels of [K][NR]
-  int64_t mp, np;
+  float* pa;  // packed A of the current K block, panels of [kc][MR]
+  float* pb;  // packed B of the current K block, panels of [kc][NR]
+  int64_t mp, np, k0, kc;
   bool avx2;
 };
 
 void pack_chunk(const void* p, int64_t i) {
   const GemmJob& j = *static_cast<const GemmJob*>(p);
-  if (i < j.mp) pack_a_panel(*j.s, j.A, i, j.pa + i * j.s->K * kGemmMR);
-  else pack_b_panel(*j.s, j.B, i - j.mp, j.pb + (i - j.mp) * j.s->K * kGemmNR);
+  if (i < j.mp) pack_a_panel(*j.s, j.A, i, j.k0, j.kc, j.pa + i * j.kc * kGemmMR);
+  else pack_b_panel(*j.s, j.B, i - j.mp, j.k0, j.kc, j.pb + (i - j.mp) * j.kc * kGemmNR);
 }
 
-// One chunk = one B panel (a column strip of C) across all A panels and all K blocks.
+// One chunk = one B panel (a column strip of C) across all A panels, for one K block. After
+// the first block each tile resumes from C: the stored float is the chain's value, so the bits
+// are those of one unbroken chain.
 void compute_chunk(const void* p, int64_t q) {
   const GemmJob& j = *static_cast<const GemmJob*>(p);
   const GemmShape& s = *j.s;
@@ -245,13 +250,13 @@ void compute_chunk(const void* p, int64_t q) {
   for (int64_t pa = 0; pa < j.mp; ++pa) {
     int64_t m0 = pa * kGemmMR, rows = std::min(kGemmMR, s.M - m0);
     std::memset(acc, 0, sizeof(acc));
-    const float* a = j.pa + pa * s.K * kGemmMR;
-    const float* b = j.pb + q * s.K * kGemmNR;
-    for (int64_t k0 = 0; k0 < s.K; k0 += kGemmKC) {
-      int64_t kc = std::min(kGemmKC, s.K - k0);
-      if (j.avx2) micro_avx2(kc, a + k0 * kGemmMR, b + k0 * kGemmNR, acc);
-      else micro_scalar(kc, a + k0 * kGemmMR, b + k0 * kGemmNR, acc);
-    }
+    if (j.k0 > 0)
+      for (int64_t i = 0; i < rows; ++i)
+        std::memcpy(acc + i * kGemmNR, j.C + (m0 + i) * s.c_rs + n0, sizeof(float) * size_t(cols));
+    const float* a = j.pa + pa * j.kc * kGemmMR;
+    const float* b = j.pb + q * j.kc * kGemmNR;
+    if (j.avx2) micro_avx2(j.kc, a, b, acc);
+    else micro_scalar(j.kc, a, b, acc);
     for (int64_t i = 0; i < rows; ++i)
       std::memcpy(j.C + (m0 + i) * s.c_rs + n0, acc + i * kGemmNR, sizeof(float) * size_t(cols));
   }
@@ -259,7 +264,10 @@ void compute_chunk(const void* p, int64_t q) {
 }  // namespace
 
 size_t gemm_scratch_floats(const GemmShape& s) {
-  return size_t(ceil_div(s.M, kGemmMR) * kGemmMR * s.K + ceil_div(s.N, kGemmNR) * kGemmNR * s.K) + 16;
+  int64_t kc = std::min(s.K, kGemmKC);
+  int64_t packed = (ceil_div(s.M, kGemmMR) * kGemmMR + ceil_div(s.N, kGemmNR) * kGemmNR) * kc;
+  bool tiny = s.M * s.N * s.K < (1 << 15);
+  return size_t(tiny ? std::max(packed, s.K * s.N) : packed) + 16;  // small path transposes B
 }
 
 void sgemm(const GemmShape& s, const float* A, const float* B, float* C, float* scratch, int isa,
@@ -270,8 +278,8 @@ void sgemm(const GemmShape& s, const float* A, const float* B, float* C, float* 
     for (int64_t m = 0; m < s.M; ++m) std::memset(C + m * s.c_rs, 0, sizeof(float) * size_t(s.N));
     return;
   }
-  GemmJob j{&s, A, B, C, scratch, nullptr, ceil_div(s.M, kGemmMR), ceil_div(s.N, kGemmNR), avx2};
-  j.pb = scratch + j.mp * kGemmMR * s.K;
+  GemmJob j{&s, A, B, C, scratch, nullptr, ceil_div(s.M, kGemmMR), ceil_div(s.N, kGemmNR), 0, 0, avx2};
+  j.pb = scratch + j.mp * kGemmMR * std::min(s.K, kGemmKC);
   // Tiny problems run inline: a parallel launch costs more than the work.
   bool tiny = s.M * s.N * s.K < (1 << 15);
   if (tiny && isa >= 1) {
@@ -291,13 +299,16 @@ void sgemm(const GemmShape& s, const float* A, const float* B, float* C, float* 
     if (isa >= 2) return small_gemm_avx512(s, A, b, ldb, C);
     return small_gemm_avx2(s, A, b, ldb, C);
   }
-  if (tiny) {
-    for (int64_t i = 0; i < j.mp + j.np; ++i) pack_chunk(&j, i);
-    for (int64_t q = 0; q < j.np; ++q) compute_chunk(&j, q);
-    return;
+  for (j.k0 = 0; j.k0 < s.K; j.k0 += kGemmKC) {
+    j.kc = std::min(kGemmKC, s.K - j.k0);
+    if (tiny) {
+      for (int64_t i = 0; i < j.mp + j.np; ++i) pack_chunk(&j, i);
+      for (int64_t q = 0; q < j.np; ++q) compute_chunk(&j, q);
+      continue;
+    }
+    pool.run(j.mp + j.np, pack_chunk, &j);
+    pool.run(j.np, compute_chunk, &j);
   }
-  pool.run(j.mp + j.np, pack_chunk, &j);
-  pool.run(j.np, compute_chunk, &j);
 }
 
 void dgemm(const GemmShape& s, const double* A, const double* B, double* C) {
