@@ -36,6 +36,22 @@ def torch_run(threads, min_time):
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
+def memory_rows(bench):
+    """Peak bytes of one GPT training step: the engine's plan against PyTorch eager."""
+    cli = os.path.join(os.path.dirname(bench), "synoros")
+    eng = json.loads(subprocess.run([cli, "memory"], check=True, capture_output=True,
+                                    text=True).stdout)
+    env = dict(os.environ, GLIBC_TUNABLES=TUNABLES, OMP_NUM_THREADS="1")
+    code = ("import sys; sys.path.insert(0, %r); import torch, torch_gpt; torch.set_num_threads(1); "
+            "print(torch_gpt.step_peak_bytes())" % HERE)
+    torch_peak = int(subprocess.run(["/usr/bin/python3", "-c", code], env=env, check=True,
+                                    capture_output=True, text=True).stdout.strip().splitlines()[-1])
+    return {"engine_planned_bytes": eng["planned_bytes"], "engine_unplanned_bytes": eng["unplanned_bytes"],
+            "torch_peak_bytes": torch_peak, "param_bytes": eng["param_bytes"],
+            "planned_over_unplanned": eng["planned_bytes"] / eng["unplanned_bytes"],
+            "planned_over_torch": eng["planned_bytes"] / torch_peak}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bench", default=os.path.join(HERE, "..", "build", "synoros_bench"))
@@ -60,8 +76,16 @@ def main():
     for r in rows:
         print(f"{r['scenario']:<22}{r['threads']:>8}{r['engine_ns']:>18.1f}{r['torch_ns']:>18.1f}"
               f"{r['ratio']:>9.1f}x")
+    mem = memory_rows(args.bench)
+    print("\nGPT training step (4 layers, width 256, 4 heads, sequence 128, batch 8), peak bytes "
+          "beyond parameters and inputs:")
+    print(f"  engine planned   {mem['engine_planned_bytes'] / 1e6:9.1f} MB "
+          f"(arena incl. kernel scratch; {mem['planned_over_unplanned']:.2f}x unplanned, "
+          f"{mem['planned_over_torch']:.2f}x PyTorch)")
+    print(f"  engine unplanned {mem['engine_unplanned_bytes'] / 1e6:9.1f} MB")
+    print(f"  PyTorch eager    {mem['torch_peak_bytes'] / 1e6:9.1f} MB (heap live bytes, sampled after every op)")
     with open(args.json, "w") as f:
-        json.dump({"medians_over_processes": args.processes, "rows": rows}, f, indent=2)
+        json.dump({"medians_over_processes": args.processes, "rows": rows, "memory": mem}, f, indent=2)
     print(f"results written to {args.json}")
 
 
