@@ -47,5 +47,31 @@ TEST(VectorMath, SigmoidAndTanhAreAccurate) {
   EXPECT_TRUE(std::isnan(tanh_f32(std::nanf(""))));
 }
 
+TEST(VectorMath, LogIsAccurateFromDenormalsToHuge) {
+  double worst = 0;
+  for (int i = 0; i <= 200000; ++i) {
+    float x = std::pow(10.0f, -44.0f + 82.0f * float(i) / 200000.0f);
+    double r = std::log(double(x));
+    // Near x = 1 log is tiny: measure relative to max(|log x|, 1) there, as the oracle does.
+    worst = std::max(worst, std::fabs(double(log_f32(x)) - r) / std::max(std::fabs(r), 1e-3));
+  }
+  EXPECT_LT(worst / std::numeric_limits<float>::epsilon(), 3.0);
+  for (float x : {0.5f, 0.999f, 1.0f, 1.001f, 2.0f, 3.14159f})
+    EXPECT_NEAR(log_f32(x), std::log(double(x)), 3e-7 * std::max(1.0, std::fabs(std::log(double(x)))));
+  EXPECT_EQ(log_f32(1.0f), 0.0f);
+  EXPECT_EQ(log_f32(0.0f), -std::numeric_limits<float>::infinity());
+  EXPECT_EQ(log_f32(std::numeric_limits<float>::infinity()), std::numeric_limits<float>::infinity());
+  EXPECT_TRUE(std::isnan(log_f32(-1.0f)));
+  EXPECT_TRUE(std::isnan(log_f32(std::nanf(""))));
+}
+
+TEST(VectorMath, ErfIsAccurate) {
+  EXPECT_LT(worst_error(erf_f32, [](double x) { return std::erf(x); }, -6, 6, 0), 4.0);
+  EXPECT_EQ(erf_f32(0.0f), 0.0f);
+  EXPECT_EQ(erf_f32(10.0f), 1.0f);
+  EXPECT_EQ(erf_f32(-10.0f), -1.0f);
+  EXPECT_TRUE(std::isnan(erf_f32(std::nanf(""))));
+}
+
 }  // namespace
 }  // namespace synoros::kernels::fn

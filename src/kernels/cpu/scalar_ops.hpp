@@ -75,6 +75,60 @@ inline float tanh_f32(float x) {
   return x != x ? x : y;
 }
 
+// float32 log (Cephes' logf polynomial): mantissa in [sqrt(1/2), sqrt(2)) times 2^e, then
+// log(1 + f) by a degree-9 polynomial. Denormals are scaled into the normal range first.
+// log(0) = -inf, log(inf) = inf, negative or NaN give NaN. Branch-free.
+inline float log_f32(float x) {
+  bool tiny = x < 1.17549435e-38f;
+  float xs = tiny ? x * 8388608.0f : x;  // 2^23
+  int32_t bits = std::bit_cast<int32_t>(xs);
+  int32_t e = ((bits >> 23) & 0xff) - 126;
+  float m = std::bit_cast<float>((bits & 0x007fffff) | 0x3f000000);  // in [0.5, 1)
+  bool lo = m < 0.707106781186547524f;
+  float f = lo ? (m + m) - 1.0f : m - 1.0f;
+  float ef = float(lo ? e - 1 : e) - (tiny ? 23.0f : 0.0f);
+  float z = f * f;
+  float p = 7.0376836292e-2f;
+  p = p * f - 1.1514610310e-1f;
+  p = p * f + 1.1676998740e-1f;
+  p = p * f - 1.2420140846e-1f;
+  p = p * f + 1.4249322787e-1f;
+  p = p * f - 1.6668057665e-1f;
+  p = p * f + 2.0000714765e-1f;
+  p = p * f - 2.4999993993e-1f;
+  p = p * f + 3.3333331174e-1f;
+  float y = p * f * z;
+  y = y + ef * -2.12194440e-4f;
+  y = y - 0.5f * z;
+  float r = (f + y) + ef * 0.693359375f;
+  r = x == 0.0f ? -INFINITY : r;
+  r = x == INFINITY ? x : r;
+  return x < 0.0f || x != x ? NAN : r;
+}
+
+// float32 erf: a 13/8 odd rational minimax approximation on [-4, 4] (beyond it erf rounds to
+// +-1 in float), one divide.
+inline float erf_f32(float x) {
+  float c = x > 4.0f ? 4.0f : x;
+  c = c < -4.0f ? -4.0f : c;
+  float z = c * c;
+  float p = -2.72614225801306e-10f;
+  p = p * z + 2.77068142495902e-08f;
+  p = p * z + -2.10102402082508e-06f;
+  p = p * z + -5.69250639462346e-05f;
+  p = p * z + -7.34990630326855e-04f;
+  p = p * z + -2.95459980854025e-03f;
+  p = p * z + -1.60960333262415e-02f;
+  p = p * c;
+  float q = -1.45660718464996e-05f;
+  q = q * z + -2.13374055278905e-04f;
+  q = q * z + -1.68282697438203e-03f;
+  q = q * z + -7.37332916720468e-03f;
+  q = q * z + -1.42647390514189e-02f;
+  float y = p / q;
+  return x != x ? x : y;
+}
+
 template <class T>
 constexpr T kHalf = T(0.5);
 
@@ -83,14 +137,17 @@ struct Exp {
   static float f(float x) { return exp_f32(x); }
   static double f(double x) { return std::exp(x); }
 };
-struct Log { template <class T> static T f(T x) { return std::log(x); } };
+struct Log {
+  static float f(float x) { return log_f32(x); }
+  static double f(double x) { return std::log(x); }
+};
 struct Sqrt { template <class T> static T f(T x) { return std::sqrt(x); } };
 struct Rsqrt { template <class T> static T f(T x) { return T(1) / std::sqrt(x); } };
 struct Abs { template <class T> static T f(T x) { return std::fabs(x); } };
 struct Relu { template <class T> static T f(T x) { return x > T(0) ? x : T(0); } };
 struct Gelu {
-  template <class T>
-  static T f(T x) { return kHalf<T> * x * (T(1) + std::erf(x * T(0.70710678118654752440))); }
+  static float f(float x) { return 0.5f * x * (1.0f + erf_f32(x * 0.70710678118654752440f)); }
+  static double f(double x) { return 0.5 * x * (1.0 + std::erf(x * 0.70710678118654752440)); }
 };
 struct Sigmoid {
   static float f(float x) { return sigmoid_f32(x); }
@@ -112,10 +169,14 @@ struct CmpLt { template <class T> static T f(T a, T b) { return a < b ? T(1) : T
 struct CmpEq { template <class T> static T f(T a, T b) { return a == b ? T(1) : T(0); } };
 struct ReluGrad { template <class T> static T f(T g, T x) { return x > T(0) ? g : T(0); } };
 struct GeluGrad {
-  template <class T>
-  static T f(T g, T x) {
-    T cdf = kHalf<T> * (T(1) + std::erf(x * T(0.70710678118654752440)));
-    T pdf = std::exp(-kHalf<T> * x * x) * T(0.39894228040143267794);
+  static float f(float g, float x) {
+    float cdf = 0.5f * (1.0f + erf_f32(x * 0.70710678118654752440f));
+    float pdf = exp_f32(-0.5f * x * x) * 0.39894228040143267794f;
+    return g * (cdf + x * pdf);
+  }
+  static double f(double g, double x) {
+    double cdf = 0.5 * (1.0 + std::erf(x * 0.70710678118654752440));
+    double pdf = std::exp(-0.5 * x * x) * 0.39894228040143267794;
     return g * (cdf + x * pdf);
   }
 };
