@@ -58,7 +58,8 @@ inline void run_block(const GroupArgs& a, char (*slots)[kBlock * 8], const char*
 
 void group_chunk(const void* p, int64_t chunk) {
   const GroupArgs& a = *static_cast<const GroupArgs*>(p);
-  alignas(64) char slots[kFuseMaxMembers - 1][kBlock * 8];
+  // Per-thread block scratch: chunks of one launch run on several threads at once.
+  alignas(64) static thread_local char slots[kFuseMaxMembers - 1][kBlock * 8];
   int64_t begin = chunk * kChunk, end = std::min(a.total, begin + kChunk);
   if (a.rank == 1) {  // every external contiguous or a broadcast scalar: no index walking
     int64_t s_inner[kFuseMaxExternals];
