@@ -74,6 +74,13 @@ struct BufferInfo {
   ValueId inplace_of;  // the value whose bytes it took over, or kNoValue
 };
 
+// What one launch computes: the ops it runs (a fused group lists all of them, producer first)
+// and the values it reads from memory.
+struct LaunchInfo {
+  std::vector<ValueId> ops;
+  std::vector<ValueId> reads;
+};
+
 // A compiled program: a flat list of launches over pre-resolved buffers. run() allocates nothing.
 class Plan {
  public:
@@ -98,6 +105,7 @@ class Plan {
   const Graph& graph() const { return graph_; }
   const std::vector<ValueId>& outputs() const { return outputs_; }
   const std::vector<Launch>& launches() const { return launches_; }
+  const std::vector<LaunchInfo>& launch_info() const;
   ValueId find_input(const std::string& name) const;
   size_t arena_bytes() const;      // peak bytes of all planned values
   size_t unplanned_bytes() const;  // what the same values take with no sharing

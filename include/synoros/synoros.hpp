@@ -9,3 +9,4 @@
 #include "synoros/tensor.hpp"
 #include "synoros/tiny_mlp.hpp"
 #include "synoros/gpt.hpp"
+#include "synoros/profile.hpp"

@@ -4,5 +4,6 @@ namespace synoros::cli {
 int train_mlp(int argc, char** argv);
 int print_plan(int argc, char** argv);
 int gpt_memory();
+int profile_model(int argc, char** argv);
 int info();
 }  // namespace synoros::cli

@@ -13,6 +13,8 @@ void usage() {
                "  train-mlp [--steps N] [--lr X]   train the tiny MLP on a synthetic regression task\n"
                "  plan [--no-fusion] [--no-plan]   print the compiled plan of one tiny-MLP SGD step\n"
                "  memory                           peak bytes of one GPT training step (JSON)\n"
+               "  profile [--model mlp|gpt] [--iterations N] [--trace FILE]\n"
+               "                                   time every launch of one training step\n"
                "  info                             instruction set and thread count in use\n";
 }
 }  // namespace
@@ -27,6 +29,7 @@ int main(int argc, char** argv) {
     if (cmd == "train-mlp") return synoros::cli::train_mlp(argc - 2, argv + 2);
     if (cmd == "plan") return synoros::cli::print_plan(argc - 2, argv + 2);
     if (cmd == "memory") return synoros::cli::gpt_memory();
+    if (cmd == "profile") return synoros::cli::profile_model(argc - 2, argv + 2);
     if (cmd == "info") return synoros::cli::info();
     if (cmd == "-h" || cmd == "--help" || cmd == "help") {
       usage();

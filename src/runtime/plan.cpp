@@ -18,6 +18,7 @@ struct Plan::Impl {
   std::unique_ptr<Buffer> arena;
   passes::MemoryPlan memory;
   std::vector<std::vector<ValueId>> groups;  // fused groups of more than one op
+  std::vector<LaunchInfo> info;              // per launch
   std::vector<bool> readable;                // holds its value after run()
   bool keep_all = false;
   std::vector<ValueId> inputs;
@@ -171,12 +172,15 @@ Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
   // become the launch list.
   std::vector<Launch> fold_now;
   std::vector<size_t> frame(n, 0);
+  passes::MemoryPlanInput mi;
+  std::vector<int> step_of(n, -1);
   auto lower_all = [&](kernels::PlanStorage& storage, bool keep, auto frame_base) {
     for (size_t i = 0; i < n; ++i) {
       const Node& nd = graph_.node(ValueId(i));
       if (!needed[i] || fused_away[i] || op_info(nd.op).kind == OpKind::Leaf) continue;
       storage.begin_frame(frame_base(i));
       Launch l;
+      std::vector<ValueId> ops = {ValueId(i)};
       try {
         if (group_of[i] >= 0) {
           const passes::FusionGroup& grp = groups[size_t(group_of[i])];
@@ -192,6 +196,7 @@ Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
             shown.insert(shown.begin(), e);
           }
           if (keep && shown.size() > 1) impl_->groups.push_back(shown);
+          ops = shown;
         } else {
           kernels::LowerCtx ctx = make_ctx(ValueId(i), ptrs_[i], storage);
           l = kernels::lower(ctx);
@@ -201,7 +206,12 @@ Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
       }
       frame[i] = storage.frame_bytes();
       if (!l.fn || !keep) continue;
-      (folded[i] ? fold_now : launches_).push_back(l);
+      if (folded[i]) {
+        fold_now.push_back(l);
+        continue;
+      }
+      launches_.push_back(l);
+      impl_->info.push_back({ops, mi.reads[size_t(step_of[i])]});
     }
   };
   char* const placeholder = reinterpret_cast<char*>(uintptr_t(1) << 20);  // never dereferenced
@@ -211,7 +221,6 @@ Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
     lower_all(sizing, false, [&](size_t) { return placeholder; });
   }
 
-  passes::MemoryPlanInput mi;
   mi.g = &graph_;
   mi.alias_root = alias_root;
   mi.observable = observable;
@@ -269,7 +278,6 @@ Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
   impl_->fed.assign(n, false);
   impl_->unfed = impl_->inputs.size();
 
-  std::vector<int> step_of(n, -1);
   for (size_t k = 0; k < mi.order.size(); ++k) step_of[size_t(mi.order[k])] = int(k);
   size_t fold_scratch = 0;
   for (size_t i = 0; i < n; ++i)
@@ -371,6 +379,7 @@ HostTensor Plan::read(ValueId v) const {
 
 size_t Plan::arena_bytes() const { return impl_->memory.arena_bytes; }
 size_t Plan::unplanned_bytes() const { return impl_->memory.naive_bytes; }
+const std::vector<LaunchInfo>& Plan::launch_info() const { return impl_->info; }
 size_t Plan::scratch_bytes() const { return impl_->storage->scratch_bytes(); }
 bool Plan::keeps_intermediates() const { return impl_->keep_all; }
 

@@ -1,0 +1,180 @@
+#include "synoros/profile.hpp"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <iomanip>
+#include <sstream>
+
+#include "kernels/kernel_api.hpp"
+
+namespace synoros {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Independent FMA chains, enough to cover the FMA latency on every port.
+__attribute__((target("avx512f"))) double fma_rate_avx512(int64_t iters) {
+  __m512 acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = _mm512_set1_ps(float(i));
+  __m512 a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(0.001f);
+  auto t0 = Clock::now();
+  for (int64_t k = 0; k < iters; ++k)
+    for (int i = 0; i < 12; ++i) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
+  double s = seconds_since(t0);
+  alignas(64) float out[16];
+  __m512 sum = acc[0];
+  for (int i = 1; i < 12; ++i) sum = _mm512_add_ps(sum, acc[i]);
+  _mm512_store_ps(out, sum);
+  asm volatile("" : : "r"(out) : "memory");
+  return double(iters) * 12 * 16 * 2 / s;
+}
+
+__attribute__((target("avx2,fma"))) double fma_rate_avx2(int64_t iters) {
+  __m256 acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = _mm256_set1_ps(float(i));
+  __m256 a = _mm256_set1_ps(0.999f), b = _mm256_set1_ps(0.001f);
+  auto t0 = Clock::now();
+  for (int64_t k = 0; k < iters; ++k)
+    for (int i = 0; i < 12; ++i) acc[i] = _mm256_fmadd_ps(acc[i], a, b);
+  double s = seconds_since(t0);
+  alignas(32) float out[8];
+  __m256 sum = acc[0];
+  for (int i = 1; i < 12; ++i) sum = _mm256_add_ps(sum, acc[i]);
+  _mm256_store_ps(out, sum);
+  asm volatile("" : : "r"(out) : "memory");
+  return double(iters) * 12 * 8 * 2 / s;
+}
+
+double fma_rate_scalar(int64_t iters) {
+  float acc[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  auto t0 = Clock::now();
+  for (int64_t k = 0; k < iters; ++k)
+    for (int i = 0; i < 8; ++i) acc[i] = acc[i] * 0.999f + 0.001f;
+  double s = seconds_since(t0);
+  asm volatile("" : : "r"(acc) : "memory");
+  return double(iters) * 8 * 2 / s;
+}
+
+std::string launch_label(const Graph& g, const LaunchInfo& li) {
+  std::string l;
+  for (ValueId v : li.ops) l += (l.empty() ? "" : "+") + std::string(op_name(g.node(v).op));
+  return l;
+}
+}  // namespace
+
+MachinePeak measure_peak() {
+  MachinePeak p;
+  kernels::Isa isa = kernels::active_isa();
+  p.isa = kernels::isa_name(isa);
+  double best = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    double r = isa == kernels::Isa::Avx512 ? fma_rate_avx512(2'000'000)
+               : isa == kernels::Isa::Avx2 ? fma_rate_avx2(2'000'000)
+                                           : fma_rate_scalar(5'000'000);
+    best = std::max(best, r);
+  }
+  p.gflops = best / 1e9;
+  // Streaming copy of 64 MiB: read + write bytes per second, best of five.
+  size_t n = size_t(16) << 20;
+  Buffer src(n * 4), dst(n * 4);
+  std::memset(src.data(), 1, n * 4);
+  double bw = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    auto t0 = Clock::now();
+    std::memcpy(dst.data(), src.data(), n * 4);
+    bw = std::max(bw, 2.0 * double(n * 4) / seconds_since(t0));
+  }
+  p.gbps = bw / 1e9;
+  return p;
+}
+
+Profile profile(Plan& plan, int iterations, const MachinePeak& peak) {
+  if (iterations < 1) throw Error("profile: iterations must be >= 1");
+  const Graph& g = plan.graph();
+  const auto& launches = plan.launches();
+  const auto& info = plan.launch_info();
+  ThreadPool& pool = default_pool();
+  plan.run();  // warm up (and check inputs are fed)
+  std::vector<std::vector<double>> samples(launches.size());
+  std::vector<double> totals;
+  for (int it = 0; it < iterations; ++it) {
+    auto run0 = Clock::now();
+    for (size_t k = 0; k < launches.size(); ++k) {
+      auto t0 = Clock::now();
+      launches[k].fn(launches[k].args, pool);
+      samples[k].push_back(seconds_since(t0) * 1e9);
+    }
+    totals.push_back(seconds_since(run0) * 1e9);
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  Profile p;
+  p.peak = peak;
+  p.total_ns = median(totals);
+  for (size_t k = 0; k < launches.size(); ++k) {
+    ProfileEntry e;
+    e.node = launches[k].node;
+    e.label = launch_label(g, info[k]);
+    e.ns = median(samples[k]);
+    for (ValueId v : info[k].ops) e.flops += op_info(g.node(v).op).cost(g, g.node(v)).flops;
+    // Memory traffic: what the launch reads from memory and the one value it writes.
+    for (ValueId r : info[k].reads) e.bytes += double(numel(g.shape(r)) * int64_t(dtype_size(g.dtype(r))));
+    const Node& out = g.node(e.node);
+    e.bytes += double(numel(out.shape) * int64_t(dtype_size(out.dtype)));
+    p.entries.push_back(e);
+  }
+  return p;
+}
+
+std::string Profile::table() const {
+  std::vector<const ProfileEntry*> order;
+  double sum = 0;
+  for (const auto& e : entries) order.push_back(&e), sum += e.ns;
+  std::sort(order.begin(), order.end(), [](auto* a, auto* b) { return a->ns > b->ns; });
+  std::ostringstream o;
+  o << std::fixed;
+  o << "run " << std::setprecision(1) << total_ns << " ns (launches " << sum << " ns); peak "
+    << std::setprecision(1) << peak.gflops << " GFLOP/s, " << peak.gbps << " GB/s DRAM (" << peak.isa
+    << ", one core)\n";
+  o << std::left << std::setw(8) << "node" << std::setw(34) << "launch" << std::right << std::setw(12)
+    << "ns" << std::setw(8) << "share" << std::setw(11) << "GFLOP/s" << std::setw(9) << "GB/s"
+    << std::setw(10) << "of peak" << "\n";
+  for (const ProfileEntry* e : order) {
+    // Share of the machine's limit: compute for launches with arithmetic, else memory bandwidth
+    // (which small, cache-resident launches can exceed).
+    double of_peak = e->flops >= e->bytes ? (peak.gflops > 0 ? e->gflops() / peak.gflops : 0)
+                                          : (peak.gbps > 0 ? e->gbps() / peak.gbps : 0);
+    std::string label = e->label.size() > 32 ? e->label.substr(0, 29) + "..." : e->label;
+    o << std::left << std::setw(8) << ("%" + std::to_string(e->node)) << std::setw(34) << label << std::right
+      << std::setprecision(1) << std::setw(12) << e->ns << std::setw(7) << (sum > 0 ? 100 * e->ns / sum : 0) << "%"
+      << std::setprecision(2) << std::setw(11) << e->gflops() << std::setw(9) << e->gbps()
+      << std::setprecision(1) << std::setw(9) << 100 * of_peak << "%\n";
+  }
+  return o.str();
+}
+
+std::string Profile::chrome_trace() const {
+  std::ostringstream o;
+  o << std::fixed << std::setprecision(3);
+  o << "{\"traceEvents\": [\n";
+  double ts = 0;
+  for (size_t k = 0; k < entries.size(); ++k) {
+    const ProfileEntry& e = entries[k];
+    o << (k ? ",\n" : "") << "  {\"name\": \"" << e.label << "\", \"cat\": \"launch\", \"ph\": \"X\", \"ts\": "
+      << ts / 1e3 << ", \"dur\": " << e.ns / 1e3 << ", \"pid\": 0, \"tid\": 0, \"args\": {\"node\": " << e.node
+      << ", \"flops\": " << e.flops << ", \"bytes\": " << e.bytes << "}}";
+    ts += e.ns;
+  }
+  o << "\n], \"displayTimeUnit\": \"ns\"}\n";
+  return o.str();
+}
+
+}  // namespace synoros

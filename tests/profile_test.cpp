@@ -1,0 +1,48 @@
+// Measure: the profiler times every launch and accounts for every op's FLOPs.
+#include <gtest/gtest.h>
+
+#include "test_util.hpp"
+
+namespace synoros {
+namespace {
+
+TEST(Profiler, CoversEveryLaunchAndEveryFlop) {
+  TinyTask task(1);
+  TinyMLP m(2);
+  CompiledStep step = compile_tiny_mlp_sgd(m, 1e-3);
+  step.plan().set_input("arg0", task.x);
+  step.plan().set_input("arg1", task.target);
+  MachinePeak peak{100, 10, "test"};
+  Profile p = profile(step.plan(), 5, peak);
+  ASSERT_EQ(p.entries.size(), step.plan().launches().size());
+  double flops = 0, expect = 0;
+  for (const auto& e : p.entries) {
+    EXPECT_GT(e.ns, 0);
+    EXPECT_GT(e.bytes, 0);
+    flops += e.flops;
+  }
+  // Every op that runs is counted once, whether fused or not.
+  for (const LaunchInfo& li : step.plan().launch_info())
+    for (ValueId v : li.ops) {
+      const Graph& g = step.plan().graph();
+      expect += op_info(g.node(v).op).cost(g, g.node(v)).flops;
+    }
+  EXPECT_EQ(flops, expect);
+  // The five matmuls are all there: layer 1 forward and its weight gradient (8x16x32), layer 2
+  // forward, its weight gradient and the gradient into layer 1 (8x32x8).
+  EXPECT_GE(flops, 2.0 * (2 * 8 * 16 * 32) + 3.0 * (2 * 8 * 32 * 8));
+  std::string table = p.table();
+  EXPECT_NE(table.find("einsum+add+relu"), std::string::npos) << table;
+  std::string trace = p.chrome_trace();
+  EXPECT_EQ(trace.rfind("{\"traceEvents\": [", 0), 0u);
+  EXPECT_EQ(std::count(trace.begin(), trace.end(), '{'), std::ptrdiff_t(p.entries.size() * 2 + 1));
+}
+
+TEST(Profiler, MeasuresAPlausiblePeak) {
+  MachinePeak p = measure_peak();
+  EXPECT_GT(p.gflops, 0.5);  // any CPU that runs this does better than half a GFLOP/s
+  EXPECT_GT(p.gbps, 0.5);
+}
+
+}  // namespace
+}  // namespace synoros
