@@ -14,30 +14,32 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // Packed layouts of one K block [k0, k0 + kc): A panel p holds rows [p*MR, p*MR+MR) as
 // [kc][MR]; B panel q holds columns [q*NR, q*NR+NR) as [kc][NR]. Out-of-range rows and columns
 // are zero.
-void pack_a_panel(const GemmShape& s, const float* A, int64_t p, int64_t k0, int64_t kc, float* dst) {
-  int64_t m0 = p * kGemmMR, rows = std::min(kGemmMR, s.M - m0);
-  for (int64_t kk = 0; kk < kc; ++kk) {
-    int64_t k = k0 + kk;
-    float* d = dst + kk * kGemmMR;
-    int64_t i = 0;
-    for (; i < rows; ++i) d[i] = A[(m0 + i) * s.a_rs + k * s.a_cs];
-    for (; i < kGemmMR; ++i) d[i] = 0.f;
+void pack_a_panel(const GemmShape& s, const float* A, int64_t p, int64_t k0, int64_t kc, int64_t mr,
+                  float* dst) {
+  int64_t m0 = p * mr, rows = std::min(mr, s.M - m0);
+  // Row by row: each row of A is read along k (contiguous when A is row-major).
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* src = A + (m0 + i) * s.a_rs + k0 * s.a_cs;
+    for (int64_t kk = 0; kk < kc; ++kk) dst[kk * mr + i] = src[kk * s.a_cs];
   }
+  for (int64_t i = rows; i < mr; ++i)
+    for (int64_t kk = 0; kk < kc; ++kk) dst[kk * mr + i] = 0.f;
 }
 
-void pack_b_panel(const GemmShape& s, const float* B, int64_t q, int64_t k0, int64_t kc, float* dst) {
-  int64_t n0 = q * kGemmNR, cols = std::min(kGemmNR, s.N - n0);
+void pack_b_panel(const GemmShape& s, const float* B, int64_t q, int64_t k0, int64_t kc, int64_t nr,
+                  float* dst) {
+  int64_t n0 = q * nr, cols = std::min(nr, s.N - n0);
   for (int64_t kk = 0; kk < kc; ++kk) {
     int64_t k = k0 + kk;
-    float* d = dst + kk * kGemmNR;
+    float* d = dst + kk * nr;
     const float* src = B + k * s.b_rs + n0 * s.b_cs;
-    if (s.b_cs == 1 && cols == kGemmNR) {
-      std::memcpy(d, src, sizeof(float) * kGemmNR);
+    if (s.b_cs == 1 && cols == nr) {
+      std::memcpy(d, src, sizeof(float) * size_t(nr));
       continue;
     }
     int64_t j = 0;
     for (; j < cols; ++j) d[j] = src[j * s.b_cs];
-    for (; j < kGemmNR; ++j) d[j] = 0.f;
+    for (; j < nr; ++j) d[j] = 0.f;
   }
 }
 
@@ -47,6 +49,34 @@ void micro_scalar(int64_t kc, const float* a, const float* b, float* acc) {
     for (int64_t i = 0; i < kGemmMR; ++i)
       for (int64_t j = 0; j < kGemmNR; ++j)
         acc[i * kGemmNR + j] = std::fma(a[k * kGemmMR + i], b[k * kGemmNR + j], acc[i * kGemmNR + j]);
+}
+
+// AVX-512: a 14 x 32 tile in 28 zmm accumulators; A broadcast straight from memory.
+constexpr int64_t kMR512 = 14, kNR512 = 32;
+__attribute__((target("avx512f,fma"))) void micro_avx512(int64_t kc, const float* a, const float* b,
+                                                          float* acc) {
+  __m512 c0[kMR512], c1[kMR512];
+#pragma GCC unroll 14
+  for (int i = 0; i < kMR512; ++i) {
+    c0[i] = _mm512_loadu_ps(acc + i * kNR512);
+    c1[i] = _mm512_loadu_ps(acc + i * kNR512 + 16);
+  }
+  for (int64_t k = 0; k < kc; ++k) {
+    __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
+#pragma GCC unroll 14
+    for (int i = 0; i < kMR512; ++i) {
+      __m512 x = _mm512_set1_ps(a[i]);
+      c0[i] = _mm512_fmadd_ps(x, b0, c0[i]);
+      c1[i] = _mm512_fmadd_ps(x, b1, c1[i]);
+    }
+    a += kMR512;
+    b += kNR512;
+  }
+#pragma GCC unroll 14
+  for (int i = 0; i < kMR512; ++i) {
+    _mm512_storeu_ps(acc + i * kNR512, c0[i]);
+    _mm512_storeu_ps(acc + i * kNR512 + 16, c1[i]);
+  }
 }
 
 __attribute__((target("avx2,fma"))) void micro_avx2(int64_t kc, const float* a, const float* b,
@@ -227,59 +257,62 @@ struct GemmJob {
   const float* A;
   const float* B;
   float* C;
-  float* pa;  // packed A of the current K block, panels of [kc][MR]
-  float* pb;  // packed B of the current K block, panels of [kc][NR]
-  int64_t mp, np, k0, kc;
-  bool avx2;
+  float* pa;  // packed A of the current K block, panels of [kc][mr]
+  float* pb;  // packed B of the current K block, panels of [kc][nr]
+  int64_t mp, np, k0, kc, mr, nr;
+  int isa;
 };
 
 void pack_chunk(const void* p, int64_t i) {
   const GemmJob& j = *static_cast<const GemmJob*>(p);
-  if (i < j.mp) pack_a_panel(*j.s, j.A, i, j.k0, j.kc, j.pa + i * j.kc * kGemmMR);
-  else pack_b_panel(*j.s, j.B, i - j.mp, j.k0, j.kc, j.pb + (i - j.mp) * j.kc * kGemmNR);
+  if (i < j.mp) pack_a_panel(*j.s, j.A, i, j.k0, j.kc, j.mr, j.pa + i * j.kc * j.mr);
+  else pack_b_panel(*j.s, j.B, i - j.mp, j.k0, j.kc, j.nr, j.pb + (i - j.mp) * j.kc * j.nr);
 }
 
 // One chunk = one B panel (a column strip of C) across all A panels, for one K block. After
 // the first block each tile resumes from C: the stored float is the chain's value, so the bits
-// are those of one unbroken chain.
+// are those of one unbroken chain (and independent of the tile shape).
 void compute_chunk(const void* p, int64_t q) {
   const GemmJob& j = *static_cast<const GemmJob*>(p);
   const GemmShape& s = *j.s;
-  int64_t n0 = q * kGemmNR, cols = std::min(kGemmNR, s.N - n0);
-  alignas(64) float acc[kGemmMR * kGemmNR];
+  int64_t n0 = q * j.nr, cols = std::min(j.nr, s.N - n0);
+  alignas(64) float acc[kMR512 * kNR512];
   for (int64_t pa = 0; pa < j.mp; ++pa) {
-    int64_t m0 = pa * kGemmMR, rows = std::min(kGemmMR, s.M - m0);
-    std::memset(acc, 0, sizeof(acc));
+    int64_t m0 = pa * j.mr, rows = std::min(j.mr, s.M - m0);
+    std::memset(acc, 0, sizeof(float) * size_t(j.mr * j.nr));
     if (j.k0 > 0)
       for (int64_t i = 0; i < rows; ++i)
-        std::memcpy(acc + i * kGemmNR, j.C + (m0 + i) * s.c_rs + n0, sizeof(float) * size_t(cols));
-    const float* a = j.pa + pa * j.kc * kGemmMR;
-    const float* b = j.pb + q * j.kc * kGemmNR;
-    if (j.avx2) micro_avx2(j.kc, a, b, acc);
+        std::memcpy(acc + i * j.nr, j.C + (m0 + i) * s.c_rs + n0, sizeof(float) * size_t(cols));
+    const float* a = j.pa + pa * j.kc * j.mr;
+    const float* b = j.pb + q * j.kc * j.nr;
+    if (j.isa >= 2) micro_avx512(j.kc, a, b, acc);
+    else if (j.isa == 1) micro_avx2(j.kc, a, b, acc);
     else micro_scalar(j.kc, a, b, acc);
     for (int64_t i = 0; i < rows; ++i)
-      std::memcpy(j.C + (m0 + i) * s.c_rs + n0, acc + i * kGemmNR, sizeof(float) * size_t(cols));
+      std::memcpy(j.C + (m0 + i) * s.c_rs + n0, acc + i * j.nr, sizeof(float) * size_t(cols));
   }
 }
 }  // namespace
 
 size_t gemm_scratch_floats(const GemmShape& s) {
   int64_t kc = std::min(s.K, kGemmKC);
-  int64_t packed = (ceil_div(s.M, kGemmMR) * kGemmMR + ceil_div(s.N, kGemmNR) * kGemmNR) * kc;
+  // Enough for either tile shape (6 x 16 or 14 x 32).
+  int64_t rows = std::max(ceil_div(s.M, kGemmMR) * kGemmMR, ceil_div(s.M, kMR512) * kMR512);
+  int64_t packed = (rows + ceil_div(s.N, kNR512) * kNR512) * kc;
   bool tiny = s.M * s.N * s.K < (1 << 15);
   return size_t(tiny ? std::max(packed, s.K * s.N) : packed) + 16;  // small path transposes B
 }
 
 void sgemm(const GemmShape& s, const float* A, const float* B, float* C, float* scratch, int isa,
            ThreadPool& pool) {
-  bool avx2 = isa >= 1;
   if (s.M == 0 || s.N == 0) return;
   if (s.K == 0) {
     for (int64_t m = 0; m < s.M; ++m) std::memset(C + m * s.c_rs, 0, sizeof(float) * size_t(s.N));
     return;
   }
-  GemmJob j{&s, A, B, C, scratch, nullptr, ceil_div(s.M, kGemmMR), ceil_div(s.N, kGemmNR), 0, 0, avx2};
-  j.pb = scratch + j.mp * kGemmMR * std::min(s.K, kGemmKC);
+  int64_t mr = isa >= 2 ? kMR512 : kGemmMR, nr = isa >= 2 ? kNR512 : kGemmNR;
+  GemmJob j{&s, A, B, C, scratch, nullptr, ceil_div(s.M, mr), ceil_div(s.N, nr), 0, 0, mr, nr, isa};
+  j.pb = scratch + j.mp * mr * std::min(s.K, kGemmKC);
   // Tiny problems run inline: a parallel launch costs more than the work.
   bool tiny = s.M * s.N * s.K < (1 << 15);
   if (tiny && isa >= 1) {
