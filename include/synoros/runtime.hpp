@@ -79,6 +79,7 @@ struct BufferInfo {
 struct LaunchInfo {
   std::vector<ValueId> ops;
   std::vector<ValueId> reads;
+  std::string kernel;  // the kernel selection pinned (e.g. engine-packed, openblas), or the op
 };
 
 // A compiled program: a flat list of launches over pre-resolved buffers. run() allocates nothing.
@@ -106,6 +107,8 @@ class Plan {
   const std::vector<ValueId>& outputs() const { return outputs_; }
   const std::vector<Launch>& launches() const { return launches_; }
   const std::vector<LaunchInfo>& launch_info() const;
+  // The kernel configuration the plan was compiled under ("avx512", "avx2 strict", ...).
+  const std::string& compiled_for() const;
   ValueId find_input(const std::string& name) const;
   size_t arena_bytes() const;      // peak bytes of all planned values
   size_t unplanned_bytes() const;  // what the same values take with no sharing

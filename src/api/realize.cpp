@@ -4,6 +4,7 @@
 #include <functional>
 
 #include "api/tensor_impl.hpp"
+#include "kernels/kernel_api.hpp"
 
 namespace synoros {
 
@@ -98,10 +99,15 @@ PlanCache& cache() {
 std::shared_ptr<Plan> cached_plan(const Lowered& low) {
   uint64_t h = low.g.structural_hash();
   for (ValueId o : low.outputs) h = h * 1000003u + uint64_t(o);
+  // Kernels are chosen per instruction set and strictness: a plan is reused only under both.
+  std::string config = std::string(kernels::isa_name(kernels::active_isa())) +
+                       (kernels::strict_kernels() ? " strict" : "");
+  for (char ch : config) h = h * 131u + uint64_t(ch);
   auto range = cache().plans.equal_range(h);
   for (auto it = range.first; it != range.second; ++it) {
     // A hash match is confirmed by full structural equality before reuse.
-    if (it->second->outputs() == low.outputs && it->second->graph().structurally_equal(low.g))
+    if (it->second->outputs() == low.outputs && it->second->compiled_for() == config &&
+        it->second->graph().structurally_equal(low.g))
       return it->second;
   }
   if (cache().plans.size() >= 512) cache().plans.clear();

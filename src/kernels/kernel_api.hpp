@@ -47,6 +47,8 @@ struct LowerCtx {
   std::vector<void*> in;
   void* out;
   PlanStorage& storage;
+  // Set by the lowering: the kernel it chose (recorded in the plan).
+  std::string kernel = {};
   // Per operand: element strides when it is read through a folded view (else contiguous).
   std::vector<std::vector<int64_t>> in_strides = {};
 
@@ -72,6 +74,10 @@ Launch sequence(PlanStorage& storage, Launch first, Launch second, ValueId node)
 // it (the determinism tests compare all levels bit for bit).
 enum class Isa { Scalar, Avx2, Avx512 };
 Isa active_isa();
+// Strict mode: only kernels with the engine's canonical reduction order are selected, so results
+// are identical across machines of the same ISA. SYNOROS_STRICT=1 turns it on.
+bool strict_kernels();
+void set_strict_kernels(bool on);
 Isa best_isa();  // what this CPU supports
 void set_isa(Isa isa);
 const char* isa_name(Isa isa);

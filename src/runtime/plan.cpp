@@ -19,6 +19,7 @@ struct Plan::Impl {
   passes::MemoryPlan memory;
   std::vector<std::vector<ValueId>> groups;  // fused groups of more than one op
   std::vector<LaunchInfo> info;              // per launch
+  std::string compiled_for;
   std::vector<bool> readable;                // holds its value after run()
   bool keep_all = false;
   std::vector<ValueId> inputs;
@@ -94,6 +95,8 @@ Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
     : graph_(g), outputs_(std::move(outputs)), pool_(opts.pool), check_finite_(opts.check_finite),
       impl_(std::make_unique<Impl>()) {
   size_t n = graph_.size();
+  impl_->compiled_for = std::string(kernels::isa_name(kernels::active_isa())) +
+                        (kernels::strict_kernels() ? " strict" : "");
   std::vector<bool> needed(n, false);
   for (ValueId o : outputs_) {
     if (o < 0 || size_t(o) >= n) throw Error("compile: output id " + std::to_string(o) + " is not in the graph");
@@ -181,6 +184,7 @@ Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
       storage.begin_frame(frame_base(i));
       Launch l;
       std::vector<ValueId> ops = {ValueId(i)};
+      std::string kernel;
       try {
         if (group_of[i] >= 0) {
           const passes::FusionGroup& grp = groups[size_t(group_of[i])];
@@ -193,6 +197,7 @@ Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
             // Epilogue: the producer writes this launch's output, the group then runs over it.
             kernels::LowerCtx pctx = make_ctx(e, ptrs_[i], storage);
             l = kernels::sequence(storage, kernels::lower(pctx), l, ValueId(i));
+            kernel = pctx.kernel;
             shown.insert(shown.begin(), e);
           }
           if (keep && shown.size() > 1) impl_->groups.push_back(shown);
@@ -200,6 +205,7 @@ Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
         } else {
           kernels::LowerCtx ctx = make_ctx(ValueId(i), ptrs_[i], storage);
           l = kernels::lower(ctx);
+          kernel = ctx.kernel;
         }
       } catch (const Error& err) {
         throw Error(std::string("compile: ") + op_name(nd.op) + " at %" + std::to_string(i) + ": " + err.what());
@@ -211,7 +217,7 @@ Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
         continue;
       }
       launches_.push_back(l);
-      impl_->info.push_back({ops, mi.reads[size_t(step_of[i])]});
+      impl_->info.push_back({ops, mi.reads[size_t(step_of[i])], kernel.empty() ? op_name(nd.op) : kernel});
     }
   };
   char* const placeholder = reinterpret_cast<char*>(uintptr_t(1) << 20);  // never dereferenced
@@ -380,6 +386,7 @@ HostTensor Plan::read(ValueId v) const {
 size_t Plan::arena_bytes() const { return impl_->memory.arena_bytes; }
 size_t Plan::unplanned_bytes() const { return impl_->memory.naive_bytes; }
 const std::vector<LaunchInfo>& Plan::launch_info() const { return impl_->info; }
+const std::string& Plan::compiled_for() const { return impl_->compiled_for; }
 size_t Plan::scratch_bytes() const { return impl_->storage->scratch_bytes(); }
 bool Plan::keeps_intermediates() const { return impl_->keep_all; }
 
@@ -399,9 +406,11 @@ std::string Plan::describe() const {
   std::ostringstream o;
   o << "plan: " << launches_.size() << " launches, arena " << arena_bytes() << " bytes, scratch "
     << impl_->storage->scratch_bytes() << " bytes, isa " << kernels::isa_name(kernels::active_isa()) << "\n";
-  for (const Launch& l : launches_) {
+  for (size_t k = 0; k < launches_.size(); ++k) {
+    const Launch& l = launches_[k];
     const Node& nd = graph_.node(l.node);
     o << "  %" << l.node << " " << op_name(nd.op) << " " << dtype_name(nd.dtype) << shape_str(nd.shape);
+    if (impl_->info[k].kernel != op_name(nd.op)) o << " [" << impl_->info[k].kernel << "]";
     o << "\n";
   }
   for (const auto& grp : impl_->groups) {

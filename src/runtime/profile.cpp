@@ -123,6 +123,7 @@ Profile profile(Plan& plan, int iterations, const MachinePeak& peak) {
     ProfileEntry e;
     e.node = launches[k].node;
     e.label = launch_label(g, info[k]);
+    if (info[k].kernel != op_name(g.node(e.node).op)) e.label += " [" + info[k].kernel + "]";
     e.ns = median(samples[k]);
     for (ValueId v : info[k].ops) e.flops += op_info(g.node(v).op).cost(g, g.node(v)).flops;
     // Memory traffic: what the launch reads from memory and the one value it writes.

@@ -8,6 +8,7 @@
 #include "ir/einsum_spec.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
 #include "kernels/cpu/gemm.hpp"
+#include "kernels/providers.hpp"
 
 namespace synoros::kernels {
 
@@ -139,7 +140,7 @@ struct GemmArgs {
   void* C;
   float* scratch;
   bool f64;
-  int isa;
+  const GemmProvider* provider;
   Launch pre[2];
   Launch post;
 };
@@ -154,9 +155,10 @@ void gemm_launch(const void* p, ThreadPool& pool) {
             static_cast<const double*>(g.B) + bi * g.b.batch_stride,
             static_cast<double*>(g.C) + bi * g.c.batch_stride);
     } else {
-      sgemm(g.shape, static_cast<const float*>(g.A) + bi * g.a.batch_stride,
-            static_cast<const float*>(g.B) + bi * g.b.batch_stride,
-            static_cast<float*>(g.C) + bi * g.c.batch_stride, g.scratch, g.isa, pool);
+      g.provider->run({g.shape, static_cast<const float*>(g.A) + bi * g.a.batch_stride,
+                       static_cast<const float*>(g.B) + bi * g.b.batch_stride,
+                       static_cast<float*>(g.C) + bi * g.c.batch_stride, g.scratch},
+                      pool);
     }
   }
   if (g.post.fn) g.post.fn(g.post.args, pool);
@@ -199,7 +201,7 @@ Launch lower_einsum(LowerCtx& c) {
   size_t es = dtype_size(n.dtype);
   auto* g = c.args<GemmArgs>();
   g->f64 = n.dtype == DType::F64;
-  g->isa = int(active_isa());
+  g->provider = nullptr;
   g->batch = group_size(e, bat);
   g->shape.M = group_size(e, m);
   g->shape.N = group_size(e, nn);
@@ -236,8 +238,15 @@ Launch lower_einsum(LowerCtx& c) {
   g->shape.a_rs = g->a.row_stride, g->shape.a_cs = g->a.col_stride;
   g->shape.b_rs = g->b.row_stride, g->shape.b_cs = g->b.col_stride;
   g->shape.c_rs = g->c.row_stride;
-  g->scratch = g->f64 ? nullptr
-                      : static_cast<float*>(c.storage.scratch(gemm_scratch_floats(g->shape) * 4));
+  if (g->f64) {
+    g->scratch = nullptr;
+    c.kernel = "dgemm";
+  } else {
+    Selection sel = select_gemm(g->shape, strict_kernels());
+    g->provider = sel.provider;
+    g->scratch = static_cast<float*>(c.storage.scratch(sel.provider->scratch_floats(g->shape) * 4 + 64));
+    c.kernel = sel.provider->name();
+  }
   return {gemm_launch, g, c.id};
 }
 

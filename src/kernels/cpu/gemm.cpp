@@ -299,12 +299,11 @@ size_t gemm_scratch_floats(const GemmShape& s) {
   // Enough for either tile shape (6 x 16 or 14 x 32).
   int64_t rows = std::max(ceil_div(s.M, kGemmMR) * kGemmMR, ceil_div(s.M, kMR512) * kMR512);
   int64_t packed = (rows + ceil_div(s.N, kNR512) * kNR512) * kc;
-  bool tiny = s.M * s.N * s.K < (1 << 15);
-  return size_t(tiny ? std::max(packed, s.K * s.N) : packed) + 16;  // small path transposes B
+  return size_t(std::max(packed, s.K * s.N)) + 16;  // the small path transposes B into it
 }
 
 void sgemm(const GemmShape& s, const float* A, const float* B, float* C, float* scratch, int isa,
-           ThreadPool& pool) {
+           ThreadPool& pool, int mode) {
   if (s.M == 0 || s.N == 0) return;
   if (s.K == 0) {
     for (int64_t m = 0; m < s.M; ++m) std::memset(C + m * s.c_rs, 0, sizeof(float) * size_t(s.N));
@@ -315,7 +314,8 @@ void sgemm(const GemmShape& s, const float* A, const float* B, float* C, float* 
   j.pb = scratch + j.mp * mr * std::min(s.K, kGemmKC);
   // Tiny problems run inline: a parallel launch costs more than the work.
   bool tiny = s.M * s.N * s.K < (1 << 15);
-  if (tiny && isa >= 1) {
+  bool small = mode == 1 || (mode == 0 && tiny);
+  if (small && isa >= 1) {
     const float* b = B;
     int64_t ldb = s.b_rs;
     if (s.b_cs != 1) {

@@ -26,8 +26,9 @@ size_t gemm_scratch_floats(const GemmShape& s);
 
 // C = A @ B for one matrix; `scratch` holds gemm_scratch_floats(s) floats, 64-byte aligned.
 // isa: 0 scalar, 1 AVX2, 2 AVX-512 (same bits on all).
+// mode: 0 picks by size, 1 the unpacked small-problem path, 2 the packed blocked path.
 void sgemm(const GemmShape& s, const float* A, const float* B, float* C, float* scratch, int isa,
-           ThreadPool& pool);
+           ThreadPool& pool, int mode = 0);
 
 // Double precision, same canonical order, plain loops.
 void dgemm(const GemmShape& s, const double* A, const double* B, double* C);

@@ -70,6 +70,17 @@ Isa& isa_slot() {
 }  // namespace
 
 Isa active_isa() { return isa_slot(); }
+namespace {
+bool& strict_slot() {
+  static bool s = [] {
+    const char* e = std::getenv("SYNOROS_STRICT");
+    return e && std::strcmp(e, "1") == 0;
+  }();
+  return s;
+}
+}  // namespace
+bool strict_kernels() { return strict_slot(); }
+void set_strict_kernels(bool on) { strict_slot() = on; }
 Isa best_isa() { return detect_isa(); }
 void set_isa(Isa isa) {
   if (int(isa) > int(detect_isa())) throw Error(std::string("set_isa: this CPU has no ") + isa_name(isa));

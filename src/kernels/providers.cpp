@@ -1,0 +1,333 @@
+#include "kernels/providers.hpp"
+
+#include <cblas.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <random>
+#include <sstream>
+
+#include "kernels/kernel_api.hpp"
+
+namespace synoros::kernels {
+
+namespace {
+// ---- providers
+class EngineGemm : public GemmProvider {
+ public:
+  EngineGemm(std::string name, int mode) : name_(std::move(name)), mode_(mode) {}
+  std::string name() const override { return name_; }
+  std::string version() const override { return "1"; }
+  bool canonical() const override { return true; }
+  bool supports(const GemmShape& s) const override {
+    // The unpacked path only makes sense (and is only kept) for small problems.
+    return mode_ != 1 || s.M * s.N * s.K <= (int64_t(1) << 21);
+  }
+  size_t scratch_floats(const GemmShape& s) const override { return gemm_scratch_floats(s); }
+  void run(const GemmCall& c, ThreadPool& pool) const override {
+    sgemm(c.shape, c.A, c.B, c.C, c.scratch, int(active_isa()), pool, mode_);
+  }
+
+ private:
+  std::string name_;
+  int mode_;
+};
+
+// OpenBLAS (Debian's libopenblas), single-threaded so its bits never depend on a thread count.
+class OpenBlasGemm : public GemmProvider {
+ public:
+  std::string name() const override { return "openblas"; }
+  std::string version() const override { return OPENBLAS_VERSION; }
+  bool canonical() const override { return false; }
+  bool supports(const GemmShape& s) const override {
+    bool a_ok = (s.a_cs == 1 && s.a_rs >= std::max<int64_t>(1, s.K)) || (s.a_rs == 1 && s.a_cs >= std::max<int64_t>(1, s.M));
+    bool b_ok = (s.b_cs == 1 && s.b_rs >= std::max<int64_t>(1, s.N)) || (s.b_rs == 1 && s.b_cs >= std::max<int64_t>(1, s.K));
+    return a_ok && b_ok && s.c_rs >= std::max<int64_t>(1, s.N) && s.M > 1 && s.N > 1 && s.K > 0;
+  }
+  size_t scratch_floats(const GemmShape&) const override { return 0; }
+  void run(const GemmCall& c, ThreadPool&) const override {
+    static std::once_flag once;
+    std::call_once(once, [] { openblas_set_num_threads(1); });
+    const GemmShape& s = c.shape;
+    bool ta = s.a_cs != 1, tb = s.b_cs != 1;
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(s.M),
+                int(s.N), int(s.K), 1.0f, c.A, int(ta ? s.a_cs : s.a_rs), c.B, int(tb ? s.b_cs : s.b_rs), 0.0f,
+                c.C, int(s.c_rs));
+  }
+};
+
+// ---- the tuning cache
+struct Entry {
+  std::string provider, version;
+};
+
+struct Cache {
+  std::mutex mu;
+  bool loaded = false;
+  std::map<std::string, Entry> entries;
+  std::vector<std::string> rejections;
+};
+Cache& cache() {
+  static Cache c;
+  return c;
+}
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ULL;
+  for (unsigned char ch : s) h = (h ^ ch) * 1099511628211ULL;
+  return h;
+}
+
+std::string cpu_model() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  return "unknown-cpu";
+}
+
+std::string serialize(const std::map<std::string, Entry>& m) {
+  std::string body = "synoros-tuning-cache 1\n";
+  for (const auto& [k, e] : m) body += k + "\t" + e.provider + "\t" + e.version + "\n";
+  char sum[32];
+  std::snprintf(sum, sizeof(sum), "%016llx", static_cast<unsigned long long>(fnv1a(body)));
+  return body + "checksum " + sum + "\n";
+}
+
+// Parses a cache file; returns false (and why) when it is corrupt.
+bool parse(const std::string& text, std::map<std::string, Entry>& out, std::string& why) {
+  size_t cut = text.rfind("checksum ");
+  if (text.rfind("synoros-tuning-cache 1\n", 0) != 0) return why = "bad header", false;
+  if (cut == std::string::npos) return why = "no checksum", false;
+  std::string body = text.substr(0, cut), sum = text.substr(cut + 9);
+  while (!sum.empty() && (sum.back() == '\n' || sum.back() == '\r')) sum.pop_back();
+  char expect[32];
+  std::snprintf(expect, sizeof(expect), "%016llx", static_cast<unsigned long long>(fnv1a(body)));
+  if (sum != expect) return why = "checksum mismatch", false;
+  std::istringstream in(body);
+  std::string line;
+  std::getline(in, line);  // header
+  while (std::getline(in, line)) {
+    size_t a = line.find('\t'), b = line.find('\t', a + 1);
+    if (a == std::string::npos || b == std::string::npos) return why = "malformed line", false;
+    out[line.substr(0, a)] = {line.substr(a + 1, b - a - 1), line.substr(b + 1)};
+  }
+  return true;
+}
+
+void load_locked(Cache& c) {
+  if (c.loaded) return;
+  c.loaded = true;
+  std::string path = tuning_cache_path();
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return;  // no cache yet
+  std::stringstream ss;
+  ss << f.rdbuf();
+  std::string why;
+  std::map<std::string, Entry> m;
+  if (!parse(ss.str(), m, why)) {
+    std::cerr << "synoros: warning: tuning cache " << path << " is corrupt (" << why
+              << "); it will be rebuilt\n";
+    c.entries.clear();
+    return;
+  }
+  c.entries = std::move(m);
+}
+
+// Written to a temporary file, flushed to disk, then renamed over the old one: a crash never
+// leaves a half-written cache.
+void save_locked(const Cache& c) {
+  std::string path = tuning_cache_path();
+  size_t slash = path.rfind('/');
+  if (slash != std::string::npos) {
+    std::string dir = path.substr(0, slash);
+    for (size_t i = 1; i <= dir.size(); ++i)
+      if (i == dir.size() || dir[i] == '/') ::mkdir(dir.substr(0, i).c_str(), 0755);
+  }
+  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  std::string text = serialize(c.entries);
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) return;  // an unwritable cache only costs re-measuring next time
+  bool ok = ::write(fd, text.data(), text.size()) == ssize_t(text.size()) && ::fsync(fd) == 0;
+  ::close(fd);
+  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) std::remove(tmp.c_str());
+}
+
+std::string key_of(const GemmShape& s, bool strict) {
+  std::ostringstream o;
+  o << "sgemm M=" << s.M << " N=" << s.N << " K=" << s.K << " a=" << s.a_rs << "," << s.a_cs << " b="
+    << s.b_rs << "," << s.b_cs << " c=" << s.c_rs << " isa=" << isa_name(active_isa())
+    << (strict ? " strict" : "") << " cpu=" << cpu_model();
+  return o.str();
+}
+
+// ---- probing: the oracle gate and the timer
+struct Probe {
+  GemmShape s;
+  std::vector<float> A, B;
+  std::vector<int64_t> rows, cols;  // the output elements checked against float64
+  std::vector<double> ref;
+};
+
+Probe make_probe(const GemmShape& s) {
+  Probe p{s, {}, {}, {}, {}, {}};
+  p.A.resize(size_t((s.M - 1) * s.a_rs + (s.K - 1) * s.a_cs + 1));
+  p.B.resize(size_t((s.K - 1) * s.b_rs + (s.N - 1) * s.b_cs + 1));
+  std::mt19937 rng(12345);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  for (float& x : p.A) x = u(rng);
+  for (float& x : p.B) x = u(rng);
+  // All elements when small; otherwise the corners, the edges' neighbours and a random sample.
+  if (s.M * s.N <= 4096) {
+    for (int64_t m = 0; m < s.M; ++m)
+      for (int64_t n = 0; n < s.N; ++n) p.rows.push_back(m), p.cols.push_back(n);
+  } else {
+    for (int64_t m : {int64_t(0), s.M - 1})
+      for (int64_t n : {int64_t(0), s.N - 1}) p.rows.push_back(m), p.cols.push_back(n);
+    std::uniform_int_distribution<int64_t> rm(0, s.M - 1), rn(0, s.N - 1);
+    for (int i = 0; i < 252; ++i) p.rows.push_back(rm(rng)), p.cols.push_back(rn(rng));
+  }
+  for (size_t i = 0; i < p.rows.size(); ++i) {
+    double acc = 0;
+    for (int64_t k = 0; k < s.K; ++k)
+      acc += double(p.A[size_t(p.rows[i] * s.a_rs + k * s.a_cs)]) * double(p.B[size_t(k * s.b_rs + p.cols[i] * s.b_cs)]);
+    p.ref.push_back(acc);
+  }
+  return p;
+}
+
+// Checks the provider on the probe against float64; returns "" or why it failed.
+std::string check(const GemmProvider& prov, const Probe& p, std::vector<float>& C, std::vector<float>& scratch,
+                  ThreadPool& pool) {
+  const GemmShape& s = p.s;
+  std::fill(C.begin(), C.end(), std::numeric_limits<float>::quiet_NaN());
+  prov.run({s, p.A.data(), p.B.data(), C.data(), scratch.data()}, pool);
+  double eps = std::numeric_limits<float>::epsilon();
+  for (size_t i = 0; i < p.rows.size(); ++i) {
+    double got = C[size_t(p.rows[i] * s.c_rs + p.cols[i])];
+    double mag = 0;
+    for (int64_t k = 0; k < s.K; ++k)
+      mag += std::fabs(double(p.A[size_t(p.rows[i] * s.a_rs + k * s.a_cs)]) * double(p.B[size_t(k * s.b_rs + p.cols[i] * s.b_cs)]));
+    double allowed = 4 * eps * (std::sqrt(double(s.K)) + 2) * mag + 1e-30;
+    if (!(std::fabs(got - p.ref[i]) <= allowed)) {
+      std::ostringstream o;
+      o << prov.name() << ": C[" << p.rows[i] << "," << p.cols[i] << "] = " << got << ", float64 says "
+        << p.ref[i];
+      return o.str();
+    }
+  }
+  return "";
+}
+
+double time_ns(const GemmProvider& prov, const Probe& p, std::vector<float>& C, std::vector<float>& scratch,
+               ThreadPool& pool) {
+  GemmCall call{p.s, p.A.data(), p.B.data(), C.data(), scratch.data()};
+  double best = 1e300;
+  auto t_end = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
+  for (int rep = 0; rep < 50; ++rep) {
+    auto t0 = std::chrono::steady_clock::now();
+    prov.run(call, pool);
+    auto t1 = std::chrono::steady_clock::now();
+    best = std::min(best, std::chrono::duration<double, std::nano>(t1 - t0).count());
+    if (rep >= 2 && t1 > t_end) break;
+  }
+  return best;
+}
+}  // namespace
+
+std::vector<std::shared_ptr<GemmProvider>>& gemm_providers() {
+  static std::vector<std::shared_ptr<GemmProvider>> p = {
+      std::make_shared<EngineGemm>("engine-packed", 2),
+      std::make_shared<EngineGemm>("engine-small", 1),
+      std::make_shared<OpenBlasGemm>(),
+  };
+  return p;
+}
+
+std::string tuning_cache_path() {
+  if (const char* p = std::getenv("SYNOROS_TUNING_CACHE")) return p;
+  if (const char* x = std::getenv("XDG_CACHE_HOME")) return std::string(x) + "/synoros/tuning.txt";
+  if (const char* h = std::getenv("HOME")) return std::string(h) + "/.cache/synoros/tuning.txt";
+  return "synoros-tuning.txt";
+}
+
+void clear_tuning_cache() {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lk(c.mu);
+  c.entries.clear();
+  c.rejections.clear();
+  c.loaded = true;
+  std::remove(tuning_cache_path().c_str());
+}
+
+void reload_tuning_cache() {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lk(c.mu);
+  c.entries.clear();
+  c.loaded = false;
+}
+
+size_t tuning_cache_size() {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lk(c.mu);
+  load_locked(c);
+  return c.entries.size();
+}
+
+std::vector<std::string> selection_rejections() {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lk(c.mu);
+  return c.rejections;
+}
+
+Selection select_gemm(const GemmShape& s, bool strict) {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lk(c.mu);
+  load_locked(c);
+  std::string key = key_of(s, strict);
+  auto& provs = gemm_providers();
+  Selection sel;
+  auto hit = c.entries.find(key);
+  if (hit != c.entries.end()) {
+    for (const auto& p : provs)
+      if (p->name() == hit->second.provider && p->version() == hit->second.version && p->supports(s) &&
+          (!strict || p->canonical())) {
+        sel.provider = p.get();
+        sel.from_cache = true;
+        return sel;
+      }
+  }
+  Probe probe = make_probe(s);
+  std::vector<float> C(size_t((s.M - 1) * s.c_rs + s.N));
+  ThreadPool& pool = default_pool();
+  double best = 1e300;
+  for (const auto& p : provs) {
+    if (!p->supports(s) || (strict && !p->canonical())) continue;
+    std::vector<float> scratch(p->scratch_floats(s) + 16);
+    std::string why = check(*p, probe, C, scratch, pool);
+    if (!why.empty()) {
+      sel.rejected.push_back(why);
+      c.rejections.push_back(key + ": " + why);
+      std::cerr << "synoros: rejected kernel " << why << " (" << key << ")\n";
+      continue;
+    }
+    double t = time_ns(*p, probe, C, scratch, pool);
+    if (t < best) best = t, sel.provider = p.get();
+  }
+  if (!sel.provider) throw Error("select: no kernel passed the float64 oracle for " + key);
+  c.entries[key] = {sel.provider->name(), sel.provider->version()};
+  save_locked(c);
+  return sel;
+}
+
+}  // namespace synoros::kernels

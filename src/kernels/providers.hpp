@@ -1,0 +1,61 @@
+// Kernel providers for contractions, and Select: for each GEMM shape every provider that
+// supports it is first checked against a float64 reference on probe inputs (a mismatch is
+// reported and the provider rejected), then timed; the fastest is pinned and remembered in an
+// on-disk tuning cache, so reruns make the same choice without measuring.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/gemm.hpp"
+
+namespace synoros::kernels {
+
+struct GemmCall {
+  GemmShape shape;
+  const float* A;
+  const float* B;
+  float* C;
+  float* scratch;  // scratch_floats(shape) floats
+};
+
+class GemmProvider {
+ public:
+  virtual ~GemmProvider() = default;
+  virtual std::string name() const = 0;
+  virtual std::string version() const = 0;
+  // True when the provider follows the engine's canonical reduction order (one FMA chain per
+  // output in ascending k), so its bits equal the canonical kernel's on every machine.
+  virtual bool canonical() const = 0;
+  virtual bool supports(const GemmShape& s) const = 0;
+  virtual size_t scratch_floats(const GemmShape& s) const = 0;
+  virtual void run(const GemmCall& call, ThreadPool& pool) const = 0;
+};
+
+// The registered providers (the engine's own first). Tests may add or remove providers.
+std::vector<std::shared_ptr<GemmProvider>>& gemm_providers();
+
+struct Selection {
+  const GemmProvider* provider = nullptr;
+  bool from_cache = false;
+  std::vector<std::string> rejected;  // "name: why" for every provider that failed the oracle
+};
+
+// The provider for this shape: from the tuning cache, else measured now (and cached).
+// strict: only canonical providers take part.
+Selection select_gemm(const GemmShape& s, bool strict);
+
+// Tuning cache: SYNOROS_TUNING_CACHE (a file path), else $XDG_CACHE_HOME or ~/.cache
+// /synoros/tuning.txt. A corrupt file is reported and rebuilt. clear_tuning_cache() forgets
+// every choice (in memory and on disk).
+std::string tuning_cache_path();
+void clear_tuning_cache();
+// Forgets the in-memory copy; the next selection reads the file again (as a new process would).
+void reload_tuning_cache();
+size_t tuning_cache_size();
+
+// Problems the selection saw rejected, for reports (cleared by clear_tuning_cache()).
+std::vector<std::string> selection_rejections();
+
+}  // namespace synoros::kernels

@@ -1,0 +1,116 @@
+// Select: every kernel candidate passes the float64 oracle before it may be timed and pinned;
+// choices persist in the tuning cache, which survives corruption.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "kernels/kernel_api.hpp"
+#include "kernels/providers.hpp"
+#include "test_util.hpp"
+
+namespace synoros {
+namespace {
+using namespace kernels;
+
+// A provider that is very fast and wrong: it adds 0.01 to every output.
+class WrongGemm : public GemmProvider {
+ public:
+  std::string name() const override { return "wrong-but-fast"; }
+  std::string version() const override { return "0"; }
+  bool canonical() const override { return true; }
+  bool supports(const GemmShape&) const override { return true; }
+  size_t scratch_floats(const GemmShape& s) const override { return gemm_scratch_floats(s); }
+  void run(const GemmCall& c, ThreadPool& pool) const override {
+    sgemm(c.shape, c.A, c.B, c.C, c.scratch, int(active_isa()), pool);
+    for (int64_t m = 0; m < c.shape.M; ++m)
+      for (int64_t n = 0; n < c.shape.N; ++n) c.C[m * c.shape.c_rs + n] += 0.01f;
+  }
+};
+
+struct TempCache {
+  std::string path = ::testing::TempDir() + "synoros-selection-test.txt";
+  TempCache() {
+    setenv("SYNOROS_TUNING_CACHE", path.c_str(), 1);
+    clear_tuning_cache();
+  }
+  ~TempCache() { clear_tuning_cache(); }
+};
+
+Graph matmul_graph(int64_t m, int64_t k, int64_t n, ValueId& a, ValueId& b, ValueId& c) {
+  Graph g;
+  a = g.input(DType::F32, {m, k}, "a");
+  b = g.input(DType::F32, {k, n}, "b");
+  c = g.matmul(a, b);
+  return g;
+}
+
+TEST(Selection, AWrongProviderIsRejectedAndTheResultStaysCorrect) {
+  TempCache tc;
+  auto& provs = gemm_providers();
+  provs.insert(provs.begin(), std::make_shared<WrongGemm>());
+  ValueId a, b, c;
+  Graph g = matmul_graph(33, 47, 29, a, b, c);
+  CompileOptions keep;
+  keep.keep_intermediates = true;
+  Plan p(g, {c}, keep);
+  provs.erase(provs.begin());
+  EXPECT_NE(p.launch_info()[0].kernel, "wrong-but-fast");
+  auto rej = selection_rejections();
+  ASSERT_FALSE(rej.empty());
+  EXPECT_NE(rej[0].find("wrong-but-fast"), std::string::npos) << rej[0];
+  p.set_input(a, testing::random_tensor({DType::F32, {33, 47}}, 1));
+  p.set_input(b, testing::random_tensor({DType::F32, {47, 29}}, 2));
+  p.run();
+  VerifyResult r = verify(p);
+  EXPECT_TRUE(r.ok) << r.report;
+}
+
+TEST(Selection, ChoicesPersistAndAreReusedWithoutMeasuring) {
+  TempCache tc;
+  ValueId a, b, c;
+  Graph g = matmul_graph(64, 64, 64, a, b, c);
+  Plan first(g, {c});
+  EXPECT_EQ(tuning_cache_size(), 1u);
+  std::string chosen = first.launch_info()[0].kernel;
+  // A new process would read the file: check its content names the same kernel.
+  std::ifstream f(tc.path);
+  std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("\t" + chosen + "\t"), std::string::npos) << text;
+  Selection again = select_gemm({64, 64, 64, 64, 1, 64, 1, 64}, strict_kernels());
+  EXPECT_TRUE(again.from_cache);
+  EXPECT_EQ(again.provider->name(), chosen);
+}
+
+TEST(Selection, ACorruptCacheIsDetectedAndRebuilt) {
+  TempCache tc;
+  for (std::string bad : {std::string("garbage that is not a cache"),
+                          std::string("synoros-tuning-cache 1\nsgemm M=1\tengine-packed\t1\nchecksum 0000000000000000\n")}) {
+    {
+      std::ofstream f(tc.path);
+      f << bad;
+    }
+    reload_tuning_cache();
+    ::testing::internal::CaptureStderr();
+    Selection s = select_gemm({16, 16, 16, 16, 1, 16, 1, 16}, false);
+    std::string err = ::testing::internal::GetCapturedStderr();
+    EXPECT_NE(err.find("is corrupt"), std::string::npos) << err;
+    EXPECT_NE(s.provider, nullptr);
+    EXPECT_FALSE(s.from_cache);
+    // The rebuilt file is valid: a fresh read finds the new choice.
+    reload_tuning_cache();
+    EXPECT_TRUE(select_gemm({16, 16, 16, 16, 1, 16, 1, 16}, false).from_cache);
+  }
+}
+
+TEST(Selection, StrictModeOnlyPicksCanonicalKernels) {
+  TempCache tc;
+  set_strict_kernels(true);
+  Selection s = select_gemm({200, 300, 250, 250, 1, 300, 1, 300}, true);
+  set_strict_kernels(false);
+  ASSERT_NE(s.provider, nullptr);
+  EXPECT_TRUE(s.provider->canonical());
+}
+
+}  // namespace
+}  // namespace synoros
