@@ -12,20 +12,31 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SCENARIOS = ["TinyMLP/FwdBwd", "TinyMLP/SgdStep", "EltwiseChain"]
+sys.path.insert(0, HERE)
+from scenario_list import MATMUL_SHAPES, matmul_name  # noqa: E402
+
+SCENARIOS = ["TinyMLP/FwdBwd", "TinyMLP/SgdStep", "EltwiseChain", "Conv3x3"] + \
+    [matmul_name(s) for s in MATMUL_SHAPES]
 # Glibc heap trimming off: otherwise eager PyTorch suffers page-fault storms in some runs.
 TUNABLES = "glibc.malloc.trim_threshold=4294967296:glibc.malloc.mmap_threshold=4294967296"
 
 
 def engine_run(bench, threads, min_time):
     env = dict(os.environ, SYNOROS_NUM_THREADS=str(threads))
-    flt = "^(" + "|".join(SCENARIOS) + ")(/real_time)?$"
+    flt = "^(" + "|".join(x.replace("/", "/") for x in SCENARIOS) + ")(/real_time)?$"
     res = subprocess.run([bench, "--benchmark_format=json", f"--benchmark_filter={flt}",
                           f"--benchmark_min_time={min_time}"], env=env, check=True,
                          capture_output=True, text=True)
     data = json.loads(res.stdout)
-    return {b["name"].replace("/real_time", ""): b["real_time"] * {"ns": 1, "us": 1e3, "ms": 1e6}[b["time_unit"]]
-            for b in data["benchmarks"]}
+    out = {}
+    for b in data["benchmarks"]:
+        name = b["name"].replace("/real_time", "")
+        out[name] = b["real_time"] * {"ns": 1, "us": 1e3, "ms": 1e6}[b["time_unit"]]
+        KERNELS[name] = b.get("label", "")
+    return out
+
+
+KERNELS = {}
 
 
 def torch_run(threads, min_time):
@@ -72,10 +83,22 @@ def main():
         for s in SCENARIOS:
             e, t = statistics.median(eng[s]), statistics.median(tor[s])
             rows.append({"scenario": s, "threads": th, "engine_ns": e, "torch_ns": t, "ratio": t / e})
-    print(f"{'scenario':<22}{'threads':>8}{'engine ns/iter':>18}{'PyTorch ns/iter':>18}{'ratio':>10}")
+    print(f"{'scenario':<36}{'threads':>8}{'engine ns/iter':>17}{'PyTorch ns/iter':>17}{'ratio':>9}  kernel")
     for r in rows:
-        print(f"{r['scenario']:<22}{r['threads']:>8}{r['engine_ns']:>18.1f}{r['torch_ns']:>18.1f}"
-              f"{r['ratio']:>9.1f}x")
+        r["kernel"] = KERNELS.get(r["scenario"], "")
+        print(f"{r['scenario']:<36}{r['threads']:>8}{r['engine_ns']:>17.1f}{r['torch_ns']:>17.1f}"
+              f"{r['ratio']:>8.2f}x  {r['kernel']}")
+    peak = json.loads(subprocess.run([os.path.join(os.path.dirname(args.bench), "synoros"), "peak"],
+                                     check=True, capture_output=True, text=True).stdout)
+    print(f"\nmeasured one-core peak: {peak['gflops']:.1f} GFLOP/s ({peak['isa']}), {peak['gbps']:.1f} GB/s")
+    for r in rows:
+        for sh in MATMUL_SHAPES:
+            if r["scenario"] == matmul_name(sh):
+                r["engine_gflops"] = 2.0 * sh[0] * sh[1] * sh[2] * sh[3] / r["engine_ns"]
+                r["share_of_peak"] = r["engine_gflops"] / peak["gflops"]
+                if r["threads"] == 1:
+                    print(f"  {r['scenario']:<34} {r['engine_gflops']:7.1f} GFLOP/s = "
+                          f"{100 * r['share_of_peak']:5.1f}% of peak ({r['kernel']})")
     mem = memory_rows(args.bench)
     print("\nGPT training step (4 layers, width 256, 4 heads, sequence 128, batch 8), peak bytes "
           "beyond parameters and inputs:")
@@ -85,7 +108,8 @@ def main():
     print(f"  engine unplanned {mem['engine_unplanned_bytes'] / 1e6:9.1f} MB")
     print(f"  PyTorch eager    {mem['torch_peak_bytes'] / 1e6:9.1f} MB (heap live bytes, sampled after every op)")
     with open(args.json, "w") as f:
-        json.dump({"medians_over_processes": args.processes, "rows": rows, "memory": mem}, f, indent=2)
+        json.dump({"medians_over_processes": args.processes, "rows": rows, "memory": mem, "peak": peak},
+                  f, indent=2)
     print(f"results written to {args.json}")
 
 

@@ -4,6 +4,7 @@ import sys
 import time
 
 import torch
+from scenario_list import MATMUL_SHAPES, matmul_name
 from threadpoolctl import threadpool_limits
 
 
@@ -31,11 +32,28 @@ def eltwise_chain():
     return lambda: torch.tanh((torch.sigmoid(torch.relu(x * 1.5 + 0.5) * x) - 0.25) * 2)
 
 
+def matmul(bt, m, k, n):
+    torch.manual_seed(0)
+    a = torch.randn(bt, m, k) if bt > 1 else torch.randn(m, k)
+    b = torch.randn(bt, k, n) if bt > 1 else torch.randn(k, n)
+    return lambda: torch.matmul(a, b)
+
+
+def conv3x3():
+    torch.manual_seed(0)
+    x = torch.randn(32, 32, 28, 28)
+    w = torch.randn(64, 32, 3, 3) * 0.05
+    return lambda: torch.nn.functional.conv2d(x, w, padding=1)
+
+
 SCENARIOS = {
+    "Conv3x3": conv3x3,
     "EltwiseChain": eltwise_chain,
     "TinyMLP/FwdBwd": lambda: tiny_mlp(False),
     "TinyMLP/SgdStep": lambda: tiny_mlp(True),
 }
+for _s in MATMUL_SHAPES:
+    SCENARIOS[matmul_name(_s)] = (lambda s: lambda: matmul(*s))(_s)
 
 
 def time_ns(fn, min_time=0.5):

@@ -6,4 +6,6 @@ int print_plan(int argc, char** argv);
 int gpt_memory();
 int profile_model(int argc, char** argv);
 int info();
+int peak();
+int tune();
 }  // namespace synoros::cli

@@ -15,7 +15,9 @@ void usage() {
                "  memory                           peak bytes of one GPT training step (JSON)\n"
                "  profile [--model mlp|gpt] [--iterations N] [--trace FILE]\n"
                "                                   time every launch of one training step\n"
-               "  info                             instruction set and thread count in use\n";
+               "  info                             instruction set and thread count in use\n"
+               "  peak                             measured one-core FMA rate and bandwidth (JSON)\n"
+               "  tune                             select and cache kernels for the built-in models\n";
 }
 }  // namespace
 
@@ -31,6 +33,8 @@ int main(int argc, char** argv) {
     if (cmd == "memory") return synoros::cli::gpt_memory();
     if (cmd == "profile") return synoros::cli::profile_model(argc - 2, argv + 2);
     if (cmd == "info") return synoros::cli::info();
+    if (cmd == "peak") return synoros::cli::peak();
+    if (cmd == "tune") return synoros::cli::tune();
     if (cmd == "-h" || cmd == "--help" || cmd == "help") {
       usage();
       return 0;

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cli/commands.hpp"
+#include "kernels/providers.hpp"
 #include "synoros/synoros.hpp"
 
 namespace synoros::cli {
@@ -48,6 +49,36 @@ int profile_model(int argc, char** argv) {
     f << prof.chrome_trace();
     std::cout << "trace written to " << trace << " (open in chrome://tracing or ui.perfetto.dev)\n";
   }
+  return 0;
+}
+
+int peak() {
+  MachinePeak p = measure_peak();
+  std::cout << "{\"gflops\": " << p.gflops << ", \"gbps\": " << p.gbps << ", \"isa\": \"" << p.isa << "\"}\n";
+  return 0;
+}
+
+// Compiles the built-in models and the benchmark shapes once, so every kernel choice is measured
+// now and stored in the tuning cache; prints the choices.
+int tune() {
+  std::cout << "tuning cache: " << kernels::tuning_cache_path() << "\n";
+  auto show = [](const char* what, const Plan& p) {
+    for (size_t k = 0; k < p.launch_info().size(); ++k) {
+      const LaunchInfo& li = p.launch_info()[k];
+      if (li.kernel == op_name(p.graph().node(p.launches()[k].node).op)) continue;
+      std::cout << "  " << what << " %" << p.launches()[k].node << " -> " << li.kernel << "\n";
+    }
+  };
+  TinyMLP mlp(1);
+  show("tiny-mlp", compile_tiny_mlp_sgd(mlp, 1e-3).plan());
+  Gpt gpt(GptConfig{}, 1);
+  show("gpt", compile_gpt_grad(gpt).plan());
+  for (int64_t n : {64, 128, 256, 512, 1024, 2048}) {
+    Graph g;
+    g.matmul(g.input(DType::F32, {n, n}, "a"), g.input(DType::F32, {n, n}, "b"));
+    show(("matmul " + std::to_string(n)).c_str(), Plan(g, {ValueId(2)}));
+  }
+  std::cout << kernels::tuning_cache_size() << " choices cached\n";
   return 0;
 }
 

@@ -52,7 +52,7 @@ class OpenBlasGemm : public GemmProvider {
   bool supports(const GemmShape& s) const override {
     bool a_ok = (s.a_cs == 1 && s.a_rs >= std::max<int64_t>(1, s.K)) || (s.a_rs == 1 && s.a_cs >= std::max<int64_t>(1, s.M));
     bool b_ok = (s.b_cs == 1 && s.b_rs >= std::max<int64_t>(1, s.N)) || (s.b_rs == 1 && s.b_cs >= std::max<int64_t>(1, s.K));
-    return a_ok && b_ok && s.c_rs >= std::max<int64_t>(1, s.N) && s.M > 1 && s.N > 1 && s.K > 0;
+    return a_ok && b_ok && s.c_rs >= std::max<int64_t>(1, s.N) && s.K > 0;
   }
   size_t scratch_floats(const GemmShape&) const override { return 0; }
   void run(const GemmCall& c, ThreadPool&) const override {
