@@ -33,7 +33,10 @@ class EngineGemm : public GemmProvider {
     // The unpacked path only makes sense (and is only kept) for small problems.
     return mode_ != 1 || s.M * s.N * s.K <= (int64_t(1) << 21);
   }
-  size_t scratch_floats(const GemmShape& s) const override { return gemm_scratch_floats(s); }
+  size_t scratch_floats(const GemmShape& s) const override {
+    // Without AVX2 the small path falls back to the packed one.
+    return gemm_scratch_floats(s, active_isa() == Isa::Scalar ? 0 : mode_);
+  }
   void run(const GemmCall& c, ThreadPool& pool) const override {
     sgemm(c.shape, c.A, c.B, c.C, c.scratch, int(active_isa()), pool, mode_);
   }

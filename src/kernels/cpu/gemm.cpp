@@ -294,12 +294,15 @@ void compute_chunk(const void* p, int64_t q) {
 }
 }  // namespace
 
-size_t gemm_scratch_floats(const GemmShape& s) {
+size_t gemm_scratch_floats(const GemmShape& s, int mode) {
   int64_t kc = std::min(s.K, kGemmKC);
   // Enough for either tile shape (6 x 16 or 14 x 32).
   int64_t rows = std::max(ceil_div(s.M, kGemmMR) * kGemmMR, ceil_div(s.M, kMR512) * kMR512);
   int64_t packed = (rows + ceil_div(s.N, kNR512) * kNR512) * kc;
-  return size_t(std::max(packed, s.K * s.N)) + 16;  // the small path transposes B into it
+  int64_t small = s.b_cs == 1 ? 0 : s.K * s.N;  // the small path transposes a transposed B
+  if (mode == 1) return size_t(small) + 16;
+  if (mode == 2) return size_t(packed) + 16;
+  return size_t(std::max(packed, small)) + 16;
 }
 
 void sgemm(const GemmShape& s, const float* A, const float* B, float* C, float* scratch, int isa,

@@ -21,8 +21,8 @@ constexpr int64_t kGemmMR = 6;
 constexpr int64_t kGemmNR = 16;
 constexpr int64_t kGemmKC = 256;
 
-// Scratch the packed operands need, in floats.
-size_t gemm_scratch_floats(const GemmShape& s);
+// Scratch sgemm needs in `mode` (see sgemm), in floats.
+size_t gemm_scratch_floats(const GemmShape& s, int mode = 0);
 
 // C = A @ B for one matrix; `scratch` holds gemm_scratch_floats(s) floats, 64-byte aligned.
 // isa: 0 scalar, 1 AVX2, 2 AVX-512 (same bits on all).
