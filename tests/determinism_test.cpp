@@ -53,7 +53,7 @@ TEST(Determinism, TinyMlpLossFalls) {
 // Strict mode selects only canonical-order kernels, so the bits match across instruction sets.
 TEST(Determinism, EveryIsaGivesTheSameBitsInStrictMode) {
   if (kernels::best_isa() == kernels::Isa::Scalar) GTEST_SKIP() << "this CPU has no AVX2+FMA";
-  kernels::set_strict_kernels(true);
+  testing::StrictKernels strict;
   kernels::Isa saved = kernels::active_isa();
   kernels::set_isa(kernels::Isa::Scalar);
   auto ref = train_bytes(50);
@@ -63,7 +63,6 @@ TEST(Determinism, EveryIsaGivesTheSameBitsInStrictMode) {
     EXPECT_EQ(train_bytes(50), ref) << kernels::isa_name(isa);
   }
   kernels::set_isa(saved);
-  kernels::set_strict_kernels(false);
 }
 
 TEST(Determinism, LargeParallelKernelsIgnoreThreadCount) {

@@ -24,6 +24,7 @@ TEST(Gpt, InitialLossIsNearUniform) {
 }
 
 TEST(Gpt, TrainingStepMatchesOracleAndUnfusedBits) {
+  testing::StrictKernels strict;
   GptConfig c = tiny();
   Gpt m(c, 1);
   CompiledStep step = compile_gpt_grad(m);

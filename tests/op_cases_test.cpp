@@ -190,6 +190,7 @@ TEST_P(OpCases, FastPathMatchesOracle) {
 // The default plan (fused, memory planned) gives the same bits as the unfused, unplanned one,
 // for the op and for its gradient graph.
 TEST_P(OpCases, FusedAndPlannedMatchUnfusedBitForBit) {
+  testing::StrictKernels strict;
   const OpCase oc = all_cases()[GetParam()];
   SCOPED_TRACE(oc.name);
   Built b = build(oc);

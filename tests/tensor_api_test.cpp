@@ -41,6 +41,7 @@ TEST(TensorApi, BackwardGivesAnalyticGradients) {
 }
 
 TEST(TensorApi, CompiledStepMatchesEagerStepBitForBit) {
+  testing::StrictKernels strict;
   TinyTask task(3);
   TinyMLP eager(11), compiled(11);
   CompiledStep step = compile_tiny_mlp_sgd(compiled, 0.05);

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <random>
 
+#include "kernels/kernel_api.hpp"
 #include "synoros/synoros.hpp"
 
 namespace synoros::testing {
@@ -27,6 +28,15 @@ inline HostTensor random_tensor(const InputSpec& s, uint64_t seed) {
   }
   return h;
 }
+
+// Canonical-order kernels only, for the scope of a test. Tests that compare bits between two
+// differently built plans need it: fusion can change a GEMM's operand layout, and outside
+// strict mode a different layout may select a different (non-canonical) kernel.
+struct StrictKernels {
+  bool saved = kernels::strict_kernels();
+  StrictKernels() { kernels::set_strict_kernels(true); }
+  ~StrictKernels() { kernels::set_strict_kernels(saved); }
+};
 
 inline HostTensor to_f64(const HostTensor& h) {
   HostTensor w(DType::F64, h.shape);

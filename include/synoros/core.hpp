@@ -53,11 +53,17 @@ class Buffer {
   const void* data() const { return data_; }
   size_t bytes() const { return bytes_; }
   Device device() const { return device_; }
+  // Bumped on every change made through the engine (optimizer updates, Tensor::assign,
+  // HostTensor::set). Plans re-pack weights they keep in a kernel's layout when it moves.
+  // Code that writes a buffer's memory directly must call mark_modified() afterwards.
+  uint64_t version() const { return version_; }
+  void mark_modified() { ++version_; }
 
  private:
   void* data_ = nullptr;
   size_t bytes_ = 0;
   Device device_;
+  uint64_t version_ = 0;
 };
 
 // A dense row-major host tensor: what users feed in and read out.

@@ -150,7 +150,10 @@ std::vector<HostTensor> CompiledStep::operator()(const std::vector<HostTensor>& 
 
 void CompiledStep::run() {
   plan_->run();
-  for (const Update& u : updates_) std::memcpy(u.dst->buffer->data(), u.src, u.dst->bytes());
+  for (const Update& u : updates_) {
+    std::memcpy(u.dst->buffer->data(), u.src, u.dst->bytes());
+    u.dst->buffer->mark_modified();
+  }
 }
 
 float* CompiledStep::input_ptr(size_t i) { return plan_->data<float>(inputs_.at(i)); }

@@ -239,6 +239,7 @@ void Tensor::assign(const Tensor& v) {
   }
   HostTensor nv = v.value();
   std::memcpy(t.value->buffer->data(), nv.buffer->data(), nv.bytes());
+  t.value->buffer->mark_modified();
 }
 
 void SGD::step() {

@@ -79,6 +79,7 @@ double HostTensor::get(int64_t i) const {
 }
 
 void HostTensor::set(int64_t i, double v) {
+  buffer->mark_modified();
   switch (dtype) {
     case DType::F32: data<float>()[i] = float(v); break;
     case DType::F64: data<double>()[i] = v; break;

@@ -21,6 +21,13 @@ class PlanStorage {
     blocks_.push_back(std::make_unique<Buffer>(sizeof(T)));
     return new (blocks_.back()->data()) T();
   }
+  // Memory that lives as long as the plan (pinned weights), outside the arena.
+  void* persistent(size_t bytes) {
+    blocks_.push_back(std::make_unique<Buffer>(bytes));
+    persistent_ += bytes;
+    return blocks_.back()->data();
+  }
+  size_t persistent_bytes() const { return persistent_; }
   void begin_frame(char* base) {
     base_ = base;
     frame_ = 0;
@@ -37,7 +44,7 @@ class PlanStorage {
  private:
   std::vector<std::unique_ptr<Buffer>> blocks_;
   char* base_ = nullptr;
-  size_t frame_ = 0, peak_ = 0;
+  size_t frame_ = 0, peak_ = 0, persistent_ = 0;
 };
 
 struct LowerCtx {
@@ -49,6 +56,8 @@ struct LowerCtx {
   PlanStorage& storage;
   // Set by the lowering: the kernel it chose (recorded in the plan).
   std::string kernel = {};
+  // Per operand: the parameter buffer it reads (directly or through a folded view), else null.
+  std::vector<const Buffer*> in_param = {};
   // Per operand: element strides when it is read through a folded view (else contiguous).
   std::vector<std::vector<int64_t>> in_strides = {};
 

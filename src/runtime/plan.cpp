@@ -158,12 +158,18 @@ Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
   auto make_ctx = [&](ValueId v, void* out, kernels::PlanStorage& storage) {
     const Node& vn = graph_.node(v);
     kernels::LowerCtx ctx{graph_, v, vn, {}, out, storage};
+    auto param_buffer = [&](ValueId x) -> const Buffer* {
+      while (graph_.node(x).op == Op::Reshape) x = graph_.node(x).in[0];
+      return graph_.node(x).op == Op::Param ? graph_.node(x).data->buffer.get() : nullptr;
+    };
     for (size_t k = 0; k < vn.in.size(); ++k) {
       if (operand_views[size_t(v)].empty()) {
         ctx.in.push_back(ptrs_[size_t(vn.in[k])]);
+        ctx.in_param.push_back(param_buffer(vn.in[k]));
         continue;
       }
       const passes::AffineView& av = operand_views[size_t(v)][k];
+      ctx.in_param.push_back(param_buffer(av.base));
       ctx.in.push_back(static_cast<char*>(ptrs_[size_t(av.base)]) + av.offset * int64_t(dtype_size(vn.dtype)));
       ctx.in_strides.push_back(av.strides);
     }

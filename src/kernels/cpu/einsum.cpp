@@ -143,12 +143,24 @@ struct GemmArgs {
   const GemmProvider* provider;
   Launch pre[2];
   Launch post;
+  // Pinned weight: a parameter B read transposed by a small GEMM is kept laid out as [K][N] and
+  // re-laid only when the parameter's version moves.
+  const Buffer* pin_src = nullptr;
+  const float* pin_from = nullptr;
+  float* pinned = nullptr;
+  int64_t pin_rs = 0, pin_cs = 0;
+  mutable uint64_t pin_seen = ~uint64_t(0);
 };
 
 void gemm_launch(const void* p, ThreadPool& pool) {
   const GemmArgs& g = *static_cast<const GemmArgs*>(p);
   for (const Launch& l : g.pre)
     if (l.fn) l.fn(l.args, pool);
+  if (g.pin_src && g.pin_src->version() != g.pin_seen) {
+    for (int64_t n = 0; n < g.shape.N; ++n)
+      for (int64_t k = 0; k < g.shape.K; ++k) g.pinned[k * g.shape.N + n] = g.pin_from[k * g.pin_rs + n * g.pin_cs];
+    g.pin_seen = g.pin_src->version();
+  }
   for (int64_t bi = 0; bi < g.batch; ++bi) {
     if (g.f64) {
       dgemm(g.shape, static_cast<const double*>(g.A) + bi * g.a.batch_stride,
@@ -242,6 +254,21 @@ Launch lower_einsum(LowerCtx& c) {
     g->scratch = nullptr;
     c.kernel = "dgemm";
   } else {
+    // Pin a transposed parameter B of a small GEMM in [K][N] layout (see GemmArgs).
+    bool tiny = g->shape.M * g->shape.N * g->shape.K < (1 << 15);
+    const Buffer* pb = c.in_param.size() > 1 ? c.in_param[1] : nullptr;
+    if (pb && tiny && g->shape.b_cs != 1 && g->pre[1].fn == nullptr && (g->batch == 1 || g->b.batch_stride == 0) &&
+        g->shape.K > 0 && g->shape.N > 0) {
+      g->pin_src = pb;
+      g->pin_from = static_cast<const float*>(g->B);
+      g->pin_rs = g->shape.b_rs;
+      g->pin_cs = g->shape.b_cs;
+      g->pinned = static_cast<float*>(c.storage.persistent(size_t(g->shape.K * g->shape.N) * 4));
+      g->B = g->pinned;
+      g->b.batch_stride = 0;
+      g->shape.b_rs = g->shape.N;
+      g->shape.b_cs = 1;
+    }
     Selection sel = select_gemm(g->shape, strict_kernels());
     g->provider = sel.provider;
     g->scratch = static_cast<float*>(c.storage.scratch(sel.provider->scratch_floats(g->shape) * 4 + 64));
