@@ -70,7 +70,12 @@ def main():
     ap.add_argument("--processes", type=int, default=3)
     ap.add_argument("--min-time", type=float, default=0.3)
     ap.add_argument("--json", default="bench_results.json")
+    ap.add_argument("--only", default="", help="regex: run only the scenarios it matches")
+    ap.add_argument("--no-memory", action="store_true", help="skip the GPT memory comparison")
     args = ap.parse_args()
+    if args.only:
+        import re
+        SCENARIOS[:] = [x for x in SCENARIOS if re.search(args.only, x)]
     rows = []
     for th in args.threads:
         eng = {s: [] for s in SCENARIOS}
@@ -99,14 +104,15 @@ def main():
                 if r["threads"] == 1:
                     print(f"  {r['scenario']:<34} {r['engine_gflops']:7.1f} GFLOP/s = "
                           f"{100 * r['share_of_peak']:5.1f}% of peak ({r['kernel']})")
-    mem = memory_rows(args.bench)
-    print("\nGPT training step (4 layers, width 256, 4 heads, sequence 128, batch 8), peak bytes "
-          "beyond parameters and inputs:")
-    print(f"  engine planned   {mem['engine_planned_bytes'] / 1e6:9.1f} MB "
-          f"(arena incl. kernel scratch; {mem['planned_over_unplanned']:.2f}x unplanned, "
-          f"{mem['planned_over_torch']:.2f}x PyTorch)")
-    print(f"  engine unplanned {mem['engine_unplanned_bytes'] / 1e6:9.1f} MB")
-    print(f"  PyTorch eager    {mem['torch_peak_bytes'] / 1e6:9.1f} MB (heap live bytes, sampled after every op)")
+    mem = None if args.no_memory else memory_rows(args.bench)
+    if mem:
+        print("\nGPT training step (4 layers, width 256, 4 heads, sequence 128, batch 8), peak bytes "
+              "beyond parameters and inputs:")
+        print(f"  engine planned   {mem['engine_planned_bytes'] / 1e6:9.1f} MB "
+              f"(arena incl. kernel scratch; {mem['planned_over_unplanned']:.2f}x unplanned, "
+              f"{mem['planned_over_torch']:.2f}x PyTorch)")
+        print(f"  engine unplanned {mem['engine_unplanned_bytes'] / 1e6:9.1f} MB")
+        print(f"  PyTorch eager    {mem['torch_peak_bytes'] / 1e6:9.1f} MB (heap live bytes, sampled after every op)")
     with open(args.json, "w") as f:
         json.dump({"medians_over_processes": args.processes, "rows": rows, "memory": mem, "peak": peak},
                   f, indent=2)

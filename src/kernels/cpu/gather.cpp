@@ -35,27 +35,45 @@ void gather_range_t(const GatherArgs& a, int64_t begin, int64_t end, E* out) {
   unravel_index(begin, r, a.shape, idx);
   const E* in = reinterpret_cast<const E*>(a.in);
   int64_t inner = a.shape[r - 1], s_in = a.stride[r - 1], cs_in = a.cstride[r - 1];
+  // One run of `len` outputs starting at input offset `off` (checked coordinate `c`).
+  auto emit = [&](E* o, int64_t off, int64_t c, int64_t len) {
+    if (!a.checked) {
+      if (s_in == 1) {
+        std::memcpy(o, in + off, size_t(len) * sizeof(E));
+      } else {
+        for (int64_t i = 0; i < len; ++i) o[i] = in[off + i * s_in];
+      }
+      return;
+    }
+    for (int64_t i = 0; i < len; ++i) {
+      int64_t ci = c + i * cs_in;
+      if (a.wrap) ci = ((ci % a.climit) + a.climit) % a.climit;
+      bool ok = ci >= 0 && ci < a.climit;
+      o[i] = ok ? in[off + i * s_in + ci * a.cmul] : E(0);
+    }
+  };
   for (int64_t pos = begin; pos < end;) {
-    int64_t len = std::min(inner - idx[r - 1], end - pos);
     int64_t off = a.offset, c = a.c0;
     for (int d = 0; d < r; ++d) {
       off += idx[d] * a.stride[d];
       c += idx[d] * a.cstride[d];
     }
-    if (!a.checked) {
-      if (s_in == 1) {
-        std::memcpy(out + (pos - begin), in + off, size_t(len) * sizeof(E));
-      } else {
-        for (int64_t i = 0; i < len; ++i) out[pos - begin + i] = in[off + i * s_in];
+    // Short innermost runs (an unfold window, say): walk whole rows of the next dimension
+    // without recomputing the multi-index for every run.
+    if (r >= 2 && inner < 16 && idx[r - 1] == 0 && end - pos >= inner) {
+      int64_t rows = std::min(a.shape[r - 2] - idx[r - 2], (end - pos) / inner);
+      for (int64_t row = 0; row < rows; ++row)
+        emit(out + (pos - begin) + row * inner, off + row * a.stride[r - 2], c + row * a.cstride[r - 2], inner);
+      pos += rows * inner;
+      idx[r - 2] += rows;
+      for (int d = r - 2; d > 0 && idx[d] == a.shape[d]; --d) {
+        idx[d] = 0;
+        ++idx[d - 1];
       }
-    } else {
-      for (int64_t i = 0; i < len; ++i) {
-        int64_t ci = c + i * cs_in;
-        if (a.wrap) ci = ((ci % a.climit) + a.climit) % a.climit;
-        bool ok = ci >= 0 && ci < a.climit;
-        out[pos - begin + i] = ok ? in[off + i * s_in + ci * a.cmul] : E(0);
-      }
+      continue;
     }
+    int64_t len = std::min(inner - idx[r - 1], end - pos);
+    emit(out + (pos - begin), off, c, len);
     pos += len;
     advance_index(len, r, a.shape, idx);
   }
