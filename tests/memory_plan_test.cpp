@@ -127,7 +127,7 @@ TEST(MemoryPlan, RandomGraphsNeverOverlapLiveBuffersAndMatchUnplanned) {
     if (HasFatalFailure()) FAIL() << "graph seed " << seed << "\n" << r.g.to_string();
     auto unplanned = run_outputs(r, false, seed, &b);
     ASSERT_EQ(planned, unplanned) << "graph seed " << seed << "\n" << r.g.to_string();
-    ASSERT_LE(a, b);
+    ASSERT_LE(a, b) << "graph seed " << seed << "\n" << r.g.to_string();
     planned_total += a;
     unplanned_total += b;
   }

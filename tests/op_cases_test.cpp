@@ -133,6 +133,32 @@ std::vector<OpCase> all_cases() {
                  u = g.add(Op::Unfold, {u}, ints({3, 3, 1}));
                  return g.einsum("nchwxy,ocxy->nohw", {u, x[1]});
                }});
+  c.push_back({"strided conv via unfold", {f32({2, 3, 7, 6}), f32({4, 3, 3, 3})},
+               [](Graph& g, const std::vector<ValueId>& x) {
+                 ValueId u = g.add(Op::Unfold, {x[0]}, ints({2, 3, 1}));
+                 u = g.add(Op::Unfold, {u}, ints({3, 3, 1}));
+                 u = g.add(Op::Stride, {u}, ints({2, 2}));
+                 u = g.add(Op::Stride, {u}, ints({3, 2}));
+                 return g.einsum("nchwxy,ocxy->nohw", {u, x[1]});
+               }});
+  c.push_back({"dilated conv via unfold", {f32({1, 2, 6, 7}), f32({3, 2, 3, 2})},
+               [](Graph& g, const std::vector<ValueId>& x) {
+                 ValueId u = g.add(Op::Unfold, {x[0]}, ints({2, 3, 2}));
+                 u = g.add(Op::Unfold, {u}, ints({3, 2, 1}));
+                 return g.einsum("nchwxy,ocxy->nohw", {u, x[1]});
+               }});
+  c.push_back({"grouped conv via unfold", {f32({2, 4, 5, 5}), f32({2, 3, 2, 3, 3})},
+               [](Graph& g, const std::vector<ValueId>& x) {
+                 ValueId r = g.add(Op::Reshape, {x[0]}, ints({2, 2, 2, 5, 5}));
+                 ValueId u = g.add(Op::Unfold, {r}, ints({3, 3, 1}));
+                 u = g.add(Op::Unfold, {u}, ints({4, 3, 1}));
+                 return g.einsum("ngchwxy,gocxy->ngohw", {u, x[1]});
+               }});
+  c.push_back({"matmul over a padded operand", {f32({3, 4}), f32({6, 5})},
+               [](Graph& g, const std::vector<ValueId>& x) {
+                 ValueId p = g.add(Op::Pad, {x[0]}, ints({1, 1, 1}));
+                 return g.einsum("ij,jk->ik", {p, x[1]});
+               }});
   for (int64_t axis : {-1, 0}) {
     c.push_back(with_attrs("softmax" + std::to_string(axis), Op::Softmax, {f32({4, 7}, -3, 3)}, ints({axis})));
     c.push_back(with_attrs("log_softmax" + std::to_string(axis), Op::LogSoftmax, {f32({4, 7}, -3, 3)}, ints({axis})));

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "synoros/runtime.hpp"
+#include "passes/views.hpp"
 
 namespace synoros::kernels {
 
@@ -60,10 +61,15 @@ struct LowerCtx {
   std::vector<const Buffer*> in_param = {};
   // Per operand: element strides when it is read through a folded view (else contiguous).
   std::vector<std::vector<int64_t>> in_strides = {};
+  // Per operand read through a folded view: its zero-padding gates (pad, unfold), else empty.
+  std::vector<std::vector<passes::ViewGate>> in_gates = {};
 
   const Shape& in_shape(size_t i) const { return g.shape(node.in[i]); }
   std::vector<int64_t> in_stride(size_t i) const {
     return i < in_strides.size() ? in_strides[i] : contiguous_strides(in_shape(i));
+  }
+  std::vector<passes::ViewGate> in_gate(size_t i) const {
+    return i < in_gates.size() ? in_gates[i] : std::vector<passes::ViewGate>{};
   }
   DType in_dtype(size_t i) const { return g.dtype(node.in[i]); }
   template <class T>

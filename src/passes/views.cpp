@@ -8,6 +8,8 @@ bool is_affine_view_op(Op op) {
   return op == Op::Permute || op == Op::Slice || op == Op::Stride || op == Op::Expand || op == Op::Reshape;
 }
 
+bool is_gated_view_op(Op op) { return op == Op::Pad || op == Op::Unfold; }
+
 bool reshape_strides(const Shape& shape, const std::vector<int64_t>& strides, const Shape& new_shape,
                      std::vector<int64_t>& out) {
   out.assign(new_shape.size(), 0);
@@ -43,42 +45,94 @@ bool reshape_strides(const Shape& shape, const std::vector<int64_t>& strides, co
   return true;
 }
 
-bool apply_view(const Node& n, AffineView& v) {
+namespace {
+// Every affine function of the view's index: the base offset (with strides) and each gate.
+template <class F>
+void each_affine(AffineView& v, F&& f) {
+  f(v.offset, v.strides);
+  for (ViewGate& g : v.gates) f(g.c0, g.cstride);
+}
+}  // namespace
+
+bool apply_view(const Node& n, AffineView& v, bool allow_gates) {
   const auto& ints = n.attrs.ints;
+  if (is_gated_view_op(n.op) && !allow_gates) return false;
+  bool ok = true;
   switch (n.op) {
     case Op::Reshape: {
-      std::vector<int64_t> st;
-      if (!reshape_strides(v.shape, v.strides, n.shape, st)) return false;
-      v.strides = st;
+      each_affine(v, [&](int64_t&, std::vector<int64_t>& st) {
+        std::vector<int64_t> out;
+        if (!ok || !reshape_strides(v.shape, st, n.shape, out)) ok = false;
+        else st = out;
+      });
+      if (!ok) return false;
       break;
     }
     case Op::Permute: {
-      std::vector<int64_t> st(ints.size());
-      for (size_t d = 0; d < ints.size(); ++d)
-        st[d] = v.strides[size_t(normalize_axis(ints[d], v.shape.size(), "permute", v.shape))];
-      v.strides = st;
+      each_affine(v, [&](int64_t&, std::vector<int64_t>& s) {
+        std::vector<int64_t> st(ints.size());
+        for (size_t d = 0; d < ints.size(); ++d)
+          st[d] = s[size_t(normalize_axis(ints[d], v.shape.size(), "permute", v.shape))];
+        s = st;
+      });
       break;
     }
     case Op::Expand: {
       size_t lead = n.shape.size() - v.shape.size();
-      std::vector<int64_t> st(n.shape.size(), 0);
-      for (size_t d = 0; d < v.shape.size(); ++d) st[lead + d] = v.shape[d] == 1 ? 0 : v.strides[d];
-      v.strides = st;
+      each_affine(v, [&](int64_t&, std::vector<int64_t>& s) {
+        std::vector<int64_t> st(n.shape.size(), 0);
+        for (size_t d = 0; d < v.shape.size(); ++d) st[lead + d] = v.shape[d] == 1 ? 0 : s[d];
+        s = st;
+      });
       break;
     }
     case Op::Slice: {
       opdefs::AxisArgs a = opdefs::axis_args(n, v.shape.size());
-      v.offset += a.a * v.strides[size_t(a.axis)];
+      each_affine(v, [&](int64_t& off, std::vector<int64_t>& s) { off += a.a * s[size_t(a.axis)]; });
       break;
     }
     case Op::Stride: {
       opdefs::AxisArgs a = opdefs::axis_args(n, v.shape.size());
-      v.strides[size_t(a.axis)] *= a.a;
+      each_affine(v, [&](int64_t&, std::vector<int64_t>& s) { s[size_t(a.axis)] *= a.a; });
+      break;
+    }
+    case Op::Pad: {  // out[i] = in[i - before] inside [0, size), else 0
+      opdefs::AxisArgs a = opdefs::axis_args(n, v.shape.size());
+      size_t x = size_t(a.axis);
+      int64_t limit = v.shape[x];
+      each_affine(v, [&](int64_t& off, std::vector<int64_t>& s) { off -= a.a * s[x]; });
+      ViewGate g{std::vector<int64_t>(v.shape.size(), 0), -a.a, limit};
+      g.cstride[x] = 1;
+      v.gates.push_back(std::move(g));
+      break;
+    }
+    case Op::Unfold: {  // out[.., i, .., j] = in[.., i + (j - center) * dilation, ..], 0 outside
+      opdefs::AxisArgs a = opdefs::axis_args(n, v.shape.size());
+      size_t x = size_t(a.axis);
+      int64_t center = (a.a - 1) / 2, limit = v.shape[x];
+      each_affine(v, [&](int64_t& off, std::vector<int64_t>& s) {
+        off -= center * a.b * s[x];
+        s.push_back(s[x] * a.b);
+      });
+      ViewGate g{std::vector<int64_t>(v.shape.size() + 1, 0), -center * a.b, limit};
+      g.cstride[x] = 1;
+      g.cstride.back() = a.b;
+      v.gates.push_back(std::move(g));
       break;
     }
     default: return false;
   }
   v.shape = n.shape;
+  // A gate that holds over the whole index box (a zero-width pad, say) guards nothing.
+  std::erase_if(v.gates, [&](const ViewGate& g) {
+    int64_t lo = g.c0, hi = g.c0;
+    for (size_t d = 0; d < v.shape.size(); ++d) {
+      if (v.shape[d] == 0) return false;
+      int64_t span = (v.shape[d] - 1) * g.cstride[d];
+      (span < 0 ? lo : hi) += span;
+    }
+    return lo >= 0 && hi < g.limit;
+  });
   return true;
 }
 

@@ -9,18 +9,29 @@
 
 namespace synoros::passes {
 
+// A zero-padding gate: the element at index i reads the base only when the coordinate
+// c0 + sum_d i_d * cstride_d lies in [0, limit), else it is 0. Pad and (zero-padded) Unfold add
+// one gate each.
+struct ViewGate {
+  std::vector<int64_t> cstride;
+  int64_t c0 = 0, limit = 0;
+  bool operator==(const ViewGate&) const = default;
+};
+
 struct AffineView {
   ValueId base = kNoValue;
-  int64_t offset = 0;            // elements
+  int64_t offset = 0;            // elements; may point before the base when gates guard it
   Shape shape;
   std::vector<int64_t> strides;  // elements; 0 along broadcast dims
+  std::vector<ViewGate> gates;   // empty for a pure strided view
 };
 
 bool is_affine_view_op(Op op);  // permute, slice, stride, expand, reshape
+bool is_gated_view_op(Op op);   // pad, unfold: affine plus a zero-padding gate
 
-// Applies one affine view op to `v`; false if it cannot be expressed (a reshape across
-// non-mergeable strides).
-bool apply_view(const Node& n, AffineView& v);
+// Applies one view op to `v`; false if it cannot be expressed (a reshape across non-mergeable
+// strides, or a gated op when `allow_gates` is off).
+bool apply_view(const Node& n, AffineView& v, bool allow_gates = false);
 
 // Strides for viewing (shape, strides) as new_shape without copying, numpy's rule.
 bool reshape_strides(const Shape& shape, const std::vector<int64_t>& strides, const Shape& new_shape,

@@ -55,11 +55,21 @@ void fold_views_into_einsums(const Graph& g, const std::vector<bool>& needed,
     std::vector<bool> only(n, false);  // every reader is an einsum or a folded view
     for (size_t i = n; i-- > 0;) {
       const Node& nd = g.node(ValueId(i));
-      bool candidate = needed[i] && !observable[i] && !blocked[i] && passes::is_affine_view_op(nd.op) &&
+      bool view_op = passes::is_affine_view_op(nd.op) || passes::is_gated_view_op(nd.op);
+      bool candidate = needed[i] && !observable[i] && !blocked[i] && view_op &&
                        (nd.op == Op::Reshape || (launched[i] && !fused_away[i]));
       if (!candidate || readers[i].empty()) continue;
       bool ok = true;
       for (ValueId r : readers[i]) ok = ok && (g.node(r).op == Op::Einsum || only[size_t(r)]);
+      // A padded view is gathered by the einsum that reads it; read twice it would be gathered
+      // twice, so it is folded only into a single read.
+      if (passes::is_gated_view_op(nd.op)) {
+        ok = ok && readers[i].size() == 1;
+        if (ok) {
+          const Node& r = g.node(readers[i][0]);
+          ok = std::count(r.in.begin(), r.in.end(), ValueId(i)) == 1;
+        }
+      }
       only[i] = ok;
     }
     for (size_t i = 0; i < n && !changed; ++i) {
@@ -69,9 +79,9 @@ void fold_views_into_einsums(const Graph& g, const std::vector<bool>& needed,
         std::vector<ValueId> chain;
         ValueId cur = x;
         while (only[size_t(cur)]) chain.push_back(cur), cur = g.node(cur).in[0];
-        passes::AffineView av{cur, 0, g.shape(cur), contiguous_strides(g.shape(cur))};
+        passes::AffineView av{cur, 0, g.shape(cur), contiguous_strides(g.shape(cur)), {}};
         for (size_t j = chain.size(); j-- > 0 && !changed;) {
-          if (!passes::apply_view(g.node(chain[j]), av)) {
+          if (!passes::apply_view(g.node(chain[j]), av, /*allow_gates=*/true)) {
             for (ValueId c : chain) blocked[size_t(c)] = true;  // materialise this chain
             changed = true;
           }
@@ -172,6 +182,7 @@ Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
       ctx.in_param.push_back(param_buffer(av.base));
       ctx.in.push_back(static_cast<char*>(ptrs_[size_t(av.base)]) + av.offset * int64_t(dtype_size(vn.dtype)));
       ctx.in_strides.push_back(av.strides);
+      ctx.in_gates.push_back(av.gates);
     }
     return ctx;
   };

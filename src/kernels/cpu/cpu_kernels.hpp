@@ -42,6 +42,9 @@ struct GatherSpec {
   bool checked = false, wrap = false;
   std::vector<int64_t> cstride;
   int64_t c0 = 0, climit = 0, cmul = 0;
+  // Zero-padding gates of a folded pad/unfold view (see passes::ViewGate): the offset stays
+  // affine and a gated-off element reads 0.
+  std::vector<passes::ViewGate> gates;
 };
 Launch make_gather(LowerCtx& c, const GatherSpec& spec, const void* in, void* out, size_t esize);
 // Output elements [begin, end) of a gather built by make_gather / lower_view, written to dst.

@@ -3,7 +3,10 @@
 // into GEMM layout. Anything else (one operand, labels summed within one operand) runs a direct
 // loop nest. Both paths accumulate each output as one chain in ascending contracted index.
 #include <algorithm>
+#include <climits>
 #include <cmath>
+#include <cstdlib>
+#include <utility>
 
 #include "ir/einsum_spec.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
@@ -92,36 +95,35 @@ Launch lower_direct(LowerCtx& c, const EinsumSpec& e) {
 }
 
 // ---- batched GEMM path
-struct Grouped {
-  int64_t batch_stride, row_stride, col_stride;
-};
+//
+// The output's labels are split as P + G1 + G2: a batch prefix P, then G1 (labels of one operand
+// only, the GEMM's rows) and G2 (labels of the other operand only, its columns); K are the
+// contracted labels, always in the first operand's order, so every formulation sums each output
+// in the same order. When the output cannot be split that way it is computed as
+// [batch][A-only][B-only] in scratch and gathered into place. An operand whose labels do not
+// merge into (rows, K) strides, or that reads through a zero-padding view (pad, unfold), is
+// gathered into GEMM layout first -- one batch slice at a time, so the slice stays in cache.
 
-// Strides of `labels` (an operand's labels with their contiguous strides) viewed as three merged
-// groups. Returns false when some group cannot be merged.
-bool merge_groups(const std::string& labels, const std::vector<int64_t>& strides,
-                  const EinsumSpec& e, const std::string* groups, Grouped& out) {
-  int64_t res[3];
-  for (int g = 0; g < 3; ++g) {
-    int64_t stride = 0;
-    bool first = true;
-    int64_t expect = 0;
-    for (size_t i = groups[g].size(); i-- > 0;) {  // innermost label last
-      char l = groups[g][i];
-      int64_t sz = e.size[int(l)];
-      int64_t st = strides[labels.find(l)];
-      if (sz == 1) continue;
-      if (first) {
-        stride = st;
-        expect = st * sz;
-        first = false;
-      } else {
-        if (st != expect) return false;
-        expect = st * sz;
-      }
+// Stride of `group` merged into one dimension, if its labels (sizes from e) merge.
+bool merge_group(const std::string& labels, const std::vector<int64_t>& strides, const EinsumSpec& e,
+                 const std::string& group, int64_t& stride) {
+  stride = 0;
+  bool first = true;
+  int64_t expect = 0;
+  for (size_t i = group.size(); i-- > 0;) {  // innermost label last
+    char l = group[i];
+    int64_t sz = e.size[int(l)];
+    auto pos = labels.find(l);
+    int64_t st = pos == std::string::npos ? 0 : strides[pos];
+    if (sz == 1) continue;
+    if (first) {
+      stride = st;
+      first = false;
+    } else if (st != expect) {
+      return false;
     }
-    res[g] = stride;
+    expect = st * sz;
   }
-  out = {res[0], res[1], res[2]};
   return true;
 }
 
@@ -131,17 +133,59 @@ int64_t group_size(const EinsumSpec& e, const std::string& g) {
   return s;
 }
 
+bool has(const std::string& s, char l) { return s.find(l) != std::string::npos; }
+
+std::string only_in(const std::string& labels, const std::string& of) {
+  std::string r;
+  for (char l : labels)
+    if (has(of, l)) r += l;
+  return r;
+}
+
+// A gather that lays `labels` (with `strides`, gates) out contiguously in the order of `want`.
+GatherSpec layout_gather(const std::string& labels, const std::vector<int64_t>& strides,
+                         const std::vector<passes::ViewGate>& gates, const std::string& want,
+                         const EinsumSpec& e) {
+  GatherSpec s;
+  for (char l : want) {
+    s.shape.push_back(e.size[int(l)]);
+    s.stride.push_back(strides[labels.find(l)]);
+  }
+  s.cstride.assign(s.shape.size(), 0);
+  for (const passes::ViewGate& g : gates) {
+    passes::ViewGate t{{}, g.c0, g.limit};
+    for (char l : want) t.cstride.push_back(g.cstride[labels.find(l)]);
+    s.gates.push_back(std::move(t));
+  }
+  return s;
+}
+
+struct Operand {
+  const void* ptr = nullptr;
+  std::string labels;
+  std::vector<int64_t> strides;
+  std::vector<passes::ViewGate> gates;
+  const Buffer* param = nullptr;
+  // Set when gathered slice by slice: the gather, its slice length and the slice buffer.
+  const void* gather = nullptr;
+  int64_t slice = 0;
+  void* buf = nullptr;
+  int64_t rs = 0, cs = 0;  // GEMM row and column strides of this operand
+};
+
 struct GemmArgs {
   int64_t batch;
-  Grouped a, b, c;
   GemmShape shape;
   const void* A;
   const void* B;
   void* C;
+  const int64_t* boff;  // per batch element: offsets of A, B, C (elements), and gather slices
+  const void* gat[2];   // per-slice gathers of A and B (null when read in place)
+  int64_t gslice[2];
+  void* gbuf[2];
   float* scratch;
   bool f64;
   const GemmProvider* provider;
-  Launch pre[2];
   Launch post;
   // Pinned weight: a parameter B read transposed by a small GEMM is kept laid out as [K][N] and
   // re-laid only when the parameter's version moves.
@@ -152,40 +196,96 @@ struct GemmArgs {
   mutable uint64_t pin_seen = ~uint64_t(0);
 };
 
+struct SliceJob {
+  const void* gather;
+  int64_t begin, end;
+  char* dst;
+  int64_t esize;
+};
+constexpr int64_t kSliceChunk = 1 << 13;
+void slice_chunk(const void* p, int64_t ch) {
+  const SliceJob& j = *static_cast<const SliceJob*>(p);
+  int64_t b = j.begin + ch * kSliceChunk, e = std::min(j.end, b + kSliceChunk);
+  gather_range(j.gather, b, e, j.dst + (b - j.begin) * j.esize);
+}
+
 void gemm_launch(const void* p, ThreadPool& pool) {
   const GemmArgs& g = *static_cast<const GemmArgs*>(p);
-  for (const Launch& l : g.pre)
-    if (l.fn) l.fn(l.args, pool);
   if (g.pin_src && g.pin_src->version() != g.pin_seen) {
     for (int64_t n = 0; n < g.shape.N; ++n)
       for (int64_t k = 0; k < g.shape.K; ++k) g.pinned[k * g.shape.N + n] = g.pin_from[k * g.pin_rs + n * g.pin_cs];
     g.pin_seen = g.pin_src->version();
   }
+  int64_t es = g.f64 ? 8 : 4;
   for (int64_t bi = 0; bi < g.batch; ++bi) {
+    const int64_t* off = g.boff + bi * 5;
+    for (int k = 0; k < 2; ++k) {
+      if (!g.gat[k]) continue;
+      SliceJob j{g.gat[k], off[3 + k] * g.gslice[k], (off[3 + k] + 1) * g.gslice[k], static_cast<char*>(g.gbuf[k]),
+                 es};
+      pool.run((g.gslice[k] + kSliceChunk - 1) / kSliceChunk, slice_chunk, &j);
+    }
     if (g.f64) {
-      dgemm(g.shape, static_cast<const double*>(g.A) + bi * g.a.batch_stride,
-            static_cast<const double*>(g.B) + bi * g.b.batch_stride,
-            static_cast<double*>(g.C) + bi * g.c.batch_stride);
+      dgemm(g.shape, static_cast<const double*>(g.A) + off[0], static_cast<const double*>(g.B) + off[1],
+            static_cast<double*>(g.C) + off[2]);
     } else {
-      g.provider->run({g.shape, static_cast<const float*>(g.A) + bi * g.a.batch_stride,
-                       static_cast<const float*>(g.B) + bi * g.b.batch_stride,
-                       static_cast<float*>(g.C) + bi * g.c.batch_stride, g.scratch},
+      g.provider->run({g.shape, static_cast<const float*>(g.A) + off[0], static_cast<const float*>(g.B) + off[1],
+                       static_cast<float*>(g.C) + off[2], g.scratch},
                       pool);
     }
   }
   if (g.post.fn) g.post.fn(g.post.args, pool);
 }
 
-// A gather that lays `labels` (with `strides`) out contiguously in the order of `want`.
-GatherSpec layout_gather(const std::string& labels, const std::vector<int64_t>& strides,
-                         const std::string& want, const EinsumSpec& e) {
-  GatherSpec s;
-  for (char l : want) {
-    s.shape.push_back(e.size[int(l)]);
-    s.stride.push_back(strides[labels.find(l)]);
+// Materialises gated operands (pad/unfold views) contiguously for the direct loop nest.
+Launch direct_with_gates(LowerCtx& c, const EinsumSpec& e) {
+  Launch pre{};
+  size_t es = dtype_size(c.node.dtype);
+  for (size_t k = 0; k < e.in.size(); ++k) {
+    auto gates = c.in_gate(k);
+    if (gates.empty()) continue;
+    Shape sh = c.in_shape(k);
+    void* t = c.storage.scratch(size_t(numel(sh)) * es);
+    Launch l = make_gather(c, layout_gather(e.in[k], c.in_stride(k), gates, e.in[k], e), c.in[k], t, es);
+    pre = pre.fn ? sequence(c.storage, pre, l, c.id) : l;
+    c.in[k] = t;
+    c.in_strides[k] = contiguous_strides(sh);
+    c.in_gates[k].clear();
   }
-  s.cstride.assign(s.shape.size(), 0);
-  return s;
+  Launch d = lower_direct(c, e);
+  return pre.fn ? sequence(c.storage, pre, d, c.id) : d;
+}
+
+// Splits the output labels into batch prefix, rows (operand x only) and columns (the other
+// operand only); false when no split with a worthwhile GEMM exists.
+bool split_output(const EinsumSpec& e, std::string& pre, std::string& g1, std::string& g2, int& x) {
+  const std::string &la = e.in[0], &lb = e.in[1], &lo = e.out;
+  for (size_t p = 0; p <= lo.size(); ++p) {
+    std::string rest = lo.substr(p);
+    bool ok = true;
+    for (char l : rest) ok = ok && !(has(la, l) && has(lb, l));
+    if (!ok) continue;
+    size_t cut = 0;
+    while (cut < rest.size() && has(la, rest[cut]) == has(la, rest[0])) ++cut;
+    bool two = true;
+    for (size_t i = cut; i < rest.size(); ++i) two = two && has(la, rest[i]) != has(la, rest[0]);
+    if (!two) continue;
+    // A prefix label only one operand has makes the other's batch stride 0: fine when each
+    // GEMM stays large; a tiny GEMM per batch element is worse than one GEMM plus a gather.
+    std::string prefix = lo.substr(0, p);
+    bool broadcast = false;
+    for (char l : prefix) broadcast = broadcast || !(has(la, l) && has(lb, l));
+    int64_t work = group_size(e, rest);
+    for (char l : la)
+      if (!has(lo, l)) work *= e.size[int(l)];
+    if (broadcast && work < 4096) return false;
+    pre = prefix;
+    g1 = rest.substr(0, cut);
+    g2 = rest.substr(cut);
+    x = rest.empty() || has(la, rest[0]) ? 0 : 1;
+    return true;
+  }
+  return false;
 }
 }  // namespace
 
@@ -194,78 +294,142 @@ Launch lower_einsum(LowerCtx& c) {
   std::vector<Shape> shapes;
   for (size_t k = 0; k < n.in.size(); ++k) shapes.push_back(c.in_shape(k));
   EinsumSpec e = parse_einsum(n.attrs.spec, shapes);
-  if (e.in.size() != 2) return lower_direct(c, e);
+  c.in_strides.resize(n.in.size());
+  c.in_gates.resize(n.in.size());
+  for (size_t k = 0; k < n.in.size(); ++k)
+    if (c.in_strides[k].empty() && !shapes[k].empty()) c.in_strides[k] = contiguous_strides(shapes[k]);
+  if (e.in.size() != 2) return direct_with_gates(c, e);
   const std::string &la = e.in[0], &lb = e.in[1], &lo = e.out;
-  auto has = [](const std::string& s, char l) { return s.find(l) != std::string::npos; };
-  std::string bat, m, nn, k;
-  for (char l : lo) {
-    if (has(la, l) && has(lb, l)) bat += l;
-    else if (has(la, l)) m += l;
-    else nn += l;
-  }
+  std::string k;
   for (char l : la) {
     if (!has(lo, l) && has(lb, l)) k += l;
-    if (!has(lo, l) && !has(lb, l)) return lower_direct(c, e);
+    if (!has(lo, l) && !has(lb, l)) return direct_with_gates(c, e);
   }
   for (char l : lb)
-    if (!has(lo, l) && !has(la, l)) return lower_direct(c, e);
+    if (!has(lo, l) && !has(la, l)) return direct_with_gates(c, e);
 
+  // Output layout: P + G1 + G2 straight into the output, else computed in scratch and gathered.
+  std::string P, G1, G2;
+  int x = 0;
+  bool direct_out = split_output(e, P, G1, G2, x);
+  if (!direct_out) {
+    P = G1 = G2 = "";
+    for (char l : lo) {
+      if (has(la, l) && has(lb, l)) P += l;
+      else if (has(la, l)) G1 += l;
+      else G2 += l;
+    }
+    x = 0;
+  }
+  int y = 1 - x;
   size_t es = dtype_size(n.dtype);
+  Operand op[2];
+  for (int i = 0; i < 2; ++i) {
+    op[i].ptr = c.in[size_t(i)];
+    op[i].labels = e.in[size_t(i)];
+    op[i].strides = c.in_strides[size_t(i)];
+    op[i].gates = c.in_gates[size_t(i)];
+    op[i].param = i < int(c.in_param.size()) ? c.in_param[size_t(i)] : nullptr;
+  }
   auto* g = c.args<GemmArgs>();
   g->f64 = n.dtype == DType::F64;
   g->provider = nullptr;
-  g->batch = group_size(e, bat);
-  g->shape.M = group_size(e, m);
-  g->shape.N = group_size(e, nn);
+  g->batch = group_size(e, P);
+  g->shape.M = group_size(e, G1);
+  g->shape.N = group_size(e, G2);
   g->shape.K = group_size(e, k);
-  const std::string ga[3] = {bat, m, k}, gb[3] = {bat, k, nn}, gc[3] = {bat, m, nn};
-  const void* A = c.in[0];
-  const void* B = c.in[1];
-  auto sa = c.in_stride(0), sb = c.in_stride(1);
-  auto so = contiguous_strides(n.shape);
-  if (!merge_groups(la, sa, e, ga, g->a)) {
-    void* t = c.storage.scratch(size_t(numel(shapes[0])) * es);
-    g->pre[0] = make_gather(c, layout_gather(la, sa, bat + m + k, e), A, t, es);
-    A = t;
-    merge_groups(bat + m + k, contiguous_strides(layout_gather(la, sa, bat + m + k, e).shape), e, ga, g->a);
+  // Rows of operand x are G1 (its GEMM A), of operand y are K (its GEMM B).
+  const std::string inner[2][2] = {{G1, k}, {k, G2}};  // [role][row, col]: role 0 = A, 1 = B
+  for (int role = 0; role < 2; ++role) {
+    Operand& o = op[role == 0 ? x : y];
+    const std::string &rows = inner[role][0], &cols = inner[role][1];
+    int64_t rs = 0, cs = 0;
+    bool in_place = o.gates.empty() && merge_group(o.labels, o.strides, e, rows, rs) &&
+                    merge_group(o.labels, o.strides, e, cols, cs);
+    if (in_place) {
+      o.rs = rs, o.cs = cs;
+      continue;
+    }
+    // Gather one batch slice at a time, laid out so the innermost run is the source's
+    // shortest stride (a contiguous image row for an unfolded convolution input).
+    // (stride, -size) of a group's innermost label: the smaller key goes innermost.
+    auto inner_key = [&](const std::string& grp) {
+      for (size_t i = grp.size(); i-- > 0;)
+        if (e.size[int(grp[i])] > 1)
+          return std::pair<int64_t, int64_t>(std::abs(o.strides[o.labels.find(grp[i])]), -e.size[int(grp[i])]);
+      return std::pair<int64_t, int64_t>(INT64_MAX, 0);
+    };
+    bool col_major = inner_key(rows) < inner_key(cols);
+    std::string bl = only_in(P, o.labels);
+    std::string want = bl + (col_major ? cols + rows : rows + cols);
+    GatherSpec spec = layout_gather(o.labels, o.strides, o.gates, want, e);
+    Launch gl = make_gather(c, spec, o.ptr, nullptr, es);
+    o.gather = gl.args;
+    o.slice = group_size(e, rows) * group_size(e, cols);
+    o.buf = c.storage.scratch(size_t(std::max<int64_t>(o.slice, 1)) * es);
+    o.rs = col_major ? 1 : group_size(e, cols);
+    o.cs = col_major ? group_size(e, rows) : 1;
   }
-  if (!merge_groups(lb, sb, e, gb, g->b)) {
-    void* t = c.storage.scratch(size_t(numel(shapes[1])) * es);
-    g->pre[1] = make_gather(c, layout_gather(lb, sb, bat + k + nn, e), B, t, es);
-    B = t;
-    merge_groups(bat + k + nn, contiguous_strides(layout_gather(lb, sb, bat + k + nn, e).shape), e, gb, g->b);
+  Operand &A = op[x], &B = op[y];
+  // Per batch element: offsets of A, B, C and the slice index of each gathered operand.
+  auto* boff = static_cast<int64_t*>(c.storage.persistent(size_t(std::max<int64_t>(g->batch, 1)) * 5 * 8));
+  {
+    std::vector<int64_t> idx(P.size(), 0);
+    for (int64_t bi = 0; bi < g->batch; ++bi) {
+      int64_t* off = boff + bi * 5;
+      for (int role = 0; role < 2; ++role) {
+        const Operand& o = role == 0 ? A : B;
+        int64_t s = 0, slice = 0;
+        for (size_t d = 0; d < P.size(); ++d) {
+          auto pos = o.labels.find(P[d]);
+          if (pos == std::string::npos) continue;
+          s += idx[d] * o.strides[pos];
+          slice = slice * e.size[int(P[d])] + idx[d];
+        }
+        off[role] = o.gather ? 0 : s;
+        off[3 + role] = slice;
+      }
+      off[2] = bi * g->shape.M * g->shape.N;
+      for (size_t d = P.size(); d-- > 0;) {
+        if (++idx[d] < e.size[int(P[d])]) break;
+        idx[d] = 0;
+      }
+    }
   }
+  g->boff = boff;
+  g->A = A.gather ? A.buf : A.ptr;
+  g->B = B.gather ? B.buf : B.ptr;
+  g->gat[0] = A.gather, g->gat[1] = B.gather;
+  g->gslice[0] = A.slice, g->gslice[1] = B.slice;
+  g->gbuf[0] = A.buf, g->gbuf[1] = B.buf;
   void* C = c.out;
-  bool c_ok = merge_groups(lo, so, e, gc, g->c) && (g->shape.N == 1 || g->c.col_stride == 1);
-  if (!c_ok) {
-    std::string want = bat + m + nn;
+  std::string clabels = P + G1 + G2;
+  if (clabels != lo) {
     Shape ws;
-    for (char l : want) ws.push_back(e.size[int(l)]);
+    for (char l : clabels) ws.push_back(e.size[int(l)]);
     C = c.storage.scratch(size_t(numel(ws)) * es);
-    merge_groups(want, contiguous_strides(ws), e, gc, g->c);
     // Scatter-free write-back: gather the output (labels in `lo` order) from the scratch layout.
-    g->post = make_gather(c, layout_gather(want, contiguous_strides(ws), lo, e), C, c.out, es);
+    g->post = make_gather(c, layout_gather(clabels, contiguous_strides(ws), {}, lo, e), C, c.out, es);
   }
-  g->A = A, g->B = B, g->C = C;
-  g->shape.a_rs = g->a.row_stride, g->shape.a_cs = g->a.col_stride;
-  g->shape.b_rs = g->b.row_stride, g->shape.b_cs = g->b.col_stride;
-  g->shape.c_rs = g->c.row_stride;
+  g->C = C;
+  g->shape.a_rs = A.rs, g->shape.a_cs = A.cs;
+  g->shape.b_rs = B.rs, g->shape.b_cs = B.cs;
+  g->shape.c_rs = g->shape.N;
   if (g->f64) {
     g->scratch = nullptr;
     c.kernel = "dgemm";
   } else {
     // Pin a transposed parameter B of a small GEMM in [K][N] layout (see GemmArgs).
     bool tiny = g->shape.M * g->shape.N * g->shape.K < (1 << 15);
-    const Buffer* pb = c.in_param.size() > 1 ? c.in_param[1] : nullptr;
-    if (pb && tiny && g->shape.b_cs != 1 && g->pre[1].fn == nullptr && (g->batch == 1 || g->b.batch_stride == 0) &&
-        g->shape.K > 0 && g->shape.N > 0) {
-      g->pin_src = pb;
+    bool b_fixed = true;
+    for (int64_t bi = 0; bi < g->batch; ++bi) b_fixed = b_fixed && boff[bi * 5 + 1] == 0;
+    if (B.param && tiny && g->shape.b_cs != 1 && !B.gather && b_fixed && g->shape.K > 0 && g->shape.N > 0) {
+      g->pin_src = B.param;
       g->pin_from = static_cast<const float*>(g->B);
       g->pin_rs = g->shape.b_rs;
       g->pin_cs = g->shape.b_cs;
       g->pinned = static_cast<float*>(c.storage.persistent(size_t(g->shape.K * g->shape.N) * 4));
       g->B = g->pinned;
-      g->b.batch_stride = 0;
       g->shape.b_rs = g->shape.N;
       g->shape.b_cs = 1;
     }
@@ -274,6 +438,7 @@ Launch lower_einsum(LowerCtx& c) {
     g->scratch = static_cast<float*>(c.storage.scratch(sel.provider->scratch_floats(g->shape) * 4 + 64));
     c.kernel = sel.provider->name();
   }
+  if (A.gather || B.gather) c.kernel += "+gather";
   return {gemm_launch, g, c.id};
 }
 

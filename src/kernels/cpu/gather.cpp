@@ -12,6 +12,7 @@ namespace synoros::kernels {
 
 namespace {
 constexpr int kMaxRank = 10;
+constexpr int kMaxGates = 6;
 constexpr int64_t kGatherChunk = 1 << 14;
 
 struct GatherArgs {
@@ -22,10 +23,34 @@ struct GatherArgs {
   int64_t cstride[kMaxRank];
   int64_t offset, c0, climit, cmul;
   bool checked, wrap;
+  int ngates;
+  int64_t gstride[kMaxGates][kMaxRank];
+  int64_t g0[kMaxGates], glimit[kMaxGates];
   int64_t esize;
   const char* in;
   char* out;
 };
+
+// Short copies and fills with fixed-size moves the compiler inlines (a library call per
+// 28-float image row costs more than the copy).
+inline void copy_short(void* dst, const void* src, size_t bytes) {
+  char* d = static_cast<char*>(dst);
+  const char* s = static_cast<const char*>(src);
+  for (; bytes >= 64; bytes -= 64, d += 64, s += 64) std::memcpy(d, s, 64);
+  if (bytes >= 32) std::memcpy(d, s, 32), bytes -= 32, d += 32, s += 32;
+  if (bytes >= 16) std::memcpy(d, s, 16), bytes -= 16, d += 16, s += 16;
+  if (bytes >= 8) std::memcpy(d, s, 8), bytes -= 8, d += 8, s += 8;
+  if (bytes >= 4) std::memcpy(d, s, 4);
+}
+inline void zero_short(void* dst, size_t bytes) {
+  static constexpr char kZero[64] = {};
+  char* d = static_cast<char*>(dst);
+  for (; bytes >= 64; bytes -= 64, d += 64) std::memcpy(d, kZero, 64);
+  if (bytes >= 32) std::memcpy(d, kZero, 32), bytes -= 32, d += 32;
+  if (bytes >= 16) std::memcpy(d, kZero, 16), bytes -= 16, d += 16;
+  if (bytes >= 8) std::memcpy(d, kZero, 8), bytes -= 8, d += 8;
+  if (bytes >= 4) std::memcpy(d, kZero, 4);
+}
 
 // Gathers output elements [begin, end) into out[0, end - begin).
 template <class E>
@@ -36,7 +61,39 @@ void gather_range_t(const GatherArgs& a, int64_t begin, int64_t end, E* out) {
   const E* in = reinterpret_cast<const E*>(a.in);
   int64_t inner = a.shape[r - 1], s_in = a.stride[r - 1], cs_in = a.cstride[r - 1];
   // One run of `len` outputs starting at input offset `off` (checked coordinate `c`).
-  auto emit = [&](E* o, int64_t off, int64_t c, int64_t len) {
+  auto emit = [&](E* o, int64_t off, int64_t c, const int64_t* gc, int64_t len) {
+    if (a.ngates > 0 && !a.checked) {
+      // Gates are affine along the run: clip it to the valid range [lo, hi), zero the rest.
+      int64_t lo = 0, hi = len;
+      for (int k = 0; k < a.ngates; ++k) {
+        int64_t s = a.gstride[k][r - 1], c0 = gc[k], lim = a.glimit[k];
+        if (s == 0) {
+          if (c0 < 0 || c0 >= lim) hi = 0;
+        } else if (s == 1) {
+          lo = std::max(lo, -c0);
+          hi = std::min(hi, lim - c0);
+        } else if (s > 0) {
+          lo = std::max(lo, c0 >= 0 ? int64_t(0) : (-c0 + s - 1) / s);
+          hi = std::min(hi, c0 >= lim ? int64_t(0) : (lim - c0 + s - 1) / s);
+        } else {
+          int64_t t = -s;  // c0 - i t in [0, lim)
+          lo = std::max(lo, c0 < lim ? int64_t(0) : (c0 - lim + 1 + t - 1) / t);
+          hi = std::min(hi, c0 < 0 ? int64_t(0) : c0 / t + 1);
+        }
+      }
+      if (hi <= lo) {
+        zero_short(o, size_t(len) * sizeof(E));
+        return;
+      }
+      if (lo > 0) zero_short(o, size_t(lo) * sizeof(E));
+      if (s_in == 1) {
+        copy_short(o + lo, in + off + lo, size_t(hi - lo) * sizeof(E));
+      } else {
+        for (int64_t i = lo; i < hi; ++i) o[i] = in[off + i * s_in];
+      }
+      if (hi < len) zero_short(o + hi, size_t(len - hi) * sizeof(E));
+      return;
+    }
     if (!a.checked) {
       if (s_in == 1) {
         std::memcpy(o, in + off, size_t(len) * sizeof(E));
@@ -49,21 +106,32 @@ void gather_range_t(const GatherArgs& a, int64_t begin, int64_t end, E* out) {
       int64_t ci = c + i * cs_in;
       if (a.wrap) ci = ((ci % a.climit) + a.climit) % a.climit;
       bool ok = ci >= 0 && ci < a.climit;
+      for (int k = 0; k < a.ngates; ++k) {
+        int64_t g = gc[k] + i * a.gstride[k][r - 1];
+        ok = ok && g >= 0 && g < a.glimit[k];
+      }
       o[i] = ok ? in[off + i * s_in + ci * a.cmul] : E(0);
     }
   };
   for (int64_t pos = begin; pos < end;) {
     int64_t off = a.offset, c = a.c0;
+    int64_t gc[kMaxGates];
+    for (int k = 0; k < a.ngates; ++k) gc[k] = a.g0[k];
     for (int d = 0; d < r; ++d) {
       off += idx[d] * a.stride[d];
       c += idx[d] * a.cstride[d];
+      for (int k = 0; k < a.ngates; ++k) gc[k] += idx[d] * a.gstride[k][d];
     }
     // Short innermost runs (an unfold window, say): walk whole rows of the next dimension
     // without recomputing the multi-index for every run.
-    if (r >= 2 && inner < 16 && idx[r - 1] == 0 && end - pos >= inner) {
+    if (r >= 2 && inner < 64 && idx[r - 1] == 0 && end - pos >= inner) {
       int64_t rows = std::min(a.shape[r - 2] - idx[r - 2], (end - pos) / inner);
-      for (int64_t row = 0; row < rows; ++row)
-        emit(out + (pos - begin) + row * inner, off + row * a.stride[r - 2], c + row * a.cstride[r - 2], inner);
+      for (int64_t row = 0; row < rows; ++row) {
+        int64_t grow[kMaxGates];
+        for (int k = 0; k < a.ngates; ++k) grow[k] = gc[k] + row * a.gstride[k][r - 2];
+        emit(out + (pos - begin) + row * inner, off + row * a.stride[r - 2], c + row * a.cstride[r - 2], grow,
+             inner);
+      }
       pos += rows * inner;
       idx[r - 2] += rows;
       for (int d = r - 2; d > 0 && idx[d] == a.shape[d]; --d) {
@@ -73,7 +141,7 @@ void gather_range_t(const GatherArgs& a, int64_t begin, int64_t end, E* out) {
       continue;
     }
     int64_t len = std::min(inner - idx[r - 1], end - pos);
-    emit(out + (pos - begin), off, c, len);
+    emit(out + (pos - begin), off, c, gc, len);
     pos += len;
     advance_index(len, r, a.shape, idx);
   }
@@ -117,6 +185,16 @@ Launch make_gather(LowerCtx& c, const GatherSpec& s, const void* in, void* out, 
     a->shape[0] = 1;
     a->stride[0] = 0;
     a->cstride[0] = 0;
+  }
+  if (s.gates.size() > size_t(kMaxGates))
+    throw Error(std::string(op_name(c.node.op)) + ": " + std::to_string(s.gates.size()) +
+                " padding gates exceed the gather kernel's limit");
+  a->ngates = int(s.gates.size());
+  for (size_t k = 0; k < s.gates.size(); ++k) {
+    for (size_t d = 0; d < s.shape.size(); ++d) a->gstride[k][d] = s.gates[k].cstride[d];
+    if (s.shape.empty()) a->gstride[k][0] = 0;
+    a->g0[k] = s.gates[k].c0;
+    a->glimit[k] = s.gates[k].limit;
   }
   a->offset = s.offset;
   a->checked = s.checked;

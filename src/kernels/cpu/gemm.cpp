@@ -335,8 +335,11 @@ void sgemm(const GemmShape& s, const float* A, const float* B, float* C, float* 
     if (isa >= 2) return small_gemm_avx512(s, A, b, ldb, C);
     return small_gemm_avx2(s, A, b, ldb, C);
   }
-  for (j.k0 = 0; j.k0 < s.K; j.k0 += kGemmKC) {
-    j.kc = std::min(kGemmKC, s.K - j.k0);
+  // K blocks of equal length (at most kGemmKC): a short last block would pay the tile
+  // load/store for little work. Chains resume from C, so blocking never changes the bits.
+  int64_t kblocks = ceil_div(s.K, kGemmKC), kc_even = ceil_div(s.K, kblocks);
+  for (j.k0 = 0; j.k0 < s.K; j.k0 += kc_even) {
+    j.kc = std::min(kc_even, s.K - j.k0);
     if (tiny) {
       for (int64_t i = 0; i < j.mp + j.np; ++i) pack_chunk(&j, i);
       for (int64_t q = 0; q < j.np; ++q) compute_chunk(&j, q);
