@@ -82,6 +82,10 @@ class Tensor {
   // Overwrites this leaf's storage with `value` (an optimizer update). Inside compile() the
   // update becomes part of the compiled step.
   void assign(const Tensor& value);
+  // Marks a leaf whose storage the host rewrites between runs (a learning rate, say): plans
+  // then read its storage in place instead of a copy taken when they were built. Writers must
+  // call buffer->mark_modified(). Assigned leaves are stateful automatically.
+  Tensor& stateful();
 
   // Realization.
   HostTensor value() const;

@@ -30,7 +30,7 @@ Lowered lower_dag(const std::vector<std::shared_ptr<TensorImpl>>& roots) {
     if (t->in.empty() && t->value) {
       if (t->is_const) {
         v = low.g.constant(*t->value);
-      } else if (t->requires_grad) {
+      } else if (t->requires_grad || t->stateful) {
         v = low.g.param(t->value, "p" + std::to_string(low.params.size()));
         low.params.push_back({t->shared_from_this(), v});
       } else {

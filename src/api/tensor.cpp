@@ -211,6 +211,7 @@ void Tensor::backward() const {
   std::vector<ValueId> wrt;
   std::vector<std::shared_ptr<TensorImpl>> params;
   for (const auto& [impl, id] : low.params) {
+    if (!impl->requires_grad) continue;  // state read in place (running statistics, buffers)
     wrt.push_back(id);
     params.push_back(impl);
   }
@@ -227,12 +228,20 @@ void Tensor::backward() const {
   if (!trace_state().active) realize(to_realize);
 }
 
+Tensor& Tensor::stateful() {
+  if (!impl_ || !impl_->in.empty() || !impl_->value)
+    throw Error("stateful: only realized leaf tensors hold state");
+  impl_->stateful = true;
+  return *this;
+}
+
 void Tensor::assign(const Tensor& v) {
   TensorImpl& t = *impl_;
   if (!t.in.empty() || !t.value) throw Error("assign: only realized leaf tensors can be assigned");
   if (need(v).shape != t.shape || need(v).dtype != t.dtype)
     throw Error("assign: value " + std::string(dtype_name(v.dtype())) + shape_str(v.shape()) +
                 " does not match " + dtype_name(t.dtype) + shape_str(t.shape));
+  t.stateful = true;
   if (trace_state().active) {
     trace_state().updates.push_back({impl_, v.impl_ptr()});
     return;

@@ -20,6 +20,7 @@ struct TensorImpl : std::enable_shared_from_this<TensorImpl> {
   std::shared_ptr<HostTensor> value;            // set once realized (leaves)
   bool is_const = false;                         // embedded into plans as a constant
   bool requires_grad = false;
+  bool stateful = false;                         // storage rewritten between runs: read in place
   std::shared_ptr<TensorImpl> grad;
   int placeholder = -1;                          // argument slot while tracing compile()
 };

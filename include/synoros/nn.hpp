@@ -1,0 +1,225 @@
+// Modules in PyTorch's shape: named parameters and buffers with PyTorch's names and layouts, so a
+// state_dict maps one to one onto the same model written with torch.nn.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "synoros/tensor.hpp"
+
+namespace synoros::nn {
+
+using Named = std::vector<std::pair<std::string, Tensor>>;
+
+class Module {
+ public:
+  virtual ~Module() = default;
+  virtual Tensor forward(const Tensor& x) = 0;
+  Tensor operator()(const Tensor& x) { return forward(x); }
+
+  // Recursive, in PyTorch's order: own parameters, own buffers, then each child in turn.
+  Named named_parameters() const;
+  Named named_buffers() const;
+  Named state_dict() const;
+  std::vector<Tensor> parameters() const;
+  int64_t parameter_count() const;
+
+  void train(bool on = true);
+  void eval() { train(false); }
+  bool training() const { return training_; }
+
+ protected:
+  Tensor& register_parameter(std::string name, Tensor t);
+  Tensor& register_buffer(std::string name, Tensor t);
+  template <class M>
+  std::shared_ptr<M> register_module(std::string name, std::shared_ptr<M> m) {
+    children_.emplace_back(std::move(name), m);
+    return m;
+  }
+
+ private:
+  void collect(const std::string& prefix, bool params, bool buffers, Named& out) const;
+  Named params_, buffers_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  bool training_ = true;
+};
+
+using ModulePtr = std::shared_ptr<Module>;
+
+// ---- functional forms
+// x [N, C, H, W], w [O, C/groups, kh, kw], bias [O] or undefined.
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t stride = 1, int64_t padding = 0,
+              int64_t dilation = 1, int64_t groups = 1);
+Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t padding = 0);
+Tensor avg_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t padding = 0);
+Tensor adaptive_avg_pool2d(const Tensor& x, int64_t out_h, int64_t out_w);
+Tensor silu(const Tensor& x);
+Tensor flatten(const Tensor& x, int64_t start_dim = 1);
+// Fraction-free accuracy helper: number of rows whose largest logit is at the label (ties count
+// for the first maximum, as torch.argmax).
+int64_t count_correct(const HostTensor& logits, const HostTensor& labels);
+
+// ---- layers
+// Parameters are initialised as PyTorch does (kaiming-uniform weights, U(+-1/sqrt(fan_in))
+// biases), from a seeded generator: the same seed gives the same bits everywhere.
+class Linear : public Module {
+ public:
+  Linear(int64_t in, int64_t out, bool bias, uint64_t seed);
+  Tensor forward(const Tensor& x) override;
+  Tensor weight, bias;
+};
+
+class Conv2d : public Module {
+ public:
+  Conv2d(int64_t in, int64_t out, int64_t kernel, uint64_t seed, int64_t stride = 1, int64_t padding = 0,
+         int64_t dilation = 1, int64_t groups = 1, bool bias = true);
+  Tensor forward(const Tensor& x) override;
+  Tensor weight, bias;
+  int64_t stride, padding, dilation, groups;
+};
+
+// Training: normalises with batch statistics and updates the running ones (momentum 0.1,
+// unbiased variance) as part of the step; eval: uses the running statistics.
+class BatchNorm2d : public Module {
+ public:
+  explicit BatchNorm2d(int64_t channels, double eps = 1e-5, double momentum = 0.1);
+  Tensor forward(const Tensor& x) override;
+  Tensor weight, bias, running_mean, running_var, num_batches_tracked;
+  double eps, momentum;
+};
+
+class LayerNorm : public Module {
+ public:
+  explicit LayerNorm(int64_t dim, double eps = 1e-5);
+  Tensor forward(const Tensor& x) override;
+  Tensor weight, bias;
+  double eps;
+};
+
+class Embedding : public Module {
+ public:
+  Embedding(int64_t count, int64_t dim, uint64_t seed, double std = 1.0);
+  Tensor forward(const Tensor& indices) override;
+  Tensor weight;
+};
+
+// Inverted dropout from a counter-based generator. Each call draws a fresh stream (the seed
+// advances per forward); a compiled step replays the stream it was traced with.
+class Dropout : public Module {
+ public:
+  Dropout(double prob, uint64_t seed0) : p(prob), seed(seed0) {}
+  Tensor forward(const Tensor& x) override;
+  double p;
+  uint64_t seed;
+};
+
+class MaxPool2d : public Module {
+ public:
+  MaxPool2d(int64_t kernel, int64_t stride_, int64_t padding = 0) : k(kernel), s(stride_), p(padding) {}
+  Tensor forward(const Tensor& x) override { return max_pool2d(x, k, s, p); }
+  int64_t k, s, p;
+};
+class AvgPool2d : public Module {
+ public:
+  AvgPool2d(int64_t kernel, int64_t stride, int64_t padding = 0) : k(kernel), s(stride), p(padding) {}
+  Tensor forward(const Tensor& x) override { return avg_pool2d(x, k, s, p); }
+  int64_t k, s, p;
+};
+class AdaptiveAvgPool2d : public Module {
+ public:
+  AdaptiveAvgPool2d(int64_t out_h, int64_t out_w) : h(out_h), w(out_w) {}
+  Tensor forward(const Tensor& x) override { return adaptive_avg_pool2d(x, h, w); }
+  int64_t h, w;
+};
+class ReLU : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return x.relu(); }
+};
+class GELU : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return x.gelu(); }
+};
+class SiLU : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return silu(x); }
+};
+class Flatten : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return flatten(x, 1); }
+};
+
+// Children named "0", "1", ... as torch.nn.Sequential.
+class Sequential : public Module {
+ public:
+  Sequential() = default;
+  Sequential& add(ModulePtr m);
+  Tensor forward(const Tensor& x) override;
+  size_t size() const { return layers_.size(); }
+
+ private:
+  std::vector<ModulePtr> layers_;
+};
+
+// Causal multi-head self-attention over x [B, T, C]: qkv = Linear(C, 3C), proj = Linear(C, C).
+class CausalSelfAttention : public Module {
+ public:
+  CausalSelfAttention(int64_t width, int64_t heads, uint64_t seed);
+  Tensor forward(const Tensor& x) override;
+  std::shared_ptr<Linear> qkv, proj;
+  int64_t width, heads;
+};
+
+// ResNet basic block: conv3x3-BN-ReLU-conv3x3-BN plus the (projected when the shape changes)
+// input, then ReLU.
+class BasicBlock : public Module {
+ public:
+  BasicBlock(int64_t in, int64_t out, int64_t stride, uint64_t seed);
+  Tensor forward(const Tensor& x) override;
+  std::shared_ptr<Conv2d> conv1, conv2;
+  std::shared_ptr<BatchNorm2d> bn1, bn2;
+  std::shared_ptr<Sequential> shortcut;  // empty when the input passes through unchanged
+};
+
+// ---- models
+// [N, 1, 28, 28] -> 784 -> hidden -> hidden -> classes.
+std::shared_ptr<Sequential> make_mlp(int64_t in, int64_t hidden, int64_t classes, uint64_t seed);
+// LeNet-5 style: conv5x5(6, pad 2)-ReLU-maxpool2, conv5x5(16)-ReLU-maxpool2, 120-84-classes.
+std::shared_ptr<Sequential> make_lenet(int64_t classes, uint64_t seed);
+
+// A small ResNet for 28x28 inputs: stem conv3x3(width)-BN-ReLU, three stages of basic blocks
+// (width, 2 width stride 2, 4 width stride 2), global average pooling, Linear.
+class ResNetMini : public Module {
+ public:
+  ResNetMini(int64_t classes, int64_t width, int64_t blocks_per_stage, uint64_t seed);
+  Tensor forward(const Tensor& x) override;
+  std::shared_ptr<Conv2d> conv1;
+  std::shared_ptr<BatchNorm2d> bn1;
+  std::shared_ptr<Sequential> layer1, layer2, layer3;
+  std::shared_ptr<Linear> fc;
+};
+
+// GPT-2-style byte-level transformer: tokens [B, T] (i64) -> logits [B, T, vocab].
+struct GptTinyConfig {
+  int64_t vocab = 256, context = 64, width = 128, heads = 4, layers = 2;
+};
+class GptBlock : public Module {
+ public:
+  GptBlock(int64_t width, int64_t heads, uint64_t seed);
+  Tensor forward(const Tensor& x) override;
+  std::shared_ptr<LayerNorm> ln1, ln2;
+  std::shared_ptr<CausalSelfAttention> attn;
+  std::shared_ptr<Linear> fc, out;
+};
+class GptTiny : public Module {
+ public:
+  GptTiny(const GptTinyConfig& c, uint64_t seed);
+  Tensor forward(const Tensor& tokens) override;
+  GptTinyConfig cfg;
+  std::shared_ptr<Embedding> tok, pos;
+  std::vector<std::shared_ptr<GptBlock>> blocks;
+  std::shared_ptr<LayerNorm> ln_f;
+};
+
+}  // namespace synoros::nn

@@ -1,0 +1,136 @@
+// Convolution, pooling and friends expressed as views + contraction: the engine folds the
+// padded, unfolded, strided input straight into the GEMM's operand gather.
+#include <cmath>
+#include <limits>
+
+#include "synoros/nn.hpp"
+
+namespace synoros::nn {
+
+namespace {
+Attrs ints(std::vector<int64_t> v) {
+  Attrs a;
+  a.ints = std::move(v);
+  return a;
+}
+Tensor pad(const Tensor& x, int64_t axis, int64_t before, int64_t after) {
+  return Tensor::apply(Op::Pad, {x}, ints({axis, before, after}));
+}
+Tensor unfold(const Tensor& x, int64_t axis, int64_t k, int64_t d) {
+  return Tensor::apply(Op::Unfold, {x}, ints({axis, k, d}));
+}
+Tensor stride(const Tensor& x, int64_t axis, int64_t s) {
+  return s == 1 ? x : Tensor::apply(Op::Stride, {x}, ints({axis, s}));
+}
+int64_t out_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) { return (in + 2 * p - d * (k - 1) - 1) / s + 1; }
+
+void check4(const char* op, const Tensor& x) {
+  if (x.shape().size() != 4) throw Error(std::string(op) + ": input must be [N, C, H, W], got " + shape_str(x.shape()));
+}
+
+// Windows of x [.., H, W] (last two axes): [.., Ho, Wo, kh, kw], zero outside the input.
+Tensor windows(const Tensor& x, int64_t kh, int64_t kw, int64_t s, int64_t p, int64_t d, const char* op) {
+  size_t r = x.shape().size();
+  int64_t ah = int64_t(r) - 2, aw = int64_t(r) - 1;
+  int64_t H = x.shape()[r - 2], W = x.shape()[r - 1];
+  if (kh < 1 || kw < 1 || s < 1 || p < 0 || d < 1)
+    throw Error(std::string(op) + ": kernel, stride and dilation must be >= 1 and padding >= 0");
+  int64_t Ho = out_size(H, kh, s, p, d), Wo = out_size(W, kw, s, p, d);
+  if (Ho < 1 || Wo < 1)
+    throw Error(std::string(op) + ": input " + shape_str(x.shape()) + " is smaller than the " + std::to_string(kh) + "x" +
+                std::to_string(kw) + " window");
+  Tensor u = x;
+  if (p > 0) u = pad(pad(u, ah, p, p), aw, p, p);
+  u = unfold(unfold(u, ah, kh, d), aw, kw, d);
+  // Unfold centres its window at (k-1)/2; row ho reads padded rows ho*s + j*d.
+  int64_t ch = (kh - 1) / 2 * d, cw = (kw - 1) / 2 * d;
+  u = u.slice(ah, ch, ch + (Ho - 1) * s + 1).slice(aw, cw, cw + (Wo - 1) * s + 1);
+  return stride(stride(u, ah, s), aw, s);
+}
+}  // namespace
+
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t s, int64_t p, int64_t d, int64_t groups) {
+  check4("conv2d", x);
+  if (w.shape().size() != 4) throw Error("conv2d: weight must be [O, C/groups, kh, kw], got " + shape_str(w.shape()));
+  int64_t N = x.shape()[0], C = x.shape()[1], H = x.shape()[2], W = x.shape()[3];
+  int64_t O = w.shape()[0], kh = w.shape()[2], kw = w.shape()[3];
+  if (groups < 1 || C % groups != 0 || O % groups != 0)
+    throw Error("conv2d: groups " + std::to_string(groups) + " must divide input channels " + std::to_string(C) +
+                " and output channels " + std::to_string(O));
+  if (w.shape()[1] != C / groups)
+    throw Error("conv2d: weight " + shape_str(w.shape()) + " does not match input " + shape_str(x.shape()) +
+                " with groups " + std::to_string(groups));
+  Tensor y;
+  if (groups == 1) {
+    y = einsum("nchwxy,ocxy->nohw", {windows(x, kh, kw, s, p, d, "conv2d"), w});
+  } else {
+    int64_t G = groups;
+    Tensor u = windows(x.reshape({N, G, C / G, H, W}), kh, kw, s, p, d, "conv2d");
+    y = einsum("ngchwxy,gocxy->ngohw", {u, w.reshape({G, O / G, C / G, kh, kw})});
+    y = y.reshape({N, O, y.shape()[3], y.shape()[4]});
+  }
+  if (bias.defined()) {
+    if (bias.shape() != Shape{O}) throw Error("conv2d: bias must be [" + std::to_string(O) + "], got " + shape_str(bias.shape()));
+    y = y + bias.reshape({O, 1, 1});
+  }
+  return y;
+}
+
+Tensor max_pool2d(const Tensor& x, int64_t k, int64_t s, int64_t p) {
+  check4("max_pool2d", x);
+  int64_t N = x.shape()[0], C = x.shape()[1], H = x.shape()[2], W = x.shape()[3];
+  if (p == 0 && k == s && k >= 1 && H % k == 0 && W % k == 0)  // tiles: a reshape and a max
+    return x.reshape({N, C, H / k, k, W / k, k}).max({3, 5});
+  if (p > k / 2) throw Error("max_pool2d: padding must be at most half the kernel");
+  if (p == 0) return windows(x, k, k, s, 0, 1, "max_pool2d").max({4, 5});
+  // Padding must never win the max: padded positions are pushed to -1e30 through a 0/1 mask.
+  Tensor ones = Tensor::constant(Tensor::zeros({1, 1, H, W}).value()) + 1.0;
+  Tensor mask = windows(ones, k, k, s, p, 1, "max_pool2d");
+  return (windows(x, k, k, s, p, 1, "max_pool2d") + (mask - 1.0) * 1e30).max({4, 5});
+}
+
+Tensor avg_pool2d(const Tensor& x, int64_t k, int64_t s, int64_t p) {
+  check4("avg_pool2d", x);
+  int64_t N = x.shape()[0], C = x.shape()[1], H = x.shape()[2], W = x.shape()[3];
+  if (p == 0 && k == s && k >= 1 && H % k == 0 && W % k == 0)
+    return x.reshape({N, C, H / k, k, W / k, k}).mean({3, 5});
+  return windows(x, k, k, s, p, 1, "avg_pool2d").mean({4, 5});  // zero padding counts (PyTorch's default)
+}
+
+Tensor adaptive_avg_pool2d(const Tensor& x, int64_t oh, int64_t ow) {
+  check4("adaptive_avg_pool2d", x);
+  int64_t H = x.shape()[2], W = x.shape()[3];
+  if (oh == 1 && ow == 1) return x.mean({2, 3}, true);
+  if (oh < 1 || ow < 1 || H % oh != 0 || W % ow != 0)
+    throw Error("adaptive_avg_pool2d: output " + std::to_string(oh) + "x" + std::to_string(ow) +
+                " must divide the input's " + std::to_string(H) + "x" + std::to_string(W));
+  int64_t N = x.shape()[0], C = x.shape()[1];
+  return x.reshape({N, C, oh, H / oh, ow, W / ow}).mean({3, 5});
+}
+
+Tensor silu(const Tensor& x) { return x * x.sigmoid(); }
+
+Tensor flatten(const Tensor& x, int64_t start) {
+  const Shape& s = x.shape();
+  if (start < 0 || size_t(start) > s.size()) throw Error("flatten: start dim " + std::to_string(start) + " out of range for " + shape_str(s));
+  Shape o(s.begin(), s.begin() + start);
+  int64_t rest = 1;
+  for (size_t i = size_t(start); i < s.size(); ++i) rest *= s[i];
+  o.push_back(rest);
+  return x.reshape(o);
+}
+
+int64_t count_correct(const HostTensor& logits, const HostTensor& labels) {
+  if (logits.shape.size() != 2 || labels.shape.size() != 1 || labels.shape[0] != logits.shape[0])
+    throw Error("count_correct: logits " + shape_str(logits.shape) + " and labels " + shape_str(labels.shape) + " do not match");
+  int64_t n = logits.shape[0], k = logits.shape[1], correct = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t best = 0;
+    for (int64_t j = 1; j < k; ++j)
+      if (logits.get(i * k + j) > logits.get(i * k + best)) best = j;
+    correct += int64_t(labels.get(i)) == best;
+  }
+  return correct;
+}
+
+}  // namespace synoros::nn

@@ -1,0 +1,136 @@
+// Layers with PyTorch's parameter names, layouts and default initialisation.
+#include <cmath>
+
+#include "synoros/nn.hpp"
+
+namespace synoros::nn {
+
+namespace {
+Tensor filled(Shape s, double v, DType t = DType::F32) {
+  HostTensor h(t, std::move(s));
+  for (int64_t i = 0; i < h.numel(); ++i) h.set(i, v);
+  return Tensor::from(h);
+}
+// "...k,nk->...n" for an input of rank r.
+std::string linear_spec(size_t r) {
+  std::string lead;
+  for (size_t i = 0; i + 1 < r; ++i) lead += char('a' + i);
+  return lead + "k,nk->" + lead + "n";
+}
+}  // namespace
+
+Linear::Linear(int64_t in, int64_t out, bool has_bias, uint64_t seed) {
+  if (in < 1 || out < 1) throw Error("Linear: features must be >= 1, got " + std::to_string(in) + " -> " + std::to_string(out));
+  double bound = 1.0 / std::sqrt(double(in));
+  weight = register_parameter("weight", Tensor::uniform({out, in}, seed, bound));
+  if (has_bias) bias = register_parameter("bias", Tensor::uniform({out}, seed + 0x9e37, bound));
+}
+
+Tensor Linear::forward(const Tensor& x) {
+  const Shape& s = x.shape();
+  if (s.empty() || s.back() != weight.shape()[1])
+    throw Error("Linear: input " + shape_str(s) + " does not end in " + std::to_string(weight.shape()[1]) + " features");
+  if (s.size() > 8) throw Error("Linear: input rank " + std::to_string(s.size()) + " is above 8");
+  Tensor y = einsum(linear_spec(s.size()), {x, weight});
+  return bias.defined() ? y + bias : y;
+}
+
+Conv2d::Conv2d(int64_t in, int64_t out, int64_t k, uint64_t seed, int64_t s, int64_t p, int64_t d, int64_t g, bool has_bias)
+    : stride(s), padding(p), dilation(d), groups(g) {
+  if (in < 1 || out < 1 || k < 1 || g < 1 || in % g != 0 || out % g != 0)
+    throw Error("Conv2d: bad configuration in=" + std::to_string(in) + " out=" + std::to_string(out) + " kernel=" +
+                std::to_string(k) + " groups=" + std::to_string(g));
+  double bound = 1.0 / std::sqrt(double(in / g * k * k));
+  weight = register_parameter("weight", Tensor::uniform({out, in / g, k, k}, seed, bound));
+  if (has_bias) bias = register_parameter("bias", Tensor::uniform({out}, seed + 0x9e37, bound));
+}
+
+Tensor Conv2d::forward(const Tensor& x) { return conv2d(x, weight, bias, stride, padding, dilation, groups); }
+
+BatchNorm2d::BatchNorm2d(int64_t c, double e, double m) : eps(e), momentum(m) {
+  if (c < 1) throw Error("BatchNorm2d: channels must be >= 1");
+  weight = register_parameter("weight", filled({c}, 1));
+  bias = register_parameter("bias", filled({c}, 0));
+  running_mean = register_buffer("running_mean", filled({c}, 0));
+  running_var = register_buffer("running_var", filled({c}, 1));
+  num_batches_tracked = register_buffer("num_batches_tracked", filled({}, 0, DType::I64));
+}
+
+Tensor BatchNorm2d::forward(const Tensor& x) {
+  int64_t C = weight.shape()[0];
+  if (x.shape().size() != 4 || x.shape()[1] != C)
+    throw Error("BatchNorm2d: input must be [N, " + std::to_string(C) + ", H, W], got " + shape_str(x.shape()));
+  Tensor w = weight.reshape({C, 1, 1}), b = bias.reshape({C, 1, 1});
+  if (!training()) {
+    Tensor inv = Tensor::apply(Op::Rsqrt, {running_var + eps});
+    return (x - running_mean.reshape({C, 1, 1})) * (inv.reshape({C, 1, 1}) * w) + b;
+  }
+  int64_t n = x.numel() / C;
+  Tensor mean = x.mean({0, 2, 3}, true);
+  Tensor centered = x - mean;
+  Tensor var = (centered * centered).mean({0, 2, 3}, true);
+  Tensor y = centered * (Tensor::apply(Op::Rsqrt, {var + eps}) * w) + b;
+  double unbias = n > 1 ? double(n) / double(n - 1) : 1.0;
+  running_mean.assign(running_mean * (1 - momentum) + mean.reshape({C}) * momentum);
+  running_var.assign(running_var * (1 - momentum) + var.reshape({C}) * (momentum * unbias));
+  return y;
+}
+
+LayerNorm::LayerNorm(int64_t dim, double e) : eps(e) {
+  weight = register_parameter("weight", filled({dim}, 1));
+  bias = register_parameter("bias", filled({dim}, 0));
+}
+
+Tensor LayerNorm::forward(const Tensor& x) { return layer_norm(x, weight, bias, eps); }
+
+Embedding::Embedding(int64_t count, int64_t dim, uint64_t seed, double std) {
+  weight = register_parameter("weight", Tensor::randn({count, dim}, seed, std));
+}
+
+Tensor Embedding::forward(const Tensor& idx) { return embedding(weight, idx); }
+
+Tensor Dropout::forward(const Tensor& x) {
+  if (!training() || p == 0.0) return x;
+  return x.dropout(p, seed++);
+}
+
+CausalSelfAttention::CausalSelfAttention(int64_t w, int64_t h, uint64_t seed) : width(w), heads(h) {
+  if (h < 1 || w % h != 0) throw Error("CausalSelfAttention: heads " + std::to_string(h) + " must divide width " + std::to_string(w));
+  qkv = register_module("qkv", std::make_shared<Linear>(w, 3 * w, true, seed));
+  proj = register_module("proj", std::make_shared<Linear>(w, w, true, seed + 1));
+}
+
+Tensor CausalSelfAttention::forward(const Tensor& x) {
+  if (x.shape().size() != 3 || x.shape()[2] != width)
+    throw Error("CausalSelfAttention: input must be [B, T, " + std::to_string(width) + "], got " + shape_str(x.shape()));
+  int64_t B = x.shape()[0], T = x.shape()[1], C = width, H = heads, D = C / H;
+  HostTensor mask(DType::F32, {T, T});
+  for (int64_t i = 0; i < T; ++i)
+    for (int64_t j = 0; j < T; ++j) mask.set(i * T + j, j > i ? -1e9 : 0.0);
+  Tensor causal = Tensor::constant(mask);
+  Tensor q3 = qkv->forward(x);
+  auto part = [&](int64_t k) { return q3.slice(2, k * C, (k + 1) * C).reshape({B, T, H, D}).permute({0, 2, 1, 3}); };
+  Tensor att = einsum("bhtd,bhsd->bhts", {part(0), part(1)}) * (1.0 / std::sqrt(double(D))) + causal;
+  Tensor y = einsum("bhts,bhsd->bthd", {att.softmax(-1), part(2)}).reshape({B, T, C});
+  return proj->forward(y);
+}
+
+BasicBlock::BasicBlock(int64_t in, int64_t out, int64_t s, uint64_t seed) {
+  conv1 = register_module("conv1", std::make_shared<Conv2d>(in, out, 3, seed, s, 1, 1, 1, false));
+  bn1 = register_module("bn1", std::make_shared<BatchNorm2d>(out));
+  conv2 = register_module("conv2", std::make_shared<Conv2d>(out, out, 3, seed + 1, 1, 1, 1, 1, false));
+  bn2 = register_module("bn2", std::make_shared<BatchNorm2d>(out));
+  if (s != 1 || in != out) {
+    shortcut = std::make_shared<Sequential>();
+    shortcut->add(std::make_shared<Conv2d>(in, out, 1, seed + 2, s, 0, 1, 1, false));
+    shortcut->add(std::make_shared<BatchNorm2d>(out));
+    register_module("shortcut", shortcut);
+  }
+}
+
+Tensor BasicBlock::forward(const Tensor& x) {
+  Tensor y = bn2->forward(conv2->forward(bn1->forward(conv1->forward(x)).relu()));
+  return (y + (shortcut ? shortcut->forward(x) : x)).relu();
+}
+
+}  // namespace synoros::nn

@@ -1,0 +1,128 @@
+// Optimizer updates as tape nodes. Per-step scalars live in stateful scalar leaves, so one
+// compiled step serves every step of a schedule.
+#include "synoros/optim.hpp"
+
+#include <cmath>
+
+#include "api/tensor_impl.hpp"
+
+namespace synoros::optim {
+
+Optimizer::Optimizer(std::vector<Tensor> params, double lr) : params_(std::move(params)), lr_value_(lr) {
+  for (const Tensor& p : params_)
+    if (!p.defined() || !p.requires_grad_enabled()) throw Error("optimizer: every parameter must require a gradient");
+  lr_ = scalar_leaf(lr);
+}
+
+Tensor Optimizer::scalar_leaf(double v) {
+  HostTensor h(DType::F32, {});
+  h.set(0, v);
+  Tensor t = Tensor::from(h);
+  t.stateful();
+  return t;
+}
+
+void Optimizer::write_scalar(const Tensor& t, double v) {
+  HostTensor& h = *t.impl()->value;
+  h.set(0, v);
+  h.buffer->mark_modified();
+}
+
+void Optimizer::set_lr(double lr) {
+  lr_value_ = lr;
+  write_scalar(lr_, lr);
+}
+
+void Optimizer::tick() { ++t_; }
+
+void Optimizer::step() {
+  bool eager = !trace_state().active;
+  if (eager) tick();
+  std::vector<size_t> idx;
+  std::vector<Tensor> grads;
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (params_[i].grad().defined()) idx.push_back(i), grads.push_back(params_[i].grad());
+  if (clip_ > 0 && !grads.empty()) {
+    // torch.nn.utils.clip_grad_norm_: scale = min(1, max_norm / (norm + 1e-6)).
+    Tensor sq;
+    for (const Tensor& g : grads) {
+      Tensor s = (g * g).sum();
+      sq = sq.defined() ? sq + s : s;
+    }
+    Tensor scale = Tensor::apply(Op::Min, {(sq.sqrt() + 1e-6).pow(-1.0) * clip_, Tensor::scalar(1.0)});
+    for (Tensor& g : grads) g = g * scale;
+  }
+  for (size_t j = 0; j < idx.size(); ++j) update(idx[j], params_[idx[j]], grads[j]);
+}
+
+SGD::SGD(std::vector<Tensor> params, double lr, double momentum, double wd, bool nesterov, double dampening)
+    : Optimizer(std::move(params), lr), momentum_(momentum), wd_(wd), dampening_(dampening), nesterov_(nesterov) {
+  if (lr < 0 || momentum < 0 || wd < 0) throw Error("SGD: lr, momentum and weight decay must be >= 0");
+  if (nesterov && (momentum <= 0 || dampening != 0)) throw Error("SGD: Nesterov needs momentum > 0 and no dampening");
+  if (momentum_ > 0)
+    for (const Tensor& p : params_) buf_.push_back(Tensor::zeros(p.shape()).stateful());
+}
+
+void SGD::update(size_t i, Tensor p, const Tensor& g0) {
+  Tensor g = wd_ > 0 ? g0 + p * wd_ : g0;
+  if (momentum_ > 0) {
+    // b = m b + (1 - d) g from a zero buffer: without dampening the first step gives exactly g,
+    // as torch's first step does.
+    Tensor b = buf_[i] * momentum_ + (dampening_ == 0 ? g : g * (1 - dampening_));
+    buf_[i].assign(b);
+    g = nesterov_ ? g + b * momentum_ : b;
+  }
+  p.assign(p - g * lr_);
+}
+
+std::vector<std::pair<std::string, Tensor>> SGD::state() const {
+  std::vector<std::pair<std::string, Tensor>> s;
+  for (size_t i = 0; i < buf_.size(); ++i) s.emplace_back(std::to_string(i) + ".momentum_buffer", buf_[i]);
+  return s;
+}
+
+AdamW::AdamW(std::vector<Tensor> params, double lr, double b1, double b2, double eps, double wd)
+    : Optimizer(std::move(params), lr), b1_(b1), b2_(b2), eps_(eps), wd_(wd) {
+  if (lr < 0 || b1 < 0 || b1 >= 1 || b2 < 0 || b2 >= 1 || eps <= 0 || wd < 0)
+    throw Error("AdamW: needs lr >= 0, 0 <= betas < 1, eps > 0, weight decay >= 0");
+  step_size_ = scalar_leaf(0), inv_bc2_ = scalar_leaf(1), decay_ = scalar_leaf(1);
+  for (const Tensor& p : params_) {
+    m_.push_back(Tensor::zeros(p.shape()).stateful());
+    v_.push_back(Tensor::zeros(p.shape()).stateful());
+  }
+}
+
+void AdamW::tick() {
+  Optimizer::tick();
+  double t = double(t_);
+  write_scalar(step_size_, lr_value_ / (1 - std::pow(b1_, t)));
+  write_scalar(inv_bc2_, 1 / (1 - std::pow(b2_, t)));
+  write_scalar(decay_, 1 - lr_value_ * wd_);
+}
+
+void AdamW::update(size_t i, Tensor p, const Tensor& g) {
+  Tensor m = m_[i] * b1_ + g * (1 - b1_);
+  Tensor v = v_[i] * b2_ + g * g * (1 - b2_);
+  m_[i].assign(m);
+  v_[i].assign(v);
+  Tensor denom = (v * inv_bc2_).sqrt() + eps_;
+  p.assign(p * decay_ - m / denom * step_size_);
+}
+
+std::vector<std::pair<std::string, Tensor>> AdamW::state() const {
+  std::vector<std::pair<std::string, Tensor>> s;
+  for (size_t i = 0; i < m_.size(); ++i) {
+    s.emplace_back(std::to_string(i) + ".exp_avg", m_[i]);
+    s.emplace_back(std::to_string(i) + ".exp_avg_sq", v_[i]);
+  }
+  return s;
+}
+
+double warmup_cosine(double base, int64_t step, int64_t warmup, int64_t total, double min_ratio) {
+  if (warmup > 0 && step < warmup) return base * double(step + 1) / double(warmup);
+  if (total <= warmup) return base;
+  double progress = std::min(1.0, double(step - warmup) / double(std::max<int64_t>(1, total - warmup)));
+  return base * (min_ratio + (1 - min_ratio) * 0.5 * (1 + std::cos(M_PI * progress)));
+}
+
+}  // namespace synoros::optim
