@@ -46,12 +46,30 @@ def conv3x3():
     return lambda: torch.nn.functional.conv2d(x, w, padding=1)
 
 
+def train_classifier(name):
+    from torch_models import make
+    torch.manual_seed(0)
+    model = make(name)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-4)
+    x = torch.randn(64, 1, 28, 28)
+    y = torch.arange(64) % 10
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+    return step
+
+
 SCENARIOS = {
     "Conv3x3": conv3x3,
     "EltwiseChain": eltwise_chain,
     "TinyMLP/FwdBwd": lambda: tiny_mlp(False),
     "TinyMLP/SgdStep": lambda: tiny_mlp(True),
 }
+for _m in ("mlp", "lenet", "resnet-mini"):
+    SCENARIOS["Train/%s/batch:64" % _m] = (lambda m: lambda: train_classifier(m))(_m)
 for _s in MATMUL_SHAPES:
     SCENARIOS[matmul_name(_s)] = (lambda s: lambda: matmul(*s))(_s)
 

@@ -113,6 +113,10 @@ std::vector<OpCase> all_cases() {
   c.push_back(with_attrs("shift 1", Op::Shift, {f32({2, 5})}, ints({1, 1})));
   c.push_back(with_attrs("unfold k3", Op::Unfold, {f32({2, 6})}, ints({1, 3, 1})));
   c.push_back(with_attrs("unfold k2 d2", Op::Unfold, {f32({5, 2})}, ints({0, 2, 2})));
+  c.push_back(with_attrs("unfold k3 s2", Op::Unfold, {f32({2, 7})}, ints({1, 3, 1, 2})));
+  c.push_back(with_attrs("unfold k3 d2 s3", Op::Unfold, {f32({8, 2})}, ints({0, 3, 2, 3})));
+  c.push_back(with_attrs("fold k3 s2", Op::Fold, {f32({2, 4, 3})}, ints({1, 3, 1, 2, 7})));
+  c.push_back(with_attrs("fold k2 s2 even", Op::Fold, {f32({3, 2})}, ints({0, 2, 1, 2, 6})));
   c.push_back(with_attrs("fold k3", Op::Fold, {f32({2, 6, 3})}, ints({1, 3, 1})));
   c.push_back(einsum("mk,kn->mn", {{3, 4}, {4, 5}}));
   c.push_back(einsum("mk,nk->mn", {{8, 16}, {32, 16}}));

@@ -12,3 +12,4 @@
 #include "synoros/profile.hpp"
 #include "synoros/nn.hpp"
 #include "synoros/optim.hpp"
+#include "synoros/train.hpp"

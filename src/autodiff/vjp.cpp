@@ -173,10 +173,22 @@ void vjp_shift(Graph& g, ValueId v, ValueId go, GradIn& gi) {
   gi[0] = axis_op(g, Op::Shift, go, {a.axis, -a.a});
 }
 void vjp_unfold(Graph& g, ValueId v, ValueId go, GradIn& gi) {
-  gi[0] = axis_op(g, Op::Fold, go, g.node(v).attrs.ints);
+  const Shape& in = g.shape(x0(g, v));
+  WindowArgs w = window_args(g.node(v), in.size());
+  if (w.stride == 1) {
+    gi[0] = axis_op(g, Op::Fold, go, {w.axis, w.window, w.dilation});
+  } else {
+    gi[0] = axis_op(g, Op::Fold, go, {w.axis, w.window, w.dilation, w.stride, in[size_t(w.axis)]});
+  }
 }
 void vjp_fold(Graph& g, ValueId v, ValueId go, GradIn& gi) {
-  gi[0] = axis_op(g, Op::Unfold, go, g.node(v).attrs.ints);
+  const Shape& in = g.shape(x0(g, v));
+  WindowArgs w = window_args(g.node(v), in.size() - 1);
+  if (w.stride == 1) {
+    gi[0] = axis_op(g, Op::Unfold, go, {w.axis, w.window, w.dilation});
+  } else {
+    gi[0] = axis_op(g, Op::Unfold, go, {w.axis, w.window, w.dilation, w.stride});
+  }
 }
 
 void vjp_einsum(Graph& g, ValueId v, ValueId go, GradIn& gi) {

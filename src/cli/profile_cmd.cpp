@@ -39,8 +39,17 @@ int profile_model(int argc, char** argv) {
     step.plan().set_input("arg0", x);
     step.plan().set_input("arg1", y);
     prof = profile(step.plan(), std::min(iterations, 5), peak);
+  } else if (model == "mlp-classifier" || model == "lenet" || model == "resnet-mini") {
+    auto m = train::make_classifier(model == "mlp-classifier" ? "mlp" : model, 10, 1);
+    optim::SGD opt(m->parameters(), 0.05, 0.9, 5e-4);
+    CompiledStep step = train::compile_classifier_train(*m, opt, 64);
+    HostTensor y(DType::I64, {64});
+    for (int64_t i = 0; i < 64; ++i) y.set(i, double(i % 10));
+    step.plan().set_input("arg0", Tensor::randn({64, 1, 28, 28}, 3).value());
+    step.plan().set_input("arg1", y);
+    prof = profile(step.plan(), std::min(iterations, 5), peak);
   } else {
-    throw Error("profile: unknown model '" + model + "' (mlp, gpt)");
+    throw Error("profile: unknown model '" + model + "' (mlp, gpt, mlp-classifier, lenet, resnet-mini)");
   }
   std::cout << prof.table();
   if (!trace.empty()) {

@@ -40,6 +40,13 @@ struct AxisArgs {
   int64_t a, b;
 };
 AxisArgs axis_args(const Node& n, size_t rank);
+// Unfold (axis, window, dilation[, stride]) and fold (axis, window, dilation[, stride, length]):
+// unfold position i reads i * stride + (j - center) * dilation, center = (window - 1) / 2.
+struct WindowArgs {
+  int axis;
+  int64_t window, dilation, stride, center, length;  // length: fold's output extent (-1: same)
+};
+WindowArgs window_args(const Node& n, size_t rank);
 // Reduction axes normalised and sorted; empty attr means all axes.
 std::vector<int> reduce_axes(const Node& n, const Shape& in);
 

@@ -35,6 +35,23 @@ AxisArgs axis_args(const Node& n, size_t rank) {
   return a;
 }
 
+WindowArgs window_args(const Node& n, size_t rank) {
+  const auto& v = n.attrs.ints;
+  bool fold = n.op == Op::Fold;
+  if (!(v.size() == 3 || v.size() == (fold ? 5u : 4u)))
+    throw Error(fold ? "expects (axis, window, dilation[, stride, length]) integers, got " + std::to_string(v.size())
+                     : "expects (axis, window, dilation[, stride]) integers, got " + std::to_string(v.size()));
+  WindowArgs w;
+  w.axis = normalize_axis(v[0], rank, op_name(n.op), {});
+  w.window = v[1];
+  w.dilation = v[2];
+  w.stride = v.size() > 3 ? v[3] : 1;
+  w.length = v.size() > 4 ? v[4] : -1;
+  if (w.window < 1 || w.dilation < 1 || w.stride < 1) throw Error("window, dilation and stride must be >= 1");
+  w.center = (w.window - 1) / 2;
+  return w;
+}
+
 std::vector<int> reduce_axes(const Node& n, const Shape& in) {
   std::vector<int> axes;
   if (n.attrs.ints.empty()) {
@@ -180,25 +197,29 @@ void infer_shift(const Graph& g, Node& n) {
 
 void infer_unfold(const Graph& g, Node& n) {
   const Shape& in = in_shape(g, n, 0);
-  require_ints(n, 3, "(axis, window, dilation)");
-  AxisArgs a = axis_args(n, in.size());
-  if (a.a < 1 || a.b < 1) throw Error("window and dilation must be >= 1");
+  WindowArgs w = window_args(n, in.size());
   n.dtype = in_dtype(g, n, 0);
   n.shape = in;
-  n.shape.push_back(a.a);
+  int64_t L = in[size_t(w.axis)];
+  n.shape[size_t(w.axis)] = L == 0 ? 0 : (L - 1) / w.stride + 1;
+  n.shape.push_back(w.window);
 }
 
 void infer_fold(const Graph& g, Node& n) {
   const Shape& in = in_shape(g, n, 0);
-  require_ints(n, 3, "(axis, window, dilation)");
   if (in.size() < 2) throw Error("fold needs rank >= 2");
-  AxisArgs a = axis_args(n, in.size() - 1);
-  if (a.a < 1 || a.b < 1) throw Error("window and dilation must be >= 1");
-  if (in.back() != a.a)
+  WindowArgs w = window_args(n, in.size() - 1);
+  if (in.back() != w.window)
     throw Error("last dimension " + std::to_string(in.back()) + " must equal the window " +
-                std::to_string(a.a));
+                std::to_string(w.window));
   n.dtype = in_dtype(g, n, 0);
   n.shape = Shape(in.begin(), in.end() - 1);
+  int64_t Lo = in[size_t(w.axis)];
+  int64_t L = w.length < 0 ? Lo : w.length;
+  if (L < 0 || (L == 0 ? 0 : (L - 1) / w.stride + 1) != Lo)
+    throw Error("length " + std::to_string(L) + " with stride " + std::to_string(w.stride) + " does not unfold to " +
+                std::to_string(Lo) + " positions");
+  n.shape[size_t(w.axis)] = L;
 }
 
 void infer_einsum(const Graph& g, Node& n) {

@@ -38,7 +38,7 @@ class EngineGemm : public GemmProvider {
     return gemm_scratch_floats(s, active_isa() == Isa::Scalar ? 0 : mode_);
   }
   void run(const GemmCall& c, ThreadPool& pool) const override {
-    sgemm(c.shape, c.A, c.B, c.C, c.scratch, int(active_isa()), pool, mode_);
+    sgemm(c.shape, c.A, c.B, c.C, c.scratch, int(active_isa()), pool, mode_, c.accumulate);
   }
 
  private:
@@ -64,7 +64,8 @@ class OpenBlasGemm : public GemmProvider {
     const GemmShape& s = c.shape;
     bool ta = s.a_cs != 1, tb = s.b_cs != 1;
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(s.M),
-                int(s.N), int(s.K), 1.0f, c.A, int(ta ? s.a_cs : s.a_rs), c.B, int(tb ? s.b_cs : s.b_rs), 0.0f,
+                int(s.N), int(s.K), 1.0f, c.A, int(ta ? s.a_cs : s.a_rs), c.B, int(tb ? s.b_cs : s.b_rs),
+                c.accumulate ? 1.0f : 0.0f,
                 c.C, int(s.c_rs));
   }
 };

@@ -18,6 +18,7 @@ struct GemmCall {
   const float* B;
   float* C;
   float* scratch;  // scratch_floats(shape) floats
+  bool accumulate = false;  // continue the chains stored in C (C += A B in canonical order)
 };
 
 class GemmProvider {

@@ -39,13 +39,26 @@ Tensor windows(const Tensor& x, int64_t kh, int64_t kw, int64_t s, int64_t p, in
   if (Ho < 1 || Wo < 1)
     throw Error(std::string(op) + ": input " + shape_str(x.shape()) + " is smaller than the " + std::to_string(kh) + "x" +
                 std::to_string(kw) + " window");
-  Tensor u = x;
-  if (p > 0) u = pad(pad(u, ah, p, p), aw, p, p);
-  u = unfold(unfold(u, ah, kh, d), aw, kw, d);
-  // Unfold centres its window at (k-1)/2; row ho reads padded rows ho*s + j*d.
-  int64_t ch = (kh - 1) / 2 * d, cw = (kw - 1) / 2 * d;
-  u = u.slice(ah, ch, ch + (Ho - 1) * s + 1).slice(aw, cw, cw + (Wo - 1) * s + 1);
-  return stride(stride(u, ah, s), aw, s);
+  // Unfold zero-pads around a window centred at c = (k-1)/2: with stride s, position i reads
+  // i*s + (j - c)*d. Output row ho must read ho*s + j*d - p, i.e. i*s = ho*s + (c*d - p):
+  // padding beyond c*d is an explicit pad, less is a cut of the unfolded rows. A "same"
+  // convolution is just two (strided) unfolds, whose adjoints are two (strided) folds.
+  auto axis_windows = [&](Tensor u, int64_t axis, int64_t k, int64_t out) {
+    int64_t shift = (k - 1) / 2 * d - p;
+    if (shift < 0) u = pad(u, axis, -shift, -shift), shift = 0;
+    if (shift % s == 0) {
+      u = Tensor::apply(Op::Unfold, {u}, ints({axis, k, d, s}));
+      int64_t start = shift / s;
+      if (start != 0 || u.shape()[size_t(axis)] != out) u = u.slice(axis, start, start + out);
+      return u;
+    }
+    u = unfold(u, axis, k, d).slice(axis, shift, shift + (out - 1) * s + 1);
+    return stride(u, axis, s);
+  };
+  // Each unfold appends its window axis; the h window must end up before the w window.
+  Tensor u = axis_windows(x, ah, kh, Ho);  // [.., Ho, W, kh]
+  u = axis_windows(u, aw, kw, Wo);         // [.., Ho, Wo, kh, kw]
+  return u;
 }
 }  // namespace
 

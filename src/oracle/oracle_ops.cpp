@@ -181,8 +181,8 @@ HostTensor oracle_view(const Node& n, const OracleIn& in) {
         if (n.op == Op::Stride) s = o[ax] * a.a;
         if (n.op == Op::Shift) s = ((o[ax] + a.a) % is[ax] + is[ax]) % is[ax];
         if (n.op == Op::Unfold) {
-          int64_t center = (a.a - 1) / 2;
-          s = o[ax] + (o.back() - center) * a.b;
+          WindowArgs w = window_args(n, is.size());
+          s = o[ax] * w.stride + (o.back() - w.center) * w.dilation;
           zero = s < 0 || s >= is[ax];
         }
       }
@@ -194,19 +194,18 @@ HostTensor oracle_view(const Node& n, const OracleIn& in) {
 
 HostTensor oracle_fold(const Node& n, const OracleIn& in) {
   const Shape& is = in[0]->shape;
-  AxisArgs a = axis_args(n, is.size() - 1);
-  size_t ax = size_t(a.axis);
-  int64_t center = (a.a - 1) / 2;
+  WindowArgs w = window_args(n, is.size() - 1);
+  size_t ax = size_t(w.axis);
   HostTensor out = make_out(n);
   for (int64_t i = 0; i < out.numel(); ++i) {
     auto o = unravel(i, n.shape);
     double acc = 0;
-    for (int64_t j = 0; j < a.a; ++j) {
-      // Unfold read x[p] at window j from position q = p - (j - center) * dilation.
-      int64_t q = o[ax] - (j - center) * a.b;
-      if (q < 0 || q >= n.shape[ax]) continue;
+    for (int64_t j = 0; j < w.window; ++j) {
+      // Unfold read x[p] at window j from position q with q * stride = p - (j - center) * dilation.
+      int64_t q = o[ax] - (j - w.center) * w.dilation;
+      if (q < 0 || q % w.stride != 0 || q / w.stride >= is[ax]) continue;
       auto src = o;
-      src[ax] = q;
+      src[ax] = q / w.stride;
       src.push_back(j);
       acc += in[0]->get(ravel(src, is));
     }

@@ -106,17 +106,18 @@ bool apply_view(const Node& n, AffineView& v, bool allow_gates) {
       v.gates.push_back(std::move(g));
       break;
     }
-    case Op::Unfold: {  // out[.., i, .., j] = in[.., i + (j - center) * dilation, ..], 0 outside
-      opdefs::AxisArgs a = opdefs::axis_args(n, v.shape.size());
-      size_t x = size_t(a.axis);
-      int64_t center = (a.a - 1) / 2, limit = v.shape[x];
+    case Op::Unfold: {  // out[.., i, .., j] = in[.., i * stride + (j - center) * dilation, ..], 0 outside
+      opdefs::WindowArgs w = opdefs::window_args(n, v.shape.size());
+      size_t x = size_t(w.axis);
+      int64_t limit = v.shape[x];
       each_affine(v, [&](int64_t& off, std::vector<int64_t>& s) {
-        off -= center * a.b * s[x];
-        s.push_back(s[x] * a.b);
+        off -= w.center * w.dilation * s[x];
+        s.push_back(s[x] * w.dilation);
+        s[x] *= w.stride;
       });
-      ViewGate g{std::vector<int64_t>(v.shape.size() + 1, 0), -center * a.b, limit};
-      g.cstride[x] = 1;
-      g.cstride.back() = a.b;
+      ViewGate g{std::vector<int64_t>(v.shape.size() + 1, 0), -w.center * w.dilation, limit};
+      g.cstride[x] = w.stride;
+      g.cstride.back() = w.dilation;
       v.gates.push_back(std::move(g));
       break;
     }

@@ -1,4 +1,6 @@
 #include <algorithm>
+#include <functional>
+#include <map>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -61,14 +63,20 @@ void fold_views_into_einsums(const Graph& g, const std::vector<bool>& needed,
       if (!candidate || readers[i].empty()) continue;
       bool ok = true;
       for (ValueId r : readers[i]) ok = ok && (g.node(r).op == Op::Einsum || only[size_t(r)]);
-      // A padded view is gathered by the einsum that reads it; read twice it would be gathered
-      // twice, so it is folded only into a single read.
-      if (passes::is_gated_view_op(nd.op)) {
-        ok = ok && readers[i].size() == 1;
-        if (ok) {
-          const Node& r = g.node(readers[i][0]);
-          ok = std::count(r.in.begin(), r.in.end(), ValueId(i)) == 1;
-        }
+      // A padded view is gathered by each einsum that reads it (a convolution's input by the
+      // forward and the weight-gradient contraction); an einsum reading it as both operands
+      // would gather it twice, so that one keeps it materialised.
+      if (passes::is_gated_view_op(nd.op) && ok) {
+        std::map<ValueId, int> hits;  // einsum -> operand paths reaching this view
+        std::function<void(size_t)> walk = [&](size_t v) {
+          for (ValueId r : readers[v]) {
+            const Node& rn = g.node(r);
+            if (rn.op == Op::Einsum) hits[r] += int(std::count(rn.in.begin(), rn.in.end(), ValueId(v)));
+            else walk(size_t(r));
+          }
+        };
+        walk(i);
+        for (const auto& [r, k] : hits) ok = ok && k == 1;
       }
       only[i] = ok;
     }

@@ -174,12 +174,14 @@ struct Operand {
 };
 
 struct GemmArgs {
-  int64_t batch;
+  int64_t rows;  // GEMM calls: batch elements x leading-K slices
   GemmShape shape;
   const void* A;
   const void* B;
   void* C;
-  const int64_t* boff;  // per batch element: offsets of A, B, C (elements), and gather slices
+  // Per call: offsets of A, B, C (elements), the gather slices of A and B, and whether C's chains
+  // continue (a later slice of a split K).
+  const int64_t* boff;
   const void* gat[2];   // per-slice gathers of A and B (null when read in place)
   int64_t gslice[2];
   void* gbuf[2];
@@ -195,6 +197,8 @@ struct GemmArgs {
   int64_t pin_rs = 0, pin_cs = 0;
   mutable uint64_t pin_seen = ~uint64_t(0);
 };
+
+constexpr int64_t kRow = 6;
 
 struct SliceJob {
   const void* gather;
@@ -217,8 +221,8 @@ void gemm_launch(const void* p, ThreadPool& pool) {
     g.pin_seen = g.pin_src->version();
   }
   int64_t es = g.f64 ? 8 : 4;
-  for (int64_t bi = 0; bi < g.batch; ++bi) {
-    const int64_t* off = g.boff + bi * 5;
+  for (int64_t bi = 0; bi < g.rows; ++bi) {
+    const int64_t* off = g.boff + bi * kRow;
     for (int k = 0; k < 2; ++k) {
       if (!g.gat[k]) continue;
       SliceJob j{g.gat[k], off[3 + k] * g.gslice[k], (off[3 + k] + 1) * g.gslice[k], static_cast<char*>(g.gbuf[k]),
@@ -227,10 +231,10 @@ void gemm_launch(const void* p, ThreadPool& pool) {
     }
     if (g.f64) {
       dgemm(g.shape, static_cast<const double*>(g.A) + off[0], static_cast<const double*>(g.B) + off[1],
-            static_cast<double*>(g.C) + off[2]);
+            static_cast<double*>(g.C) + off[2], off[5] != 0);
     } else {
       g.provider->run({g.shape, static_cast<const float*>(g.A) + off[0], static_cast<const float*>(g.B) + off[1],
-                       static_cast<float*>(g.C) + off[2], g.scratch},
+                       static_cast<float*>(g.C) + off[2], g.scratch, off[5] != 0},
                       pool);
     }
   }
@@ -323,6 +327,28 @@ Launch lower_einsum(LowerCtx& c) {
   }
   int y = 1 - x;
   size_t es = dtype_size(n.dtype);
+  // A large operand that must be gathered, with a long K (a weight gradient over a whole batch of
+  // image positions): its leading K label is iterated outside the GEMM, each slice gathered into
+  // cache and its GEMM continuing the chains in C -- the bits of one GEMM over the whole K.
+  std::string KP;
+  {
+    int nk = 0;
+    for (char l : k) nk += e.size[int(l)] > 1;
+    bool big_gather = false;
+    const std::string inner[2][2] = {{G1, k}, {k, G2}};
+    for (int role = 0; role < 2; ++role) {
+      int i = role == 0 ? x : y;
+      int64_t rs = 0, cs = 0;
+      bool in_place = c.in_gates[size_t(i)].empty() &&
+                      merge_group(e.in[size_t(i)], c.in_strides[size_t(i)], e, inner[role][0], rs) &&
+                      merge_group(e.in[size_t(i)], c.in_strides[size_t(i)], e, inner[role][1], cs);
+      if (!in_place && group_size(e, inner[role][0]) * group_size(e, k) > (int64_t(1) << 18)) big_gather = true;
+    }
+    if (big_gather && nk >= 2 && e.size[int(k[0])] > 1) {
+      KP = k.substr(0, 1);
+      k = k.substr(1);
+    }
+  }
   Operand op[2];
   for (int i = 0; i < 2; ++i) {
     op[i].ptr = c.in[size_t(i)];
@@ -334,10 +360,11 @@ Launch lower_einsum(LowerCtx& c) {
   auto* g = c.args<GemmArgs>();
   g->f64 = n.dtype == DType::F64;
   g->provider = nullptr;
-  g->batch = group_size(e, P);
+  int64_t batch = group_size(e, P), kslices = group_size(e, KP);
+  g->rows = batch * kslices;
   g->shape.M = group_size(e, G1);
   g->shape.N = group_size(e, G2);
-  g->shape.K = group_size(e, k);
+  g->shape.K = group_size(e, k);  // the K inside one call
   // Rows of operand x are G1 (its GEMM A), of operand y are K (its GEMM B).
   const std::string inner[2][2] = {{G1, k}, {k, G2}};  // [role][row, col]: role 0 = A, 1 = B
   for (int role = 0; role < 2; ++role) {
@@ -360,7 +387,7 @@ Launch lower_einsum(LowerCtx& c) {
       return std::pair<int64_t, int64_t>(INT64_MAX, 0);
     };
     bool col_major = inner_key(rows) < inner_key(cols);
-    std::string bl = only_in(P, o.labels);
+    std::string bl = only_in(P + KP, o.labels);
     std::string want = bl + (col_major ? cols + rows : rows + cols);
     GatherSpec spec = layout_gather(o.labels, o.strides, o.gates, want, e);
     Launch gl = make_gather(c, spec, o.ptr, nullptr, es);
@@ -371,27 +398,30 @@ Launch lower_einsum(LowerCtx& c) {
     o.cs = col_major ? group_size(e, rows) : 1;
   }
   Operand &A = op[x], &B = op[y];
-  // Per batch element: offsets of A, B, C and the slice index of each gathered operand.
-  auto* boff = static_cast<int64_t*>(c.storage.persistent(size_t(std::max<int64_t>(g->batch, 1)) * 5 * 8));
+  // Per GEMM call (batch element x K slice): offsets of A, B, C, the slice index of each
+  // gathered operand, and whether the call continues C's chains.
+  auto* boff = static_cast<int64_t*>(c.storage.persistent(size_t(std::max<int64_t>(g->rows, 1)) * kRow * 8));
   {
-    std::vector<int64_t> idx(P.size(), 0);
-    for (int64_t bi = 0; bi < g->batch; ++bi) {
-      int64_t* off = boff + bi * 5;
+    std::string PK = P + KP;
+    std::vector<int64_t> idx(PK.size(), 0);
+    for (int64_t r = 0; r < g->rows; ++r) {
+      int64_t* off = boff + r * kRow;
       for (int role = 0; role < 2; ++role) {
         const Operand& o = role == 0 ? A : B;
         int64_t s = 0, slice = 0;
-        for (size_t d = 0; d < P.size(); ++d) {
-          auto pos = o.labels.find(P[d]);
+        for (size_t d = 0; d < PK.size(); ++d) {
+          auto pos = o.labels.find(PK[d]);
           if (pos == std::string::npos) continue;
           s += idx[d] * o.strides[pos];
-          slice = slice * e.size[int(P[d])] + idx[d];
+          slice = slice * e.size[int(PK[d])] + idx[d];
         }
         off[role] = o.gather ? 0 : s;
         off[3 + role] = slice;
       }
-      off[2] = bi * g->shape.M * g->shape.N;
-      for (size_t d = P.size(); d-- > 0;) {
-        if (++idx[d] < e.size[int(P[d])]) break;
+      off[2] = (r / kslices) * g->shape.M * g->shape.N;
+      off[5] = r % kslices != 0;
+      for (size_t d = PK.size(); d-- > 0;) {
+        if (++idx[d] < e.size[int(PK[d])]) break;
         idx[d] = 0;
       }
     }
@@ -422,7 +452,7 @@ Launch lower_einsum(LowerCtx& c) {
     // Pin a transposed parameter B of a small GEMM in [K][N] layout (see GemmArgs).
     bool tiny = g->shape.M * g->shape.N * g->shape.K < (1 << 15);
     bool b_fixed = true;
-    for (int64_t bi = 0; bi < g->batch; ++bi) b_fixed = b_fixed && boff[bi * 5 + 1] == 0;
+    for (int64_t r = 0; r < g->rows; ++r) b_fixed = b_fixed && boff[r * kRow + 1] == 0;
     if (B.param && tiny && g->shape.b_cs != 1 && !B.gather && b_fixed && g->shape.K > 0 && g->shape.N > 0) {
       g->pin_src = B.param;
       g->pin_from = static_cast<const float*>(g->B);

@@ -233,30 +233,43 @@ Launch lower_view(LowerCtx& c) {
       size_t x = size_t(ax.axis);
       if (n.op == Op::Slice) s.offset = ax.a * cs[x];
       if (n.op == Op::Stride) s.stride[x] = cs[x] * ax.a;
-      if (n.op == Op::Pad || n.op == Op::Shift || n.op == Op::Unfold) {
+      if (n.op == Op::Pad || n.op == Op::Unfold) {
+        // Affine offsets plus a zero-padding gate: runs are clipped, not checked per element.
+        passes::ViewGate gate{std::vector<int64_t>(n.shape.size(), 0), 0, is[x]};
+        gate.cstride[x] = 1;
+        if (n.op == Op::Pad) {
+          s.offset = -ax.a * cs[x];
+          gate.c0 = -ax.a;
+        } else {
+          opdefs::WindowArgs w = opdefs::window_args(n, is.size());
+          s.stride[x] = cs[x] * w.stride;
+          s.stride.back() = cs[x] * w.dilation;
+          s.offset = -w.center * w.dilation * cs[x];
+          gate.cstride[x] = w.stride;
+          gate.cstride.back() = w.dilation;
+          gate.c0 = -w.center * w.dilation;
+        }
+        s.gates.push_back(std::move(gate));
+        break;
+      }
+      if (n.op == Op::Shift) {
         s.checked = true;
         s.stride[x] = 0;
         s.cstride[x] = 1;
         s.climit = is[x];
         s.cmul = cs[x];
       }
-      if (n.op == Op::Pad) s.c0 = -ax.a;
       if (n.op == Op::Shift) s.wrap = true, s.c0 = is[x] ? ax.a % is[x] : 0;
-      if (n.op == Op::Unfold) {
-        int64_t center = (ax.a - 1) / 2;
-        s.stride.back() = 0;
-        s.cstride.back() = ax.b;
-        s.c0 = -center * ax.b;
-      }
     }
   }
   return make_gather(c, s, c.in[0], c.out, dtype_size(n.dtype));
 }
 
-// ---- fold: out[.., p, ..] = sum_j in[.., p - (j - center) * dilation, .., j], j ascending
+// ---- fold: out[.., p, ..] = sum_j in[.., q / stride, .., j] over q = p - (j - center) * dilation
+// divisible by the stride, j ascending
 namespace {
 struct FoldArgs {
-  int64_t outer, n, inner, k, center, dil;
+  int64_t outer, n, n_in, inner, k, center, dil, stride;
   const void* in;
   void* out;
   bool f64;
@@ -265,15 +278,19 @@ template <class T>
 void fold_chunk_t(const FoldArgs& a, int64_t o) {
   const T* in = static_cast<const T*>(a.in);
   T* out = static_cast<T*>(a.out);
-  for (int64_t p = 0; p < a.n; ++p)
-    for (int64_t i = 0; i < a.inner; ++i) {
-      T acc = T(0);
-      for (int64_t j = 0; j < a.k; ++j) {
-        int64_t q = p - (j - a.center) * a.dil;
-        if (q >= 0 && q < a.n) acc += in[((o * a.n + q) * a.inner + i) * a.k + j];
-      }
-      out[(o * a.n + p) * a.inner + i] = acc;
+  const T* base = in + o * a.n_in * a.inner * a.k;
+  T* dst = out + o * a.n * a.inner;
+  for (int64_t p = 0; p < a.n; ++p) {
+    T* d = dst + p * a.inner;
+    for (int64_t i = 0; i < a.inner; ++i) d[i] = T(0);
+    for (int64_t j = 0; j < a.k; ++j) {
+      int64_t q = p - (j - a.center) * a.dil;
+      if (q < 0 || q % a.stride != 0 || q / a.stride >= a.n_in) continue;
+      const T* src = base + (q / a.stride) * a.inner * a.k + j;
+      // One add per element per window position, j ascending: the oracle's order.
+      for (int64_t i = 0; i < a.inner; ++i) d[i] += src[i * a.k];
     }
+  }
 }
 void fold_chunk(const void* p, int64_t o) {
   const FoldArgs& a = *static_cast<const FoldArgs*>(p);
@@ -287,17 +304,19 @@ void fold_launch(const void* p, ThreadPool& pool) {
 Launch lower_fold(LowerCtx& c) {
   const Node& n = c.node;
   if (!is_float(n.dtype)) throw Error("fold: needs a float tensor");
-  opdefs::AxisArgs ax = opdefs::axis_args(n, n.shape.size());
+  opdefs::WindowArgs w = opdefs::window_args(n, n.shape.size());
   auto* a = c.args<FoldArgs>();
-  size_t x = size_t(ax.axis);
+  size_t x = size_t(w.axis);
   a->n = n.shape[x];
+  a->n_in = c.in_shape(0)[x];
+  a->stride = w.stride;
   a->outer = 1;
   for (size_t d = 0; d < x; ++d) a->outer *= n.shape[d];
   a->inner = 1;
   for (size_t d = x + 1; d < n.shape.size(); ++d) a->inner *= n.shape[d];
-  a->k = ax.a;
-  a->center = (ax.a - 1) / 2;
-  a->dil = ax.b;
+  a->k = w.window;
+  a->center = w.center;
+  a->dil = w.dilation;
   a->in = c.in[0];
   a->out = c.out;
   a->f64 = n.dtype == DType::F64;

@@ -118,11 +118,16 @@ __attribute__((target("avx2,fma"))) __m256i tail_mask(int64_t n) {
 template <int R>
 __attribute__((target("avx2,fma"))) void small_block(int64_t K, const float* A, int64_t a_rs,
                                                      int64_t a_cs, const float* B, int64_t ldb,
-                                                     float* C, int64_t c_rs, int64_t cols) {
+                                                     float* C, int64_t c_rs, int64_t cols, bool accumulate) {
   __m256i m0 = tail_mask(cols), m1 = tail_mask(cols - 8);
   __m256 c0[R], c1[R];
 #pragma GCC unroll 8
   for (int i = 0; i < R; ++i) c0[i] = _mm256_setzero_ps(), c1[i] = _mm256_setzero_ps();
+  if (accumulate)  // continue the chains stored in C
+    for (int i = 0; i < R; ++i) {
+      c0[i] = _mm256_maskload_ps(C + i * c_rs, m0);
+      if (cols > 8) c1[i] = _mm256_maskload_ps(C + i * c_rs + 8, m1);
+    }
   if (cols > 8) {
     for (int64_t k = 0; k < K; ++k) {
       __m256 b0 = _mm256_maskload_ps(B + k * ldb, m0), b1 = _mm256_maskload_ps(B + k * ldb + 8, m1);
@@ -147,21 +152,21 @@ __attribute__((target("avx2,fma"))) void small_block(int64_t K, const float* A, 
 }
 
 __attribute__((target("avx2,fma"))) void small_gemm_avx2(const GemmShape& s, const float* A,
-                                                         const float* B, int64_t ldb, float* C) {
+                                                         const float* B, int64_t ldb, float* C, bool acc) {
   for (int64_t n0 = 0; n0 < s.N; n0 += 16) {
     int64_t cols = std::min<int64_t>(16, s.N - n0);
     const float* b = B + n0;
     int64_t m0 = 0;
     for (; m0 + 6 <= s.M; m0 += 6)
-      small_block<6>(s.K, A + m0 * s.a_rs, s.a_rs, s.a_cs, b, ldb, C + m0 * s.c_rs + n0, s.c_rs, cols);
+      small_block<6>(s.K, A + m0 * s.a_rs, s.a_rs, s.a_cs, b, ldb, C + m0 * s.c_rs + n0, s.c_rs, cols, acc);
     const float* a = A + m0 * s.a_rs;
     float* c = C + m0 * s.c_rs + n0;
     switch (s.M - m0) {
-      case 1: small_block<1>(s.K, a, s.a_rs, s.a_cs, b, ldb, c, s.c_rs, cols); break;
-      case 2: small_block<2>(s.K, a, s.a_rs, s.a_cs, b, ldb, c, s.c_rs, cols); break;
-      case 3: small_block<3>(s.K, a, s.a_rs, s.a_cs, b, ldb, c, s.c_rs, cols); break;
-      case 4: small_block<4>(s.K, a, s.a_rs, s.a_cs, b, ldb, c, s.c_rs, cols); break;
-      case 5: small_block<5>(s.K, a, s.a_rs, s.a_cs, b, ldb, c, s.c_rs, cols); break;
+      case 1: small_block<1>(s.K, a, s.a_rs, s.a_cs, b, ldb, c, s.c_rs, cols, acc); break;
+      case 2: small_block<2>(s.K, a, s.a_rs, s.a_cs, b, ldb, c, s.c_rs, cols, acc); break;
+      case 3: small_block<3>(s.K, a, s.a_rs, s.a_cs, b, ldb, c, s.c_rs, cols, acc); break;
+      case 4: small_block<4>(s.K, a, s.a_rs, s.a_cs, b, ldb, c, s.c_rs, cols, acc); break;
+      case 5: small_block<5>(s.K, a, s.a_rs, s.a_cs, b, ldb, c, s.c_rs, cols, acc); break;
       default: break;
     }
   }
@@ -171,12 +176,17 @@ __attribute__((target("avx2,fma"))) void small_gemm_avx2(const GemmShape& s, con
 template <int R>
 __attribute__((target("avx512f,avx512vl,fma"))) void small_block512(
     int64_t K, const float* A, int64_t a_rs, int64_t a_cs, const float* B, int64_t ldb, float* C,
-    int64_t c_rs, int64_t cols) {
+    int64_t c_rs, int64_t cols, bool accumulate) {
   __mmask16 m0 = __mmask16(cols >= 16 ? 0xFFFF : (1u << cols) - 1);
   __mmask16 m1 = __mmask16(cols >= 32 ? 0xFFFF : cols <= 16 ? 0 : (1u << (cols - 16)) - 1);
   __m512 c0[R], c1[R];
 #pragma GCC unroll 8
   for (int i = 0; i < R; ++i) c0[i] = _mm512_setzero_ps(), c1[i] = _mm512_setzero_ps();
+  if (accumulate)  // continue the chains stored in C
+    for (int i = 0; i < R; ++i) {
+      c0[i] = _mm512_maskz_loadu_ps(m0, C + i * c_rs);
+      c1[i] = _mm512_maskz_loadu_ps(m1, C + i * c_rs + 16);
+    }
   if (cols > 16) {
     for (int64_t k = 0; k < K; ++k) {
       __m512 b0 = _mm512_maskz_loadu_ps(m0, B + k * ldb), b1 = _mm512_maskz_loadu_ps(m1, B + k * ldb + 16);
@@ -202,23 +212,24 @@ __attribute__((target("avx512f,avx512vl,fma"))) void small_block512(
 }
 
 __attribute__((target("avx512f,avx512vl,fma"))) void small_gemm_avx512(const GemmShape& s, const float* A,
-                                                                       const float* B, int64_t ldb, float* C) {
+                                                                       const float* B, int64_t ldb, float* C,
+                                                                       bool acc) {
   for (int64_t n0 = 0; n0 < s.N; n0 += 32) {
     int64_t cols = std::min<int64_t>(32, s.N - n0);
     const float* b = B + n0;
     int64_t m0 = 0;
     for (; m0 + 8 <= s.M; m0 += 8)
-      small_block512<8>(s.K, A + m0 * s.a_rs, s.a_rs, s.a_cs, b, ldb, C + m0 * s.c_rs + n0, s.c_rs, cols);
+      small_block512<8>(s.K, A + m0 * s.a_rs, s.a_rs, s.a_cs, b, ldb, C + m0 * s.c_rs + n0, s.c_rs, cols, acc);
     const float* a = A + m0 * s.a_rs;
     float* c = C + m0 * s.c_rs + n0;
     switch (s.M - m0) {
-      case 1: small_block512<1>(s.K, a, s.a_rs, s.a_cs, b, ldb, c, s.c_rs, cols); break;
-      case 2: small_block512<2>(s.K, a, s.a_rs, s.a_cs, b, ldb, c, s.c_rs, cols); break;
-      case 3: small_block512<3>(s.K, a, s.a_rs, s.a_cs, b, ldb, c, s.c_rs, cols); break;
-      case 4: small_block512<4>(s.K, a, s.a_rs, s.a_cs, b, ldb, c, s.c_rs, cols); break;
-      case 5: small_block512<5>(s.K, a, s.a_rs, s.a_cs, b, ldb, c, s.c_rs, cols); break;
-      case 6: small_block512<6>(s.K, a, s.a_rs, s.a_cs, b, ldb, c, s.c_rs, cols); break;
-      case 7: small_block512<7>(s.K, a, s.a_rs, s.a_cs, b, ldb, c, s.c_rs, cols); break;
+      case 1: small_block512<1>(s.K, a, s.a_rs, s.a_cs, b, ldb, c, s.c_rs, cols, acc); break;
+      case 2: small_block512<2>(s.K, a, s.a_rs, s.a_cs, b, ldb, c, s.c_rs, cols, acc); break;
+      case 3: small_block512<3>(s.K, a, s.a_rs, s.a_cs, b, ldb, c, s.c_rs, cols, acc); break;
+      case 4: small_block512<4>(s.K, a, s.a_rs, s.a_cs, b, ldb, c, s.c_rs, cols, acc); break;
+      case 5: small_block512<5>(s.K, a, s.a_rs, s.a_cs, b, ldb, c, s.c_rs, cols, acc); break;
+      case 6: small_block512<6>(s.K, a, s.a_rs, s.a_cs, b, ldb, c, s.c_rs, cols, acc); break;
+      case 7: small_block512<7>(s.K, a, s.a_rs, s.a_cs, b, ldb, c, s.c_rs, cols, acc); break;
       default: break;
     }
   }
@@ -261,6 +272,7 @@ struct GemmJob {
   float* pb;  // packed B of the current K block, panels of [kc][nr]
   int64_t mp, np, k0, kc, mr, nr;
   int isa;
+  bool accumulate;  // C holds chains to continue
 };
 
 void pack_chunk(const void* p, int64_t i) {
@@ -280,7 +292,7 @@ void compute_chunk(const void* p, int64_t q) {
   for (int64_t pa = 0; pa < j.mp; ++pa) {
     int64_t m0 = pa * j.mr, rows = std::min(j.mr, s.M - m0);
     std::memset(acc, 0, sizeof(float) * size_t(j.mr * j.nr));
-    if (j.k0 > 0)
+    if (j.k0 > 0 || j.accumulate)
       for (int64_t i = 0; i < rows; ++i)
         std::memcpy(acc + i * j.nr, j.C + (m0 + i) * s.c_rs + n0, sizeof(float) * size_t(cols));
     const float* a = j.pa + pa * j.kc * j.mr;
@@ -306,14 +318,15 @@ size_t gemm_scratch_floats(const GemmShape& s, int mode) {
 }
 
 void sgemm(const GemmShape& s, const float* A, const float* B, float* C, float* scratch, int isa,
-           ThreadPool& pool, int mode) {
+           ThreadPool& pool, int mode, bool accumulate) {
   if (s.M == 0 || s.N == 0) return;
   if (s.K == 0) {
+    if (accumulate) return;
     for (int64_t m = 0; m < s.M; ++m) std::memset(C + m * s.c_rs, 0, sizeof(float) * size_t(s.N));
     return;
   }
   int64_t mr = isa >= 2 ? kMR512 : kGemmMR, nr = isa >= 2 ? kNR512 : kGemmNR;
-  GemmJob j{&s, A, B, C, scratch, nullptr, ceil_div(s.M, mr), ceil_div(s.N, nr), 0, 0, mr, nr, isa};
+  GemmJob j{&s, A, B, C, scratch, nullptr, ceil_div(s.M, mr), ceil_div(s.N, nr), 0, 0, mr, nr, isa, accumulate};
   j.pb = scratch + j.mp * mr * std::min(s.K, kGemmKC);
   // Tiny problems run inline: a parallel launch costs more than the work.
   bool tiny = s.M * s.N * s.K < (1 << 15);
@@ -332,8 +345,8 @@ void sgemm(const GemmShape& s, const float* A, const float* B, float* C, float* 
       b = scratch;
       ldb = s.N;
     }
-    if (isa >= 2) return small_gemm_avx512(s, A, b, ldb, C);
-    return small_gemm_avx2(s, A, b, ldb, C);
+    if (isa >= 2) return small_gemm_avx512(s, A, b, ldb, C, accumulate);
+    return small_gemm_avx2(s, A, b, ldb, C, accumulate);
   }
   // K blocks of equal length (at most kGemmKC): a short last block would pay the tile
   // load/store for little work. Chains resume from C, so blocking never changes the bits.
@@ -350,10 +363,10 @@ void sgemm(const GemmShape& s, const float* A, const float* B, float* C, float* 
   }
 }
 
-void dgemm(const GemmShape& s, const double* A, const double* B, double* C) {
+void dgemm(const GemmShape& s, const double* A, const double* B, double* C, bool accumulate) {
   for (int64_t m = 0; m < s.M; ++m)
     for (int64_t n = 0; n < s.N; ++n) {
-      double acc = 0;
+      double acc = accumulate ? C[m * s.c_rs + n] : 0;
       for (int64_t k = 0; k < s.K; ++k)
         acc = std::fma(A[m * s.a_rs + k * s.a_cs], B[k * s.b_rs + n * s.b_cs], acc);
       C[m * s.c_rs + n] = acc;

@@ -28,9 +28,11 @@ size_t gemm_scratch_floats(const GemmShape& s, int mode = 0);
 // isa: 0 scalar, 1 AVX2, 2 AVX-512 (same bits on all).
 // mode: 0 picks by size, 1 the unpacked small-problem path, 2 the packed blocked path.
 void sgemm(const GemmShape& s, const float* A, const float* B, float* C, float* scratch, int isa,
-           ThreadPool& pool, int mode = 0);
+           ThreadPool& pool, int mode = 0, bool accumulate = false);
 
 // Double precision, same canonical order, plain loops.
-void dgemm(const GemmShape& s, const double* A, const double* B, double* C);
+// accumulate: C holds partial chains (of earlier k) to continue, as the K blocks do internally,
+// so splitting K across calls gives the bits of one call.
+void dgemm(const GemmShape& s, const double* A, const double* B, double* C, bool accumulate = false);
 
 }  // namespace synoros::kernels
