@@ -10,3 +10,5 @@
 #include "synoros/tiny_mlp.hpp"
 #include "synoros/gpt.hpp"
 #include "synoros/profile.hpp"
+#include "synoros/data.hpp"
+#include "synoros/checkpoint.hpp"
