@@ -97,16 +97,18 @@ Header parse_header(const std::string& path, std::ifstream& in, uint64_t file_si
       throw fail(t + "unsupported dtype " + squote(dt->get<std::string>()) + " (supported: F32, F64, I32, I64)");
     if (!sh->is_array()) throw fail(t + "shape is not an array");
     uint64_t count = 1;
-    bool overflow = false;
+    bool overflow = false, zero = false;
     for (const json& d : *sh) {
       if (!d.is_number_unsigned()) throw fail(t + "shape holds something other than a non-negative integer");
       const uint64_t dim = d.get<uint64_t>();
       if (dim > kMaxDim) throw fail(t + "dimension " + std::to_string(dim) + " is implausibly large");
       e.shape.push_back(int64_t(dim));
-      if (dim != 0 && count > std::numeric_limits<uint64_t>::max() / 8 / dim) overflow = true;
-      count *= dim;
+      if (dim == 0) zero = true;
+      else if (count > std::numeric_limits<uint64_t>::max() / 8 / dim) overflow = true;
+      else count *= dim;
     }
-    if (overflow && count != 0) throw fail(t + "shape " + shape_str(e.shape) + " overflows");
+    if (zero) count = 0;
+    else if (overflow) throw fail(t + "shape " + shape_str(e.shape) + " overflows");
     if (!off->is_array() || off->size() != 2 || !(*off)[0].is_number_unsigned() || !(*off)[1].is_number_unsigned())
       throw fail(t + "data_offsets is not a pair of non-negative integers");
     e.begin = (*off)[0].get<uint64_t>();
