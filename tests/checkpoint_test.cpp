@@ -447,3 +447,33 @@ TEST(CheckpointPython, WeReadAPythonWrittenFile) {
 
 }  // namespace
 }  // namespace synoros::io
+
+namespace synoros::io {
+namespace {
+
+TEST(CheckpointTensors, ParametersRoundTripInPlace) {
+  TempDir dir("tensors");
+  const std::string p = dir.file("params.safetensors");
+  Tensor w = Tensor::randn({3, 4}, 11);
+  w.requires_grad();
+  Tensor b = Tensor::uniform({4}, 12, 0.5);
+  save_safetensors(p, {{"fc.weight", w}, {"fc.bias", b}}, {{"epoch", "1"}});
+
+  Tensor w2 = Tensor::zeros({3, 4}), b2 = Tensor::zeros({4});
+  w2.requires_grad();
+  const Tensor before = (w2 * 2.0).sum();  // a value computed from the old parameters
+  EXPECT_EQ(before.item(), 0.0);
+  Metadata md = load_into(p, {{"fc.weight", w2}, {"fc.bias", b2}});
+  EXPECT_EQ(md.at("epoch"), "1");
+  EXPECT_EQ(w2.to_vector(), w.to_vector());
+  EXPECT_EQ(b2.to_vector(), b.to_vector());
+  // A computation built afterwards sees the loaded values.
+  EXPECT_FLOAT_EQ(float((w2 * 2.0).sum().item()), float((w * 2.0).sum().item()));
+
+  Tensor derived = w2 * 2.0;
+  expect_error([&] { load_into(p, {{"fc.weight", derived}, {"fc.bias", b2}}); }, {"'fc.weight'", "realized leaf"});
+  expect_error([&] { load_into(p, {{"fc.weight", Tensor()}, {"fc.bias", b2}}); }, {"realized leaf"});
+}
+
+}  // namespace
+}  // namespace synoros::io

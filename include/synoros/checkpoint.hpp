@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "synoros/core.hpp"
+#include "synoros/tensor.hpp"
 
 namespace synoros::io {
 
@@ -46,6 +47,13 @@ Checkpoint load_safetensors(const std::string& path);
 // hold no other tensor; a "synoros.format" other than "1" is refused. Nothing is written
 // unless every check passes. Returns the file's metadata.
 Metadata load_into(const std::string& path, const std::vector<std::pair<std::string, HostTensor*>>& targets);
+
+// The same for front-end Tensors (model parameters). save realizes each tensor; load_into
+// needs realized leaf tensors and overwrites their storage in place (plans holding them see
+// the new values).
+void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
+                      const Metadata& metadata = {});
+Metadata load_into(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& targets);
 
 // safetensors' dtype names: "F32", "F64", "I32", "I64".
 const char* safetensors_dtype(DType t);
