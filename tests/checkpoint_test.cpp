@@ -292,7 +292,7 @@ TEST(CheckpointSafetensors, FuzzedFilesNeverCrash) {
   }
   int loaded = 0, rejected = 0;
   for (size_t pos = 0; pos < good.size(); ++pos)
-    for (uint8_t mask : {uint8_t(0x01), uint8_t(0x20), uint8_t(0x80), uint8_t(0xFF)}) {
+    for (uint8_t mask : {uint8_t(0x01), uint8_t(0x80), uint8_t(0xFF)}) {
       std::vector<uint8_t> b = good;
       b[pos] ^= mask;
       write_bytes(p, b);

@@ -14,6 +14,10 @@
 
 #include "synoros/core.hpp"
 
+namespace synoros {
+class ThreadPool;
+}
+
 namespace synoros::data {
 
 // ---------------------------------------------------------------------------------------------
@@ -86,8 +90,9 @@ class Loader {
 
   // Fills batch `b` of `epoch`. When `images` / `labels` already have the batch's shape and a
   // usable dtype they are written in place (no allocation); otherwise they are (re)allocated
-  // as f32 [rows, C, H, W] and I64 [rows]. Marks both buffers modified.
-  void fill_batch(uint64_t epoch, int64_t b, HostTensor& images, HostTensor& labels);
+  // as f32 [rows, C, H, W] and I64 [rows]. Marks both buffers modified. With a pool, rows are
+  // rendered in parallel (the result is the same bits for any pool size).
+  void fill_batch(uint64_t epoch, int64_t b, HostTensor& images, HostTensor& labels, ThreadPool* pool = nullptr);
 
   // Writes sample `index` of the dataset, as seen in `epoch` (augmented, normalised), to `out`
   // (image_size floats). The augmentation depends only on (seed, epoch, index).

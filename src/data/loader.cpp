@@ -6,6 +6,7 @@
 
 #include "data/rng.hpp"
 #include "synoros/data.hpp"
+#include "synoros/runtime.hpp"
 
 namespace synoros::data {
 
@@ -93,7 +94,7 @@ namespace {
 bool has_shape(const HostTensor& t, const Shape& s) { return t.buffer && t.shape == s; }
 }  // namespace
 
-void Loader::fill_batch(uint64_t epoch, int64_t b, HostTensor& images, HostTensor& labels) {
+void Loader::fill_batch(uint64_t epoch, int64_t b, HostTensor& images, HostTensor& labels, ThreadPool* pool) {
   const int64_t rows = batch_rows(b);
   const ImageDataset& d = *ds_;
   const Shape ishape{rows, d.channels, d.height, d.width}, lshape{rows};
@@ -101,13 +102,26 @@ void Loader::fill_batch(uint64_t epoch, int64_t b, HostTensor& images, HostTenso
   if (!(has_shape(labels, lshape) && (labels.dtype == DType::I64 || labels.dtype == DType::I32)))
     labels = HostTensor(DType::I64, lshape);
   const std::vector<int64_t>& ord = cached_order(epoch);
-  float* img = images.data<float>();
+  const int64_t* idx = ord.data() + b * opt_.batch_size;
   for (int64_t r = 0; r < rows; ++r) {
-    const int64_t idx = ord[size_t(b * opt_.batch_size + r)];
-    render_sample(epoch, idx, img + r * d.image_size());
-    if (labels.dtype == DType::I64) labels.data<int64_t>()[r] = d.labels[size_t(idx)];
-    else labels.data<int32_t>()[r] = d.labels[size_t(idx)];
+    const int32_t label = d.labels[size_t(idx[r])];
+    if (labels.dtype == DType::I64) labels.data<int64_t>()[r] = label;
+    else labels.data<int32_t>()[r] = label;
   }
+  struct Ctx {
+    const Loader* self;
+    uint64_t epoch;
+    const int64_t* idx;
+    float* out;
+    int64_t stride;
+  } ctx{this, epoch, idx, images.data<float>(), d.image_size()};
+  auto render_row = [](const void* c, int64_t r) {
+    const Ctx& x = *static_cast<const Ctx*>(c);
+    x.self->render_sample(x.epoch, x.idx[r], x.out + r * x.stride);
+  };
+  if (pool && rows > 1) pool->run(rows, render_row, &ctx);
+  else
+    for (int64_t r = 0; r < rows; ++r) render_row(&ctx, r);
   images.buffer->mark_modified();
   labels.buffer->mark_modified();
 }
