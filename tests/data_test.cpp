@@ -216,6 +216,8 @@ TEST(DataIdx, CorruptFilesRaiseErrors) {
     write_raw(p, std::vector<uint8_t>(gz.begin(), gz.begin() + std::ptrdiff_t(cut)));
     expect_error([&] { read_idx_gz(p, 2049); }, {p});
   }
+  write_raw(p, std::vector<uint8_t>(gz.begin(), gz.begin() + std::ptrdiff_t(gz.size() / 2)));
+  expect_error([&] { read_idx_gz(p, 2049); }, {p + ": truncated gzip stream (unexpected end of file)"});
   std::vector<uint8_t> bad = gz;
   bad[gz.size() - 6] ^= 0x5A;  // inside the CRC32 trailer
   write_raw(p, bad);

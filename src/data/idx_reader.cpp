@@ -61,6 +61,7 @@ class GzReader {
     int err = Z_OK;
     const char* msg = gzerror(f_.get(), &err);
     std::string why = msg && *msg ? msg : "zlib error " + std::to_string(err);
+    if (why.starts_with(path_ + ": ")) why.erase(0, path_.size() + 2);  // zlib prefixes the path
     if (err == Z_BUF_ERROR) why = "truncated gzip stream (" + why + ")";
     else if (err == Z_DATA_ERROR) why = "corrupt gzip data (" + why + ")";
     else if (err == Z_ERRNO) why = std::string("read error: ") + std::strerror(errno);

@@ -5,6 +5,7 @@
 #include <bit>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -217,6 +218,8 @@ void save_safetensors(const std::string& path, const std::map<std::string, HostT
 }
 
 Checkpoint load_safetensors(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw Error("safetensors file " + path + ": is a directory");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error("safetensors file " + path + ": cannot open: " + std::strerror(errno));
   in.seekg(0, std::ios::end);
