@@ -13,3 +13,5 @@
 #include "synoros/nn.hpp"
 #include "synoros/optim.hpp"
 #include "synoros/train.hpp"
+#include "synoros/data.hpp"
+#include "synoros/checkpoint.hpp"

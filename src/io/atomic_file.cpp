@@ -1,0 +1,80 @@
+// Atomic file replacement with POSIX calls (open/write/fsync/rename).
+#include "io/atomic_file.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "synoros/core.hpp"
+
+namespace synoros::io {
+namespace {
+
+std::string errno_text(int e) { return std::strerror(e); }
+
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+  // Closes now, reporting the error (close can report a delayed write failure).
+  int close() {
+    int r = ::close(fd_);
+    fd_ = -1;
+    return r;
+  }
+
+ private:
+  int fd_;
+};
+
+void fsync_directory(const std::string& path, const std::string& what) {
+  std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  if (dir.empty()) dir = ".";
+  Fd d(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (d.get() < 0) throw Error(what + " " + path + ": cannot open its directory to sync: " + errno_text(errno));
+  if (::fsync(d.get()) != 0 && errno != EINVAL)  // some filesystems cannot sync directories
+    throw Error(what + " " + path + ": cannot sync its directory: " + errno_text(errno));
+}
+
+}  // namespace
+
+void write_file_atomic(const std::string& path, const std::string& what,
+                       const std::function<void(const ByteSink&)>& produce) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (fd.get() < 0) throw Error(what + " " + path + ": cannot create " + tmp + ": " + errno_text(errno));
+  try {
+    ByteSink sink = [&](const void* data, size_t bytes) {
+      const char* p = static_cast<const char*>(data);
+      while (bytes > 0) {
+        ssize_t w = ::write(fd.get(), p, bytes);
+        if (w < 0) {
+          if (errno == EINTR) continue;
+          throw Error(what + " " + path + ": write to " + tmp + " failed: " + errno_text(errno));
+        }
+        p += w;
+        bytes -= size_t(w);
+      }
+    };
+    produce(sink);
+    if (::fsync(fd.get()) != 0) throw Error(what + " " + path + ": fsync of " + tmp + " failed: " + errno_text(errno));
+    if (fd.close() != 0) throw Error(what + " " + path + ": close of " + tmp + " failed: " + errno_text(errno));
+    if (::rename(tmp.c_str(), path.c_str()) != 0)
+      throw Error(what + " " + path + ": cannot rename " + tmp + " over it: " + errno_text(errno));
+  } catch (...) {
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  fsync_directory(path, what);
+}
+
+}  // namespace synoros::io

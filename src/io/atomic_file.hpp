@@ -1,0 +1,19 @@
+// Atomic replacement of a file: write to "<path>.tmp.<pid>", fsync, rename over the target,
+// fsync the directory. On any failure the temporary is removed and the target is untouched.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <string>
+
+namespace synoros::io {
+
+// Receives the bytes to append; throws synoros::Error on a write failure.
+using ByteSink = std::function<void(const void* data, size_t bytes)>;
+
+// Calls `produce` with a sink writing into the temporary, then commits it as `path`. What
+// produce throws propagates after the temporary is removed. Errors name `what` and the path.
+void write_file_atomic(const std::string& path, const std::string& what,
+                       const std::function<void(const ByteSink&)>& produce);
+
+}  // namespace synoros::io
