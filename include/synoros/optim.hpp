@@ -21,6 +21,8 @@ class Optimizer {
   void set_lr(double lr);
   double lr() const { return lr_value_; }
   int64_t steps() const { return t_; }
+  // Restores the step counter of a resumed run (the next tick() continues from it).
+  void restore_steps(int64_t t) { t_ = t; }
   // Clip the global gradient norm to `max_norm` (0: off), as torch.nn.utils.clip_grad_norm_.
   void set_clip_norm(double max_norm) { clip_ = max_norm; }
   // Optimizer state in PyTorch's naming ("<index>.momentum_buffer", "<index>.exp_avg", ...).

@@ -15,3 +15,4 @@
 #include "synoros/train.hpp"
 #include "synoros/data.hpp"
 #include "synoros/checkpoint.hpp"
+#include "synoros/plot.hpp"

@@ -23,3 +23,116 @@ CompiledStep compile_lm_train(nn::GptTiny& model, optim::Optimizer& opt, int64_t
 CompiledStep compile_lm_eval(nn::GptTiny& model, int64_t batch, int64_t context);
 
 }  // namespace synoros::train
+
+#include <functional>
+#include <memory>
+
+namespace synoros::data {
+struct ImageDataset;
+class Loader;
+}  // namespace synoros::data
+
+namespace synoros::train {
+
+struct ClassifierConfig {
+  std::string model = "resnet-mini";
+  std::string optimizer = "sgd";  // sgd | adamw
+  int64_t epochs = 1, batch = 64;
+  double lr = 0.05, momentum = 0.9, weight_decay = 5e-4, clip = 0;
+  int64_t warmup_steps = 0;
+  bool cosine = true;     // cosine decay over all steps after the warmup
+  bool augment = false;   // random crop (pad 2) and horizontal flip
+  uint64_t seed = 1;
+  int64_t train_limit = 0, test_limit = 0;  // 0: the whole split
+  std::string data_dir;                       // "": the default Fashion-MNIST directory
+};
+
+struct EpochStats {
+  int64_t epoch = 0;
+  double train_loss = 0, train_acc = 0, test_loss = 0, test_acc = 0, seconds = 0;
+};
+
+// Trains an image classifier on Fashion-MNIST through one compiled step. Everything that
+// decides the next step (parameters, optimizer state, step count, data order) is a function
+// of the seed and the step, so a run resumed from a checkpoint continues bit for bit.
+class ClassifierTrainer {
+ public:
+  explicit ClassifierTrainer(ClassifierConfig cfg);
+  ~ClassifierTrainer();
+  // Runs up to `n` training steps (stopping at the end of the schedule); on_step(step, loss)
+  // after each. Returns the number run.
+  int64_t train_steps(int64_t n, const std::function<void(int64_t, double)>& on_step = {});
+  // Loss and accuracy over the test split (eval mode).
+  std::pair<double, double> evaluate();
+  int64_t step() const { return step_; }
+  int64_t steps_per_epoch() const;
+  int64_t total_steps() const { return steps_per_epoch() * cfg_.epochs; }
+  nn::Module& model() { return *model_; }
+  optim::Optimizer& optimizer() { return *opt_; }
+  const ClassifierConfig& config() const { return cfg_; }
+  // Model, optimizer state and progress in one safetensors file (written atomically); load
+  // checks names, shapes and the model kind.
+  void save(const std::string& path);
+  void load(const std::string& path);
+  // Running means over the steps since the last reset.
+  double mean_loss() const { return seen_ ? loss_sum_ / double(seen_) : 0; }
+  double mean_acc() const { return seen_ ? double(correct_) / double(seen_) : 0; }
+  void reset_means() { loss_sum_ = 0, correct_ = 0, seen_ = 0; }
+
+ private:
+  ClassifierConfig cfg_;
+  std::shared_ptr<nn::Module> model_;
+  std::unique_ptr<optim::Optimizer> opt_;
+  std::shared_ptr<const data::ImageDataset> train_set_, test_set_;
+  std::unique_ptr<data::Loader> loader_;
+  std::unique_ptr<CompiledStep> step_fn_;
+  std::vector<std::unique_ptr<CompiledStep>> eval_fns_;  // full batches, then the tail
+  HostTensor images_, labels_;
+  int64_t step_ = 0;
+  double loss_sum_ = 0;
+  int64_t correct_ = 0, seen_ = 0;
+};
+
+}  // namespace synoros::train
+
+namespace synoros::train {
+
+struct LmConfig {
+  nn::GptTinyConfig model;
+  int64_t batch = 16, steps = 1000, warmup_steps = 50;
+  double lr = 3e-3, weight_decay = 0.01, clip = 1.0;
+  uint64_t seed = 1;
+  std::string data_dir;  // "": the default fortunes directory
+};
+
+// Trains GptTiny on the fortunes byte corpus with AdamW (random windows of the training split).
+class LmTrainer {
+ public:
+  explicit LmTrainer(LmConfig cfg);
+  ~LmTrainer();
+  int64_t train_steps(int64_t n, const std::function<void(int64_t, double)>& on_step = {});
+  // Mean loss (nats per byte) over up to `max_batches` sequential validation windows.
+  double validation_loss(int64_t max_batches = 8);
+  // The unigram entropy of the training bytes: the loss of the best context-free model.
+  double unigram_baseline() const { return unigram_; }
+  // Samples `n` bytes after `prompt` (temperature > 0; seeded).
+  std::string generate(const std::string& prompt, int64_t n, double temperature, uint64_t seed);
+  int64_t step() const { return step_; }
+  nn::GptTiny& model() { return *model_; }
+  optim::Optimizer& optimizer() { return *opt_; }
+  const LmConfig& config() const { return cfg_; }
+  void save(const std::string& path);
+  void load(const std::string& path);
+
+ private:
+  LmConfig cfg_;
+  std::shared_ptr<nn::GptTiny> model_;
+  std::unique_ptr<optim::Optimizer> opt_;
+  std::shared_ptr<const std::vector<uint8_t>> train_, val_;
+  double unigram_ = 0;
+  std::unique_ptr<CompiledStep> step_fn_, val_fn_, gen_fn_;
+  HostTensor x_, y_;
+  int64_t step_ = 0;
+};
+
+}  // namespace synoros::train

@@ -8,4 +8,6 @@ int profile_model(int argc, char** argv);
 int info();
 int peak();
 int tune();
+int train_cmd(int argc, char** argv);
+int eval_cmd(int argc, char** argv);
 }  // namespace synoros::cli

@@ -10,6 +10,11 @@
 namespace {
 void usage() {
   std::cout << "usage: synoros <command> [options]\n"
+               "  train --model mlp|lenet|resnet-mini|gpt-tiny [--data fashion-mnist|fortunes] [--epochs N]\n"
+               "        [--batch B] [--lr X] [--optimizer sgd|adamw] [--augment] [--steps N] [--threads N]\n"
+               "        [--out DIR] [--save PATH] [--resume PATH] [--train-limit N] [--no-progress] [--json]\n"
+               "                                   train on real data: progress, metrics, logs, curves, checkpoints\n"
+               "  eval --model M --checkpoint PATH test accuracy (or validation loss and a sample for gpt-tiny)\n"
                "  train-mlp [--steps N] [--lr X]   train the tiny MLP on a synthetic regression task\n"
                "  plan [--no-fusion] [--no-plan]   print the compiled plan of one tiny-MLP SGD step\n"
                "  memory                           peak bytes of one GPT training step (JSON)\n"
@@ -29,6 +34,8 @@ int main(int argc, char** argv) {
   std::string cmd = argv[1];
   try {
     if (cmd == "train-mlp") return synoros::cli::train_mlp(argc - 2, argv + 2);
+    if (cmd == "train") return synoros::cli::train_cmd(argc - 2, argv + 2);
+    if (cmd == "eval") return synoros::cli::eval_cmd(argc - 2, argv + 2);
     if (cmd == "plan") return synoros::cli::print_plan(argc - 2, argv + 2);
     if (cmd == "memory") return synoros::cli::gpt_memory();
     if (cmd == "profile") return synoros::cli::profile_model(argc - 2, argv + 2);

@@ -1,0 +1,138 @@
+// The Fashion-MNIST classifier trainer: data order, schedule and checkpoints.
+#include <chrono>
+#include <cmath>
+
+#include "synoros/checkpoint.hpp"
+#include "synoros/data.hpp"
+#include "synoros/train.hpp"
+
+namespace synoros::train {
+
+namespace {
+constexpr int64_t kEvalBatch = 500;
+
+double host_cross_entropy(const HostTensor& logits, const HostTensor& labels, int64_t rows) {
+  int64_t k = logits.shape[1];
+  double total = 0;
+  for (int64_t i = 0; i < rows; ++i) {
+    double mx = -INFINITY;
+    for (int64_t j = 0; j < k; ++j) mx = std::max(mx, logits.get(i * k + j));
+    double se = 0;
+    for (int64_t j = 0; j < k; ++j) se += std::exp(logits.get(i * k + j) - mx);
+    total += std::log(se) + mx - logits.get(i * k + int64_t(labels.get(i)));
+  }
+  return total;
+}
+}  // namespace
+
+ClassifierTrainer::ClassifierTrainer(ClassifierConfig cfg) : cfg_(std::move(cfg)) {
+  if (cfg_.epochs < 1 || cfg_.batch < 1) throw Error("train: epochs and batch size must be >= 1");
+  if (cfg_.lr <= 0) throw Error("train: the learning rate must be > 0");
+  auto limit = [](int64_t l) { return l > 0 ? std::optional<int64_t>(l) : std::nullopt; };
+  train_set_ = std::make_shared<data::ImageDataset>(
+      data::load_fashion_mnist(cfg_.data_dir, data::Split::Train, limit(cfg_.train_limit)));
+  test_set_ = std::make_shared<data::ImageDataset>(
+      data::load_fashion_mnist(cfg_.data_dir, data::Split::Test, limit(cfg_.test_limit)));
+  if (train_set_->n < cfg_.batch)
+    throw Error("train: batch " + std::to_string(cfg_.batch) + " is larger than the " + std::to_string(train_set_->n) +
+                " training images");
+  data::LoaderOptions lo;
+  lo.batch_size = cfg_.batch;
+  lo.shuffle = true;
+  lo.drop_last = true;
+  lo.seed = cfg_.seed;
+  lo.crop_pad = cfg_.augment ? 2 : 0;
+  lo.hflip = cfg_.augment;
+  loader_ = std::make_unique<data::Loader>(train_set_, lo);
+  model_ = make_classifier(cfg_.model, train_set_->num_classes, cfg_.seed);
+  if (cfg_.optimizer == "sgd")
+    opt_ = std::make_unique<optim::SGD>(model_->parameters(), cfg_.lr, cfg_.momentum, cfg_.weight_decay);
+  else if (cfg_.optimizer == "adamw")
+    opt_ = std::make_unique<optim::AdamW>(model_->parameters(), cfg_.lr, 0.9, 0.999, 1e-8, cfg_.weight_decay);
+  else
+    throw Error("train: unknown optimizer '" + cfg_.optimizer + "' (sgd, adamw)");
+  opt_->set_clip_norm(cfg_.clip);
+  step_fn_ = std::make_unique<CompiledStep>(compile_classifier_train(*model_, *opt_, cfg_.batch));
+}
+
+ClassifierTrainer::~ClassifierTrainer() = default;
+
+int64_t ClassifierTrainer::steps_per_epoch() const { return loader_->batches_per_epoch(); }
+
+int64_t ClassifierTrainer::train_steps(int64_t n, const std::function<void(int64_t, double)>& on_step) {
+  int64_t spe = steps_per_epoch(), done = 0;
+  for (; done < n && step_ < total_steps(); ++done) {
+    uint64_t epoch = uint64_t(step_ / spe);
+    loader_->fill_batch(epoch, step_ % spe, images_, labels_);
+    double lr = cfg_.cosine ? optim::warmup_cosine(cfg_.lr, step_, cfg_.warmup_steps, total_steps())
+                            : optim::warmup_cosine(cfg_.lr, step_, cfg_.warmup_steps, cfg_.warmup_steps);
+    opt_->set_lr(lr);
+    opt_->tick();
+    std::vector<HostTensor> out = (*step_fn_)({images_, labels_});
+    double loss = out[0].get(0);
+    if (!std::isfinite(loss))
+      throw Error("train: the loss became " + std::to_string(loss) + " at step " + std::to_string(step_) +
+                  " (lower the learning rate or enable clipping)");
+    loss_sum_ += loss * double(cfg_.batch);
+    correct_ += nn::count_correct(out[1], labels_);
+    seen_ += cfg_.batch;
+    ++step_;
+    if (on_step) on_step(step_, loss);
+  }
+  return done;
+}
+
+std::pair<double, double> ClassifierTrainer::evaluate() {
+  int64_t n = test_set_->n, eb = std::min(kEvalBatch, n);
+  data::LoaderOptions lo;
+  lo.batch_size = eb;
+  lo.shuffle = false;
+  data::Loader test(test_set_, lo);
+  if (eval_fns_.empty()) {
+    eval_fns_.push_back(std::make_unique<CompiledStep>(compile_classifier_eval(*model_, eb)));
+    if (n % eb) eval_fns_.push_back(std::make_unique<CompiledStep>(compile_classifier_eval(*model_, n % eb)));
+  }
+  double loss = 0;
+  int64_t correct = 0;
+  HostTensor x, y;
+  for (int64_t b = 0; b < test.batches_per_epoch(); ++b) {
+    test.fill_batch(0, b, x, y);
+    int64_t rows = test.batch_rows(b);
+    CompiledStep& f = rows == eb ? *eval_fns_[0] : *eval_fns_.back();
+    HostTensor logits = f({x})[0];
+    loss += host_cross_entropy(logits, y, rows);
+    correct += nn::count_correct(logits, y);
+  }
+  return {loss / double(n), double(correct) / double(n)};
+}
+
+void ClassifierTrainer::save(const std::string& path) {
+  std::vector<std::pair<std::string, Tensor>> all;
+  for (auto& [name, t] : model_->state_dict()) all.emplace_back("model." + name, t);
+  for (auto& [name, t] : opt_->state()) all.emplace_back("optim." + name, t);
+  io::Metadata md{{io::kFormatKey, io::kFormatVersion},   {"model", cfg_.model},
+                  {"optimizer", cfg_.optimizer},          {"step", std::to_string(step_)},
+                  {"seed", std::to_string(cfg_.seed)},    {"batch", std::to_string(cfg_.batch)}};
+  io::save_safetensors(path, all, md);
+}
+
+void ClassifierTrainer::load(const std::string& path) {
+  io::Checkpoint head = io::load_safetensors(path);
+  auto meta = [&](const char* k) {
+    auto it = head.metadata.find(k);
+    if (it == head.metadata.end()) throw Error("checkpoint '" + path + "': metadata has no '" + k + "'");
+    return it->second;
+  };
+  if (meta("model") != cfg_.model)
+    throw Error("checkpoint '" + path + "' holds a " + meta("model") + ", not a " + cfg_.model);
+  if (meta("optimizer") != cfg_.optimizer)
+    throw Error("checkpoint '" + path + "' was trained with " + meta("optimizer") + ", not " + cfg_.optimizer);
+  std::vector<std::pair<std::string, Tensor>> all;
+  for (auto& [name, t] : model_->state_dict()) all.emplace_back("model." + name, t);
+  for (auto& [name, t] : opt_->state()) all.emplace_back("optim." + name, t);
+  io::load_into(path, all);
+  step_ = std::stoll(meta("step"));
+  opt_->restore_steps(step_);
+}
+
+}  // namespace synoros::train

@@ -1,0 +1,110 @@
+// The byte-level language-model trainer over the fortunes corpus.
+#include <cmath>
+
+#include "synoros/checkpoint.hpp"
+#include "synoros/data.hpp"
+#include "synoros/train.hpp"
+
+namespace synoros::train {
+
+LmTrainer::LmTrainer(LmConfig cfg) : cfg_(std::move(cfg)) {
+  if (cfg_.batch < 1 || cfg_.steps < 1 || cfg_.lr <= 0) throw Error("train: batch, steps and lr must be positive");
+  data::TextCorpus corpus = data::load_fortunes(cfg_.data_dir);
+  train_ = std::make_shared<const std::vector<uint8_t>>(std::move(corpus.train));
+  val_ = std::make_shared<const std::vector<uint8_t>>(std::move(corpus.val));
+  unigram_ = data::unigram_entropy(*train_);
+  model_ = std::make_shared<nn::GptTiny>(cfg_.model, cfg_.seed);
+  opt_ = std::make_unique<optim::AdamW>(model_->parameters(), cfg_.lr, 0.9, 0.95, 1e-8, cfg_.weight_decay);
+  opt_->set_clip_norm(cfg_.clip);
+  step_fn_ = std::make_unique<CompiledStep>(compile_lm_train(*model_, *opt_, cfg_.batch, cfg_.model.context));
+}
+
+LmTrainer::~LmTrainer() = default;
+
+int64_t LmTrainer::train_steps(int64_t n, const std::function<void(int64_t, double)>& on_step) {
+  data::TextWindows windows(train_, cfg_.model.context, cfg_.seed);
+  int64_t done = 0;
+  for (; done < n && step_ < cfg_.steps; ++done) {
+    windows.fill_random(uint64_t(step_), cfg_.batch, x_, y_);
+    opt_->set_lr(optim::warmup_cosine(cfg_.lr, step_, cfg_.warmup_steps, cfg_.steps, 0.1));
+    opt_->tick();
+    double loss = (*step_fn_)({x_, y_})[0].get(0);
+    if (!std::isfinite(loss)) throw Error("train: the loss became " + std::to_string(loss) + " at step " + std::to_string(step_));
+    ++step_;
+    if (on_step) on_step(step_, loss);
+  }
+  return done;
+}
+
+double LmTrainer::validation_loss(int64_t max_batches) {
+  data::TextWindows windows(val_, cfg_.model.context, cfg_.seed);
+  if (!val_fn_) val_fn_ = std::make_unique<CompiledStep>(compile_lm_eval(*model_, cfg_.batch, cfg_.model.context));
+  int64_t batches = std::min(max_batches, windows.sequential_windows() / cfg_.batch);
+  if (batches < 1) throw Error("train: the validation split is shorter than one batch of windows");
+  double total = 0;
+  HostTensor x, y;
+  for (int64_t b = 0; b < batches; ++b) {
+    windows.fill_sequential(b, cfg_.batch, x, y);
+    total += (*val_fn_)({x, y})[1].get(0);
+  }
+  return total / double(batches);
+}
+
+std::string LmTrainer::generate(const std::string& prompt, int64_t n, double temperature, uint64_t seed) {
+  if (temperature <= 0) throw Error("generate: temperature must be > 0");
+  int64_t T = cfg_.model.context, V = cfg_.model.vocab;
+  if (!gen_fn_) {
+    model_->eval();
+    gen_fn_ = std::make_unique<CompiledStep>(compile(
+        [&](const std::vector<Tensor>& a) { return std::vector<Tensor>{(*model_)(a[0])}; }, {{DType::I64, {1, T}}}));
+  }
+  std::string text = prompt.empty() ? std::string("\n") : prompt;
+  uint64_t state = seed * 0x9E3779B97F4A7C15ull + 1;
+  auto uniform = [&] {  // splitmix64
+    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return double((z ^ (z >> 31)) >> 11) / 9007199254740992.0;
+  };
+  HostTensor x(DType::I64, {1, T});
+  for (int64_t i = 0; i < n; ++i) {
+    // The last T bytes, left-aligned: causal attention makes later (zero) positions irrelevant.
+    int64_t len = std::min<int64_t>(T, int64_t(text.size()));
+    for (int64_t t = 0; t < T; ++t) x.set(t, t < len ? double(uint8_t(text[text.size() - size_t(len) + size_t(t)])) : 0.0);
+    HostTensor logits = (*gen_fn_)({x})[0];
+    std::vector<double> p(static_cast<size_t>(V), 0.0);
+    double mx = -INFINITY, sum = 0;
+    for (int64_t v = 0; v < V; ++v) mx = std::max(mx, logits.get((len - 1) * V + v) / temperature);
+    for (int64_t v = 0; v < V; ++v) sum += p[size_t(v)] = std::exp(logits.get((len - 1) * V + v) / temperature - mx);
+    double u = uniform() * sum;
+    int64_t pick = V - 1;
+    for (int64_t v = 0; v < V; ++v)
+      if ((u -= p[size_t(v)]) <= 0) {
+        pick = v;
+        break;
+      }
+    text.push_back(char(uint8_t(pick)));
+  }
+  return text.substr(prompt.empty() ? 1 : prompt.size());
+}
+
+void LmTrainer::save(const std::string& path) {
+  std::vector<std::pair<std::string, Tensor>> all;
+  for (auto& [name, t] : model_->state_dict()) all.emplace_back("model." + name, t);
+  for (auto& [name, t] : opt_->state()) all.emplace_back("optim." + name, t);
+  io::save_safetensors(path, all, {{io::kFormatKey, io::kFormatVersion}, {"model", "gpt-tiny"}, {"step", std::to_string(step_)}});
+}
+
+void LmTrainer::load(const std::string& path) {
+  io::Checkpoint head = io::load_safetensors(path);
+  auto it = head.metadata.find("model");
+  if (it == head.metadata.end() || it->second != "gpt-tiny") throw Error("checkpoint '" + path + "' does not hold a gpt-tiny");
+  std::vector<std::pair<std::string, Tensor>> all;
+  for (auto& [name, t] : model_->state_dict()) all.emplace_back("model." + name, t);
+  for (auto& [name, t] : opt_->state()) all.emplace_back("optim." + name, t);
+  io::load_into(path, all);
+  step_ = std::stoll(head.metadata.at("step"));
+  opt_->restore_steps(step_);
+}
+
+}  // namespace synoros::train
