@@ -172,9 +172,57 @@ void vjp_shift(Graph& g, ValueId v, ValueId go, GradIn& gi) {
   AxisArgs a = axis_args(g.node(v), g.shape(v).size());
   gi[0] = axis_op(g, Op::Shift, go, {a.axis, -a.a});
 }
+namespace {
+// The adjoint of a stride-1, odd-window unfold whose incoming gradient is a contraction
+// y[.., a, .., j] = sum p[.., a, ..] q[.., j, ..] (the label a from one operand, the window j
+// from the other): fold(y)[a] = sum_j y[a - (j - c) d, j] is the same contraction over the
+// unfolded p and the window-flipped q -- a transposed convolution computed as a convolution,
+// never materialising y. Returns kNoValue when the pattern does not apply.
+ValueId fold_as_contraction(Graph& g, ValueId go, const WindowArgs& w) {
+  const Node gn = g.node(go);  // a copy: adding nodes below may move the graph's storage
+  if (gn.op != Op::Einsum || gn.in.size() != 2 || w.stride != 1 || w.window % 2 == 0) return kNoValue;
+  std::vector<Shape> shapes = {g.shape(gn.in[0]), g.shape(gn.in[1])};
+  EinsumSpec e = parse_einsum(gn.attrs.spec, shapes);
+  char a = e.out[size_t(w.axis)], j = e.out.back();
+  auto has = [](const std::string& s, char l) { return s.find(l) != std::string::npos; };
+  int p = has(e.in[0], a) ? 0 : 1, q = 1 - p;
+  if (!has(e.in[size_t(p)], a) || has(e.in[size_t(q)], a) || !has(e.in[size_t(q)], j) || has(e.in[size_t(p)], j))
+    return kNoValue;
+  char z = 0;
+  std::string used = e.labels();
+  for (char c = 'a'; c <= 'z' && !z; ++c)
+    if (!has(used, c)) z = c;
+  if (!z) return kNoValue;
+  std::string lp = e.in[size_t(p)], lq = e.in[size_t(q)];
+  ValueId up = axis_op(g, Op::Unfold, gn.in[size_t(p)], {int64_t(lp.find(a)), w.window, w.dilation});
+  // q flipped along j: a product with the anti-identity (exact: one term per output).
+  DType t = g.dtype(gn.in[size_t(q)]);
+  HostTensor flip(t, {w.window, w.window});
+  for (int64_t r = 0; r < w.window; ++r) flip.set(r * w.window + (w.window - 1 - r), 1.0);
+  // Lay the flipped q out as [its output labels][the contracted labels in p's order], so the
+  // contraction's K group is contiguous in it and needs no gather.
+  std::string out = e.out.substr(0, e.out.size() - 1), lpz = lp + z, lqz;
+  for (char l : lq)
+    if (l != j && has(out, l)) lqz += l;
+  for (char l : lpz)
+    if ((l == z || has(lq, l)) && !has(out, l)) lqz += l;
+  if (lqz.size() != lq.size()) return kNoValue;  // a label summed within q alone
+  ValueId qf = g.einsum(make_einsum({lq, std::string{j, z}}, lqz), {gn.in[size_t(q)], g.constant(flip)});
+  std::vector<std::string> ins = {lpz, lqz};
+  std::vector<ValueId> ops = {up, qf};
+  if (p == 1) std::swap(ins[0], ins[1]), std::swap(ops[0], ops[1]);
+  return g.einsum(make_einsum(ins, out), ops);
+}
+}  // namespace
+
 void vjp_unfold(Graph& g, ValueId v, ValueId go, GradIn& gi) {
   const Shape& in = g.shape(x0(g, v));
   WindowArgs w = window_args(g.node(v), in.size());
+  ValueId direct = fold_as_contraction(g, go, w);
+  if (direct != kNoValue) {
+    gi[0] = direct;
+    return;
+  }
   if (w.stride == 1) {
     gi[0] = axis_op(g, Op::Fold, go, {w.axis, w.window, w.dilation});
   } else {

@@ -11,11 +11,16 @@
 namespace synoros::cli {
 
 int profile_model(int argc, char** argv) {
-  std::string model = "mlp", trace;
+  std::string model = "mlp", trace, describe;
   int iterations = 200;
   for (int i = 0; i < argc; ++i) {
     std::string a = argv[i];
-    if ((a == "--model" || a == "--iterations" || a == "--trace") && i + 1 >= argc) throw Error(a + ": missing value");
+    if ((a == "--model" || a == "--iterations" || a == "--trace" || a == "--describe") && i + 1 >= argc)
+      throw Error(a + ": missing value");
+    if (a == "--describe") {
+      describe = argv[++i];
+      continue;
+    }
     if (a == "--model") model = argv[++i];
     else if (a == "--iterations") iterations = std::atoi(argv[++i]);
     else if (a == "--trace") trace = argv[++i];
@@ -48,6 +53,7 @@ int profile_model(int argc, char** argv) {
     step.plan().set_input("arg0", Tensor::randn({64, 1, 28, 28}, 3).value());
     step.plan().set_input("arg1", y);
     prof = profile(step.plan(), std::min(iterations, 5), peak);
+    if (!describe.empty()) std::ofstream(describe) << step.plan().describe() << step.plan().graph().to_string();
   } else {
     throw Error("profile: unknown model '" + model + "' (mlp, gpt, mlp-classifier, lenet, resnet-mini)");
   }

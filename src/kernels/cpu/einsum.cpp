@@ -221,10 +221,12 @@ void gemm_launch(const void* p, ThreadPool& pool) {
     g.pin_seen = g.pin_src->version();
   }
   int64_t es = g.f64 ? 8 : 4;
+  int64_t held[2] = {-1, -1};  // the slice each gather buffer holds (a weight: gathered once)
   for (int64_t bi = 0; bi < g.rows; ++bi) {
     const int64_t* off = g.boff + bi * kRow;
     for (int k = 0; k < 2; ++k) {
-      if (!g.gat[k]) continue;
+      if (!g.gat[k] || held[k] == off[3 + k]) continue;
+      held[k] = off[3 + k];
       SliceJob j{g.gat[k], off[3 + k] * g.gslice[k], (off[3 + k] + 1) * g.gslice[k], static_cast<char*>(g.gbuf[k]),
                  es};
       pool.run((g.gslice[k] + kSliceChunk - 1) / kSliceChunk, slice_chunk, &j);
