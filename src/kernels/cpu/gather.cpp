@@ -24,6 +24,7 @@ struct GatherArgs {
   int64_t offset, c0, climit, cmul;
   bool checked, wrap;
   int ngates;
+  int64_t plane;  // > 0: the last two dims are one contiguous source plane under row/column gates
   int64_t gstride[kMaxGates][kMaxRank];
   int64_t g0[kMaxGates], glimit[kMaxGates];
   int64_t esize;
@@ -52,6 +53,23 @@ inline void zero_short(void* dst, size_t bytes) {
   if (bytes >= 4) std::memcpy(d, kZero, 4);
 }
 
+// Clips [lo, hi) to the positions i where the gate coordinate c0 + i * s lies in [0, lim).
+inline void clip_gate(int64_t c0, int64_t s, int64_t lim, int64_t& lo, int64_t& hi) {
+  if (s == 0) {
+    if (c0 < 0 || c0 >= lim) hi = 0;
+  } else if (s == 1) {
+    lo = std::max(lo, -c0);
+    hi = std::min(hi, lim - c0);
+  } else if (s > 0) {
+    lo = std::max(lo, c0 >= 0 ? int64_t(0) : (-c0 + s - 1) / s);
+    hi = std::min(hi, c0 >= lim ? int64_t(0) : (lim - c0 + s - 1) / s);
+  } else {
+    int64_t t = -s;  // c0 - i t in [0, lim)
+    lo = std::max(lo, c0 < lim ? int64_t(0) : (c0 - lim + t) / t);
+    hi = std::min(hi, c0 < 0 ? int64_t(0) : c0 / t + 1);
+  }
+}
+
 // Gathers output elements [begin, end) into out[0, end - begin).
 template <class E>
 void gather_range_t(const GatherArgs& a, int64_t begin, int64_t end, E* out) {
@@ -65,22 +83,7 @@ void gather_range_t(const GatherArgs& a, int64_t begin, int64_t end, E* out) {
     if (a.ngates > 0 && !a.checked) {
       // Gates are affine along the run: clip it to the valid range [lo, hi), zero the rest.
       int64_t lo = 0, hi = len;
-      for (int k = 0; k < a.ngates; ++k) {
-        int64_t s = a.gstride[k][r - 1], c0 = gc[k], lim = a.glimit[k];
-        if (s == 0) {
-          if (c0 < 0 || c0 >= lim) hi = 0;
-        } else if (s == 1) {
-          lo = std::max(lo, -c0);
-          hi = std::min(hi, lim - c0);
-        } else if (s > 0) {
-          lo = std::max(lo, c0 >= 0 ? int64_t(0) : (-c0 + s - 1) / s);
-          hi = std::min(hi, c0 >= lim ? int64_t(0) : (lim - c0 + s - 1) / s);
-        } else {
-          int64_t t = -s;  // c0 - i t in [0, lim)
-          lo = std::max(lo, c0 < lim ? int64_t(0) : (c0 - lim + 1 + t - 1) / t);
-          hi = std::min(hi, c0 < 0 ? int64_t(0) : c0 / t + 1);
-        }
-      }
+      for (int k = 0; k < a.ngates; ++k) clip_gate(gc[k], a.gstride[k][r - 1], a.glimit[k], lo, hi);
       if (hi <= lo) {
         zero_short(o, size_t(len) * sizeof(E));
         return;
@@ -121,6 +124,35 @@ void gather_range_t(const GatherArgs& a, int64_t begin, int64_t end, E* out) {
       off += idx[d] * a.stride[d];
       c += idx[d] * a.cstride[d];
       for (int k = 0; k < a.ngates; ++k) gc[k] += idx[d] * a.gstride[k][d];
+    }
+    // A whole gated plane of the last two dimensions laid out contiguously in the source (an
+    // image channel under a padded convolution window): one copy of the valid block, then
+    // zeros for the gated-off rows, columns and the wrap between rows.
+    if (a.plane && idx[r - 1] == 0 && idx[r - 2] == 0 && end - pos >= a.plane) {
+      int64_t H = a.shape[r - 2], W = a.shape[r - 1];
+      int64_t r0 = 0, r1 = H, c0 = 0, c1 = W;
+      for (int k = 0; k < a.ngates; ++k) {
+        if (a.gstride[k][r - 1] == 0) clip_gate(gc[k], a.gstride[k][r - 2], a.glimit[k], r0, r1);
+        else clip_gate(gc[k], a.gstride[k][r - 1], a.glimit[k], c0, c1);
+      }
+      E* o = out + (pos - begin);
+      if (r1 <= r0 || c1 <= c0) {
+        zero_short(o, size_t(a.plane) * sizeof(E));
+      } else {
+        int64_t first = r0 * W + c0, last = (r1 - 1) * W + c1;
+        zero_short(o, size_t(first) * sizeof(E));
+        std::memcpy(o + first, in + off + first, size_t(last - first) * sizeof(E));
+        zero_short(o + last, size_t(a.plane - last) * sizeof(E));
+        if (c0 > 0 || c1 < W)
+          for (int64_t row = r0; row + 1 < r1; ++row) zero_short(o + row * W + c1, size_t(W - c1 + c0) * sizeof(E));
+      }
+      pos += a.plane;
+      idx[r - 2] = H;
+      for (int d = r - 2; d > 0 && idx[d] >= a.shape[d]; --d) {
+        idx[d] = 0;
+        ++idx[d - 1];
+      }
+      continue;
     }
     // Short innermost runs (an unfold window, say): walk whole rows of the next dimension
     // without recomputing the multi-index for every run.
@@ -195,6 +227,16 @@ Launch make_gather(LowerCtx& c, const GatherSpec& s, const void* in, void* out, 
     if (s.shape.empty()) a->gstride[k][0] = 0;
     a->g0[k] = s.gates[k].c0;
     a->glimit[k] = s.gates[k].limit;
+  }
+  a->plane = 0;
+  if (a->rank >= 2 && a->ngates > 0 && !s.checked) {
+    int r = a->rank;
+    bool ok = a->stride[r - 1] == 1 && a->stride[r - 2] == a->shape[r - 1];
+    for (int k = 0; k < a->ngates; ++k) {
+      int64_t sh = a->gstride[k][r - 2], sw = a->gstride[k][r - 1];
+      ok = ok && (sw == 0 || (sh == 0 && sw == 1));  // a row gate or a column gate
+    }
+    if (ok) a->plane = a->shape[r - 2] * a->shape[r - 1];
   }
   a->offset = s.offset;
   a->checked = s.checked;
