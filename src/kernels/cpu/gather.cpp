@@ -24,7 +24,7 @@ struct GatherArgs {
   int64_t offset, c0, climit, cmul;
   bool checked, wrap;
   int ngates;
-  int64_t plane;  // > 0: the last two dims are one contiguous source plane under row/column gates
+  int64_t plane;  // > 0: the last two dims form planes walked row by row under row/column gates
   int64_t gstride[kMaxGates][kMaxRank];
   int64_t g0[kMaxGates], glimit[kMaxGates];
   int64_t esize;
@@ -136,15 +136,30 @@ void gather_range_t(const GatherArgs& a, int64_t begin, int64_t end, E* out) {
         else clip_gate(gc[k], a.gstride[k][r - 1], a.glimit[k], c0, c1);
       }
       E* o = out + (pos - begin);
+      int64_t sh = a.stride[r - 2], sw = a.stride[r - 1];
       if (r1 <= r0 || c1 <= c0) {
         zero_short(o, size_t(a.plane) * sizeof(E));
-      } else {
+      } else if (sw == 1 && sh == W) {
         int64_t first = r0 * W + c0, last = (r1 - 1) * W + c1;
         zero_short(o, size_t(first) * sizeof(E));
         std::memcpy(o + first, in + off + first, size_t(last - first) * sizeof(E));
         zero_short(o + last, size_t(a.plane - last) * sizeof(E));
         if (c0 > 0 || c1 < W)
           for (int64_t row = r0; row + 1 < r1; ++row) zero_short(o + row * W + c1, size_t(W - c1 + c0) * sizeof(E));
+      } else {  // strided rows (a strided window): row by row, no per-row index arithmetic
+        zero_short(o, size_t(r0 * W) * sizeof(E));
+        for (int64_t row = r0; row < r1; ++row) {
+          E* d = o + row * W;
+          const E* src = in + off + row * sh;
+          if (c0 > 0) zero_short(d, size_t(c0) * sizeof(E));
+          if (sw == 1) {
+            copy_short(d + c0, src + c0, size_t(c1 - c0) * sizeof(E));
+          } else {
+            for (int64_t i = c0; i < c1; ++i) d[i] = src[i * sw];
+          }
+          if (c1 < W) zero_short(d + c1, size_t(W - c1) * sizeof(E));
+        }
+        zero_short(o + r1 * W, size_t((H - r1) * W) * sizeof(E));
       }
       pos += a.plane;
       idx[r - 2] = H;
@@ -229,9 +244,9 @@ Launch make_gather(LowerCtx& c, const GatherSpec& s, const void* in, void* out, 
     a->glimit[k] = s.gates[k].limit;
   }
   a->plane = 0;
-  if (a->rank >= 2 && a->ngates > 0 && !s.checked) {
+  if (a->rank >= 2 && !s.checked && (a->ngates > 0 || a->stride[a->rank - 1] != 1)) {
     int r = a->rank;
-    bool ok = a->stride[r - 1] == 1 && a->stride[r - 2] == a->shape[r - 1];
+    bool ok = true;
     for (int k = 0; k < a->ngates; ++k) {
       int64_t sh = a->gstride[k][r - 2], sw = a->gstride[k][r - 1];
       ok = ok && (sw == 0 || (sh == 0 && sw == 1));  // a row gate or a column gate
