@@ -179,6 +179,15 @@ namespace {
 // unfolded p and the window-flipped q -- a transposed convolution computed as a convolution,
 // never materialising y. Returns kNoValue when the pattern does not apply.
 ValueId fold_as_contraction(Graph& g, ValueId go, const WindowArgs& w) {
+  // A zero pad of the unfolded axis between them (the adjoint of a "valid" convolution's cut)
+  // commutes with the contraction: it pads the operand that carries the axis.
+  int64_t pad_before = 0, pad_after = 0;
+  if (g.node(go).op == Op::Pad) {
+    AxisArgs pa = axis_args(g.node(go), g.shape(go).size());
+    if (pa.axis != w.axis) return kNoValue;
+    pad_before = pa.a, pad_after = pa.b;
+    go = g.node(go).in[0];
+  }
   const Node gn = g.node(go);  // a copy: adding nodes below may move the graph's storage
   if (gn.op != Op::Einsum || gn.in.size() != 2 || w.stride != 1 || w.window % 2 == 0) return kNoValue;
   std::vector<Shape> shapes = {g.shape(gn.in[0]), g.shape(gn.in[1])};
@@ -194,7 +203,9 @@ ValueId fold_as_contraction(Graph& g, ValueId go, const WindowArgs& w) {
     if (!has(used, c)) z = c;
   if (!z) return kNoValue;
   std::string lp = e.in[size_t(p)], lq = e.in[size_t(q)];
-  ValueId up = axis_op(g, Op::Unfold, gn.in[size_t(p)], {int64_t(lp.find(a)), w.window, w.dilation});
+  ValueId src = gn.in[size_t(p)];
+  if (pad_before || pad_after) src = axis_op(g, Op::Pad, src, {int64_t(lp.find(a)), pad_before, pad_after});
+  ValueId up = axis_op(g, Op::Unfold, src, {int64_t(lp.find(a)), w.window, w.dilation});
   // q flipped along j: a product with the anti-identity (exact: one term per output).
   DType t = g.dtype(gn.in[size_t(q)]);
   HostTensor flip(t, {w.window, w.window});

@@ -9,6 +9,7 @@
 
 #include "ir/op_defs.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
+#include "kernels/cpu/odometer.hpp"
 
 namespace synoros::kernels {
 
@@ -92,6 +93,62 @@ void reduce_launch(const void* p, ThreadPool& pool) {
   const ReduceArgs& a = *static_cast<const ReduceArgs*>(p);
   pool.run((a.outer + kRowsPerChunk - 1) / kRowsPerChunk, reduce_chunk, p);
 }
+// Scattered axes with a short reduction (a pooling window): each output's r inputs are
+// picked through an offset table into a row and reduced exactly as a gathered row would be.
+constexpr int64_t kMaxShortReduce = 64;
+constexpr int kMaxKept = 10;
+struct ScatterArgs {
+  int kept_rank;
+  int64_t kept_shape[kMaxKept], kept_stride[kMaxKept];
+  int64_t outer, r;
+  const int64_t* roff;  // offsets of the r reduced elements, in reduced-index order
+  const void* in;
+  void* out;
+  int kind;
+  bool f64;
+};
+
+template <class T>
+void scatter_chunk_t(const ScatterArgs& a, int64_t chunk) {
+  const T* x = static_cast<const T*>(a.in);
+  T* y = static_cast<T*>(a.out);
+  int64_t o0 = chunk * 1024, o1 = std::min(a.outer, o0 + 1024);
+  int64_t idx[kMaxKept];
+  unravel_index(o0, a.kept_rank, a.kept_shape, idx);
+  T row[kMaxShortReduce];
+  T count = T(a.r);
+  int last = a.kept_rank - 1;
+  for (int64_t o = o0; o < o1;) {
+    int64_t base = 0;
+    for (int d = 0; d < a.kept_rank; ++d) base += idx[d] * a.kept_stride[d];
+    // Along the innermost kept axis the base only advances by its stride.
+    int64_t run = std::min(a.kept_shape[last] - idx[last], o1 - o);
+    for (int64_t i = 0; i < run; ++i, base += a.kept_stride[last]) {
+      T v;
+      if (a.r <= 8) {  // reduce_row's lane tree for one short segment, written out
+        T id = a.kind == 1 ? T(-INFINITY) : T(0), l[8];
+        for (int j = 0; j < 8; ++j) l[j] = j < a.r ? combine(id, x[base + a.roff[j]], a.kind) : id;
+        T seg = combine(combine(combine(l[0], l[1], a.kind), combine(l[2], l[3], a.kind), a.kind),
+                        combine(combine(l[4], l[5], a.kind), combine(l[6], l[7], a.kind), a.kind), a.kind);
+        v = combine(id, seg, a.kind);
+      } else {
+        for (int64_t k = 0; k < a.r; ++k) row[k] = x[base + a.roff[k]];
+        v = reduce_row(row, a.r, a.kind);
+      }
+      y[o + i] = a.kind == 2 ? v / count : v;
+    }
+    o += run;
+    advance_index(run, a.kept_rank, a.kept_shape, idx);
+  }
+}
+void scatter_chunk(const void* p, int64_t chunk) {
+  const ScatterArgs& a = *static_cast<const ScatterArgs*>(p);
+  a.f64 ? scatter_chunk_t<double>(a, chunk) : scatter_chunk_t<float>(a, chunk);
+}
+void scatter_launch(const void* p, ThreadPool& pool) {
+  const ScatterArgs& a = *static_cast<const ScatterArgs*>(p);
+  pool.run((a.outer + 1023) / 1024, scatter_chunk, p);
+}
 }  // namespace
 
 Launch lower_reduce(LowerCtx& c) {
@@ -114,6 +171,34 @@ Launch lower_reduce(LowerCtx& c) {
     }
     a->in = c.in[0];
     return {reduce_launch, a, c.id};
+  }
+  auto strides = contiguous_strides(is);
+  int64_t r_total = 1, kept = 0;
+  for (size_t d = 0; d < is.size(); ++d) red[d] ? r_total *= is[d] : ++kept;
+  if (r_total <= kMaxShortReduce && kept >= 1 && kept <= kMaxKept && numel(is) > 0) {
+    auto* sa = c.args<ScatterArgs>();
+    sa->kept_rank = 0;
+    sa->outer = 1;
+    for (size_t d = 0; d < is.size(); ++d)
+      if (!red[d]) {
+        sa->kept_shape[sa->kept_rank] = is[d];
+        sa->kept_stride[sa->kept_rank++] = strides[d];
+        sa->outer *= is[d];
+      }
+    sa->r = r_total;
+    auto* roff = static_cast<int64_t*>(c.storage.persistent(size_t(r_total) * 8));
+    for (int64_t k = 0; k < r_total; ++k) {  // reduced index k, last reduced axis fastest
+      int64_t rem = k, off = 0;
+      for (size_t d = is.size(); d-- > 0;)
+        if (red[d]) off += (rem % is[d]) * strides[d], rem /= is[d];
+      roff[k] = off;
+    }
+    sa->roff = roff;
+    sa->in = c.in[0];
+    sa->out = c.out;
+    sa->kind = a->kind;
+    sa->f64 = a->f64;
+    return {scatter_launch, sa, c.id};
   }
   // Scattered axes: gather the input with reduced axes moved last, then reduce rows.
   GatherSpec g;
