@@ -2,6 +2,7 @@
 // state_dict maps one to one onto the same model written with torch.nn.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -171,13 +172,17 @@ class CausalSelfAttention : public Module {
   int64_t width, heads;
 };
 
+// Makes the layer that stands in for a stride-1 3x3 convolution with `channels` in and out at
+// `size` x `size` pixels (the operator synthesizer plugs its candidates in here); null: a Conv2d.
+using ConvFactory = std::function<std::shared_ptr<Module>(int64_t channels, int64_t size, uint64_t seed)>;
+
 // ResNet basic block: conv3x3-BN-ReLU-conv3x3-BN plus the (projected when the shape changes)
 // input, then ReLU.
 class BasicBlock : public Module {
  public:
-  BasicBlock(int64_t in, int64_t out, int64_t stride, uint64_t seed);
+  BasicBlock(int64_t in, int64_t out, int64_t stride, uint64_t seed, int64_t size = 0, const ConvFactory& f = {});
   Tensor forward(const Tensor& x) override;
-  std::shared_ptr<Conv2d> conv1, conv2;
+  std::shared_ptr<Module> conv1, conv2;
   std::shared_ptr<BatchNorm2d> bn1, bn2;
   std::shared_ptr<Sequential> shortcut;  // empty when the input passes through unchanged
 };
@@ -192,7 +197,7 @@ std::shared_ptr<Sequential> make_lenet(int64_t classes, uint64_t seed);
 // (width, 2 width stride 2, 4 width stride 2), global average pooling, Linear.
 class ResNetMini : public Module {
  public:
-  ResNetMini(int64_t classes, int64_t width, int64_t blocks_per_stage, uint64_t seed);
+  ResNetMini(int64_t classes, int64_t width, int64_t blocks_per_stage, uint64_t seed, const ConvFactory& f = {});
   Tensor forward(const Tensor& x) override;
   std::shared_ptr<Conv2d> conv1;
   std::shared_ptr<BatchNorm2d> bn1;

@@ -115,10 +115,16 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   return proj->forward(y);
 }
 
-BasicBlock::BasicBlock(int64_t in, int64_t out, int64_t s, uint64_t seed) {
-  conv1 = register_module("conv1", std::make_shared<Conv2d>(in, out, 3, seed, s, 1, 1, 1, false));
+BasicBlock::BasicBlock(int64_t in, int64_t out, int64_t s, uint64_t seed, int64_t size, const ConvFactory& f) {
+  auto conv = [&](int64_t ci, int64_t stride, uint64_t sd) -> std::shared_ptr<Module> {
+    if (f && stride == 1 && ci == out) {
+      if (auto m = f(out, size, sd)) return m;
+    }
+    return std::make_shared<Conv2d>(ci, out, 3, sd, stride, 1, 1, 1, false);
+  };
+  conv1 = register_module("conv1", conv(in, s, seed));
   bn1 = register_module("bn1", std::make_shared<BatchNorm2d>(out));
-  conv2 = register_module("conv2", std::make_shared<Conv2d>(out, out, 3, seed + 1, 1, 1, 1, 1, false));
+  conv2 = register_module("conv2", conv(out, 1, seed + 1));
   bn2 = register_module("bn2", std::make_shared<BatchNorm2d>(out));
   if (s != 1 || in != out) {
     shortcut = std::make_shared<Sequential>();

@@ -31,21 +31,21 @@ std::shared_ptr<Sequential> make_lenet(int64_t classes, uint64_t seed) {
   return m;
 }
 
-ResNetMini::ResNetMini(int64_t classes, int64_t w, int64_t blocks, uint64_t seed) {
+ResNetMini::ResNetMini(int64_t classes, int64_t w, int64_t blocks, uint64_t seed, const ConvFactory& f) {
   if (w < 1 || blocks < 1) throw Error("ResNetMini: width and blocks per stage must be >= 1");
   conv1 = register_module("conv1", std::make_shared<Conv2d>(1, w, 3, seed++, 1, 1, 1, 1, false));
   bn1 = register_module("bn1", std::make_shared<BatchNorm2d>(w));
-  auto stage = [&](int64_t in, int64_t out, int64_t stride) {
+  auto stage = [&](int64_t in, int64_t out, int64_t stride, int64_t size) {
     auto s = std::make_shared<Sequential>();
     for (int64_t b = 0; b < blocks; ++b) {
-      s->add(std::make_shared<BasicBlock>(b == 0 ? in : out, out, b == 0 ? stride : 1, seed));
+      s->add(std::make_shared<BasicBlock>(b == 0 ? in : out, out, b == 0 ? stride : 1, seed, size, f));
       seed += 3;
     }
     return s;
   };
-  layer1 = register_module("layer1", stage(w, w, 1));
-  layer2 = register_module("layer2", stage(w, 2 * w, 2));
-  layer3 = register_module("layer3", stage(2 * w, 4 * w, 2));
+  layer1 = register_module("layer1", stage(w, w, 1, 28));
+  layer2 = register_module("layer2", stage(w, 2 * w, 2, 14));
+  layer3 = register_module("layer3", stage(2 * w, 4 * w, 2, 7));
   fc = register_module("fc", std::make_shared<Linear>(4 * w, classes, true, seed));
 }
 
