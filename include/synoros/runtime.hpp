@@ -104,6 +104,8 @@ class Plan {
   HostTensor read(ValueId v) const;
 
   const Graph& graph() const { return graph_; }
+  // Runs later launches on `pool` (results never depend on its size); null: the default pool.
+  void set_pool(ThreadPool* pool) { pool_ = pool; }
   const std::vector<ValueId>& outputs() const { return outputs_; }
   const std::vector<Launch>& launches() const { return launches_; }
   const std::vector<LaunchInfo>& launch_info() const;

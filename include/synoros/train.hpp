@@ -58,6 +58,9 @@ struct EpochStats {
 class ClassifierTrainer {
  public:
   explicit ClassifierTrainer(ClassifierConfig cfg);
+  // Trains `model` (a classifier of [N, 1, 28, 28] images) instead of cfg.model's built-in one;
+  // cfg.model still names it in checkpoints.
+  ClassifierTrainer(ClassifierConfig cfg, std::shared_ptr<nn::Module> model);
   ~ClassifierTrainer();
   // Runs up to `n` training steps (stopping at the end of the schedule); on_step(step, loss)
   // after each. Returns the number run.

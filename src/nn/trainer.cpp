@@ -25,7 +25,10 @@ double host_cross_entropy(const HostTensor& logits, const HostTensor& labels, in
 }
 }  // namespace
 
-ClassifierTrainer::ClassifierTrainer(ClassifierConfig cfg) : cfg_(std::move(cfg)) {
+ClassifierTrainer::ClassifierTrainer(ClassifierConfig cfg) : ClassifierTrainer(std::move(cfg), nullptr) {}
+
+ClassifierTrainer::ClassifierTrainer(ClassifierConfig cfg, std::shared_ptr<nn::Module> model)
+    : cfg_(std::move(cfg)), model_(std::move(model)) {
   if (cfg_.epochs < 1 || cfg_.batch < 1) throw Error("train: epochs and batch size must be >= 1");
   if (cfg_.lr <= 0) throw Error("train: the learning rate must be > 0");
   auto limit = [](int64_t l) { return l > 0 ? std::optional<int64_t>(l) : std::nullopt; };
@@ -44,7 +47,7 @@ ClassifierTrainer::ClassifierTrainer(ClassifierConfig cfg) : cfg_(std::move(cfg)
   lo.crop_pad = cfg_.augment ? 2 : 0;
   lo.hflip = cfg_.augment;
   loader_ = std::make_unique<data::Loader>(train_set_, lo);
-  model_ = make_classifier(cfg_.model, train_set_->num_classes, cfg_.seed);
+  if (!model_) model_ = make_classifier(cfg_.model, train_set_->num_classes, cfg_.seed);
   if (cfg_.optimizer == "sgd")
     opt_ = std::make_unique<optim::SGD>(model_->parameters(), cfg_.lr, cfg_.momentum, cfg_.weight_decay);
   else if (cfg_.optimizer == "adamw")
