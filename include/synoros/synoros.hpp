@@ -10,3 +10,4 @@
 #include "synoros/tiny_mlp.hpp"
 #include "synoros/gpt.hpp"
 #include "synoros/profile.hpp"
+#include "synoros/synth.hpp"

@@ -90,7 +90,9 @@ Spec conv2d_spec(bool same_channels = false, int64_t g = 8);
 // ---------------------------------------------------------------------------------------------
 // 2. Primitives and the search state.
 enum class Kind : uint8_t { Out, Red, Split, Div, Mod, Shift, Stride, Unfold };
-enum class ActType : uint8_t { Reduce, Weight, Merge, Split, Shift, Stride, Unfold, Expand };
+// Merge carries Expand: Action::mask 1/2 drops the major/minor half from the data (tile/repeat);
+// Weight carries Expand+Share through Action::emask. Each action is one unit of depth.
+enum class ActType : uint8_t { Reduce, Weight, Merge, Split, Shift, Stride, Unfold };
 const char* act_name(ActType t);
 
 // One frontier dimension as the rules see it (no identity beyond what rules need).
@@ -98,7 +100,7 @@ struct DimInfo {
   Size size;
   Size param;          // Div/Mod: block B; Unfold: window K; Stride: factor s
   Kind kind = Kind::Out;
-  uint8_t flags = 0;   // 1: shared into a weight (iterators); 2: merge sibling expanded
+  uint8_t flags = 0;   // 1: shared into a weight (iterators); 2: its merge sibling was dropped
   int32_t group = -1;  // Out/Red: iterator id; Div/Mod: merge group
   auto operator<=>(const DimInfo&) const = default;
 };
@@ -112,7 +114,8 @@ struct Action {
   ActType type = ActType::Reduce;
   int16_t a = -1, b = -1;  // frontier positions
   Size size;               // Reduce size, Merge block, Stride factor
-  uint32_t mask = 0, emask = 0;  // Weight: iterators shared into it / dropped from the data
+  uint32_t mask = 0, emask = 0;  // Weight: iterators shared into it / dropped from the data;
+                                 // Merge: mask 1/2 drops the major/minor half
   bool operator==(const Action&) const = default;
 };
 
@@ -186,6 +189,8 @@ class Synthesizer {
   // limit + 1 when it exceeds limit.
   int distance(const State& s, int limit);
   State abstract(const State& s) const;
+  // Throws Error explaining why when no operator of depth <= max_depth exists for the spec.
+  void require_reachable();
   std::string state_key(const State& s) const;
   // Operators of a complete state (one per assignment of equal-size frontier dims to input dims).
   std::vector<Operator> finalize(const State& s, const std::vector<Action>& path = {}) const;
@@ -307,7 +312,9 @@ std::string pytorch_module(const Spec& spec, const Operator& op, const Binding& 
                            const std::string& cls = "SynthOp");
 std::string describe(const Spec& spec, const Operator& op);  // one line: formula, FLOPs, params
 
-// Recognisers used by the reachability test and the CLI (match by canonical form).
+// The canonical serialization of an operator built by hand (IxNode trees + weights).
+std::string canonical_form(const Operator& op);
+// Replays an action path from the root; throws Error if a step is illegal or it ends incomplete.
 Operator build_from_actions(Synthesizer& syn, const std::vector<Action>& path);
 
 }  // namespace synoros::synth

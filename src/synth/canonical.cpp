@@ -149,6 +149,8 @@ std::vector<Operator> Synthesizer::finalize(const State& s, const std::vector<Ac
   return out;
 }
 
+std::string canonical_form(const Operator& op) { return canonical_string(op); }
+
 Operator build_from_actions(Synthesizer& syn, const std::vector<Action>& path) {
   State s = syn.root();
   std::vector<Action> acts;

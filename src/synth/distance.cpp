@@ -76,4 +76,17 @@ int Synthesizer::distance(const State& s, int limit) {
   return dist_rec(*this, *impl_, abs, limit);
 }
 
+void Synthesizer::require_reachable() {
+  int d = distance(root(), opt_.max_depth);
+  if (d <= opt_.max_depth) return;
+  auto shape = [&](const std::vector<Size>& v) {
+    std::string t = "[";
+    for (size_t i = 0; i < v.size(); ++i) t += (i ? ", " : "") + spec_.str(v[i]);
+    return t + "]";
+  };
+  throw Error("synth: the input shape " + shape(spec_.input) + " cannot be reached from the output shape " +
+              shape(spec_.output) + " within depth " + std::to_string(opt_.max_depth) +
+              " (check the usage caps, the coefficients and the depth)");
+}
+
 }  // namespace synoros::synth

@@ -17,7 +17,6 @@ const char* act_name(ActType t) {
     case ActType::Shift: return "Shift";
     case ActType::Stride: return "Stride";
     case ActType::Unfold: return "Unfold";
-    case ActType::Expand: return "Expand";
   }
   return "?";
 }
@@ -233,11 +232,16 @@ void Synthesizer::actions(const State& s, std::vector<Action>& out) const {
         if (B == d.size || !usage_ok(sp, s.usage, B)) continue;
         Size q = d.size / B;
         if (q.is_one() || !sp.legal(q)) continue;
-        Action a;
-        a.type = ActType::Merge;
-        a.a = int16_t(i);
-        a.size = B;
-        out.push_back(a);
+        // mask 0: plain Merge; 1 / 2: Merge whose major / minor half is dropped from the data
+        // (Expand + Merge, i.e. tile / repeat).
+        for (uint32_t drop = 0; drop < 3; ++drop) {
+          Action a;
+          a.type = ActType::Merge;
+          a.a = int16_t(i);
+          a.size = B;
+          a.mask = drop;
+          out.push_back(a);
+        }
       }
     }
     if (opt_.allow_shift && d.kind != Kind::Shift && !(canon && d.kind == Kind::Red)) {
@@ -257,12 +261,6 @@ void Synthesizer::actions(const State& s, std::vector<Action>& out) const {
         a.size = f;
         out.push_back(a);
       }
-    }
-    if ((d.kind == Kind::Div || d.kind == Kind::Mod) && !(d.flags & 2)) {
-      Action a;
-      a.type = ActType::Expand;
-      a.a = int16_t(i);
-      out.push_back(a);
     }
   }
   for (size_t i = 0; i < n; ++i) {
@@ -378,8 +376,10 @@ State apply_impl(const Spec& sp, State s, const Action& a, Synthesizer::Impl* im
         case ActType::Merge: {
           int32_t g = s.next_group++;
           add_usage(s.usage, a.size);
-          push(Kind::Div, x.info.size / a.size, a.size, g, mk(Kind::Div, x.expr, -1, -1, x.info.size / a.size, a.size));
-          push(Kind::Mod, a.size, a.size, g, mk(Kind::Mod, x.expr, -1, -1, a.size, a.size));
+          if (a.mask != 1)
+            push(Kind::Div, x.info.size / a.size, a.size, g, mk(Kind::Div, x.expr, -1, -1, x.info.size / a.size, a.size));
+          if (a.mask != 2) push(Kind::Mod, a.size, a.size, g, mk(Kind::Mod, x.expr, -1, -1, a.size, a.size));
+          if (a.mask) nf.back().info.flags |= 2;
           break;
         }
         case ActType::Split: {
@@ -399,13 +399,6 @@ State apply_impl(const Spec& sp, State s, const Action& a, Synthesizer::Impl* im
         case ActType::Unfold:
           push(Kind::Unfold, x.info.size, y.info.size, -1, mk(Kind::Unfold, x.expr, y.expr, -1, x.info.size, y.info.size));
           break;
-        case ActType::Expand: {
-          for (Dim& d : nf)
-            if ((d.info.kind == Kind::Div || d.info.kind == Kind::Mod) && d.info.kind != x.info.kind &&
-                d.info.group == x.info.group)
-              d.info.flags |= 2;
-          break;
-        }
         default: break;
       }
       F = std::move(nf);
