@@ -19,7 +19,7 @@ namespace {
 Spec tiny_conv() {
   return parse_spec(
       "input: N, C_in, H, W; output: N, C_out, H, W; coef: k=3:4, g=2:3, s=2:1;"
-      "bind: N=2, C_in=4, C_out=4, H=6, W=6; bind: N=1, C_in=8, C_out=8, H=8, W=8;"
+      "bind: N=2, C_in=4, C_out=4, H=12, W=12; bind: N=1, C_in=8, C_out=8, H=12, W=14;"
       "cap: C_in=2, C_out=2, H=0, W=0; fixed: N");
 }
 
@@ -40,7 +40,7 @@ std::vector<Operator> selection(Synthesizer& syn) {
         for (const IxNode& m : op.nodes) other += (m.kind != n.kind && (m.kind == Kind::Div || m.kind == Kind::Mod) && m.a == n.a);
         dropped = dropped || other == 0;
       }
-    if (fresh || (dropped && out.size() < 40) || i % 97 == 0) {
+    if (fresh || (dropped && out.size() < 16) || (i % 97 == 0 && out.size() < 24)) {
       out.push_back(op);
       weights_seen.insert(op.weights.size());
       for (const IxNode& n : op.nodes) kinds_seen.insert(int(n.kind));
@@ -56,7 +56,7 @@ HostTensor f64(const HostTensor& h) { return testing::to_f64(h); }
 
 TEST(SynthLower, ForwardMatchesDirectEvaluationAndOracle) {
   Options o;
-  o.max_depth = 6;
+  o.max_depth = 5;
   o.max_reductions = 3;
   Synthesizer syn(tiny_conv(), o);
   auto ops = selection(syn);
@@ -98,7 +98,7 @@ TEST(SynthLower, ForwardMatchesDirectEvaluationAndOracle) {
 
 TEST(SynthLower, GradientsMatchFiniteDifferences) {
   Options o;
-  o.max_depth = 6;
+  o.max_depth = 5;
   o.max_reductions = 3;
   Synthesizer syn(tiny_conv(), o);
   auto ops = selection(syn);
@@ -145,6 +145,8 @@ TEST(SynthLower, TrainsThroughTheTensorApi) {
   // Fit a synthesized conv-like operator to a fixed random target: the loss must fall.
   Options o;
   o.max_depth = 6;
+  o.max_weights = 1;
+  o.allow_shift = o.allow_stride = false;
   Synthesizer syn(tiny_conv(), o);
   EnumResult r = enumerate(syn);
   const Operator* conv = nullptr;
@@ -206,7 +208,7 @@ void write_raw(const std::string& path, const HostTensor& t) {
 
 TEST(SynthExport, FormulaNamesEveryPart) {
   Options o;
-  o.max_depth = 6;
+  o.max_depth = 5;
   Synthesizer syn(tiny_conv(), o);
   EnumResult r = enumerate(syn, true, 2000);
   for (size_t i = 0; i < r.operators.size(); i += 37) {
@@ -221,7 +223,7 @@ TEST(SynthExport, FormulaNamesEveryPart) {
 TEST(SynthExport, PyTorchModuleMatchesTheEngine) {
   if (!have_torch()) GTEST_SKIP() << "/usr/bin/python3 with torch is not available";
   Options o;
-  o.max_depth = 6;
+  o.max_depth = 5;
   o.max_reductions = 3;
   Synthesizer syn(tiny_conv(), o);
   auto ops = selection(syn);
