@@ -188,6 +188,8 @@ class Synthesizer {
   // Minimum number of primitives still needed to reach the input shape (exact); returns
   // limit + 1 when it exceeds limit.
   int distance(const State& s, int limit);
+  // distance(s, limit) <= limit, decided without computing the exact value (used for pruning).
+  bool within(const State& s, int limit);
   State abstract(const State& s) const;
   // Throws Error explaining why when no operator of depth <= max_depth exists for the spec.
   void require_reachable();
@@ -222,8 +224,10 @@ struct EnumResult {
   uint64_t total_states = 0;
   double seconds = 0;
 };
-// Breadth-first over the state DAG up to opt.max_depth with shape-distance pruning.
-EnumResult enumerate(Synthesizer& syn, bool keep_operators = true, size_t max_operators = SIZE_MAX);
+// Breadth-first over the state DAG up to opt.max_depth with shape-distance pruning, from the
+// root or from `start` (a state reached by `start_path`).
+EnumResult enumerate(Synthesizer& syn, bool keep_operators = true, size_t max_operators = SIZE_MAX,
+                     const State* start = nullptr, const std::vector<Action>& start_path = {});
 
 // ---------------------------------------------------------------------------------------------
 // 4. Search.

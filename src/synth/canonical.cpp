@@ -165,7 +165,8 @@ Operator build_from_actions(Synthesizer& syn, const std::vector<Action>& path) {
   return ops.front();
 }
 
-EnumResult enumerate(Synthesizer& syn, bool keep_operators, size_t max_operators) {
+EnumResult enumerate(Synthesizer& syn, bool keep_operators, size_t max_operators, const State* start,
+                     const std::vector<Action>& start_path) {
   auto t0 = std::chrono::steady_clock::now();
   EnumResult res;
   const int D = syn.options().max_depth;
@@ -178,11 +179,14 @@ EnumResult enumerate(Synthesizer& syn, bool keep_operators, size_t max_operators
     Action a;
   };
   std::vector<std::vector<Back>> back(size_t(D) + 1);
-  std::vector<Entry> layer{{syn.root(), 1}};
-  back[0].push_back({-1, Action{}});
+  State s0 = start ? *start : syn.root();
+  const int d0 = s0.depth;
+  if (d0 > D) throw Error("synth: the start state is deeper than max_depth");
+  std::vector<Entry> layer{{s0, 1}};
+  back[size_t(d0)].push_back({-1, Action{}});
   std::unordered_set<std::string> seen_ops;
   std::vector<Action> acts;
-  for (int d = 0; d <= D; ++d) {
+  for (int d = d0; d <= D; ++d) {
     DepthCount dc;
     dc.depth = d;
     dc.states = layer.size();
@@ -194,10 +198,11 @@ EnumResult enumerate(Synthesizer& syn, bool keep_operators, size_t max_operators
       if (syn.complete(s)) {
         dc.sequences += layer[i].ways;
         std::vector<Action> path;
-        for (int dd = d, k = int(i); dd > 0; --dd) {
+        for (int dd = d, k = int(i); dd > d0; --dd) {
           path.push_back(back[size_t(dd)][size_t(k)].a);
           k = back[size_t(dd)][size_t(k)].parent;
         }
+        path.insert(path.end(), start_path.rbegin(), start_path.rend());
         std::reverse(path.begin(), path.end());
         for (Operator& op : syn.finalize(s, path)) {
           if (seen_ops.insert(op.canonical).second) {

@@ -37,43 +37,61 @@ int lower_bound(const Synthesizer& syn, const State& s) {
     else ++j;
   }
   int a = int(have.size()) - common + extra_consume, b = int(want.size()) - common;
-  return std::max((a + 1) / 2, (b + 1) / 2);
+  int lb = std::max((a + 1) / 2, (b + 1) / 2);
+  // Views never create primary variables: only Merge-with-drop removes them (Stride and Unfold
+  // only touch coefficients). So the frontier's product must cover the input's primaries, and
+  // any surplus needs at least one drop.
+  Size pf, pt;
+  for (const Dim& d : s.frontier) pf = pf * d.info.size;
+  for (const Size& z : want) pt = pt * z;
+  bool surplus = false;
+  for (size_t v = 0; v < size_t(kMaxVars); ++v) {
+    if (pf.p[v] < pt.p[v]) return 1 << 20;
+    if (pf.p[v] > pt.p[v]) surplus = true;
+  }
+  if (surplus) lb = std::max(lb, 1);
+  return lb;
 }
 
-int dist_rec(Synthesizer& syn, Synthesizer::Impl& impl, const State& abs, int limit) {
-  if (syn.complete(abs)) return 0;
-  if (limit <= 0) return limit + 1;
-  if (lower_bound(syn, abs) > limit) return limit + 1;
+// Is a complete state reachable within `limit` more primitives? A depth-limited search that
+// stops at the first success; bounds learnt on the way are memoized per abstract state.
+bool reach(Synthesizer& syn, Synthesizer::Impl& impl, const State& abs, int limit) {
+  if (syn.complete(abs)) return true;
+  if (limit <= 0) return false;
+  if (lower_bound(syn, abs) > limit) return false;
   std::string key = syn.state_key(abs);
   auto it = impl.dist_memo.find(key);
   if (it != impl.dist_memo.end()) {
-    if (it->second.exact) return std::min(it->second.value, limit + 1);
-    if (it->second.value > limit) return limit + 1;
+    if (it->second.ub <= limit) return true;
+    if (it->second.lb > limit) return false;
   }
   std::vector<Action> acts;
   syn.actions(abs, acts);
-  int best = limit + 1;
+  bool found = false;
   for (const Action& a : acts) {
-    if (best <= 1) break;
-    State c = syn.apply(abs, a);
-    int d = 1 + dist_rec(syn, impl, c, best - 2);
-    if (d < best) best = d;
+    if (reach(syn, impl, syn.apply(abs, a), limit - 1)) {
+      found = true;
+      break;
+    }
   }
   Synthesizer::Impl::Memo& m = impl.dist_memo[key];
-  if (best <= limit) {
-    m.value = best;
-    m.exact = true;
-  } else if (!m.exact) {
-    m.value = std::max(m.value, limit + 1);
-  }
-  return best;
+  if (found) m.ub = std::min(m.ub, limit);
+  else m.lb = std::max(m.lb, limit + 1);
+  return found;
 }
 }  // namespace
 
 int Synthesizer::distance(const State& s, int limit) {
-  if (limit < 0) return complete(s) ? 0 : limit + 1;
   State abs = s.abstract ? s : abstract(s);
-  return dist_rec(*this, *impl_, abs, limit);
+  for (int l = 0; l <= limit; ++l)  // iterative deepening: the first l that succeeds is exact
+    if (reach(*this, *impl_, abs, l)) return l;
+  return std::max(limit, -1) + 1;
+}
+
+bool Synthesizer::within(const State& s, int limit) {
+  if (limit < 0) return false;
+  State abs = s.abstract ? s : abstract(s);
+  return reach(*this, *impl_, abs, limit);
 }
 
 void Synthesizer::require_reachable() {
@@ -90,3 +108,10 @@ void Synthesizer::require_reachable() {
 }
 
 }  // namespace synoros::synth
+namespace synoros::synth {
+std::array<size_t, 3> memo_by_stage(const Synthesizer::Impl& impl) {
+  std::array<size_t, 3> c{};
+  for (auto& [k, v] : impl.dist_memo) c[size_t(uint8_t(k[0]))]++;
+  return c;
+}
+}

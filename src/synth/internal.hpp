@@ -20,8 +20,8 @@ struct Synthesizer::Impl {
   std::vector<ExprNode> arena;
   std::unordered_map<uint64_t, std::vector<int32_t>> by_hash;  // hash-consing (collisions kept)
   struct Memo {
-    int value = 0;
-    bool exact = false;
+    int lb = 0;        // the distance is at least lb
+    int ub = 1 << 20;  // ... and at most ub
   };
   std::unordered_map<std::string, Memo> dist_memo;
   int32_t intern(const ExprNode& n);

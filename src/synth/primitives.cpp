@@ -513,7 +513,7 @@ void Synthesizer::pruned_actions(const State& s, std::vector<Action>& out) {
     State c = apply_impl(spec_, s, a, nullptr);
     int remaining = opt_.max_depth - c.depth;
     if (remaining < 0) continue;
-    if (distance(c, remaining) <= remaining) out.push_back(a);
+    if (within(c, remaining)) out.push_back(a);
   }
 }
 
