@@ -194,6 +194,8 @@ class Synthesizer {
   // Throws Error explaining why when no operator of depth <= max_depth exists for the spec.
   void require_reachable();
   std::string state_key(const State& s) const;
+  // A content hash of the state, independent of arena ids (stable across processes).
+  uint64_t state_hash(const State& s) const;
   // Operators of a complete state (one per assignment of equal-size frontier dims to input dims).
   std::vector<Operator> finalize(const State& s, const std::vector<Action>& path = {}) const;
   std::string expr_str(int32_t expr) const;

@@ -486,6 +486,19 @@ std::string Synthesizer::state_key(const State& s) const {
   return k;
 }
 
+uint64_t Synthesizer::state_hash(const State& s) const {
+  uint64_t h = hmix(s.stage, uint64_t(s.depth));
+  for (const Size& z : s.reduces) h = hmix(h, z.hash());
+  for (uint32_t m : s.weights) h = hmix(h, m);
+  h = hmix(h, s.expanded);
+  for (int8_t u : s.usage) h = hmix(h, uint64_t(uint8_t(u)));
+  for (const Dim& d : s.frontier) {
+    h = hmix(h, d.expr >= 0 ? impl_->arena[size_t(d.expr)].hash : d.info.size.hash());
+    h = hmix(h, uint64_t(d.info.flags) << 8 | uint64_t(d.info.kind));
+  }
+  return h;
+}
+
 bool Synthesizer::complete(const State& s) const {
   if (!weights_valid(spec_, opt_, s)) return false;
   std::vector<Size> want, have;
