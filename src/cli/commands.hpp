@@ -8,4 +8,5 @@ int profile_model(int argc, char** argv);
 int info();
 int peak();
 int tune();
+int synth(int argc, char** argv);
 }  // namespace synoros::cli

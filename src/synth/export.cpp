@@ -38,7 +38,9 @@ std::vector<std::string> iter_names(const Spec& spec, const Operator& op) {
   return names;
 }
 
-bool compound(const IxNode& n) { return n.kind == Kind::Split || n.kind == Kind::Unfold; }
+bool compound(const IxNode& n) {
+  return n.kind == Kind::Split || n.kind == Kind::Unfold || n.kind == Kind::Mod || n.kind == Kind::Shift;
+}
 }  // namespace
 
 std::string formula(const Spec& spec, const Operator& op) {
@@ -65,7 +67,8 @@ std::string formula(const Spec& spec, const Operator& op) {
       case Kind::Unfold: {
         pads = true;
         int64_t K = spec.eval(n.param, 0), c = (K - 1) / 2;
-        std::string s = ex(n.a) + "+" + ex(n.b);
+        auto term = [&](int32_t t) { return op.nodes[size_t(t)].kind == Kind::Mod ? "(" + ex(t) + ")" : ex(t); };
+        std::string s = term(n.a) + "+" + term(n.b);
         if (c) s += "−" + std::to_string(c);
         return s;
       }

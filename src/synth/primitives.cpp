@@ -282,8 +282,10 @@ void Synthesizer::actions(const State& s, std::vector<Action>& out) const {
           out.push_back(a);
         }
       }
-      // Unfold: x main, y window (a pure coefficient size; not a bare unshared reduction).
-      if (y.size.pure_coefficient() && !(y.kind == Kind::Red && !(y.flags & 1))) {
+      // Unfold: x main, y window (a pure coefficient size; not a bare unshared reduction, which
+      // would be pooling); the main dim is not a reduction (a window slid over a summed index).
+      if (x.kind != Kind::Red && y.size.pure_coefficient() && !(y.kind == Kind::Red && !(y.flags & 1)) &&
+          !(y.flags & 4)) {
         int64_t K = sp.eval(y.size, 0);
         if (K < 2 || K > opt_.max_window) continue;
         bool ok = true;
@@ -394,6 +396,7 @@ State apply_impl(const Spec& sp, State s, const Action& a, Synthesizer::Impl* im
           add_usage(s.usage, a.size);
           Size z = x.info.size * a.size;
           push(Kind::Stride, z, a.size, -1, mk(Kind::Stride, x.expr, -1, -1, z, a.size));
+          if (x.info.kind == Kind::Red && !(x.info.flags & 1)) nf.back().info.flags |= 4;  // a strided pooling index
           break;
         }
         case ActType::Unfold:
