@@ -54,21 +54,21 @@ TEST(SynthSearch, KilledSearchResumesWhereItStopped) {
   mo.seed = 7;
   Synthesizer s0(conv2d_spec(), opts());
   Mcts whole(s0, flops_proxy_reward(s0, conv_flops(s0.spec())), mo);
-  SearchResult straight = whole.run(400);
+  SearchResult straight = whole.run(240);
 
   mo.checkpoint = ck;
-  mo.checkpoint_every = 50;
+  mo.checkpoint_every = 40;
   {
     Synthesizer s1(conv2d_spec(), opts());
     Mcts first(s1, flops_proxy_reward(s1, conv_flops(s1.spec())), mo);
-    first.run(200);  // "killed" here: the object and its synthesizer are gone
+    first.run(120);  // "killed" here: the object and its synthesizer are gone
   }
   Synthesizer s2(conv2d_spec(), opts());
   Mcts resumed(s2, flops_proxy_reward(s2, conv_flops(s2.spec())), mo);
   resumed.load(ck);
-  EXPECT_EQ(resumed.iterations(), 200u);
-  SearchResult rest = resumed.run(400);
-  EXPECT_EQ(rest.iterations, 400u);
+  EXPECT_EQ(resumed.iterations(), 120u);
+  SearchResult rest = resumed.run(240);
+  EXPECT_EQ(rest.iterations, 240u);
   EXPECT_EQ(forms(rest), forms(straight));
   EXPECT_EQ(rest.evaluations, straight.evaluations);
   EXPECT_EQ(resumed.nodes(), whole.nodes());

@@ -110,6 +110,9 @@ int synth(int argc, char** argv) {
       throw Error("synth: unknown option '" + a + "'");
     }
   }
+  if (mode != "enumerate" && mode != "sample" && mode != "mcts" && mode != "random" && mode != "beam")
+    throw Error("synth: unknown mode '" + mode + "' (enumerate, sample, mcts, random, beam)");
+  if (reward_kind != "flops" && reward_kind != "hash") throw Error("synth: unknown reward '" + reward_kind + "' (flops or hash)");
   if (int(conv) + int(conv_same) + int(!spec_text.empty()) != 1)
     throw Error("synth: give exactly one spec (--conv2d, --conv2d-same, --spec or --spec-file)");
   synth::Spec spec = conv ? synth::conv2d_spec(false) : conv_same ? synth::conv2d_spec(true) : synth::parse_spec(spec_text);
