@@ -101,7 +101,8 @@ struct DimInfo {
   Size param;          // Div/Mod: block B; Unfold: window K; Stride: factor s
   Kind kind = Kind::Out;
   uint8_t flags = 0;   // 1: shared into a weight (iterators); 2: its merge sibling was dropped;
-                       // 4: a strided unshared reduction (may not become a window: pooling)
+                       // 4: a strided unshared reduction (may not become a window: pooling);
+                       // bits 4-7: the weights an iterator is shared into
   int32_t group = -1;  // Out/Red: iterator id; Div/Mod: merge group
   auto operator<=>(const DimInfo&) const = default;
 };

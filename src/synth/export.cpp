@@ -59,7 +59,7 @@ std::string formula(const Spec& spec, const Operator& op) {
     switch (n.kind) {
       case Kind::Out:
       case Kind::Red: return names[size_t(n.iter)];
-      case Kind::Split: return par(n.a) + "·" + sz(n.param) + "+" + ex(n.b);
+      case Kind::Split: return par(n.a) + "·" + sz(n.param) + "+" + (op.nodes[size_t(n.b)].kind == Kind::Mod ? "(" + ex(n.b) + ")" : ex(n.b));
       case Kind::Div: return "⌊" + par(n.a) + "/" + sz(n.param) + "⌋";
       case Kind::Mod: return par(n.a) + " mod " + sz(n.param);
       case Kind::Shift: return "(" + ex(n.a) + "+1) mod " + sz(n.size);

@@ -274,6 +274,8 @@ void Synthesizer::actions(const State& s, std::vector<Action>& out) const {
         bool ok = true;
         if (canon && x.kind == Kind::Split) ok = false;  // (a*B+b)*C+c == a*BC + (b*C+c)
         if (canon && x.kind == Kind::Div && y.kind == Kind::Mod && x.group == y.group) ok = false;  // undoes a Merge
+        // Two reductions read by the same weights, combined: one reduction of the product size.
+        if (canon && x.kind == Kind::Red && y.kind == Kind::Red && (x.flags >> 4) == (y.flags >> 4)) ok = false;
         if (ok) {
           Action a;
           a.type = ActType::Split;
@@ -347,7 +349,7 @@ State apply_impl(const Spec& sp, State s, const Action& a, Synthesizer::Impl* im
       std::vector<Dim> nf;
       for (Dim& d : F) {
         if (is_iter(d.info.kind) && d.info.group >= 0 && (a.mask >> d.info.group & 1)) {
-          d.info.flags |= 1;
+          d.info.flags |= uint8_t(1 | 1u << (4 + s.weights.size() - 1));  // shared; which weights
           if (a.emask >> d.info.group & 1) continue;
         }
         nf.push_back(d);
