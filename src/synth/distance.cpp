@@ -8,26 +8,52 @@
 
 namespace synoros::synth {
 
+uint16_t Synthesizer::Impl::size_id(const Size& z) {
+  auto [it, fresh] = size_ids.try_emplace(size_key(z), uint16_t(size_ids.size()));
+  if (size_ids.size() >= 65535) throw Error("synth: too many distinct sizes");
+  (void)fresh;
+  return it->second;
+}
+
 namespace {
+// The memo key of an abstract state: sizes as small ids, 7 bytes per frontier dim.
+std::string memo_key(Synthesizer::Impl& impl, const State& s) {
+  std::string k;
+  k.reserve(24 + 7 * s.frontier.size() + 6 * s.reduces.size());
+  auto put = [&](const void* p, size_t n) { k.append(static_cast<const char*>(p), n); };
+  auto put16 = [&](uint16_t v) { put(&v, 2); };
+  put(&s.stage, 1);
+  uint8_t nr = uint8_t(s.reduces.size()), nw = uint8_t(s.weights.size());
+  put(&nr, 1);
+  for (const Size& z : s.reduces) put16(impl.size_id(z));
+  put(&nw, 1);
+  if (s.stage < 2) {
+    for (uint32_t m : s.weights) put(&m, 4);
+    put(&s.expanded, 4);
+  }
+  put(s.usage.data(), s.usage.size());
+  for (const Dim& d : s.frontier) {
+    put16(impl.size_id(d.info.size));
+    put16(impl.size_id(d.info.param));
+    uint8_t b[3] = {uint8_t(d.info.kind), d.info.flags, uint8_t(d.info.group + 1)};
+    put(b, 3);
+  }
+  return k;
+}
+
 // A cheap lower bound for view-stage states: every view consumes at most two frontier dims and
 // produces at most two, so dims that are not (yet) input dims, and input dims not yet present,
 // each need their share of a primitive. Discarding (strided) dims must be consumed too.
-int lower_bound(const Synthesizer& syn, const State& s) {
-  const Spec& sp = syn.spec();
+int lower_bound(const Synthesizer& syn, Synthesizer::Impl& impl, const State& s) {
   if (s.stage < 2 && !(int(s.weights.size()) == syn.options().max_weights && s.stage == 1)) return 0;
-  std::vector<Size> want, have;
-  for (size_t i = 0; i < sp.input.size(); ++i) {
-    bool fx = false;
-    for (auto [fo, fi] : sp.fixed)
-      if (fi == int(i)) fx = true;
-    if (!fx) want.push_back(sp.input[i]);
-  }
+  const std::vector<Size>& want = impl.want;
+  std::vector<Size> have;
+  have.reserve(s.frontier.size());
   int extra_consume = 0;
   for (const Dim& d : s.frontier) {
     if (d.info.kind == Kind::Stride) ++extra_consume;
     else have.push_back(d.info.size);
   }
-  std::sort(want.begin(), want.end());
   std::sort(have.begin(), have.end());
   size_t i = 0, j = 0;
   int common = 0;
@@ -58,8 +84,8 @@ int lower_bound(const Synthesizer& syn, const State& s) {
 bool reach(Synthesizer& syn, Synthesizer::Impl& impl, const State& abs, int limit) {
   if (syn.complete(abs)) return true;
   if (limit <= 0) return false;
-  if (lower_bound(syn, abs) > limit) return false;
-  std::string key = syn.state_key(abs);
+  if (lower_bound(syn, impl, abs) > limit) return false;
+  std::string key = memo_key(impl, abs);
   auto it = impl.dist_memo.find(key);
   if (it != impl.dist_memo.end()) {
     if (it->second.ub <= limit) return true;
@@ -108,10 +134,3 @@ void Synthesizer::require_reachable() {
 }
 
 }  // namespace synoros::synth
-namespace synoros::synth {
-std::array<size_t, 3> memo_by_stage(const Synthesizer::Impl& impl) {
-  std::array<size_t, 3> c{};
-  for (auto& [k, v] : impl.dist_memo) c[size_t(uint8_t(k[0]))]++;
-  return c;
-}
-}

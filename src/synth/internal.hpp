@@ -24,6 +24,9 @@ struct Synthesizer::Impl {
     int ub = 1 << 20;  // ... and at most ub
   };
   std::unordered_map<std::string, Memo> dist_memo;
+  std::unordered_map<std::string, uint16_t> size_ids;  // compact size ids for memo keys
+  std::vector<Size> want;                              // sorted non-fixed input sizes
+  uint16_t size_id(const Size& z);
   int32_t intern(const ExprNode& n);
 };
 

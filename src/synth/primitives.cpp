@@ -105,6 +105,13 @@ Synthesizer::Synthesizer(Spec spec, Options opt) : spec_(std::move(spec)), opt_(
   if (opt_.max_weights < 0 || opt_.max_weights > 4) throw Error("synth: max_weights must be in [0, 4]");
   if (spec_.output.size() + size_t(opt_.max_reductions) > 30) throw Error("synth: too many iterators");
   gen_candidates(spec_, opt_, cands_);
+  for (size_t i = 0; i < spec_.input.size(); ++i) {
+    bool fx = false;
+    for (auto [fo, fi] : spec_.fixed)
+      if (fi == int(i)) fx = true;
+    if (!fx) impl_->want.push_back(spec_.input[i]);
+  }
+  std::sort(impl_->want.begin(), impl_->want.end());
 }
 Synthesizer::~Synthesizer() = default;
 size_t Synthesizer::arena_size() const { return impl_->arena.size(); }
@@ -505,20 +512,14 @@ uint64_t Synthesizer::state_hash(const State& s) const {
 }
 
 bool Synthesizer::complete(const State& s) const {
-  if (!weights_valid(spec_, opt_, s)) return false;
-  std::vector<Size> want, have;
-  for (size_t i = 0; i < spec_.input.size(); ++i) {
-    bool fx = false;
-    for (auto [fo, fi] : spec_.fixed)
-      if (fi == int(i)) fx = true;
-    if (!fx) want.push_back(spec_.input[i]);
-  }
+  const std::vector<Size>& want = impl_->want;
   if (want.size() != s.frontier.size()) return false;
+  if (!weights_valid(spec_, opt_, s)) return false;
+  std::vector<Size> have;
   for (const Dim& d : s.frontier) {
     if (d.info.kind == Kind::Stride) return false;
     have.push_back(d.info.size);
   }
-  std::sort(want.begin(), want.end());
   std::sort(have.begin(), have.end());
   return want == have;
 }
