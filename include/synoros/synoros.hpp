@@ -16,3 +16,4 @@
 #include "synoros/data.hpp"
 #include "synoros/checkpoint.hpp"
 #include "synoros/plot.hpp"
+#include "synoros/synth.hpp"

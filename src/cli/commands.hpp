@@ -10,4 +10,5 @@ int peak();
 int tune();
 int train_cmd(int argc, char** argv);
 int eval_cmd(int argc, char** argv);
+int synth(int argc, char** argv);
 }  // namespace synoros::cli

@@ -22,7 +22,8 @@ void usage() {
                "                                   time every launch of one training step\n"
                "  info                             instruction set and thread count in use\n"
                "  peak                             measured one-core FMA rate and bandwidth (JSON)\n"
-               "  tune                             select and cache kernels for the built-in models\n";
+               "  tune                             select and cache kernels for the built-in models\n"
+               "  synth [--conv2d|--spec S] [--mode enumerate|mcts|...]  synthesize operators (synth --help)\n";
 }
 }  // namespace
 
@@ -42,6 +43,7 @@ int main(int argc, char** argv) {
     if (cmd == "info") return synoros::cli::info();
     if (cmd == "peak") return synoros::cli::peak();
     if (cmd == "tune") return synoros::cli::tune();
+    if (cmd == "synth") return synoros::cli::synth(argc - 2, argv + 2);
     if (cmd == "-h" || cmd == "--help" || cmd == "help") {
       usage();
       return 0;

@@ -1,0 +1,51 @@
+// Private parts of the synthesizer shared by its source files.
+#pragma once
+
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "synoros/synth.hpp"
+
+namespace synoros::synth {
+
+struct ExprNode {
+  Kind kind = Kind::Out;
+  int32_t a = -1, b = -1, iter = -1;
+  Size size, param;
+  uint64_t hash = 0;
+};
+
+struct Synthesizer::Impl {
+  std::vector<ExprNode> arena;
+  std::unordered_map<uint64_t, std::vector<int32_t>> by_hash;  // hash-consing (collisions kept)
+  struct Memo {
+    int lb = 0;        // the distance is at least lb
+    int ub = 1 << 20;  // ... and at most ub
+  };
+  std::unordered_map<std::string, Memo> dist_memo;
+  std::unordered_map<std::string, uint16_t> size_ids;  // compact size ids for memo keys
+  std::vector<Size> want;                              // sorted non-fixed input sizes
+  uint16_t size_id(const Size& z);
+  int32_t intern(const ExprNode& n);
+};
+
+inline uint64_t hmix(uint64_t h, uint64_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+  h ^= h >> 31;
+  h *= 0xbf58476d1ce4e5b9ULL;
+  return h ^ (h >> 29);
+}
+
+// Sorted usage-checked helpers.
+bool usage_ok(const Spec& spec, const std::array<int8_t, 2 * kMaxVars>& usage, const Size& z);
+void add_usage(std::array<int8_t, 2 * kMaxVars>& usage, const Size& z);
+std::string size_key(const Size& z);
+std::string canonical_string(const Operator& op);
+int iter_count(const Spec& spec, const State& s);
+
+// Helpers for MCTS paths.
+std::string encode_actions(const std::vector<Action>& p);
+std::vector<Action> decode_actions(const std::string& s);
+
+}  // namespace synoros::synth
