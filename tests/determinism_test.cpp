@@ -1,3 +1,4 @@
+#include <atomic>
 // Determinism is law: the tiny MLP trained for 500 steps gives identical parameter bytes across
 // reruns, across thread counts, and across the scalar and AVX2 kernels.
 #include <gtest/gtest.h>
@@ -129,3 +130,28 @@ TEST(Determinism, VectorMathGivesTheSameBitsOnEveryIsa) {
 }
 }  // namespace
 }  // namespace synoros
+
+namespace {
+// Back-to-back tiny launches: every chunk runs exactly once even when a worker wakes late for a
+// job that already finished (a stale claim must never reach the next job).
+std::atomic<int64_t> g_chunk_sum{0}, g_chunk_count{0};
+void count_chunk(const void*, int64_t c) {
+  g_chunk_sum += c;
+  ++g_chunk_count;
+}
+TEST(ThreadPoolStress, EveryChunkRunsExactlyOnce) {
+  for (int threads : {2, 3}) {
+    synoros::ThreadPool pool(threads);
+    g_chunk_sum = 0, g_chunk_count = 0;
+    int64_t want_sum = 0, want_count = 0;
+    for (int64_t i = 0; i < 200000; ++i) {
+      int64_t n = 2 + i % 5;
+      pool.run(n, count_chunk, nullptr);
+      want_sum += n * (n - 1) / 2;
+      want_count += n;
+    }
+    EXPECT_EQ(g_chunk_count.load(), want_count) << threads << " threads";
+    EXPECT_EQ(g_chunk_sum.load(), want_sum) << threads << " threads";
+  }
+}
+}  // namespace

@@ -31,14 +31,19 @@ class ThreadPool {
  private:
   void worker_loop();
   void work(uint64_t gen);
+  void wait_done(int64_t chunks);
 
   std::vector<std::thread> workers_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::atomic<uint64_t> generation_{0};
-  std::atomic<int64_t> next_{0};
-  std::atomic<int> pending_{0};
-  int64_t chunks_ = 0;
+  // (generation << 32) | next unclaimed chunk: a worker that wakes late for a finished job
+  // can never claim a chunk of the next one.
+  std::atomic<uint64_t> claim_{0};
+  std::atomic<int64_t> done_{0};  // chunks finished in the current job
+  std::mutex done_mu_;
+  std::condition_variable done_cv_;
+  std::atomic<int64_t> chunks_{0};
   void (*fn_)(const void*, int64_t) = nullptr;
   const void* ctx_ = nullptr;
   bool stop_ = false;
@@ -46,6 +51,11 @@ class ThreadPool {
 
 // The process-wide pool: SYNOROS_NUM_THREADS threads (default: all cores).
 ThreadPool& default_pool();
+
+// Largest working memory (arena) one plan may take; building a bigger one raises Error instead
+// of exhausting the machine. Default: SYNOROS_MAX_PLAN_BYTES, else 3/4 of physical memory.
+size_t plan_memory_limit();
+void set_plan_memory_limit(size_t bytes);
 void set_num_threads(int n);
 int num_threads();
 

@@ -11,4 +11,6 @@ int tune();
 int train_cmd(int argc, char** argv);
 int eval_cmd(int argc, char** argv);
 int synth(int argc, char** argv);
+int search_cmd(int argc, char** argv);
+int search_worker_cmd(int argc, char** argv);
 }  // namespace synoros::cli

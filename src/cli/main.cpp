@@ -23,6 +23,8 @@ void usage() {
                "  info                             instruction set and thread count in use\n"
                "  peak                             measured one-core FMA rate and bandwidth (JSON)\n"
                "  tune                             select and cache kernels for the built-in models\n"
+               "  search [--iterations N] [--candidates N] [--rounds N] [--workers N] [--train-images N]\n"
+               "         [--latency-target X] [--report DIR]   operator search with training and latency\n"
                "  synth [--conv2d|--spec S] [--mode enumerate|mcts|...]  synthesize operators (synth --help)\n";
 }
 }  // namespace
@@ -44,6 +46,8 @@ int main(int argc, char** argv) {
     if (cmd == "peak") return synoros::cli::peak();
     if (cmd == "tune") return synoros::cli::tune();
     if (cmd == "synth") return synoros::cli::synth(argc - 2, argv + 2);
+    if (cmd == "search") return synoros::cli::search_cmd(argc - 2, argv + 2);
+    if (cmd == "search-worker") return synoros::cli::search_worker_cmd(argc - 2, argv + 2);
     if (cmd == "-h" || cmd == "--help" || cmd == "help") {
       usage();
       return 0;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <unistd.h>
 #include <sstream>
 
 #include "kernels/kernel_api.hpp"
@@ -108,6 +109,24 @@ void fold_views_into_einsums(const Graph& g, const std::vector<bool>& needed,
     if (!any) views[i].clear();
   }
 }
+
+namespace {
+size_t& memory_limit() {
+  static size_t limit = [] {
+    if (const char* s = std::getenv("SYNOROS_MAX_PLAN_BYTES")) {
+      char* end = nullptr;
+      unsigned long long v = std::strtoull(s, &end, 10);
+      if (end != s && *end == 0 && v > 0) return size_t(v);
+    }
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    return pages > 0 && page > 0 ? size_t(pages) * size_t(page) / 4 * 3 : SIZE_MAX;
+  }();
+  return limit;
+}
+}  // namespace
+
+size_t plan_memory_limit() { return memory_limit(); }
+void set_plan_memory_limit(size_t bytes) { memory_limit() = bytes; }
 
 Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
     : graph_(g), outputs_(std::move(outputs)), pool_(opts.pool), check_finite_(opts.check_finite),
@@ -287,6 +306,10 @@ Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
     mi.inplace.push_back(inplace);
   }
   impl_->memory = passes::plan_memory(mi);
+  if (impl_->memory.arena_bytes > plan_memory_limit())
+    throw Error("compile: the plan needs " + std::to_string(impl_->memory.arena_bytes >> 20) +
+                " MiB of working memory, above the limit of " + std::to_string(plan_memory_limit() >> 20) +
+                " MiB (SYNOROS_MAX_PLAN_BYTES)");
   impl_->arena = std::make_unique<Buffer>(impl_->memory.arena_bytes);
   ptrs_.assign(n, nullptr);
   char* base = static_cast<char*>(impl_->arena->data());

@@ -20,11 +20,20 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
-void ThreadPool::work(uint64_t) {
+void ThreadPool::work(uint64_t gen) {
   for (;;) {
-    int64_t c = next_.fetch_add(1, std::memory_order_relaxed);
-    if (c >= chunks_) break;
+    uint64_t cur = claim_.load(std::memory_order_acquire);
+    if ((cur >> 32) != (gen & 0xffffffffu)) return;  // a later job already started
+    int64_t c = int64_t(cur & 0xffffffffu);
+    if (c >= chunks_.load(std::memory_order_acquire)) return;
+    if (!claim_.compare_exchange_weak(cur, cur + 1, std::memory_order_acq_rel)) continue;
+    // Claimed chunk c of this job: the job (fn_, ctx_, chunks_) stays current until it is done.
     fn_(ctx_, c);
+    if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == chunks_.load(std::memory_order_relaxed)) {
+      // The caller may be asleep in wait_done: taking the lock orders this wake after its check.
+      { std::lock_guard<std::mutex> lk(done_mu_); }
+      done_cv_.notify_one();
+    }
   }
 }
 
@@ -45,8 +54,18 @@ void ThreadPool::worker_loop() {
     seen = gen;
     if (stop_) return;
     work(gen);
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
   }
+}
+
+void ThreadPool::wait_done(int64_t chunks) {
+  // The caller already ran every chunk it could claim; what is left is in a worker's hands.
+  // Spin a little, then sleep: a worker descheduled by another process must not cost a spin.
+  for (int spin = 0; spin < 4000; ++spin) {
+    if (done_.load(std::memory_order_acquire) == chunks) return;
+    __builtin_ia32_pause();
+  }
+  std::unique_lock<std::mutex> lk(done_mu_);
+  done_cv_.wait(lk, [&] { return done_.load(std::memory_order_acquire) == chunks; });
 }
 
 void ThreadPool::run(int64_t chunks, void (*fn)(const void*, int64_t), const void* ctx) {
@@ -55,18 +74,23 @@ void ThreadPool::run(int64_t chunks, void (*fn)(const void*, int64_t), const voi
     for (int64_t c = 0; c < chunks; ++c) fn(ctx, c);
     return;
   }
+  if (chunks > int64_t(0xffffffffu)) throw Error("ThreadPool: too many chunks in one launch");
+  uint64_t gen = generation_.load(std::memory_order_relaxed) + 1;
+  // Close the previous job first: a worker still looking at it can no longer claim anything, so
+  // the new job's fields below are never paired with a stale claim.
+  claim_.store(((gen & 0xffffffffu) << 32) | 0xffffffffu, std::memory_order_seq_cst);
   fn_ = fn;
   ctx_ = ctx;
-  chunks_ = chunks;
-  next_.store(0, std::memory_order_relaxed);
-  pending_.store(int(workers_.size()), std::memory_order_relaxed);
+  done_.store(0, std::memory_order_relaxed);
+  chunks_.store(chunks, std::memory_order_release);
   {
     std::lock_guard<std::mutex> lk(mu_);
-    generation_.fetch_add(1, std::memory_order_acq_rel);
+    claim_.store((gen & 0xffffffffu) << 32, std::memory_order_release);
+    generation_.store(gen, std::memory_order_release);
   }
   cv_.notify_all();
-  work(0);
-  while (pending_.load(std::memory_order_acquire) != 0) __builtin_ia32_pause();
+  work(gen);
+  wait_done(chunks);
 }
 
 namespace {

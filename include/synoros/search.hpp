@@ -1,0 +1,117 @@
+// Operator search with real training and measured latency: candidates from the synthesizer
+// replace the stride-1 3x3 convolutions of ResNetMini, are trained on a Fashion-MNIST proxy and
+// timed as compiled plans of the whole network; a Pareto front of accuracy against latency and a
+// scalarized reward with a stated latency target rank them.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "synoros/nn.hpp"
+#include "synoros/synth.hpp"
+
+namespace synoros::search {
+
+// The layer spec of ResNetMini's replaceable convolutions: [N, C, H, W] -> [N, C, H, W] with
+// k=3, g=4, s=2 and one binding per layer class (C, H) = (w, 28), (2w, 14), (4w, 7).
+synth::Spec resnet_conv_spec(int64_t width = 16);
+// The size classes of those layers, in binding order.
+std::vector<std::pair<int64_t, int64_t>> resnet_layer_classes(int64_t width = 16);
+
+// A synthesized operator as a layer: weights are parameters "w0", "w1", ... initialised with the
+// synthesizer's fan-in scheme; the binding follows the input's shape at every call.
+class SynthLayer : public nn::Module {
+ public:
+  SynthLayer(const synth::Spec& spec, const synth::Operator& op, int64_t channels, int64_t size, uint64_t seed);
+  Tensor forward(const Tensor& x) override;
+
+ private:
+  synth::Spec spec_;
+  synth::Operator op_;
+  std::vector<Tensor> weights_;
+};
+
+// ResNetMini whose stride-1 3x3 convolutions of the classes set in `class_mask` (bit i: binding
+// i of the spec) are `op`; null op: the plain convolutional baseline.
+std::shared_ptr<nn::ResNetMini> make_network(const synth::Spec& spec, const synth::Operator* op, unsigned class_mask,
+                                             uint64_t seed, int64_t width = 16);
+
+struct Latency {
+  double b1_t1 = 0, b64_t1 = 0, b1_t2 = 0, b64_t2 = 0;  // ms per forward pass (eval mode), medians
+};
+// Times the compiled inference plan of `net` at batch 1 and 64 on one and two threads.
+Latency measure_latency(nn::Module& net, int repeats = 5);
+// Forward time (ms, batch 64, one thread) of one layer of each class: the operator against the
+// 3x3 convolution it would replace.
+std::vector<double> layer_latency(const synth::Spec& spec, const synth::Operator* op, int repeats = 5,
+                                  int64_t batch = 64);
+
+struct ProxyConfig {
+  int64_t train_images = 4096, test_images = 2000, epochs = 1, batch = 64;
+  double lr = 0.05;
+  uint64_t seed = 1;
+  bool augment = false;
+};
+
+struct Evaluation {
+  std::string key;      // the operator's canonical form ("baseline" for the convolution)
+  std::string formula;  // human-readable
+  std::string actions;  // serialized action path (replayable)
+  bool failed = false;
+  std::string error;
+  unsigned class_mask = 0;  // layer classes that use the operator
+  double accuracy = 0, loss = 0;
+  int64_t trained_epochs = 0;
+  Latency latency;
+  double flops = 0, params = 0;  // of the whole network
+  double train_seconds = 0;
+  double reward = 0;
+  int64_t order = 0;  // completion order (for "best reward over time")
+};
+
+std::string to_json(const Evaluation& e);
+Evaluation evaluation_from_json(const std::string& line);
+
+// Action paths as text (so worker processes can rebuild an operator).
+std::string serialize_actions(const std::vector<synth::Action>& path);
+std::vector<synth::Action> parse_actions(const std::string& text);
+
+// Trains and times one candidate (null op: the baseline). Never throws for a bad candidate: a
+// crash inside, a non-finite loss or an unusable operator is returned as failed.
+Evaluation evaluate(const synth::Spec& spec, const synth::Operator* op, unsigned class_mask, const ProxyConfig& cfg);
+
+struct SearchConfig {
+  int64_t width = 16;
+  int depth = 6;
+  uint64_t mcts_iterations = 3000;
+  bool enumerate = false;        // propose every canonical operator up to `depth` instead of MCTS
+  double min_params_ratio = 1.0 / 32;  // an operator's parameters at least this x the 3x3 conv's
+  int64_t screened = 24;         // distinct operators whose layer latency is measured
+  int64_t candidates = 6;        // operators trained in the first round of successive halving
+  int64_t rounds = 2;            // halving rounds (each doubles the training budget)
+  double latency_target = 1.0 / 1.5;  // network latency / baseline latency aimed at
+  double latency_weight = 0.1;   // reward = accuracy - weight * max(0, latency ratio / target - 1)
+  int workers = 1;               // evaluation processes
+  ProxyConfig proxy;
+  uint64_t seed = 1;
+  std::string dir = "search";    // evaluations.jsonl (resumable), mcts.state, report files
+  std::string worker_exe;        // the synoros binary for worker processes ("": evaluate inline)
+  std::function<void(const std::string&)> log;  // progress lines
+};
+
+struct SearchOutcome {
+  Evaluation baseline;
+  std::vector<Evaluation> evaluations;  // every finished one, in completion order
+  std::vector<size_t> pareto;           // indices into evaluations: the accuracy/latency front
+  double seconds = 0;
+};
+
+double reward(const Evaluation& e, const Evaluation& baseline, const SearchConfig& cfg);
+SearchOutcome run_search(const SearchConfig& cfg);
+// Markdown, JSON and SVG plots in cfg.dir (report.md, report.json, front.svg, reward.svg,
+// op<i>.py per operator on the front).
+void write_report(const SearchConfig& cfg, const SearchOutcome& out);
+
+}  // namespace synoros::search

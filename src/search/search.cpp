@@ -1,0 +1,302 @@
+// The search loop: MCTS proposes operators (FLOPs window around a 3x3 convolution), their layers
+// are timed against the convolution per layer class, the fastest go through successive halving
+// of proxy training (in worker processes), and every finished evaluation is appended to a log
+// that a restarted search reads back instead of evaluating again.
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "synoros/search.hpp"
+
+namespace synoros::search {
+
+double reward(const Evaluation& e, const Evaluation& base, const SearchConfig& cfg) {
+  if (e.failed || base.latency.b64_t1 <= 0) return -1;
+  double ratio = e.latency.b64_t1 / base.latency.b64_t1;
+  return e.accuracy - cfg.latency_weight * std::max(0.0, ratio / cfg.latency_target - 1.0);
+}
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+struct Job {
+  const synth::Operator* op;  // null: baseline
+  unsigned mask;
+  int64_t epochs;
+};
+
+std::string record_key(const std::string& key, int64_t epochs) { return key + "@" + std::to_string(epochs); }
+
+class Log {
+ public:
+  explicit Log(const std::string& path) : path_(path) {
+    std::ifstream f(path);
+    std::string line;
+    while (std::getline(f, line)) {
+      if (line.empty()) continue;
+      try {
+        Evaluation e = evaluation_from_json(line);
+        done_[record_key(e.key, e.trained_epochs)] = e;
+        next_order_ = std::max(next_order_, e.order + 1);
+      } catch (const Error&) {
+        // A line cut by a kill mid-write: everything before it is intact.
+      }
+    }
+  }
+  const Evaluation* find(const std::string& key, int64_t epochs) const {
+    auto it = done_.find(record_key(key, epochs));
+    return it == done_.end() ? nullptr : &it->second;
+  }
+  Evaluation& add(Evaluation e) {
+    e.order = next_order_++;
+    std::string line = to_json(e) + "\n";
+    int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd < 0) throw Error("search: cannot append to '" + path_ + "'");
+    bool ok = ::write(fd, line.data(), line.size()) == ssize_t(line.size());
+    ok = ::fsync(fd) == 0 && ok;
+    ::close(fd);
+    if (!ok) throw Error("search: writing '" + path_ + "' failed");
+    return done_[record_key(e.key, e.trained_epochs)] = e;
+  }
+
+ private:
+  std::string path_;
+  std::map<std::string, Evaluation> done_;
+  int64_t next_order_ = 0;
+};
+
+// Runs the jobs (at most cfg.workers at a time) in worker processes, or inline without a worker
+// binary. A worker that dies yields a failed evaluation.
+std::vector<Evaluation> run_jobs(const SearchConfig& cfg, const synth::Spec& spec, const std::vector<Job>& jobs) {
+  std::vector<Evaluation> out(jobs.size());
+  auto proxy = [&](const Job& j) {
+    ProxyConfig p = cfg.proxy;
+    p.epochs = j.epochs;
+    return p;
+  };
+  if (cfg.worker_exe.empty() || cfg.workers < 1) {
+    for (size_t i = 0; i < jobs.size(); ++i) out[i] = evaluate(spec, jobs[i].op, jobs[i].mask, proxy(jobs[i]));
+    return out;
+  }
+  std::string tmp = cfg.dir + "/work";
+  std::filesystem::create_directories(tmp);
+  std::map<pid_t, size_t> running;
+  size_t next = 0;
+  auto result_file = [&](size_t i) { return tmp + "/job" + std::to_string(i) + ".json"; };
+  while (next < jobs.size() || !running.empty()) {
+    while (next < jobs.size() && int(running.size()) < cfg.workers) {
+      const Job& j = jobs[next];
+      ProxyConfig p = proxy(j);
+      std::vector<std::string> args = {cfg.worker_exe, "search-worker", "--width", std::to_string(cfg.width),
+                                       "--mask", std::to_string(j.mask), "--epochs", std::to_string(p.epochs),
+                                       "--train-images", std::to_string(p.train_images), "--test-images",
+                                       std::to_string(p.test_images), "--lr", std::to_string(p.lr), "--seed",
+                                       std::to_string(p.seed), "--out", result_file(next)};
+      if (j.op) args.insert(args.end(), {"--actions", serialize_actions(j.op->path), "--depth", std::to_string(cfg.depth)});
+      std::remove(result_file(next).c_str());
+      pid_t pid = fork();
+      if (pid < 0) throw Error("search: fork failed");
+      if (pid == 0) {
+        std::vector<char*> argv;
+        for (auto& a : args) argv.push_back(a.data());
+        argv.push_back(nullptr);
+        setenv("SYNOROS_NUM_THREADS", "1", 1);
+        execv(argv[0], argv.data());
+        _exit(127);
+      }
+      running[pid] = next++;
+    }
+    int status = 0;
+    pid_t pid = waitpid(-1, &status, 0);
+    if (pid < 0) break;
+    auto it = running.find(pid);
+    if (it == running.end()) continue;
+    size_t i = it->second;
+    running.erase(it);
+    std::ifstream f(result_file(i));
+    std::string line;
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && std::getline(f, line)) {
+      out[i] = evaluation_from_json(line);
+    } else {
+      Evaluation e;
+      e.key = jobs[i].op ? jobs[i].op->canonical : "baseline";
+      e.formula = jobs[i].op ? synth::formula(spec, *jobs[i].op) : "3x3 convolution";
+      e.actions = jobs[i].op ? serialize_actions(jobs[i].op->path) : "";
+      e.class_mask = jobs[i].mask;
+      e.trained_epochs = jobs[i].epochs;
+      e.failed = true;
+      e.error = WIFSIGNALED(status) ? "worker killed by signal " + std::to_string(WTERMSIG(status))
+                                    : "worker exited with status " + std::to_string(WEXITSTATUS(status));
+      out[i] = e;
+    }
+  }
+  return out;
+}
+}  // namespace
+
+SearchOutcome run_search(const SearchConfig& cfg) {
+  auto t0 = Clock::now();
+  // A candidate whose lowering needs more than 2 GiB per plan is reported as failed, never run.
+  set_plan_memory_limit(std::min<size_t>(plan_memory_limit(), size_t(2) << 30));
+  auto say = [&](const std::string& s) {
+    if (cfg.log) cfg.log(s);
+  };
+  std::filesystem::create_directories(cfg.dir);
+  Log log(cfg.dir + "/evaluations.jsonl");
+  synth::Spec spec = resnet_conv_spec(cfg.width);
+  synth::Options so;
+  so.max_depth = cfg.depth;
+  synth::Synthesizer syn(spec, so);
+
+  // 1. Propose: MCTS on a FLOPs window around the 3x3 convolution (cheap, no training).
+  synth::Binding b0 = synth::binding(spec, 0);
+  auto var = [&](const char* name) {
+    for (size_t i = 0; i < spec.primary.size(); ++i)
+      if (spec.primary[i].name == name) return double(b0.primary[i]);
+    throw Error(std::string("search: the spec has no variable ") + name);
+  };
+  double conv_flops = 2.0 * var("N") * var("C") * var("C") * 9.0 * var("H") * var("W");
+  std::vector<synth::Operator> proposed;
+  if (cfg.enumerate) {
+    synth::EnumResult en = synth::enumerate(syn, true);
+    proposed = std::move(en.operators);
+    say("enumerated " + std::to_string(proposed.size()) + " canonical operators up to depth " + std::to_string(cfg.depth));
+  } else {
+    synth::MctsOptions mo;
+    mo.seed = cfg.seed;
+    mo.keep_best = size_t(cfg.screened) * 4;
+    mo.checkpoint = cfg.dir + "/mcts.state";
+    synth::Mcts mcts(syn, synth::flops_proxy_reward(syn, conv_flops, 0.05, 0.6), mo);
+    if (std::filesystem::exists(mo.checkpoint)) mcts.load(mo.checkpoint);
+    synth::SearchResult r = mcts.run(cfg.mcts_iterations);
+    for (auto& [rw, op] : r.best) proposed.push_back(op);
+    say("proposed " + std::to_string(proposed.size()) + " operators in " + std::to_string(r.iterations) +
+        " MCTS iterations");
+  }
+  double conv_params = var("C") * var("C") * 9.0;
+
+  // 2. Screen: time one layer of each class against the convolution; keep the classes where
+  //    the operator is faster (a different operator per layer class: it or the convolution).
+  std::vector<double> conv_lat = layer_latency(spec, nullptr);
+  say("3x3 convolution layer ms (batch 64, 1 thread): " + std::to_string(conv_lat[0]).substr(0, 6) + " / " +
+      std::to_string(conv_lat[1]).substr(0, 6) + " / " + std::to_string(conv_lat[2]).substr(0, 6));
+  struct Screened {
+    const synth::Operator* op;
+    unsigned mask;
+    double saved;  // ms saved per batch of 64 over the layers it replaces
+  };
+  std::vector<Screened> screened;
+  std::set<std::string> seen;
+  int64_t timed = 0;
+  for (const synth::Operator& op : proposed) {
+    if (timed >= cfg.screened) break;
+    if (!seen.insert(op.canonical).second || op.weights.empty()) continue;
+    synth::Stats st = synth::stats(spec, op, b0);
+    // Too few parameters to learn (a handful of shared scalars), or far more work than the
+    // convolution: not worth timing.
+    if (st.params < conv_params * cfg.min_params_ratio || st.flops > conv_flops * 2) continue;
+    ++timed;
+    std::vector<double> lat;
+    try {
+      lat = layer_latency(spec, &op, 3);
+    } catch (const std::exception& ex) {
+      say("  skipped (lowering failed): " + std::string(ex.what()));
+      continue;
+    }
+    unsigned mask = 0;
+    double saved = 0;
+    std::string times;
+    for (size_t c = 0; c < lat.size(); ++c) {
+      if (lat[c] < conv_lat[c] * 0.9) mask |= 1u << c, saved += 2 * (conv_lat[c] - lat[c]);  // two layers per class
+      times += (c ? " / " : "") + std::to_string(lat[c]).substr(0, 6);
+    }
+    say("  layer ms " + times + (mask ? "  faster in classes " + std::to_string(mask) : "  (no faster class)") + "  " +
+        synth::formula(spec, op));
+    if (mask) screened.push_back({&op, mask, saved});
+  }
+  std::stable_sort(screened.begin(), screened.end(), [](const Screened& a, const Screened& b) { return a.saved > b.saved; });
+  if (int64_t(screened.size()) > cfg.candidates) screened.resize(size_t(cfg.candidates));
+  say("screened " + std::to_string(screened.size()) + " operators faster than the convolution in some layer class");
+
+  // 3. Successive halving: train, keep the better half by reward, double the budget.
+  SearchOutcome out;
+  std::vector<Screened> alive = screened;
+  int64_t epochs = cfg.proxy.epochs;
+  for (int64_t round = 0; round < cfg.rounds && (!alive.empty() || round == 0); ++round, epochs *= 2) {
+    std::vector<Job> jobs;
+    std::vector<bool> cached;
+    if (!log.find("baseline", epochs)) jobs.push_back({nullptr, 0, epochs});
+    for (const Screened& s : alive)
+      if (!log.find(s.op->canonical, epochs)) jobs.push_back({s.op, s.mask, epochs});
+    say("round " + std::to_string(round + 1) + ": " + std::to_string(alive.size()) + " candidates, " +
+        std::to_string(epochs) + " epoch(s) on " + std::to_string(cfg.proxy.train_images) + " images, " +
+        std::to_string(jobs.size()) + " to train");
+    std::vector<Evaluation> fresh = run_jobs(cfg, spec, jobs);
+    // Latency is measured here, one candidate at a time, so parallel training never skews it.
+    for (size_t i = 0; i < fresh.size(); ++i) {
+      Evaluation& e = fresh[i];
+      if (!e.failed) {
+        try {
+          auto net = make_network(spec, jobs[i].op, jobs[i].mask, cfg.proxy.seed, cfg.width);
+          e.latency = measure_latency(*net);
+        } catch (const std::exception& ex) {
+          e.failed = true, e.error = ex.what();
+        }
+      }
+      const Evaluation& rec = log.add(e);
+      say("  " + std::string(rec.failed ? "FAILED " + rec.error : "acc " + std::to_string(rec.accuracy)) +
+          "  latency b64 " + std::to_string(rec.latency.b64_t1) + " ms  " + rec.formula);
+    }
+    const Evaluation& base = *log.find("baseline", epochs);
+    out.baseline = base;
+    std::vector<std::pair<double, Screened>> ranked;
+    for (const Screened& s : alive) {
+      Evaluation e = *log.find(s.op->canonical, epochs);
+      ranked.push_back({reward(e, base, cfg), s});
+    }
+    std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    alive.clear();
+    for (size_t i = 0; i < (ranked.size() + 1) / 2; ++i)
+      if (ranked[i].first > -1) alive.push_back(ranked[i].second);
+    if (round + 1 < cfg.rounds && alive.size() <= 1 && ranked.size() <= 1) break;
+  }
+
+  // Everything evaluated at the final baseline budget, rewarded against that baseline.
+  int64_t final_epochs = out.baseline.trained_epochs;
+  for (const Screened& s : screened) {
+    for (int64_t ep = final_epochs; ep >= cfg.proxy.epochs; ep /= 2) {
+      const Evaluation* e = log.find(s.op->canonical, ep);
+      if (!e) continue;
+      Evaluation c = *e;
+      const Evaluation* base = log.find("baseline", ep);
+      c.reward = base ? reward(c, *base, cfg) : -1;
+      out.evaluations.push_back(c);
+      break;
+    }
+  }
+  std::sort(out.evaluations.begin(), out.evaluations.end(), [](const Evaluation& a, const Evaluation& b) { return a.order < b.order; });
+  // The Pareto front over (accuracy up, batch-64 latency down) among candidates at the final budget.
+  for (size_t i = 0; i < out.evaluations.size(); ++i) {
+    const Evaluation& a = out.evaluations[i];
+    if (a.failed || a.trained_epochs != final_epochs) continue;
+    bool dominated = false;
+    for (const Evaluation& b : out.evaluations)
+      if (&b != &a && !b.failed && b.trained_epochs == final_epochs && b.accuracy >= a.accuracy &&
+          b.latency.b64_t1 <= a.latency.b64_t1 && (b.accuracy > a.accuracy || b.latency.b64_t1 < a.latency.b64_t1))
+        dominated = true;
+    if (!dominated) out.pareto.push_back(i);
+  }
+  out.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  return out;
+}
+
+}  // namespace synoros::search
