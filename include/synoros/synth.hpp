@@ -334,6 +334,10 @@ std::string describe(const Spec& spec, const Operator& op);  // one line: formul
 
 // The canonical serialization of an operator built by hand (IxNode trees + weights).
 std::string canonical_form(const Operator& op);
+// An action path as text (stable across processes) and back; decode throws Error when corrupt.
+// Together with build_from_actions this persists a chosen operator.
+std::string encode_actions(const std::vector<Action>& p);
+std::vector<Action> decode_actions(const std::string& s);
 // Replays an action path from the root; throws Error if a step is illegal or it ends incomplete.
 Operator build_from_actions(Synthesizer& syn, const std::vector<Action>& path);
 

@@ -47,8 +47,5 @@ std::string size_key(const Size& z);
 std::string canonical_string(const Operator& op);
 int iter_count(const Spec& spec, const State& s);
 
-// Helpers for MCTS paths.
-std::string encode_actions(const std::vector<Action>& p);
-std::vector<Action> decode_actions(const std::string& s);
 
 }  // namespace synoros::synth
