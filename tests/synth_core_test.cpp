@@ -1,6 +1,7 @@
 // Operator synthesis: sizes, specs, primitives, canonical forms, enumeration and shape distance.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -80,11 +81,17 @@ TEST(SynthPrimitives, EveryBuiltOperatorIsValidByConstruction) {
       for (const IxNode& n : op.nodes) windowed = windowed || (n.kind == Kind::Unfold && n.b == int32_t(i));
       EXPECT_TRUE(windowed) << op.canonical;
     }
-    // Replaying the recorded path gives the same canonical operator.
-    Operator again = build_from_actions(syn, op.path);
+    // Replaying the recorded path (also through its text form) gives the same operator.
+    Operator again = build_from_actions(syn, decode_actions(encode_actions(op.path)));
     EXPECT_EQ(again.canonical, op.canonical);
     EXPECT_EQ(canonical_form(again), op.canonical);
   }
+  EXPECT_THROW(decode_actions("2 0,1"), Error);
+  EXPECT_THROW(decode_actions("x"), Error);
+  // A path that is not legal here is refused with the step named.
+  std::vector<Action> bad = r.operators.back().path;
+  std::reverse(bad.begin(), bad.end());
+  EXPECT_THROW(build_from_actions(syn, bad), Error);
 }
 
 TEST(SynthCanonical, RulesOnlyRemoveSpellingsAndCountsAreConsistent) {

@@ -11,6 +11,8 @@
 #pragma once
 
 #include <array>
+#include <compare>
+#include <cstring>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -26,7 +28,7 @@
 
 namespace synoros::synth {
 
-constexpr int kMaxVars = 8;  // per kind (primary, coefficient)
+constexpr int kMaxVars = 8;  // per kind (primary, coefficient); Size's order relies on 8
 
 // ---------------------------------------------------------------------------------------------
 // 1. Symbolic sizes: monomials over primary variables (non-negative powers) and coefficient
@@ -37,7 +39,17 @@ struct Size {
   Size operator*(const Size& o) const;
   Size operator/(const Size& o) const;
   bool operator==(const Size&) const = default;
-  auto operator<=>(const Size&) const = default;
+  // A fast total order (the exponent bytes read as two integers); any fixed order serves the
+  // canonical rules, which only need one.
+  std::strong_ordering operator<=>(const Size& o) const {
+    uint64_t a0, a1, b0, b1;
+    std::memcpy(&a0, p.data(), 8);
+    std::memcpy(&a1, c.data(), 8);
+    std::memcpy(&b0, o.p.data(), 8);
+    std::memcpy(&b1, o.c.data(), 8);
+    if (a0 != b0) return a0 <=> b0;
+    return a1 <=> b1;
+  }
   bool is_one() const;
   bool pure_coefficient() const;  // no primary variable
   uint64_t hash() const;
@@ -322,6 +334,10 @@ std::string describe(const Spec& spec, const Operator& op);  // one line: formul
 
 // The canonical serialization of an operator built by hand (IxNode trees + weights).
 std::string canonical_form(const Operator& op);
+// An action path as text (stable across processes) and back; decode throws Error when corrupt.
+// Together with build_from_actions this persists a chosen operator.
+std::string encode_actions(const std::vector<Action>& p);
+std::vector<Action> decode_actions(const std::string& s);
 // Replays an action path from the root; throws Error if a step is illegal or it ends incomplete.
 Operator build_from_actions(Synthesizer& syn, const std::vector<Action>& path);
 

@@ -59,7 +59,8 @@ void print_ops(const synth::Spec& spec, const std::vector<synth::Operator>& ops,
     std::cout << "#" << i;
     if (scores) std::cout << "  reward " << std::setprecision(4) << (*scores)[i];
     std::cout << "  depth " << ops[i].depth << "  FLOPs " << std::setprecision(4) << st.flops / 1e6 << "M  params "
-              << std::setprecision(8) << st.params << "  (binding 0)\n    " << synth::formula(spec, ops[i]) << "\n";
+              << std::setprecision(8) << st.params << "  (binding 0)\n    " << synth::formula(spec, ops[i])
+              << "\n    path: " << synth::encode_actions(ops[i].path) << "\n";
     if (!export_dir.empty()) {
       std::string path = export_dir + "/op" + std::to_string(i) + ".py";
       std::ofstream f(path);

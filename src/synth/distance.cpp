@@ -9,7 +9,7 @@
 namespace synoros::synth {
 
 uint16_t Synthesizer::Impl::size_id(const Size& z) {
-  auto [it, fresh] = size_ids.try_emplace(size_key(z), uint16_t(size_ids.size()));
+  auto [it, fresh] = size_ids.try_emplace(z, uint16_t(size_ids.size()));
   if (size_ids.size() >= 65535) throw Error("synth: too many distinct sizes");
   (void)fresh;
   return it->second;

@@ -24,7 +24,10 @@ struct Synthesizer::Impl {
     int ub = 1 << 20;  // ... and at most ub
   };
   std::unordered_map<std::string, Memo> dist_memo;
-  std::unordered_map<std::string, uint16_t> size_ids;  // compact size ids for memo keys
+  struct SizeHash {
+    size_t operator()(const Size& z) const { return size_t(z.hash()); }
+  };
+  std::unordered_map<Size, uint16_t, SizeHash> size_ids;  // compact size ids for memo keys
   std::vector<Size> want;                              // sorted non-fixed input sizes
   uint16_t size_id(const Size& z);
   int32_t intern(const ExprNode& n);
@@ -44,8 +47,5 @@ std::string size_key(const Size& z);
 std::string canonical_string(const Operator& op);
 int iter_count(const Spec& spec, const State& s);
 
-// Helpers for MCTS paths.
-std::string encode_actions(const std::vector<Action>& p);
-std::vector<Action> decode_actions(const std::string& s);
 
 }  // namespace synoros::synth

@@ -86,22 +86,32 @@ void keep_best(std::vector<std::pair<double, Operator>>& best, double r, const O
   if (best.size() > k) best.resize(k);
 }
 
-// Random descent to a complete state: uniform over the legal (distance-pruned) options, where
-// stopping at a complete state is one option.
+// Random descent to a complete state: uniform over the legal options that can still be
+// completed within the depth, where stopping at a complete state is one option. Options are
+// drawn uniformly and rejected when the shape distance rules them out, which gives the same
+// distribution as filtering first but tests only the options actually drawn.
 bool rollout(Synthesizer& syn, State s, std::vector<Action> path, std::mt19937_64& rng, Operator& out) {
   std::vector<Action> acts;
+  const int D = syn.options().max_depth;
   for (int guard = 0; guard < 64; ++guard) {
-    syn.pruned_actions(s, acts);
+    syn.actions(s, acts);
     bool done = syn.complete(s);
-    size_t options = acts.size() + (done ? 1 : 0);
-    if (options == 0) return false;
-    size_t pick = std::uniform_int_distribution<size_t>(0, options - 1)(rng);
-    if (done && pick == acts.size()) {
-      out = syn.finalize(s, path).front();
-      return true;
+    while (true) {
+      size_t options = acts.size() + (done ? 1 : 0);
+      if (options == 0) return false;
+      size_t pick = std::uniform_int_distribution<size_t>(0, options - 1)(rng);
+      if (done && pick == acts.size()) {
+        out = syn.finalize(s, path).front();
+        return true;
+      }
+      State c = syn.apply(s, acts[pick]);
+      if (syn.within(c, D - c.depth)) {
+        path.push_back(acts[pick]);
+        s = std::move(c);
+        break;
+      }
+      acts.erase(acts.begin() + long(pick));
     }
-    path.push_back(acts[pick]);
-    s = syn.apply(s, acts[pick]);
   }
   return false;
 }
@@ -130,7 +140,8 @@ struct Mcts::Impl {
     std::vector<Action> path;      // first path that reached it
     bool expanded = false;
     bool complete = false;
-    std::vector<Action> acts;      // pruned actions in a seeded order
+    std::vector<Action> acts;      // legal actions in a seeded order
+    size_t verified = 0;           // acts[0, verified) can still be completed
     std::vector<int32_t> child;    // node per action (-1: not created yet)
     double n = 0, w = 0, vl = 0;   // visits, reward sum, in-flight (virtual loss)
     double fn = 0, fw = 0;         // the "stop here" (finalize) option
@@ -162,15 +173,33 @@ struct Mcts::Impl {
     Node& nd = nodes[size_t(id)];
     if (nd.expanded) return;
     std::vector<Action> acts;
-    syn.pruned_actions(nd.state, acts);
+    syn.actions(nd.state, acts);
     // Reveal order for progressive widening: seeded by the search seed and the state itself, so
-    // it does not depend on the order in which nodes were created (resume-safe).
+    // it does not depend on the order in which nodes were created (resume-safe). Actions are
+    // checked against the shape distance lazily, when widening first reveals them.
     std::mt19937_64 r(hmix(opt.seed, syn.state_hash(nd.state)));
     std::shuffle(acts.begin(), acts.end(), r);
     Node& again = nodes[size_t(id)];
     again.acts = std::move(acts);
     again.child.assign(again.acts.size(), -1);
+    again.verified = 0;
     again.expanded = true;
+  }
+
+  // Makes sure the first `k` actions of a node can still be completed; returns how many there are.
+  size_t verify(int32_t id, size_t k) {
+    Node& nd = nodes[size_t(id)];
+    const int D = syn.options().max_depth;
+    while (nd.verified < k && nd.verified < nd.acts.size()) {
+      State c = syn.apply(nd.state, nd.acts[nd.verified]);
+      if (syn.within(c, D - c.depth)) {
+        ++nd.verified;
+      } else {
+        nd.acts.erase(nd.acts.begin() + long(nd.verified));
+        nd.child.erase(nd.child.begin() + long(nd.verified));
+      }
+    }
+    return std::min(k, nd.verified);
   }
 
   double uct(double parent_n, double n, double w, double vl) const {
@@ -193,11 +222,14 @@ struct Mcts::Impl {
     for (int guard = 0; guard < 64; ++guard) {
       leaf.path.push_back(id);
       expand(id);
+      Node& nd0 = nodes[size_t(id)];
+      size_t want = size_t(std::ceil(opt.widening_c * std::pow(nd0.n + nd0.vl + 1, opt.widening_alpha)));
+      want = std::max<size_t>(1, want);
+      size_t fin = nd0.complete ? 1 : 0;
+      size_t acts_ok = verify(id, want > fin ? want - fin : 0);
       Node& nd = nodes[size_t(id)];
-      size_t options = nd.acts.size() + (nd.complete ? 1 : 0);
-      if (options == 0) return leaf;  // dead end (cannot happen with exact pruning)
-      size_t reveal = size_t(std::ceil(opt.widening_c * std::pow(nd.n + nd.vl + 1, opt.widening_alpha)));
-      reveal = std::min(options, std::max<size_t>(1, reveal));
+      if (acts_ok == 0 && !nd.complete) return leaf;  // dead end (exact pruning rules it out)
+      size_t reveal = std::min(want, acts_ok + fin);
       double pn = nd.n + nd.vl;
       double best_s = -1;
       size_t best_k = 0;

@@ -372,6 +372,7 @@ State apply_impl(const Spec& sp, State s, const Action& a, Synthesizer::Impl* im
       Dim x = F[size_t(a.a)];
       Dim y = a.b >= 0 ? F[size_t(a.b)] : Dim{};
       std::vector<Dim> nf;
+      nf.reserve(F.size() + 2);
       for (size_t i = 0; i < F.size(); ++i)
         if (int(i) != a.a && int(i) != a.b) nf.push_back(F[i]);
       auto push = [&](Kind k, Size size, Size param, int32_t group, int32_t expr) {
@@ -436,12 +437,20 @@ State Synthesizer::abstract(const State& s0) const {
     s.expanded = 0;
     s.reduces.clear();
     std::vector<int32_t> old;
+    old.reserve(s.frontier.size());
     for (Dim& d : s.frontier) {
       if (is_iter(d.info.kind)) d.info.group = -1;
       if (d.info.kind == Kind::Div || d.info.kind == Kind::Mod) old.push_back(d.info.group), d.info.group = -1;
     }
+    if (old.empty()) {  // no merge halves: nothing to renumber
+      std::sort(s.frontier.begin(), s.frontier.end(), [](const Dim& x, const Dim& y) { return x.info < y.info; });
+      s.next_group = 0;
+      s.depth = 0;
+      return s;
+    }
     // Renumber merge groups in order of first appearance after a group-blind sort.
     std::vector<std::pair<DimInfo, int32_t>> tmp;
+    tmp.reserve(s.frontier.size());
     size_t k = 0;
     for (Dim& d : s.frontier) {
       int32_t g = (d.info.kind == Kind::Div || d.info.kind == Kind::Mod) ? old[k++] : -1;
