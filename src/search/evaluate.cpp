@@ -9,49 +9,9 @@
 
 namespace synoros::search {
 
-std::string serialize_actions(const std::vector<synth::Action>& path) {
-  std::ostringstream s;
-  for (const synth::Action& a : path) {
-    s << int(a.type) << ":" << a.a << ":" << a.b << ":" << a.mask << ":" << a.emask << ":";
-    for (int i = 0; i < synth::kMaxVars; ++i) s << int(a.size.p[size_t(i)]) << (i + 1 < synth::kMaxVars ? "," : "");
-    s << ":";
-    for (int i = 0; i < synth::kMaxVars; ++i) s << int(a.size.c[size_t(i)]) << (i + 1 < synth::kMaxVars ? "," : "");
-    s << ";";
-  }
-  return s.str();
-}
+std::string serialize_actions(const std::vector<synth::Action>& path) { return synth::encode_actions(path); }
 
-std::vector<synth::Action> parse_actions(const std::string& text) {
-  std::vector<synth::Action> out;
-  std::istringstream s(text);
-  std::string item;
-  while (std::getline(s, item, ';')) {
-    if (item.empty()) continue;
-    std::istringstream f(item);
-    std::string part;
-    std::vector<std::string> parts;
-    while (std::getline(f, part, ':')) parts.push_back(part);
-    if (parts.size() != 7) throw Error("search: malformed action '" + item + "'");
-    synth::Action a;
-    try {
-      a.type = synth::ActType(std::stoi(parts[0]));
-      a.a = int16_t(std::stoi(parts[1]));
-      a.b = int16_t(std::stoi(parts[2]));
-      a.mask = uint32_t(std::stoul(parts[3]));
-      a.emask = uint32_t(std::stoul(parts[4]));
-      for (int k = 0; k < 2; ++k) {
-        std::istringstream e(parts[size_t(5 + k)]);
-        std::string v;
-        for (int i = 0; i < synth::kMaxVars && std::getline(e, v, ','); ++i)
-          (k == 0 ? a.size.p : a.size.c)[size_t(i)] = int8_t(std::stoi(v));
-      }
-    } catch (const std::exception&) {
-      throw Error("search: malformed action '" + item + "'");
-    }
-    out.push_back(a);
-  }
-  return out;
-}
+std::vector<synth::Action> parse_actions(const std::string& text) { return synth::decode_actions(text); }
 
 std::string to_json(const Evaluation& e) {
   nlohmann::json j = {{"key", e.key},
