@@ -34,7 +34,7 @@ void write_report(const SearchConfig& cfg, const SearchOutcome& out) {
   synth::Options so;
   so.max_depth = cfg.depth;
   synth::Synthesizer syn(spec, so);
-  std::ostringstream md, js;
+  std::ostringstream md, js, notes;
   md << "# Operator search report\n\n"
      << "Backbone: ResNetMini (width " << cfg.width << ") on Fashion-MNIST; candidates replace the stride-1 3x3 "
      << "convolutions of the layer classes where their layer is faster than the convolution.\n"
@@ -76,9 +76,8 @@ void write_report(const SearchConfig& cfg, const SearchOutcome& out) {
         synth::Operator op = synth::build_from_actions(syn, parse_actions(e.actions));
         std::string file = cfg.dir + "/op" + std::to_string(i) + ".py";
         write_text(file, synth::pytorch_module(spec, op, synth::binding(spec, 0), "SynthOp" + std::to_string(i)));
-        md << "\n";
       } catch (const std::exception& ex) {
-        md << "\n(op" << i << ": export failed: " << ex.what() << ")\n";
+        notes << "\nop" << i << ": export failed: " << ex.what() << "\n";
       }
     }
   }
@@ -89,7 +88,7 @@ void write_report(const SearchConfig& cfg, const SearchOutcome& out) {
   js << "], \"pareto\": [";
   for (size_t k = 0; k < out.pareto.size(); ++k) js << (k ? ", " : "") << out.pareto[k];
   js << "], \"seconds\": " << out.seconds << "}\n";
-  md << "\nOperators on the front are exported as PyTorch modules (`op<i>.py`, binding of the 28x28 class).\n"
+  md << notes.str() << "\nOperators on the front are exported as PyTorch modules (`op<i>.py`, binding of the 28x28 class).\n"
      << "Plots: `front.svg` (accuracy vs latency with the Pareto front), `reward.svg` (best reward over time).\n";
   write_text(cfg.dir + "/report.md", md.str());
   write_text(cfg.dir + "/report.json", js.str());
