@@ -5,18 +5,7 @@
 
 namespace synoros {
 namespace {
-
-// Runs f, expects an Error whose message contains every fragment.
-template <class F>
-void expect_error(F f, std::vector<std::string> fragments) {
-  try {
-    f();
-    ADD_FAILURE() << "no error raised";
-  } catch (const Error& e) {
-    std::string m = e.what();
-    for (const auto& fr : fragments) EXPECT_NE(m.find(fr), std::string::npos) << "message: " << m;
-  }
-}
+using testing::expect_error;
 
 TEST(BadInput, ShapeMismatchWhileBuilding) {
   Graph g;

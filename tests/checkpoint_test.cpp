@@ -13,36 +13,14 @@
 #include <numbers>
 #include <nlohmann/json.hpp>
 
+#include "test_util.hpp"
 #include "synoros/checkpoint.hpp"
 
 namespace synoros::io {
 namespace {
+using synoros::testing::expect_error;
+using synoros::testing::TempDir;
 namespace fs = std::filesystem;
-
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& tag) {
-    path = fs::temp_directory_path() / ("synoros_ckpt_" + tag + "_" + std::to_string(::getpid()));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
-
-template <class F>
-void expect_error(F f, std::vector<std::string> fragments) {
-  try {
-    f();
-    ADD_FAILURE() << "no error raised";
-  } catch (const Error& e) {
-    std::string m = e.what();
-    for (const auto& fr : fragments) EXPECT_NE(m.find(fr), std::string::npos) << "message: " << m;
-  }
-}
 
 std::vector<uint8_t> read_bytes(const std::string& path) {
   std::ifstream i(path, std::ios::binary);

@@ -13,38 +13,15 @@
 #include <numeric>
 #include <set>
 
+#include "test_util.hpp"
 #include "synoros/data.hpp"
 #include "synoros/runtime.hpp"
 
 namespace synoros::data {
 namespace {
+using synoros::testing::expect_error;
+using synoros::testing::TempDir;
 namespace fs = std::filesystem;
-
-// A fresh directory removed when the test ends.
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& tag) {
-    path = fs::temp_directory_path() / ("synoros_data_" + tag + "_" + std::to_string(::getpid()));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
-
-template <class F>
-void expect_error(F f, std::vector<std::string> fragments) {
-  try {
-    f();
-    ADD_FAILURE() << "no error raised";
-  } catch (const Error& e) {
-    std::string m = e.what();
-    for (const auto& fr : fragments) EXPECT_NE(m.find(fr), std::string::npos) << "message: " << m;
-  }
-}
 
 void put_be32(std::vector<uint8_t>& v, uint32_t x) {
   for (int s = 24; s >= 0; s -= 8) v.push_back(uint8_t(x >> s));

@@ -1,8 +1,14 @@
-// Helpers shared by the tests: seeded random tensors.
+// Helpers shared by the tests: seeded random tensors, error expectations, temporary directories.
 #pragma once
 
+#include <gtest/gtest.h>
+#include <unistd.h>
+
 #include <cstdint>
+#include <filesystem>
 #include <random>
+#include <string>
+#include <vector>
 
 #include "kernels/kernel_api.hpp"
 #include "synoros/synoros.hpp"
@@ -43,5 +49,32 @@ inline HostTensor to_f64(const HostTensor& h) {
   for (int64_t i = 0; i < h.numel(); ++i) w.set(i, h.get(i));
   return w;
 }
+
+// Runs f, expects an Error whose message contains every fragment.
+template <class F>
+void expect_error(F f, std::vector<std::string> fragments) {
+  try {
+    f();
+    ADD_FAILURE() << "no error raised";
+  } catch (const Error& e) {
+    std::string m = e.what();
+    for (const auto& fr : fragments) EXPECT_NE(m.find(fr), std::string::npos) << "message: " << m;
+  }
+}
+
+// A fresh directory removed when the test ends.
+struct TempDir {
+  std::filesystem::path path;
+  explicit TempDir(const std::string& tag) {
+    path = std::filesystem::temp_directory_path() / ("synoros_test_" + tag + "_" + std::to_string(::getpid()));
+    std::filesystem::remove_all(path);
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  std::string file(const std::string& name) const { return (path / name).string(); }
+};
 
 }  // namespace synoros::testing

@@ -124,7 +124,7 @@ int train_classifier(const Args& a, const std::string& model) {
     std::fflush(stdout);
     csv << e << "," << t.step() << "," << t.mean_loss() << "," << t.mean_acc() << "," << test_loss << "," << test_acc
         << "," << secs << "\n";
-    json << (e > 1 + 0 && json.tellp() > 1 ? "," : "") << "{\"epoch\":" << e << ",\"step\":" << t.step()
+    json << (json.tellp() > 1 ? "," : "") << "{\"epoch\":" << e << ",\"step\":" << t.step()
          << ",\"train_loss\":" << json_num(t.mean_loss()) << ",\"train_acc\":" << json_num(t.mean_acc())
          << ",\"test_loss\":" << json_num(test_loss) << ",\"test_acc\":" << json_num(test_acc)
          << ",\"seconds\":" << json_num(secs) << "}";

@@ -233,7 +233,6 @@ SearchOutcome run_search(const SearchConfig& cfg) {
   int64_t epochs = cfg.proxy.epochs;
   for (int64_t round = 0; round < cfg.rounds && (!alive.empty() || round == 0); ++round, epochs *= 2) {
     std::vector<Job> jobs;
-    std::vector<bool> cached;
     if (!log.find("baseline", epochs)) jobs.push_back({nullptr, 0, epochs});
     for (const Screened& s : alive)
       if (!log.find(s.op->canonical, epochs)) jobs.push_back({s.op, s.mask, epochs});
