@@ -1,5 +1,6 @@
 // The scalar definition of each elementwise op as the fast path computes it (float or double).
-// The same source is compiled for every ISA with -ffp-contract=off, so all give the same bits.
+// The same source is compiled for every ISA with -ffp-contract=off and explicit FMAs, so all
+// give the same bits.
 #pragma once
 
 #include <bit>
@@ -8,22 +9,28 @@
 
 namespace synoros::kernels::fn {
 
-// float32 exp with a fixed polynomial (Cephes' expf coefficients): only IEEE +, -, *, /, integer
-// shifts and conversions, branch-free, so it vectorises and gives the same bits on every ISA.
-// Accurate to about 2 ulp; NaN propagates, overflow gives inf, underflow is gradual down to 0.
+// Every polynomial step below is an explicit fused multiply-add (std::fma): one rounding, the
+// same on every instruction set (the AVX2 and AVX-512 builds emit vfmadd; the scalar fallback
+// calls the correctly rounded fmaf), so all ISAs still give the same bits. -ffp-contract=off
+// keeps the compiler from fusing anything else.
+inline float fmaf_(float a, float b, float c) { return __builtin_fmaf(a, b, c); }
+
+// float32 exp with a fixed polynomial (Cephes' expf coefficients): only IEEE +, -, *, fma,
+// integer shifts and conversions, branch-free, so it vectorises and gives the same bits on every
+// ISA. Accurate to about 1 ulp; NaN propagates, overflow gives inf, underflow is gradual down to 0.
 inline float exp_f32(float x) {
   float xc = x > 89.0f ? 89.0f : x;
   xc = xc < -104.0f ? -104.0f : xc;
-  float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round to nearest
-  float r = xc - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
+  float n = fmaf_(xc, 1.44269504088896341f, 12582912.0f) - 12582912.0f;  // round to nearest
+  float r = fmaf_(n, -0.693359375f, xc);
+  r = fmaf_(n, 2.12194440e-4f, r);
   float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  float e = p * (r * r) + r + 1.0f;
+  p = fmaf_(p, r, 1.3981999507e-3f);
+  p = fmaf_(p, r, 8.3334519073e-3f);
+  p = fmaf_(p, r, 4.1665795894e-2f);
+  p = fmaf_(p, r, 1.6666665459e-1f);
+  p = fmaf_(p, r, 5.0000001201e-1f);
+  float e = fmaf_(p, r * r, r) + 1.0f;
   // Scale by 2^n in two halves so every intermediate stays a normal float.
   int32_t ni = static_cast<int32_t>(n);
   int32_t n1 = ni >> 1, n2 = ni - n1;
@@ -31,48 +38,54 @@ inline float exp_f32(float x) {
   return (e * s1) * s2;  // a NaN input stays NaN through e
 }
 
-// 1/d for d in [1, 2] without a divide (the slowest vector instruction): the classic linear
-// first guess 24/17 - 8/17 d (error <= 1/17), then three Newton steps y <- y (2 - d y), which
-// square the error each time. Plain IEEE operations, so every ISA gets the same bits.
-inline float recip_1_2(float d) {
-  float y = 1.41176470588f - 0.470588235294f * d;
-  y = y * (2.0f - d * y);
-  y = y * (2.0f - d * y);
-  y = y * (2.0f - d * y);
-  return y;
-}
-
-// sigmoid through e = exp(-|x|) in (0, 1]: 1 / (1 + e) for x >= 0, e / (1 + e) below.
+// sigmoid(x) = 1 / (1 + e^-x), with e^-x from exp_f32's reduction and polynomial, written in
+// s = -r (so -x is never formed), the polynomial in Estrin's form (a shorter dependency chain:
+// the line kernel is bound by latency times the scheduler's size, not by issue width) and one
+// exponent add instead of the two-step scaling. Outside [-88, 87] the exponent add leaves the
+// float range and its result is replaced: 1 above 87 (e^-87 vanishes against 1), 0 below -88
+// (the true value is < 6e-39). The division is IEEE (on AVX-512 the divider runs beside the
+// polynomial, cheaper than Newton steps); 1 + e >= 1 and the quotient keep small results
+// relatively accurate (~2 ulp).
 inline float sigmoid_f32(float x) {
-  float a = x < 0.0f ? -x : x;
-  float e = exp_f32(-a);
-  float r = recip_1_2(1.0f + e);
-  return x < 0.0f ? e * r : r;
+  float m = fmaf_(x, -1.44269504088896341f, 12582912.0f) - 12582912.0f;  // round(-x / ln 2)
+  float s = fmaf_(m, 0.693359375f, x);
+  s = fmaf_(m, -2.12194440e-4f, s);  // s = x + m ln 2 = -r, |s| <= ln2 / 2 inside the range
+  float s2 = s * s;
+  // Cephes' coefficients with the odd ones negated, paired for Estrin's scheme.
+  float a = fmaf_(-1.6666665459e-1f, s, 5.0000001201e-1f);
+  float b = fmaf_(-8.3334519073e-3f, s, 4.1665795894e-2f);
+  float c = fmaf_(-1.9875691500e-4f, s, 1.3981999507e-3f);
+  float p = fmaf_(fmaf_(c, s2, b), s2, a);
+  float e = fmaf_(p, s2, -s) + 1.0f;  // e^-s in [0.7, 1.42)
+  int32_t mi = static_cast<int32_t>(m);
+  float ex = std::bit_cast<float>(std::bit_cast<int32_t>(e) + (mi << 23));  // e^-x
+  float y = 1.0f / (1.0f + ex);
+  y = x > 87.0f ? 1.0f : y;
+  return x < -88.0f ? 0.0f : y;  // NaN stays NaN (the comparisons are false)
 }
 
-// tanh: a 13/6 odd rational minimax approximation on [-7.9, 7.9] (beyond it tanh rounds to
-// +-1 in float), one divide, no exp.
+// tanh: a 13/6 odd rational minimax approximation (beyond |x| = 9 tanh rounds to +-1 in float),
+// one divide, no exp. The input is clamped at 8.7, where these fused steps give exactly +-1 (at
+// 7.9, the fit's own end, they give 1 - 3 ulp). Near 0 it is x (p/q = x (1 - 1.3e-7)); NaN
+// passes the clamps (the comparisons are false) and stays NaN.
 inline float tanh_f32(float x) {
-  const float lim = 7.90531110763549805f;
+  const float lim = 8.7f;
   float c = x > lim ? lim : x;
   c = c < -lim ? -lim : c;
   float z = c * c;
   float p = -2.76076847742355e-16f;
-  p = p * z + 2.00018790482477e-13f;
-  p = p * z + -8.60467152213735e-11f;
-  p = p * z + 5.12229709037114e-08f;
-  p = p * z + 1.48572235717979e-05f;
-  p = p * z + 6.37261928875436e-04f;
-  p = p * z + 4.89352455891786e-03f;
+  p = fmaf_(p, z, 2.00018790482477e-13f);
+  p = fmaf_(p, z, -8.60467152213735e-11f);
+  p = fmaf_(p, z, 5.12229709037114e-08f);
+  p = fmaf_(p, z, 1.48572235717979e-05f);
+  p = fmaf_(p, z, 6.37261928875436e-04f);
+  p = fmaf_(p, z, 4.89352455891786e-03f);
   p = p * c;
   float q = 1.19825839466702e-06f;
-  q = q * z + 1.18534705686654e-04f;
-  q = q * z + 2.26843463243900e-03f;
-  q = q * z + 4.89352518554385e-03f;
-  float a = x < 0.0f ? -x : x;
-  float y = p / q;
-  y = a < 0.0004f ? x : y;
-  return x != x ? x : y;
+  q = fmaf_(q, z, 1.18534705686654e-04f);
+  q = fmaf_(q, z, 2.26843463243900e-03f);
+  q = fmaf_(q, z, 4.89352518554385e-03f);
+  return p / q;
 }
 
 // float32 log (Cephes' logf polynomial): mantissa in [sqrt(1/2), sqrt(2)) times 2^e, then
@@ -89,18 +102,18 @@ inline float log_f32(float x) {
   float ef = float(lo ? e - 1 : e) - (tiny ? 23.0f : 0.0f);
   float z = f * f;
   float p = 7.0376836292e-2f;
-  p = p * f - 1.1514610310e-1f;
-  p = p * f + 1.1676998740e-1f;
-  p = p * f - 1.2420140846e-1f;
-  p = p * f + 1.4249322787e-1f;
-  p = p * f - 1.6668057665e-1f;
-  p = p * f + 2.0000714765e-1f;
-  p = p * f - 2.4999993993e-1f;
-  p = p * f + 3.3333331174e-1f;
+  p = fmaf_(p, f, -1.1514610310e-1f);
+  p = fmaf_(p, f, 1.1676998740e-1f);
+  p = fmaf_(p, f, -1.2420140846e-1f);
+  p = fmaf_(p, f, 1.4249322787e-1f);
+  p = fmaf_(p, f, -1.6668057665e-1f);
+  p = fmaf_(p, f, 2.0000714765e-1f);
+  p = fmaf_(p, f, -2.4999993993e-1f);
+  p = fmaf_(p, f, 3.3333331174e-1f);
   float y = p * f * z;
-  y = y + ef * -2.12194440e-4f;
-  y = y - 0.5f * z;
-  float r = (f + y) + ef * 0.693359375f;
+  y = fmaf_(ef, -2.12194440e-4f, y);
+  y = fmaf_(-0.5f, z, y);
+  float r = fmaf_(ef, 0.693359375f, f + y);
   r = x == 0.0f ? -INFINITY : r;
   r = x == INFINITY ? x : r;
   return x < 0.0f || x != x ? NAN : r;
@@ -113,18 +126,18 @@ inline float erf_f32(float x) {
   c = c < -4.0f ? -4.0f : c;
   float z = c * c;
   float p = -2.72614225801306e-10f;
-  p = p * z + 2.77068142495902e-08f;
-  p = p * z + -2.10102402082508e-06f;
-  p = p * z + -5.69250639462346e-05f;
-  p = p * z + -7.34990630326855e-04f;
-  p = p * z + -2.95459980854025e-03f;
-  p = p * z + -1.60960333262415e-02f;
+  p = fmaf_(p, z, 2.77068142495902e-08f);
+  p = fmaf_(p, z, -2.10102402082508e-06f);
+  p = fmaf_(p, z, -5.69250639462346e-05f);
+  p = fmaf_(p, z, -7.34990630326855e-04f);
+  p = fmaf_(p, z, -2.95459980854025e-03f);
+  p = fmaf_(p, z, -1.60960333262415e-02f);
   p = p * c;
   float q = -1.45660718464996e-05f;
-  q = q * z + -2.13374055278905e-04f;
-  q = q * z + -1.68282697438203e-03f;
-  q = q * z + -7.37332916720468e-03f;
-  q = q * z + -1.42647390514189e-02f;
+  q = fmaf_(q, z, -2.13374055278905e-04f);
+  q = fmaf_(q, z, -1.68282697438203e-03f);
+  q = fmaf_(q, z, -7.37332916720468e-03f);
+  q = fmaf_(q, z, -1.42647390514189e-02f);
   float y = p / q;
   return x != x ? x : y;
 }
