@@ -10,6 +10,7 @@ namespace synoros::kernels {
 
 namespace {
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+constexpr int64_t kMaxMR = 16;
 
 // Packed layouts of one K block [k0, k0 + kc): A panel p holds rows [p*MR, p*MR+MR) as
 // [kc][MR]; B panel q holds columns [q*NR, q*NR+NR) as [kc][NR]. Out-of-range rows and columns
@@ -17,13 +18,19 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 void pack_a_panel(const GemmShape& s, const float* A, int64_t p, int64_t k0, int64_t kc, int64_t mr,
                   float* dst) {
   int64_t m0 = p * mr, rows = std::min(mr, s.M - m0);
-  // Row by row: each row of A is read along k (contiguous when A is row-major).
-  for (int64_t i = 0; i < rows; ++i) {
-    const float* src = A + (m0 + i) * s.a_rs + k0 * s.a_cs;
-    for (int64_t kk = 0; kk < kc; ++kk) dst[kk * mr + i] = src[kk * s.a_cs];
+  const float* src[kMaxMR];
+  for (int64_t i = 0; i < rows; ++i) src[i] = A + (m0 + i) * s.a_rs + k0 * s.a_cs;
+  if (s.a_cs == 1 && rows == mr) {
+    // Along k, writing each packed column contiguously: mr read streams, one write stream.
+    for (int64_t kk = 0; kk < kc; ++kk, dst += mr)
+      for (int64_t i = 0; i < mr; ++i) dst[i] = src[i][kk];
+    return;
   }
-  for (int64_t i = rows; i < mr; ++i)
-    for (int64_t kk = 0; kk < kc; ++kk) dst[kk * mr + i] = 0.f;
+  for (int64_t kk = 0; kk < kc; ++kk, dst += mr) {
+    int64_t i = 0;
+    for (; i < rows; ++i) dst[i] = src[i][kk * s.a_cs];
+    for (; i < mr; ++i) dst[i] = 0.f;
+  }
 }
 
 void pack_b_panel(const GemmShape& s, const float* B, int64_t q, int64_t k0, int64_t kc, int64_t nr,
@@ -43,23 +50,34 @@ void pack_b_panel(const GemmShape& s, const float* B, int64_t q, int64_t k0, int
   }
 }
 
-// acc[MR][NR] (+)= a[kc][MR] x b[kc][NR], continuing each element's FMA chain.
-void micro_scalar(int64_t kc, const float* a, const float* b, float* acc) {
+// C tile [MR][NR] at c (row stride ldc) = (load ? C : 0) + a[kc][MR] x b[kc][NR], continuing
+// each element's FMA chain from the value stored in C.
+void micro_scalar(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bool load) {
+  float acc[kGemmMR * kGemmNR];
+  for (int64_t i = 0; i < kGemmMR; ++i)
+    for (int64_t j = 0; j < kGemmNR; ++j) acc[i * kGemmNR + j] = load ? c[i * ldc + j] : 0.f;
   for (int64_t k = 0; k < kc; ++k)
     for (int64_t i = 0; i < kGemmMR; ++i)
       for (int64_t j = 0; j < kGemmNR; ++j)
         acc[i * kGemmNR + j] = std::fma(a[k * kGemmMR + i], b[k * kGemmNR + j], acc[i * kGemmNR + j]);
+  for (int64_t i = 0; i < kGemmMR; ++i)
+    for (int64_t j = 0; j < kGemmNR; ++j) c[i * ldc + j] = acc[i * kGemmNR + j];
 }
 
 // AVX-512: a 14 x 32 tile in 28 zmm accumulators; A broadcast straight from memory.
 constexpr int64_t kMR512 = 14, kNR512 = 32;
 __attribute__((target("avx512f,fma"))) void micro_avx512(int64_t kc, const float* a, const float* b,
-                                                          float* acc) {
+                                                          float* c, int64_t ldc, bool load) {
   __m512 c0[kMR512], c1[kMR512];
+  if (load) {
 #pragma GCC unroll 14
-  for (int i = 0; i < kMR512; ++i) {
-    c0[i] = _mm512_loadu_ps(acc + i * kNR512);
-    c1[i] = _mm512_loadu_ps(acc + i * kNR512 + 16);
+    for (int i = 0; i < kMR512; ++i) {
+      c0[i] = _mm512_loadu_ps(c + i * ldc);
+      c1[i] = _mm512_loadu_ps(c + i * ldc + 16);
+    }
+  } else {
+#pragma GCC unroll 14
+    for (int i = 0; i < kMR512; ++i) c0[i] = _mm512_setzero_ps(), c1[i] = _mm512_setzero_ps();
   }
   for (int64_t k = 0; k < kc; ++k) {
     __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
@@ -74,37 +92,35 @@ __attribute__((target("avx512f,fma"))) void micro_avx512(int64_t kc, const float
   }
 #pragma GCC unroll 14
   for (int i = 0; i < kMR512; ++i) {
-    _mm512_storeu_ps(acc + i * kNR512, c0[i]);
-    _mm512_storeu_ps(acc + i * kNR512 + 16, c1[i]);
+    _mm512_storeu_ps(c + i * ldc, c0[i]);
+    _mm512_storeu_ps(c + i * ldc + 16, c1[i]);
   }
 }
 
 __attribute__((target("avx2,fma"))) void micro_avx2(int64_t kc, const float* a, const float* b,
-                                                     float* acc) {
-  __m256 c00 = _mm256_loadu_ps(acc + 0), c01 = _mm256_loadu_ps(acc + 8);
-  __m256 c10 = _mm256_loadu_ps(acc + 16), c11 = _mm256_loadu_ps(acc + 24);
-  __m256 c20 = _mm256_loadu_ps(acc + 32), c21 = _mm256_loadu_ps(acc + 40);
-  __m256 c30 = _mm256_loadu_ps(acc + 48), c31 = _mm256_loadu_ps(acc + 56);
-  __m256 c40 = _mm256_loadu_ps(acc + 64), c41 = _mm256_loadu_ps(acc + 72);
-  __m256 c50 = _mm256_loadu_ps(acc + 80), c51 = _mm256_loadu_ps(acc + 88);
+                                                     float* c, int64_t ldc, bool load) {
+  __m256 c0[kGemmMR], c1[kGemmMR];
+#pragma GCC unroll 6
+  for (int i = 0; i < kGemmMR; ++i) {
+    c0[i] = load ? _mm256_loadu_ps(c + i * ldc) : _mm256_setzero_ps();
+    c1[i] = load ? _mm256_loadu_ps(c + i * ldc + 8) : _mm256_setzero_ps();
+  }
   for (int64_t k = 0; k < kc; ++k) {
     __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
-    __m256 x;
-    x = _mm256_broadcast_ss(a + 0), c00 = _mm256_fmadd_ps(x, b0, c00), c01 = _mm256_fmadd_ps(x, b1, c01);
-    x = _mm256_broadcast_ss(a + 1), c10 = _mm256_fmadd_ps(x, b0, c10), c11 = _mm256_fmadd_ps(x, b1, c11);
-    x = _mm256_broadcast_ss(a + 2), c20 = _mm256_fmadd_ps(x, b0, c20), c21 = _mm256_fmadd_ps(x, b1, c21);
-    x = _mm256_broadcast_ss(a + 3), c30 = _mm256_fmadd_ps(x, b0, c30), c31 = _mm256_fmadd_ps(x, b1, c31);
-    x = _mm256_broadcast_ss(a + 4), c40 = _mm256_fmadd_ps(x, b0, c40), c41 = _mm256_fmadd_ps(x, b1, c41);
-    x = _mm256_broadcast_ss(a + 5), c50 = _mm256_fmadd_ps(x, b0, c50), c51 = _mm256_fmadd_ps(x, b1, c51);
+#pragma GCC unroll 6
+    for (int i = 0; i < kGemmMR; ++i) {
+      __m256 x = _mm256_broadcast_ss(a + i);
+      c0[i] = _mm256_fmadd_ps(x, b0, c0[i]);
+      c1[i] = _mm256_fmadd_ps(x, b1, c1[i]);
+    }
     a += kGemmMR;
     b += kGemmNR;
   }
-  _mm256_storeu_ps(acc + 0, c00), _mm256_storeu_ps(acc + 8, c01);
-  _mm256_storeu_ps(acc + 16, c10), _mm256_storeu_ps(acc + 24, c11);
-  _mm256_storeu_ps(acc + 32, c20), _mm256_storeu_ps(acc + 40, c21);
-  _mm256_storeu_ps(acc + 48, c30), _mm256_storeu_ps(acc + 56, c31);
-  _mm256_storeu_ps(acc + 64, c40), _mm256_storeu_ps(acc + 72, c41);
-  _mm256_storeu_ps(acc + 80, c50), _mm256_storeu_ps(acc + 88, c51);
+#pragma GCC unroll 6
+  for (int i = 0; i < kGemmMR; ++i) {
+    _mm256_storeu_ps(c + i * ldc, c0[i]);
+    _mm256_storeu_ps(c + i * ldc + 8, c1[i]);
+  }
 }
 
 // ---- small problems: no packing of A (broadcast loads work at any stride) and B read in place
@@ -281,27 +297,37 @@ void pack_chunk(const void* p, int64_t i) {
   else pack_b_panel(*j.s, j.B, i - j.mp, j.k0, j.kc, j.nr, j.pb + (i - j.mp) * j.kc * j.nr);
 }
 
-// One chunk = one B panel (a column strip of C) across all A panels, for one K block. After
-// the first block each tile resumes from C: the stored float is the chain's value, so the bits
-// are those of one unbroken chain (and independent of the tile shape).
-void compute_chunk(const void* p, int64_t q) {
+void run_micro(const GemmJob& j, const float* a, const float* b, float* c, int64_t ldc, bool load) {
+  if (j.isa >= 2) micro_avx512(j.kc, a, b, c, ldc, load);
+  else if (j.isa == 1) micro_avx2(j.kc, a, b, c, ldc, load);
+  else micro_scalar(j.kc, a, b, c, ldc, load);
+}
+
+// One chunk = one A panel (a row strip of C) across all B panels, for one K block: the A panel
+// stays in L1 while the packed B of the K block streams from L2. After the first K block each
+// tile resumes from C: the stored float is the chain's value, so the bits are those of one
+// unbroken chain (and independent of the tile shape). Full tiles are read and written in
+// place; edge tiles go through a zero-padded copy.
+void compute_chunk(const void* p, int64_t pa) {
   const GemmJob& j = *static_cast<const GemmJob*>(p);
   const GemmShape& s = *j.s;
-  int64_t n0 = q * j.nr, cols = std::min(j.nr, s.N - n0);
-  alignas(64) float acc[kMR512 * kNR512];
-  for (int64_t pa = 0; pa < j.mp; ++pa) {
-    int64_t m0 = pa * j.mr, rows = std::min(j.mr, s.M - m0);
-    std::memset(acc, 0, sizeof(float) * size_t(j.mr * j.nr));
-    if (j.k0 > 0 || j.accumulate)
-      for (int64_t i = 0; i < rows; ++i)
-        std::memcpy(acc + i * j.nr, j.C + (m0 + i) * s.c_rs + n0, sizeof(float) * size_t(cols));
-    const float* a = j.pa + pa * j.kc * j.mr;
+  int64_t m0 = pa * j.mr, rows = std::min(j.mr, s.M - m0);
+  bool load = j.k0 > 0 || j.accumulate;
+  const float* a = j.pa + pa * j.kc * j.mr;
+  for (int64_t q = 0; q < j.np; ++q) {
+    int64_t n0 = q * j.nr, cols = std::min(j.nr, s.N - n0);
     const float* b = j.pb + q * j.kc * j.nr;
-    if (j.isa >= 2) micro_avx512(j.kc, a, b, acc);
-    else if (j.isa == 1) micro_avx2(j.kc, a, b, acc);
-    else micro_scalar(j.kc, a, b, acc);
-    for (int64_t i = 0; i < rows; ++i)
-      std::memcpy(j.C + (m0 + i) * s.c_rs + n0, acc + i * j.nr, sizeof(float) * size_t(cols));
+    float* c = j.C + m0 * s.c_rs + n0;
+    if (rows == j.mr && cols == j.nr) {
+      run_micro(j, a, b, c, s.c_rs, load);
+      continue;
+    }
+    alignas(64) float acc[kMR512 * kNR512];
+    std::memset(acc, 0, sizeof(float) * size_t(j.mr * j.nr));
+    if (load)
+      for (int64_t i = 0; i < rows; ++i) std::memcpy(acc + i * j.nr, c + i * s.c_rs, sizeof(float) * size_t(cols));
+    run_micro(j, a, b, acc, j.nr, true);
+    for (int64_t i = 0; i < rows; ++i) std::memcpy(c + i * s.c_rs, acc + i * j.nr, sizeof(float) * size_t(cols));
   }
 }
 }  // namespace
@@ -355,11 +381,11 @@ void sgemm(const GemmShape& s, const float* A, const float* B, float* C, float* 
     j.kc = std::min(kc_even, s.K - j.k0);
     if (tiny) {
       for (int64_t i = 0; i < j.mp + j.np; ++i) pack_chunk(&j, i);
-      for (int64_t q = 0; q < j.np; ++q) compute_chunk(&j, q);
+      for (int64_t pa = 0; pa < j.mp; ++pa) compute_chunk(&j, pa);
       continue;
     }
     pool.run(j.mp + j.np, pack_chunk, &j);
-    pool.run(j.np, compute_chunk, &j);
+    pool.run(j.mp, compute_chunk, &j);
   }
 }
 

@@ -1,0 +1,109 @@
+// Every GEMM provider against a float64 reference over edge shapes (tile edges, several K blocks,
+// transposed operands, accumulation), and the canonical kernels' bits: the packed and the
+// unpacked paths and every instruction set give one FMA chain per output, so the same bits.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "kernels/kernel_api.hpp"
+#include "kernels/providers.hpp"
+#include "synoros/runtime.hpp"
+
+namespace synoros {
+namespace {
+using namespace kernels;
+
+struct Problem {
+  GemmShape s;
+  std::vector<float> A, B, C0;
+};
+
+// A [M,K] (transposed in memory when ta), B [K,N] (transposed when tb), C [M,N] with padding.
+Problem make_problem(int64_t M, int64_t N, int64_t K, bool ta, bool tb, uint64_t seed) {
+  Problem p;
+  p.s = {M, N, K, ta ? 1 : K + 3, ta ? M + 2 : 1, tb ? 1 : N + 5, tb ? K + 1 : 1, N + 7};
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  p.A.resize(size_t((ta ? K * (M + 2) : M * (K + 3))) + 1);
+  p.B.resize(size_t((tb ? N * (K + 1) : K * (N + 5))) + 1);
+  p.C0.resize(size_t(M * (N + 7)) + 1);
+  for (float& v : p.A) v = u(rng);
+  for (float& v : p.B) v = u(rng);
+  for (float& v : p.C0) v = u(rng);
+  return p;
+}
+
+double ref(const Problem& p, int64_t m, int64_t n, bool acc) {
+  const GemmShape& s = p.s;
+  double r = acc ? double(p.C0[size_t(m * s.c_rs + n)]) : 0.0;
+  for (int64_t k = 0; k < s.K; ++k)
+    r += double(p.A[size_t(m * s.a_rs + k * s.a_cs)]) * double(p.B[size_t(k * s.b_rs + n * s.b_cs)]);
+  return r;
+}
+
+std::vector<float> run(const GemmProvider& prov, const Problem& p, bool acc) {
+  std::vector<float> C = p.C0;
+  std::vector<float> scratch(prov.scratch_floats(p.s) + 64);
+  float* sp = scratch.data();
+  while (reinterpret_cast<uintptr_t>(sp) % 64) ++sp;
+  ThreadPool pool(2);
+  prov.run({p.s, p.A.data(), p.B.data(), C.data(), sp, acc}, pool);
+  return C;
+}
+
+const std::vector<std::array<int64_t, 3>> kShapes = {
+    {1, 1, 1}, {8, 32, 16}, {13, 31, 7}, {14, 32, 256}, {15, 33, 257}, {29, 65, 600},
+    {64, 64, 64}, {127, 127, 127}, {1, 300, 513}, {300, 1, 513}, {45, 97, 1030}};
+
+TEST(Gemm, EveryProviderMatchesTheFloat64Reference) {
+  for (const auto& prov : gemm_providers())
+    for (const auto& [M, N, K] : kShapes)
+      for (int t = 0; t < 4; ++t)
+        for (bool acc : {false, true}) {
+          Problem p = make_problem(M, N, K, t & 1, t & 2, uint64_t(M * 1000 + N * 10 + K + t));
+          if (!prov->supports(p.s)) continue;
+          std::vector<float> C = run(*prov, p, acc);
+          double worst = 0;
+          for (int64_t m = 0; m < M; ++m)
+            for (int64_t n = 0; n < N; ++n) {
+              double r = ref(p, m, n, acc);
+              worst = std::max(worst, std::fabs(double(C[size_t(m * p.s.c_rs + n)]) - r));
+            }
+          // float32 accumulation over K terms of magnitude <= 1.
+          EXPECT_LT(worst, 4e-7 * double(K) + 1e-6)
+              << prov->name() << " M=" << M << " N=" << N << " K=" << K << " transposes=" << t << " acc=" << acc;
+          // Padding between rows is never written.
+          for (int64_t m = 0; m < M; ++m)
+            for (int64_t n = N; n < p.s.c_rs && m * p.s.c_rs + n < int64_t(C.size()); ++n)
+              EXPECT_EQ(C[size_t(m * p.s.c_rs + n)], p.C0[size_t(m * p.s.c_rs + n)]) << prov->name();
+        }
+}
+
+TEST(Gemm, CanonicalPathsAndInstructionSetsGiveTheSameBits) {
+  Isa saved = active_isa();
+  ThreadPool pool(3);
+  for (const auto& [M, N, K] : kShapes)
+    for (int t = 0; t < 4; ++t) {
+      Problem p = make_problem(M, N, K, t & 1, t & 2, uint64_t(7 * M + N + K + t));
+      std::vector<float> first;
+      for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
+        if (int(isa) > int(best_isa())) continue;
+        for (int mode : {1, 2}) {
+          std::vector<float> C = p.C0;
+          std::vector<float> scratch(gemm_scratch_floats(p.s) + 64);
+          float* sp = scratch.data();
+          while (reinterpret_cast<uintptr_t>(sp) % 64) ++sp;
+          sgemm(p.s, p.A.data(), p.B.data(), C.data(), sp, int(isa), pool, mode, true);
+          if (first.empty()) first = C;
+          EXPECT_EQ(C, first) << "M=" << M << " N=" << N << " K=" << K << " isa=" << isa_name(isa)
+                              << " mode=" << mode;
+        }
+      }
+    }
+  set_isa(saved);
+}
+
+}  // namespace
+}  // namespace synoros
