@@ -2,7 +2,8 @@
 # Installs the Debian 12 packages Synoros needs, skipping what is already there.
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build libgtest-dev libbenchmark-dev libopenblas-dev python3
-      python3-torch python3-threadpoolctl zlib1g-dev nlohmann-json3-dev dataset-fashion-mnist fortunes)
+      python3-torch python3-threadpoolctl zlib1g-dev nlohmann-json3-dev libdnnl-dev libxsmm-dev
+      dataset-fashion-mnist fortunes)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

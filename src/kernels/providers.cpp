@@ -18,6 +18,7 @@
 #include <sstream>
 
 #include "kernels/kernel_api.hpp"
+#include "kernels/vendor_gemm.hpp"
 
 namespace synoros::kernels {
 
@@ -167,11 +168,21 @@ void save_locked(const Cache& c) {
   if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) std::remove(tmp.c_str());
 }
 
+// The registered providers and their versions, hashed: a choice made among other candidates
+// (a provider added, removed or upgraded) is measured again rather than reused.
+std::string provider_set_id() {
+  std::string all;
+  for (const auto& p : gemm_providers()) all += p->name() + "@" + p->version() + ";";
+  char id[20];
+  std::snprintf(id, sizeof(id), "%08llx", static_cast<unsigned long long>(fnv1a(all) & 0xffffffffULL));
+  return id;
+}
+
 std::string key_of(const GemmShape& s, bool strict) {
   std::ostringstream o;
   o << "sgemm M=" << s.M << " N=" << s.N << " K=" << s.K << " a=" << s.a_rs << "," << s.a_cs << " b="
     << s.b_rs << "," << s.b_cs << " c=" << s.c_rs << " isa=" << isa_name(active_isa())
-    << (strict ? " strict" : "") << " cpu=" << cpu_model();
+    << (strict ? " strict" : "") << " providers=" << provider_set_id() << " cpu=" << cpu_model();
   return o.str();
 }
 
@@ -250,11 +261,15 @@ double time_ns(const GemmProvider& prov, const Probe& p, std::vector<float>& C, 
 }  // namespace
 
 std::vector<std::shared_ptr<GemmProvider>>& gemm_providers() {
-  static std::vector<std::shared_ptr<GemmProvider>> p = {
-      std::make_shared<EngineGemm>("engine-packed", 2),
-      std::make_shared<EngineGemm>("engine-small", 1),
-      std::make_shared<OpenBlasGemm>(),
-  };
+  static std::vector<std::shared_ptr<GemmProvider>> p = [] {
+    std::vector<std::shared_ptr<GemmProvider>> v = {
+        std::make_shared<EngineGemm>("engine-packed", 2),
+        std::make_shared<EngineGemm>("engine-small", 1),
+        std::make_shared<OpenBlasGemm>(),
+    };
+    for (auto& q : vendor_gemm_providers()) v.push_back(q);
+    return v;
+  }();
   return p;
 }
 

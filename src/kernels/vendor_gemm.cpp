@@ -1,0 +1,117 @@
+// Vendor GEMM providers from Debian: oneDNN's dnnl_sgemm (JIT AVX-512/AVX2 kernels, strongest on
+// mid-sized and large shapes) and libxsmm's JIT small-matrix kernels (strongest below ~128).
+// Neither follows the engine's canonical reduction order, so strict mode leaves them out. Both
+// run single-threaded in the calling thread: their bits never depend on a thread count.
+#include "kernels/vendor_gemm.hpp"
+
+#include <libxsmm.h>
+#include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
+
+#include <algorithm>
+#include <array>
+#include <mutex>
+#include <string>
+
+namespace synoros::kernels {
+
+namespace {
+
+// Row-major operands as BLAS-style (transpose, leading dimension) pairs; false when an operand
+// is strided in both dimensions (only the engine's kernels read those).
+bool blas_layout(const GemmShape& s, bool& ta, int64_t& lda, bool& tb, int64_t& ldb) {
+  bool a_n = s.a_cs == 1 && s.a_rs >= std::max<int64_t>(1, s.K);
+  bool a_t = s.a_rs == 1 && s.a_cs >= std::max<int64_t>(1, s.M);
+  bool b_n = s.b_cs == 1 && s.b_rs >= std::max<int64_t>(1, s.N);
+  bool b_t = s.b_rs == 1 && s.b_cs >= std::max<int64_t>(1, s.K);
+  if (!(a_n || a_t) || !(b_n || b_t) || s.c_rs < std::max<int64_t>(1, s.N) || s.K <= 0) return false;
+  ta = !a_n, tb = !b_n;
+  lda = ta ? s.a_cs : s.a_rs;
+  ldb = tb ? s.b_cs : s.b_rs;
+  return true;
+}
+
+class OneDnnGemm : public GemmProvider {
+ public:
+  std::string name() const override { return "onednn"; }
+  std::string version() const override {
+    const dnnl_version_t* v = dnnl_version();
+    return std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch);
+  }
+  bool canonical() const override { return false; }
+  bool supports(const GemmShape& s) const override {
+    bool ta = false, tb = false;
+    int64_t lda = 0, ldb = 0;
+    return blas_layout(s, ta, lda, tb, ldb);
+  }
+  size_t scratch_floats(const GemmShape&) const override { return 0; }
+  void run(const GemmCall& c, ThreadPool&) const override {
+    // oneDNN parallelises with OpenMP: one thread per call, set once per calling thread.
+    thread_local bool single = (omp_set_num_threads(1), true);
+    (void)single;
+    const GemmShape& s = c.shape;
+    bool ta = false, tb = false;
+    int64_t lda = 0, ldb = 0;
+    blas_layout(s, ta, lda, tb, ldb);
+    dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', s.M, s.N, s.K, 1.0f, c.A, lda, c.B, ldb,
+                                  c.accumulate ? 1.0f : 0.0f, c.C, s.c_rs);
+    if (st != dnnl_success)
+      throw Error("onednn: dnnl_sgemm failed with status " + std::to_string(int(st)) + " for M=" +
+                  std::to_string(s.M) + " N=" + std::to_string(s.N) + " K=" + std::to_string(s.K));
+  }
+};
+
+// libxsmm is column-major: row-major C[M,N] = A B is column-major C^T[N,M] = B^T A^T, so the
+// kernel gets (m, n) = (N, M) and the operands swapped. Only untransposed operands are JIT'd.
+class LibxsmmGemm : public GemmProvider {
+ public:
+  LibxsmmGemm() { libxsmm_init(); }
+  std::string name() const override { return "libxsmm"; }
+  std::string version() const override { return LIBXSMM_CONFIG_VERSION; }
+  bool canonical() const override { return false; }
+  bool supports(const GemmShape& s) const override {
+    int64_t limit = int64_t(1) << 30;
+    return s.a_cs == 1 && s.b_cs == 1 && s.K > 0 && s.a_rs >= s.K && s.b_rs >= s.N && s.c_rs >= s.N &&
+           s.M * s.N * s.K <= (int64_t(1) << 24) && s.a_rs < limit && s.b_rs < limit && s.c_rs < limit;
+  }
+  size_t scratch_floats(const GemmShape&) const override { return 0; }
+  void run(const GemmCall& c, ThreadPool&) const override {
+    libxsmm_smmfunction f = kernel(c.shape, c.accumulate);
+    f(c.B, c.A, c.C);
+  }
+
+ private:
+  // A few recent kernels per thread: dispatch through libxsmm's registry costs about as much as
+  // a tiny GEMM itself.
+  struct Slot {
+    std::array<int64_t, 6> key{};
+    bool acc = false;
+    libxsmm_smmfunction fn = nullptr;
+  };
+  static libxsmm_smmfunction kernel(const GemmShape& s, bool acc) {
+    thread_local std::array<Slot, 8> slots;
+    thread_local size_t next = 0;
+    std::array<int64_t, 6> key{s.M, s.N, s.K, s.a_rs, s.b_rs, s.c_rs};
+    for (const Slot& sl : slots)
+      if (sl.fn && sl.key == key && sl.acc == acc) return sl.fn;
+    libxsmm_blasint m = libxsmm_blasint(s.N), n = libxsmm_blasint(s.M), k = libxsmm_blasint(s.K);
+    libxsmm_blasint lda = libxsmm_blasint(s.b_rs), ldb = libxsmm_blasint(s.a_rs), ldc = libxsmm_blasint(s.c_rs);
+    float alpha = 1.0f, beta = acc ? 1.0f : 0.0f;
+    int flags = acc ? LIBXSMM_GEMM_FLAG_NONE : LIBXSMM_GEMM_FLAG_BETA_0;
+    libxsmm_smmfunction fn = libxsmm_smmdispatch(m, n, k, &lda, &ldb, &ldc, &alpha, &beta, &flags, nullptr);
+    if (!fn)
+      throw Error("libxsmm: no kernel for M=" + std::to_string(s.M) + " N=" + std::to_string(s.N) +
+                  " K=" + std::to_string(s.K));
+    slots[next] = {key, acc, fn};
+    next = (next + 1) % slots.size();
+    return fn;
+  }
+};
+
+}  // namespace
+
+std::vector<std::shared_ptr<GemmProvider>> vendor_gemm_providers() {
+  return {std::make_shared<OneDnnGemm>(), std::make_shared<LibxsmmGemm>()};
+}
+
+}  // namespace synoros::kernels
