@@ -226,7 +226,11 @@ std::string check(const GemmProvider& prov, const Probe& p, std::vector<float>& 
                   ThreadPool& pool) {
   const GemmShape& s = p.s;
   std::fill(C.begin(), C.end(), std::numeric_limits<float>::quiet_NaN());
-  prov.run({s, p.A.data(), p.B.data(), C.data(), scratch.data()}, pool);
+  try {
+    prov.run({s, p.A.data(), p.B.data(), C.data(), scratch.data()}, pool);
+  } catch (const std::exception& e) {  // e.g. a JIT that cannot build this shape
+    return prov.name() + ": failed: " + e.what();
+  }
   double eps = std::numeric_limits<float>::epsilon();
   for (size_t i = 0; i < p.rows.size(); ++i) {
     double got = C[size_t(p.rows[i] * s.c_rs + p.cols[i])];

@@ -11,16 +11,61 @@ namespace synoros::kernels {
 namespace {
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 constexpr int64_t kMaxMR = 16;
+constexpr int64_t kMR512 = 14, kNR512 = 32;  // the AVX-512 tile
 
 // Packed layouts of one K block [k0, k0 + kc): A panel p holds rows [p*MR, p*MR+MR) as
 // [kc][MR]; B panel q holds columns [q*NR, q*NR+NR) as [kc][NR]. Out-of-range rows and columns
 // are zero.
+// GCC 12's AVX-512 shuffle intrinsics start from _mm512_undefined_ps(), which its
+// -Wmaybe-uninitialized reports as a use of an uninitialised value (a false positive).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// Packs 16 k at a time for a full AVX-512 panel of 14 rows with row-major A: 16 x 16 register
+// transpose (rows 14 and 15 zero), then each k's 14 values stored contiguously. Returns the k
+// packed.
+__attribute__((target("avx512f"))) int64_t pack_a_panel_avx512(const float* const* src, int64_t kc,
+                                                                float* dst) {
+  int64_t kk = 0;
+  for (; kk + 16 <= kc; kk += 16) {
+    __m512 r[16], a[16], b[16];
+    for (int i = 0; i < 14; ++i) r[i] = _mm512_loadu_ps(src[i] + kk);
+    r[14] = r[15] = _mm512_setzero_ps();
+    for (int i = 0; i < 16; i += 2) {
+      a[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+      a[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {  // b[i + e] holds, per 128-bit lane L, rows i..i+3 at k = 4L + e
+      b[i] = _mm512_shuffle_ps(a[i], a[i + 2], 0x44);
+      b[i + 1] = _mm512_shuffle_ps(a[i], a[i + 2], 0xEE);
+      b[i + 2] = _mm512_shuffle_ps(a[i + 1], a[i + 3], 0x44);
+      b[i + 3] = _mm512_shuffle_ps(a[i + 1], a[i + 3], 0xEE);
+    }
+    for (int e = 0; e < 4; ++e) {
+      __m512 c02 = _mm512_shuffle_f32x4(b[e], b[4 + e], 0x88), d02 = _mm512_shuffle_f32x4(b[8 + e], b[12 + e], 0x88);
+      __m512 c13 = _mm512_shuffle_f32x4(b[e], b[4 + e], 0xDD), d13 = _mm512_shuffle_f32x4(b[8 + e], b[12 + e], 0xDD);
+      const __mmask16 m = 0x3FFF;
+      _mm512_mask_storeu_ps(dst + (kk + e) * 14, m, _mm512_shuffle_f32x4(c02, d02, 0x88));
+      _mm512_mask_storeu_ps(dst + (kk + 8 + e) * 14, m, _mm512_shuffle_f32x4(c02, d02, 0xDD));
+      _mm512_mask_storeu_ps(dst + (kk + 4 + e) * 14, m, _mm512_shuffle_f32x4(c13, d13, 0x88));
+      _mm512_mask_storeu_ps(dst + (kk + 12 + e) * 14, m, _mm512_shuffle_f32x4(c13, d13, 0xDD));
+    }
+  }
+  return kk;
+}
+#pragma GCC diagnostic pop
+
 void pack_a_panel(const GemmShape& s, const float* A, int64_t p, int64_t k0, int64_t kc, int64_t mr,
                   float* dst) {
   int64_t m0 = p * mr, rows = std::min(mr, s.M - m0);
   const float* src[kMaxMR];
   for (int64_t i = 0; i < rows; ++i) src[i] = A + (m0 + i) * s.a_rs + k0 * s.a_cs;
   if (s.a_cs == 1 && rows == mr) {
+    if (mr == kMR512) {  // only the AVX-512 path uses 14-row panels
+      int64_t done = pack_a_panel_avx512(src, kc, dst);
+      for (int64_t i = 0; i < mr; ++i) src[i] += done;
+      dst += done * mr;
+      kc -= done;
+    }
     // Along k, writing each packed column contiguously: mr read streams, one write stream.
     for (int64_t kk = 0; kk < kc; ++kk, dst += mr)
       for (int64_t i = 0; i < mr; ++i) dst[i] = src[i][kk];
@@ -65,7 +110,6 @@ void micro_scalar(int64_t kc, const float* a, const float* b, float* c, int64_t 
 }
 
 // AVX-512: a 14 x 32 tile in 28 zmm accumulators; A broadcast straight from memory.
-constexpr int64_t kMR512 = 14, kNR512 = 32;
 __attribute__((target("avx512f,fma"))) void micro_avx512(int64_t kc, const float* a, const float* b,
                                                           float* c, int64_t ldc, bool load) {
   __m512 c0[kMR512], c1[kMR512];
