@@ -81,6 +81,26 @@ TEST(Gemm, EveryProviderMatchesTheFloat64Reference) {
         }
 }
 
+// Every provider, canonical or not, splits work by shape only: its bits ignore the thread count.
+TEST(Gemm, EveryProviderIgnoresTheThreadCount) {
+  for (const auto& prov : gemm_providers())
+    for (const auto& [M, N, K] : std::vector<std::array<int64_t, 3>>{{64, 600, 64}, {200, 300, 129}, {9, 1030, 40}}) {
+      Problem p = make_problem(M, N, K, false, false, uint64_t(M + N + K));
+      if (!prov->supports(p.s)) continue;
+      std::vector<float> first;
+      for (int threads : {1, 2, 3}) {
+        std::vector<float> C = p.C0;
+        std::vector<float> scratch(prov->scratch_floats(p.s) + 64);
+        float* sp = scratch.data();
+        while (reinterpret_cast<uintptr_t>(sp) % 64) ++sp;
+        ThreadPool pool(threads);
+        prov->run({p.s, p.A.data(), p.B.data(), C.data(), sp, false}, pool);
+        if (first.empty()) first = C;
+        EXPECT_EQ(C, first) << prov->name() << " M=" << M << " N=" << N << " K=" << K << " threads=" << threads;
+      }
+    }
+}
+
 TEST(Gemm, CanonicalPathsAndInstructionSetsGiveTheSameBits) {
   Isa saved = active_isa();
   ThreadPool pool(3);

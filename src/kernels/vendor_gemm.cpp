@@ -45,16 +45,33 @@ class OneDnnGemm : public GemmProvider {
     return blas_layout(s, ta, lda, tb, ldb);
   }
   size_t scratch_floats(const GemmShape&) const override { return 0; }
-  void run(const GemmCall& c, ThreadPool&) const override {
+  // Large problems split into column strips of a fixed width, one single-threaded dnnl_sgemm
+  // each, spread over the engine's pool: the split depends only on the shape, never on the
+  // thread count, so neither do the bits.
+  void run(const GemmCall& c, ThreadPool& pool) const override {
+    int64_t strips = strips_of(c.shape);
+    if (strips == 1) return strip(&c, 0);
+    pool.run(strips, strip, &c);
+  }
+
+ private:
+  static constexpr int64_t kStrip = 256;
+  static int64_t strips_of(const GemmShape& s) {
+    return s.M * s.N * s.K >= (int64_t(1) << 18) ? (s.N + kStrip - 1) / kStrip : 1;
+  }
+  static void strip(const void* p, int64_t i) {
     // oneDNN parallelises with OpenMP: one thread per call, set once per calling thread.
     thread_local bool single = (omp_set_num_threads(1), true);
     (void)single;
+    const GemmCall& c = *static_cast<const GemmCall*>(p);
     const GemmShape& s = c.shape;
     bool ta = false, tb = false;
     int64_t lda = 0, ldb = 0;
     blas_layout(s, ta, lda, tb, ldb);
-    dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', s.M, s.N, s.K, 1.0f, c.A, lda, c.B, ldb,
-                                  c.accumulate ? 1.0f : 0.0f, c.C, s.c_rs);
+    int64_t width = strips_of(s) == 1 ? s.N : kStrip;
+    int64_t n0 = i * width, n = std::min(width, s.N - n0);
+    dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', s.M, n, s.K, 1.0f, c.A, lda,
+                                  c.B + n0 * s.b_cs, ldb, c.accumulate ? 1.0f : 0.0f, c.C + n0, s.c_rs);
     if (st != dnnl_success)
       throw Error("onednn: dnnl_sgemm failed with status " + std::to_string(int(st)) + " for M=" +
                   std::to_string(s.M) + " N=" + std::to_string(s.N) + " K=" + std::to_string(s.K));
