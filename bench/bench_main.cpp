@@ -1,8 +1,11 @@
 // Google Benchmark cases, named after the side-by-side scenarios (bench/compare.py).
 #include <benchmark/benchmark.h>
 
+#include <cstdint>
 #include <cstring>
+#include <vector>
 
+#include "kernels/providers.hpp"
 #include "synoros/synoros.hpp"
 
 namespace {
@@ -92,6 +95,34 @@ BENCHMARK(Matmul)
     ->Args({1, 8, 16, 32})
     ->Args({32, 128, 64, 128})
     ->UseRealTime();
+
+// One GEMM provider alone (no selection) on C[M,N] = A[M,K] @ B[K,N], row-major, one thread's
+// worth of work at the current thread count: the hand-written kernels against the vendors'.
+void GemmProvider(benchmark::State& state, const char* name) {
+  int64_t n = state.range(0);
+  const kernels::GemmProvider* prov = nullptr;
+  for (const auto& p : kernels::gemm_providers())
+    if (p->name() == name) prov = p.get();
+  kernels::GemmShape s{n, n, n, n, 1, n, 1, n};
+  if (!prov || !prov->supports(s)) return state.SkipWithError("provider missing or shape unsupported");
+  HostTensor a = Tensor::randn({n, n}, 1).value(), b = Tensor::randn({n, n}, 2).value();
+  std::vector<float> c(size_t(n * n)), scratch(prov->scratch_floats(s) + 16);
+  float* sp = scratch.data();
+  while (reinterpret_cast<uintptr_t>(sp) % 64) ++sp;
+  kernels::GemmCall call{s, static_cast<const float*>(a.buffer->data()), static_cast<const float*>(b.buffer->data()),
+                         c.data(), sp, false};
+  prov->run(call, default_pool());  // JIT and first-touch outside the timing
+  for (auto _ : state) {
+    prov->run(call, default_pool());
+    benchmark::DoNotOptimize(c.data());
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * double(n * n * n), benchmark::Counter::kIsIterationInvariantRate,
+                                                 benchmark::Counter::kIs1000);
+}
+BENCHMARK_CAPTURE(GemmProvider, engine_packed, "engine-packed")->Name("GemmProvider/engine-packed")->Arg(512)->UseRealTime();
+BENCHMARK_CAPTURE(GemmProvider, openblas, "openblas")->Name("GemmProvider/openblas")->Arg(512)->UseRealTime();
+BENCHMARK_CAPTURE(GemmProvider, onednn, "onednn")->Name("GemmProvider/onednn")->Arg(512)->UseRealTime();
+BENCHMARK_CAPTURE(GemmProvider, libxsmm, "libxsmm")->Name("GemmProvider/libxsmm")->Arg(128)->UseRealTime();
 
 // 3x3 convolution, batch 32, 32 -> 64 channels, 28x28, same padding: unfold + contraction.
 void Conv3x3(benchmark::State& state) {

@@ -64,6 +64,20 @@ def memory_rows(bench):
             "planned_over_torch": eng["planned_bytes"] / torch_peak}
 
 
+def provider_rows(bench, min_time, peak_gflops):
+    """The GemmProvider cases: every provider alone, one thread, against the measured peak."""
+    env = dict(os.environ, SYNOROS_NUM_THREADS="1")
+    res = subprocess.run([bench, "--benchmark_format=json", "--benchmark_filter=^GemmProvider/",
+                          f"--benchmark_min_time={min_time}"], env=env, check=True,
+                         capture_output=True, text=True)
+    out = []
+    for b in json.loads(res.stdout)["benchmarks"]:
+        if "GFLOP/s" in b:
+            g = b["GFLOP/s"] / 1e9
+            out.append({"name": b["name"].replace("/real_time", ""), "gflops": g, "share_of_peak": g / peak_gflops})
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bench", default=os.path.join(HERE, "..", "build", "synoros_bench"))
@@ -105,6 +119,11 @@ def main():
                 if r["threads"] == 1:
                     print(f"  {r['scenario']:<34} {r['engine_gflops']:7.1f} GFLOP/s = "
                           f"{100 * r['share_of_peak']:5.1f}% of peak ({r['kernel']})")
+    providers = provider_rows(args.bench, args.min_time, peak["gflops"])
+    if providers:
+        print("\neach GEMM provider alone, one thread (no selection):")
+        for r in providers:
+            print(f"  {r['name']:<34} {r['gflops']:7.1f} GFLOP/s = {100 * r['share_of_peak']:5.1f}% of peak")
     mem = None if args.no_memory else memory_rows(args.bench)
     if mem:
         print("\nGPT training step (4 layers, width 256, 4 heads, sequence 128, batch 8), peak bytes "
@@ -115,7 +134,8 @@ def main():
         print(f"  engine unplanned {mem['engine_unplanned_bytes'] / 1e6:9.1f} MB")
         print(f"  PyTorch eager    {mem['torch_peak_bytes'] / 1e6:9.1f} MB (heap live bytes, sampled after every op)")
     with open(args.json, "w") as f:
-        json.dump({"medians_over_processes": args.processes, "rows": rows, "memory": mem, "peak": peak},
+        json.dump({"medians_over_processes": args.processes, "rows": rows, "memory": mem, "peak": peak,
+                   "providers": providers},
                   f, indent=2)
     print(f"results written to {args.json}")
 
