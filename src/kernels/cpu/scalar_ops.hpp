@@ -57,8 +57,12 @@ inline float sigmoid_f32(float x) {
   float c = fmaf_(-1.9875691500e-4f, s, 1.3981999507e-3f);
   float p = fmaf_(fmaf_(c, s2, b), s2, a);
   float e = fmaf_(p, s2, -s) + 1.0f;  // e^-s in [0.7, 1.42)
-  int32_t mi = static_cast<int32_t>(m);
-  float ex = std::bit_cast<float>(std::bit_cast<int32_t>(e) + (mi << 23));  // e^-x
+  // m leaves [-254, 254] only where the selects below replace the result; clamping keeps the
+  // conversion in range, and the exponent add is done in unsigned arithmetic (no signed overflow).
+  float mc = m < -254.0f ? -254.0f : m;
+  mc = mc > 254.0f ? 254.0f : mc;
+  uint32_t mi = static_cast<uint32_t>(static_cast<int32_t>(mc));
+  float ex = std::bit_cast<float>(std::bit_cast<uint32_t>(e) + (mi << 23));  // e^-x
   float y = 1.0f / (1.0f + ex);
   y = x > 87.0f ? 1.0f : y;
   return x < -88.0f ? 0.0f : y;  // NaN stays NaN (the comparisons are false)
