@@ -264,6 +264,12 @@ Op step_op(LowerPlan::Step::T t) {
 void check_inputs(const Spec& spec, const Operator& op, const Binding& bind, const Shape& xs,
                   const std::vector<Shape>& ws) {
   if (bind.primary.size() != spec.primary.size()) throw Error("synth: binding has the wrong number of variables");
+  // An operator must account for every input dim and produce every output dim (an empty or
+  // truncated operator would otherwise lower to a silent identity).
+  if (op.x_root.size() != spec.input.size() || op.n_out != int(spec.output.size()))
+    throw Error("synth: operator '" + op.canonical + "' maps " + std::to_string(op.x_root.size()) + " input dims to " +
+                std::to_string(op.n_out) + " output dims, the spec has " + std::to_string(spec.input.size()) +
+                " and " + std::to_string(spec.output.size()));
   Shape want;
   for (const Size& z : spec.input) want.push_back(eval_size(spec, z, bind));
   if (xs != want) throw Error("synth: input has shape " + shape_str(xs) + ", the operator expects " + shape_str(want));
@@ -273,6 +279,13 @@ void check_inputs(const Spec& spec, const Operator& op, const Binding& bind, con
   for (size_t i = 0; i < ws.size(); ++i)
     if (ws[i] != wsh[i])
       throw Error("synth: weight " + std::to_string(i) + " has shape " + shape_str(ws[i]) + ", expected " + shape_str(wsh[i]));
+}
+
+void check_output(const Spec& spec, const Binding& bind, const Shape& got) {
+  Shape want;
+  for (const Size& z : spec.output) want.push_back(eval_size(spec, z, bind));
+  if (got != want)
+    throw Error("synth: operator produces " + shape_str(got) + ", the spec's output is " + shape_str(want));
 }
 }  // namespace
 
@@ -285,6 +298,7 @@ ValueId lower(const Spec& spec, const Operator& op, const Binding& bind, Graph& 
   ValueId cur = x;
   for (const auto& st : p.steps) cur = g.add(step_op(st.t), {cur}, ints(st.ints));
   for (const auto& c : p.chain) cur = c.weight >= 0 ? g.einsum(c.spec, {cur, weights[size_t(c.weight)]}) : g.einsum(c.spec, {cur});
+  check_output(spec, bind, g.shape(cur));
   return cur;
 }
 
@@ -298,6 +312,7 @@ Tensor apply(const Spec& spec, const Operator& op, const Binding& bind, const Te
   for (const auto& st : p.steps) cur = Tensor::apply(step_op(st.t), {cur}, ints(st.ints));
   for (const auto& c : p.chain)
     cur = c.weight >= 0 ? einsum(c.spec, {cur, weights[size_t(c.weight)]}) : einsum(c.spec, {cur});
+  check_output(spec, bind, cur.shape());
   return cur;
 }
 
