@@ -81,6 +81,28 @@ TEST(Gemm, EveryProviderMatchesTheFloat64Reference) {
         }
 }
 
+// Size-1 dims carry stride 0 in the graph's layouts (a matrix-vector B is (1, 0)): the BLAS-style
+// providers must still take them, and get them right.
+TEST(Gemm, VectorShapesWithZeroStridesAreSupportedAndCorrect) {
+  for (const auto& [M, N, K] : std::vector<std::array<int64_t, 3>>{{37, 1, 300}, {1, 45, 300}, {20, 30, 1}}) {
+    Problem p = make_problem(M, N, K, false, false, uint64_t(M * N + K));
+    if (N == 1) p.s.b_cs = 0;
+    if (M == 1) p.s.a_rs = 0, p.s.c_rs = N;
+    if (K == 1) p.s.a_cs = 0, p.s.b_rs = 0;
+    int vendors = 0;
+    for (const auto& prov : gemm_providers()) {
+      if (!prov->supports(p.s)) continue;
+      vendors += prov->canonical() ? 0 : 1;
+      std::vector<float> C = run(*prov, p, false);
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = 0; n < N; ++n)
+          EXPECT_NEAR(C[size_t(m * p.s.c_rs + n)], ref(p, m, n, false), 4e-7 * double(K) + 1e-6)
+              << prov->name() << " M=" << M << " N=" << N << " K=" << K;
+    }
+    EXPECT_GE(vendors, 2) << "M=" << M << " N=" << N << " K=" << K;
+  }
+}
+
 // Every provider, canonical or not, splits work by shape only: its bits ignore the thread count.
 TEST(Gemm, EveryProviderIgnoresTheThreadCount) {
   for (const auto& prov : gemm_providers())

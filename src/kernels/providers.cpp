@@ -53,7 +53,8 @@ class OpenBlasGemm : public GemmProvider {
   std::string name() const override { return "openblas"; }
   std::string version() const override { return OPENBLAS_VERSION; }
   bool canonical() const override { return false; }
-  bool supports(const GemmShape& s) const override {
+  bool supports(const GemmShape& shape) const override {
+    GemmShape s = dense_unit_strides(shape);
     bool a_ok = (s.a_cs == 1 && s.a_rs >= std::max<int64_t>(1, s.K)) || (s.a_rs == 1 && s.a_cs >= std::max<int64_t>(1, s.M));
     bool b_ok = (s.b_cs == 1 && s.b_rs >= std::max<int64_t>(1, s.N)) || (s.b_rs == 1 && s.b_cs >= std::max<int64_t>(1, s.K));
     return a_ok && b_ok && s.c_rs >= std::max<int64_t>(1, s.N) && s.K > 0;
@@ -62,7 +63,7 @@ class OpenBlasGemm : public GemmProvider {
   void run(const GemmCall& c, ThreadPool&) const override {
     static std::once_flag once;
     std::call_once(once, [] { openblas_set_num_threads(1); });
-    const GemmShape& s = c.shape;
+    GemmShape s = dense_unit_strides(c.shape);
     bool ta = s.a_cs != 1, tb = s.b_cs != 1;
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(s.M),
                 int(s.N), int(s.K), 1.0f, c.A, int(ta ? s.a_cs : s.a_rs), c.B, int(tb ? s.b_cs : s.b_rs),

@@ -19,7 +19,8 @@ namespace {
 
 // Row-major operands as BLAS-style (transpose, leading dimension) pairs; false when an operand
 // is strided in both dimensions (only the engine's kernels read those).
-bool blas_layout(const GemmShape& s, bool& ta, int64_t& lda, bool& tb, int64_t& ldb) {
+bool blas_layout(const GemmShape& shape, bool& ta, int64_t& lda, bool& tb, int64_t& ldb) {
+  GemmShape s = dense_unit_strides(shape);
   bool a_n = s.a_cs == 1 && s.a_rs >= std::max<int64_t>(1, s.K);
   bool a_t = s.a_rs == 1 && s.a_cs >= std::max<int64_t>(1, s.M);
   bool b_n = s.b_cs == 1 && s.b_rs >= std::max<int64_t>(1, s.N);
@@ -86,14 +87,15 @@ class LibxsmmGemm : public GemmProvider {
   std::string name() const override { return "libxsmm"; }
   std::string version() const override { return LIBXSMM_CONFIG_VERSION; }
   bool canonical() const override { return false; }
-  bool supports(const GemmShape& s) const override {
+  bool supports(const GemmShape& shape) const override {
+    GemmShape s = dense_unit_strides(shape);
     int64_t limit = int64_t(1) << 30;
     return s.a_cs == 1 && s.b_cs == 1 && s.K > 0 && s.a_rs >= s.K && s.b_rs >= s.N && s.c_rs >= s.N &&
            s.M * s.N * s.K <= (int64_t(1) << 24) && s.a_rs < limit && s.b_rs < limit && s.c_rs < limit;
   }
   size_t scratch_floats(const GemmShape&) const override { return 0; }
   void run(const GemmCall& c, ThreadPool&) const override {
-    libxsmm_smmfunction f = kernel(c.shape, c.accumulate);
+    libxsmm_smmfunction f = kernel(dense_unit_strides(c.shape), c.accumulate);
     f(c.B, c.A, c.C);
   }
 

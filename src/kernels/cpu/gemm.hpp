@@ -3,6 +3,7 @@
 // fallback (std::fma) follow the same chain, so they agree bit for bit.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -16,6 +17,16 @@ struct GemmShape {
   // C(m, n) = C[m * c_rs + n] (C rows contiguous).
   int64_t a_rs, a_cs, b_rs, b_cs, c_rs;
 };
+
+// The same problem with the strides of size-1 dims (which no element ever steps along) set to
+// what a dense row-major layout would have: a matrix-vector product's B of stride (1, 0) is then
+// recognisably a plain vector for the BLAS-style providers.
+inline GemmShape dense_unit_strides(GemmShape s) {
+  if (s.M == 1) s.a_rs = std::max<int64_t>(s.K, 1), s.c_rs = std::max<int64_t>(s.N, 1);
+  if (s.K == 1) s.a_cs = 1, s.b_rs = std::max<int64_t>(s.N, 1);
+  if (s.N == 1) s.b_cs = 1;
+  return s;
+}
 
 constexpr int64_t kGemmMR = 6;
 constexpr int64_t kGemmNR = 16;
