@@ -250,19 +250,26 @@ std::string check(const GemmProvider& prov, const Probe& p, std::vector<float>& 
   return "";
 }
 
-double time_ns(const GemmProvider& prov, const Probe& p, std::vector<float>& C, std::vector<float>& scratch,
-               ThreadPool& pool) {
-  GemmCall call{p.s, p.A.data(), p.B.data(), C.data(), scratch.data()};
+// Times the candidates in interleaved rounds (one call each per round, the best per candidate
+// kept) so that a burst of noise on this machine hits all of them alike instead of the one whose
+// turn it was. At most 50 rounds, at least 3, about 20 ms per candidate in all.
+struct Candidate {
+  const GemmProvider* prov;
+  std::vector<float> scratch;
   double best = 1e300;
-  auto t_end = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
-  for (int rep = 0; rep < 50; ++rep) {
-    auto t0 = std::chrono::steady_clock::now();
-    prov.run(call, pool);
-    auto t1 = std::chrono::steady_clock::now();
-    best = std::min(best, std::chrono::duration<double, std::nano>(t1 - t0).count());
-    if (rep >= 2 && t1 > t_end) break;
+};
+void time_interleaved(std::vector<Candidate>& cands, const Probe& p, std::vector<float>& C, ThreadPool& pool) {
+  auto t_end = std::chrono::steady_clock::now() + std::chrono::milliseconds(20 * int64_t(cands.size()));
+  for (int round = 0; round < 50; ++round) {
+    for (Candidate& c : cands) {
+      GemmCall call{p.s, p.A.data(), p.B.data(), C.data(), c.scratch.data()};
+      auto t0 = std::chrono::steady_clock::now();
+      c.prov->run(call, pool);
+      auto t1 = std::chrono::steady_clock::now();
+      c.best = std::min(c.best, std::chrono::duration<double, std::nano>(t1 - t0).count());
+    }
+    if (round >= 2 && std::chrono::steady_clock::now() > t_end) break;
   }
-  return best;
 }
 }  // namespace
 
@@ -335,7 +342,7 @@ Selection select_gemm(const GemmShape& s, bool strict) {
   Probe probe = make_probe(s);
   std::vector<float> C(size_t((s.M - 1) * s.c_rs + s.N));
   ThreadPool& pool = default_pool();
-  double best = 1e300;
+  std::vector<Candidate> passed;
   for (const auto& p : provs) {
     if (!p->supports(s) || (strict && !p->canonical())) continue;
     std::vector<float> scratch(p->scratch_floats(s) + 16);
@@ -346,9 +353,12 @@ Selection select_gemm(const GemmShape& s, bool strict) {
       std::cerr << "synoros: rejected kernel " << why << " (" << key << ")\n";
       continue;
     }
-    double t = time_ns(*p, probe, C, scratch, pool);
-    if (t < best) best = t, sel.provider = p.get();
+    passed.push_back({p.get(), std::move(scratch)});
   }
+  time_interleaved(passed, probe, C, pool);
+  double best = 1e300;
+  for (const Candidate& cand : passed)
+    if (cand.best < best) best = cand.best, sel.provider = cand.prov;
   if (!sel.provider) throw Error("select: no kernel passed the float64 oracle for " + key);
   c.entries[key] = {sel.provider->name(), sel.provider->version()};
   save_locked(c);

@@ -381,14 +381,19 @@ Launch lower_einsum(LowerCtx& c) {
     }
     // Gather one batch slice at a time, laid out so the innermost run is the source's
     // shortest stride (a contiguous image row for an unfolded convolution input).
-    // (stride, -size) of a group's innermost label: the smaller key goes innermost.
-    auto inner_key = [&](const std::string& grp) {
+    // Gather cost per element when a group's innermost label forms the runs: a fixed price per
+    // run spread over its length, plus a copy that is cheap only for unit stride. A strided
+    // window's 14-wide rows beat its 3-wide contiguous window rows; unit-stride image rows
+    // beat everything.
+    auto inner_cost = [&](const std::string& grp) {
       for (size_t i = grp.size(); i-- > 0;)
-        if (e.size[int(grp[i])] > 1)
-          return std::pair<int64_t, int64_t>(std::abs(o.strides[o.labels.find(grp[i])]), -e.size[int(grp[i])]);
-      return std::pair<int64_t, int64_t>(INT64_MAX, 0);
+        if (e.size[int(grp[i])] > 1) {
+          int64_t st = std::abs(o.strides[o.labels.find(grp[i])]);
+          return 20.0 / double(e.size[int(grp[i])]) + (st == 1 ? 0.1 : 1.0);
+        }
+      return 1e30;
     };
-    bool col_major = inner_key(rows) < inner_key(cols);
+    bool col_major = inner_cost(rows) < inner_cost(cols);
     std::string bl = only_in(P + KP, o.labels);
     std::string want = bl + (col_major ? cols + rows : rows + cols);
     GatherSpec spec = layout_gather(o.labels, o.strides, o.gates, want, e);

@@ -249,7 +249,8 @@ Launch make_gather(LowerCtx& c, const GatherSpec& s, const void* in, void* out, 
     bool ok = true;
     for (int k = 0; k < a->ngates; ++k) {
       int64_t sh = a->gstride[k][r - 2], sw = a->gstride[k][r - 1];
-      ok = ok && (sw == 0 || (sh == 0 && sw == 1));  // a row gate or a column gate
+      // A row gate, or a column gate (of any positive step: a strided window's columns).
+      ok = ok && (sw == 0 || (sh == 0 && sw > 0));
     }
     if (ok) a->plane = a->shape[r - 2] * a->shape[r - 1];
   }
