@@ -250,25 +250,35 @@ std::string check(const GemmProvider& prov, const Probe& p, std::vector<float>& 
   return "";
 }
 
-// Times the candidates in interleaved rounds (one call each per round, the best per candidate
+// Times the candidates in interleaved rounds (one sample each per round, the best per candidate
 // kept) so that a burst of noise on this machine hits all of them alike instead of the one whose
-// turn it was. At most 50 rounds, at least 3, about 20 ms per candidate in all.
+// turn it was. A sample repeats the call until it lasts ~5 us, so the clock's own cost does not
+// decide between tiny kernels. At most 50 rounds, at least 3, about 20 ms per candidate in all.
 struct Candidate {
   const GemmProvider* prov;
   std::vector<float> scratch;
   double best = 1e300;
+  int64_t reps = 1;
 };
 void time_interleaved(std::vector<Candidate>& cands, const Probe& p, std::vector<float>& C, ThreadPool& pool) {
-  auto t_end = std::chrono::steady_clock::now() + std::chrono::milliseconds(20 * int64_t(cands.size()));
+  using Clock = std::chrono::steady_clock;
+  for (Candidate& c : cands) {  // calibrate the repetitions per sample (also a warm-up call)
+    GemmCall call{p.s, p.A.data(), p.B.data(), C.data(), c.scratch.data()};
+    auto t0 = Clock::now();
+    c.prov->run(call, pool);
+    double ns = std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
+    c.reps = std::clamp<int64_t>(int64_t(5000.0 / std::max(ns, 1.0)), 1, 1000);
+  }
+  auto t_end = Clock::now() + std::chrono::milliseconds(20 * int64_t(cands.size()));
   for (int round = 0; round < 50; ++round) {
     for (Candidate& c : cands) {
       GemmCall call{p.s, p.A.data(), p.B.data(), C.data(), c.scratch.data()};
-      auto t0 = std::chrono::steady_clock::now();
-      c.prov->run(call, pool);
-      auto t1 = std::chrono::steady_clock::now();
-      c.best = std::min(c.best, std::chrono::duration<double, std::nano>(t1 - t0).count());
+      auto t0 = Clock::now();
+      for (int64_t r = 0; r < c.reps; ++r) c.prov->run(call, pool);
+      auto t1 = Clock::now();
+      c.best = std::min(c.best, std::chrono::duration<double, std::nano>(t1 - t0).count() / double(c.reps));
     }
-    if (round >= 2 && std::chrono::steady_clock::now() > t_end) break;
+    if (round >= 2 && Clock::now() > t_end) break;
   }
 }
 }  // namespace

@@ -4,6 +4,7 @@
 // run single-threaded in the calling thread: their bits never depend on a thread count.
 #include "kernels/vendor_gemm.hpp"
 
+#include <immintrin.h>
 #include <libxsmm.h>
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
@@ -81,6 +82,14 @@ class OneDnnGemm : public GemmProvider {
 
 // libxsmm is column-major: row-major C[M,N] = A B is column-major C^T[N,M] = B^T A^T, so the
 // kernel gets (m, n) = (N, M) and the operands swapped. Only untransposed operands are JIT'd.
+// libxsmm's JIT kernels return with the upper halves of the vector registers dirty (no
+// vzeroupper): the caller's next legacy-SSE instruction then pays an AVX-SSE transition on every
+// call (measured: an 8x16x32 GEMM took 265 ns through the provider, 56 ns alone). Clear them.
+__attribute__((target("avx"))) void call_clean(libxsmm_smmfunction f, const float* a, const float* b, float* c) {
+  f(a, b, c);
+  _mm256_zeroupper();
+}
+
 class LibxsmmGemm : public GemmProvider {
  public:
   LibxsmmGemm() { libxsmm_init(); }
@@ -96,7 +105,7 @@ class LibxsmmGemm : public GemmProvider {
   size_t scratch_floats(const GemmShape&) const override { return 0; }
   void run(const GemmCall& c, ThreadPool&) const override {
     libxsmm_smmfunction f = kernel(dense_unit_strides(c.shape), c.accumulate);
-    f(c.B, c.A, c.C);
+    call_clean(f, c.B, c.A, c.C);
   }
 
  private:
@@ -109,10 +118,11 @@ class LibxsmmGemm : public GemmProvider {
   };
   static libxsmm_smmfunction kernel(const GemmShape& s, bool acc) {
     thread_local std::array<Slot, 8> slots;
-    thread_local size_t next = 0;
+    thread_local size_t next = 0, last = 0;
     std::array<int64_t, 6> key{s.M, s.N, s.K, s.a_rs, s.b_rs, s.c_rs};
-    for (const Slot& sl : slots)
-      if (sl.fn && sl.key == key && sl.acc == acc) return sl.fn;
+    if (slots[last].fn && slots[last].acc == acc && slots[last].key == key) return slots[last].fn;
+    for (size_t i = 0; i < slots.size(); ++i)
+      if (slots[i].fn && slots[i].key == key && slots[i].acc == acc) return slots[last = i].fn;
     libxsmm_blasint m = libxsmm_blasint(s.N), n = libxsmm_blasint(s.M), k = libxsmm_blasint(s.K);
     libxsmm_blasint lda = libxsmm_blasint(s.b_rs), ldb = libxsmm_blasint(s.a_rs), ldc = libxsmm_blasint(s.c_rs);
     float alpha = 1.0f, beta = acc ? 1.0f : 0.0f;
@@ -122,6 +132,7 @@ class LibxsmmGemm : public GemmProvider {
       throw Error("libxsmm: no kernel for M=" + std::to_string(s.M) + " N=" + std::to_string(s.N) +
                   " K=" + std::to_string(s.K));
     slots[next] = {key, acc, fn};
+    last = next;
     next = (next + 1) % slots.size();
     return fn;
   }
