@@ -1,6 +1,7 @@
 // Fused elementwise groups: one pass over the output, block by block; each member op runs as a
 // line kernel over an L1-resident block, reading externals in place (with broadcast strides).
 #include <algorithm>
+#include <cstring>
 
 #include "kernels/cpu/cpu_kernels.hpp"
 #include "kernels/cpu/line_fn.hpp"
@@ -28,6 +29,11 @@ struct GroupArgs {
   const char* ext[kFuseMaxExternals];
   char* out;
   Instr instr[kFuseMaxMembers];
+  // > 0: a rank-2 group with rows shorter than a block whose externals are contiguous, scalars
+  // or one row broadcast down the rows (a bias): blocks then cover whole runs of rows, the
+  // broadcast rows tiled once per chunk, instead of one short run per row.
+  int64_t tile_n;
+  bool row_bcast[kFuseMaxExternals];
 };
 
 // Runs the group's instructions over one run [pos, pos + len) whose externals start at ext.
@@ -68,6 +74,25 @@ void group_chunk(const void* p, int64_t chunk) {
     for (int64_t pos = begin; pos < end; pos += kBlock) {
       int64_t len = std::min(end - pos, kBlock);
       for (int k = 0; k < a.n_ext; ++k) ext[k] = a.ext[k] + pos * s_inner[k] * a.esize;
+      run_block(a, slots, ext, s_inner, pos, len);
+    }
+    return;
+  }
+  if (a.tile_n > 0) {
+    int64_t n = a.tile_n, step = kBlock / n * n;
+    alignas(64) static thread_local char tiles[kFuseMaxExternals][2 * kBlock * 8];
+    int64_t s_inner[kFuseMaxExternals];
+    for (int k = 0; k < a.n_ext; ++k) {
+      s_inner[k] = a.stride[k][1];
+      if (!a.row_bcast[k]) continue;
+      for (int64_t row = 0; row <= step / n; ++row)  // one row more: a block may start mid-row
+        std::memcpy(tiles[k] + row * n * a.esize, a.ext[k], size_t(n * a.esize));
+    }
+    const char* ext[kFuseMaxExternals];
+    for (int64_t pos = begin; pos < end; pos += step) {
+      int64_t len = std::min(end - pos, step);
+      for (int k = 0; k < a.n_ext; ++k)
+        ext[k] = a.row_bcast[k] ? tiles[k] + (pos % n) * a.esize : a.ext[k] + pos * s_inner[k] * a.esize;
       run_block(a, slots, ext, s_inner, pos, len);
     }
     return;
@@ -178,6 +203,20 @@ Launch lower_group(const Graph& g, const std::vector<ValueId>& members,
   for (size_t d = 0; d < ms.size(); ++d) {
     a->shape[d] = ms[d];
     for (size_t k = 0; k < E; ++k) a->stride[k][d] = mst[k][d];
+  }
+  a->tile_n = 0;
+  if (a->rank == 2 && ms[1] < kBlock) {
+    bool ok = true;
+    for (size_t k = 0; k < E; ++k) {
+      bool contiguous = mst[k][0] == ms[1] && mst[k][1] == 1, scalar = mst[k][0] == 0 && mst[k][1] == 0;
+      a->row_bcast[k] = read_direct[k] && mst[k][0] == 0 && mst[k][1] == 1;
+      ok = ok && (!read_direct[k] || contiguous || scalar || a->row_bcast[k]);
+    }
+    if (ok) {
+      a->tile_n = ms[1];
+      for (size_t k = 0; k < E; ++k)  // stride 1 along the tiled runs for the broadcast rows
+        if (a->row_bcast[k]) a->stride[k][1] = 1;
+    }
   }
   return {group_launch, a, members.back()};
 }
