@@ -197,3 +197,43 @@ TEST(PinnedWeights, FollowEveryChangeOfTheParameter) {
 }
 }  // namespace
 }  // namespace synoros
+
+namespace synoros {
+namespace {
+// A bias broadcast down short rows runs as whole blocks of rows over a tiled copy of the bias:
+// chunks that start mid-row (130 x 200 crosses the 16384-element chunk boundary inside a row),
+// several threads and a scalar operand must all give the unfused bits.
+TEST(MemoryPlan, RowBroadcastGroupsMatchUnfusedBitForBit) {
+  for (int64_t cols : {1, 7, 32, 200, 255}) {
+    Graph g;
+    ValueId x = g.input(DType::F32, {130, cols}, "x"), b = g.input(DType::F32, {cols}, "b");
+    ValueId s = g.input(DType::F32, {}, "s");
+    ValueId y = g.unary(Op::Relu, g.binary(Op::Mul, g.binary(Op::Add, x, b), s));
+    CompileOptions plain;
+    plain.fuse = false;
+    HostTensor hx = testing::random_tensor({DType::F32, {130, cols}}, 1), hb = testing::random_tensor({DType::F32, {cols}}, 2),
+               hs = testing::random_tensor({DType::F32, {}}, 3);
+    for (int threads : {1, 2, 3}) {
+      int saved = num_threads();
+      set_num_threads(threads);
+      Plan fast(g, {y}), ref(g, {y}, plain);
+      for (Plan* p : {&fast, &ref}) {
+        p->set_input(x, hx);
+        p->set_input(b, hb);
+        p->set_input(s, hs);
+        p->run();
+      }
+      set_num_threads(saved);
+      EXPECT_EQ(fast.launches().size(), 1u) << cols;
+      HostTensor a = fast.read(y), e = ref.read(y);
+      ASSERT_EQ(0, std::memcmp(a.buffer->data(), e.buffer->data(), a.bytes())) << "cols " << cols << " threads " << threads;
+      // And the values are what the formula says.
+      for (int64_t i = 0; i < 130 * cols; i += 37) {
+        float v = (float(hx.get(i)) + float(hb.get(i % cols))) * float(hs.get(0));
+        EXPECT_EQ(a.get(i), v > 0.0f ? v : 0.0f) << "element " << i;
+      }
+    }
+  }
+}
+}  // namespace
+}  // namespace synoros
