@@ -106,11 +106,10 @@ void GemmProvider(benchmark::State& state, const char* name) {
   kernels::GemmShape s{n, n, n, n, 1, n, 1, n};
   if (!prov || !prov->supports(s)) return state.SkipWithError("provider missing or shape unsupported");
   HostTensor a = Tensor::randn({n, n}, 1).value(), b = Tensor::randn({n, n}, 2).value();
-  std::vector<float> c(size_t(n * n)), scratch(prov->scratch_floats(s) + 16);
-  float* sp = scratch.data();
-  while (reinterpret_cast<uintptr_t>(sp) % 64) ++sp;
+  std::vector<float> c(size_t(n * n));
+  Buffer scratch(prov->scratch_floats(s) * sizeof(float));  // 64-byte aligned, as in a plan
   kernels::GemmCall call{s, static_cast<const float*>(a.buffer->data()), static_cast<const float*>(b.buffer->data()),
-                         c.data(), sp, false};
+                         c.data(), static_cast<float*>(scratch.data()), false};
   prov->run(call, default_pool());  // JIT and first-touch outside the timing
   for (auto _ : state) {
     prov->run(call, default_pool());

@@ -45,11 +45,9 @@ double ref(const Problem& p, int64_t m, int64_t n, bool acc) {
 
 std::vector<float> run(const GemmProvider& prov, const Problem& p, bool acc) {
   std::vector<float> C = p.C0;
-  std::vector<float> scratch(prov.scratch_floats(p.s) + 64);
-  float* sp = scratch.data();
-  while (reinterpret_cast<uintptr_t>(sp) % 64) ++sp;
+  Buffer scratch(prov.scratch_floats(p.s) * sizeof(float));  // 64-byte aligned, as in a plan
   ThreadPool pool(2);
-  prov.run({p.s, p.A.data(), p.B.data(), C.data(), sp, acc}, pool);
+  prov.run({p.s, p.A.data(), p.B.data(), C.data(), static_cast<float*>(scratch.data()), acc}, pool);
   return C;
 }
 
@@ -112,11 +110,9 @@ TEST(Gemm, EveryProviderIgnoresTheThreadCount) {
       std::vector<float> first;
       for (int threads : {1, 2, 3}) {
         std::vector<float> C = p.C0;
-        std::vector<float> scratch(prov->scratch_floats(p.s) + 64);
-        float* sp = scratch.data();
-        while (reinterpret_cast<uintptr_t>(sp) % 64) ++sp;
+        Buffer scratch(prov->scratch_floats(p.s) * sizeof(float));
         ThreadPool pool(threads);
-        prov->run({p.s, p.A.data(), p.B.data(), C.data(), sp, false}, pool);
+        prov->run({p.s, p.A.data(), p.B.data(), C.data(), static_cast<float*>(scratch.data()), false}, pool);
         if (first.empty()) first = C;
         EXPECT_EQ(C, first) << prov->name() << " M=" << M << " N=" << N << " K=" << K << " threads=" << threads;
       }
@@ -134,10 +130,8 @@ TEST(Gemm, CanonicalPathsAndInstructionSetsGiveTheSameBits) {
         if (int(isa) > int(best_isa())) continue;
         for (int mode : {1, 2}) {
           std::vector<float> C = p.C0;
-          std::vector<float> scratch(gemm_scratch_floats(p.s) + 64);
-          float* sp = scratch.data();
-          while (reinterpret_cast<uintptr_t>(sp) % 64) ++sp;
-          sgemm(p.s, p.A.data(), p.B.data(), C.data(), sp, int(isa), pool, mode, true);
+          Buffer scratch(gemm_scratch_floats(p.s) * sizeof(float));
+          sgemm(p.s, p.A.data(), p.B.data(), C.data(), static_cast<float*>(scratch.data()), int(isa), pool, mode, true);
           if (first.empty()) first = C;
           EXPECT_EQ(C, first) << "M=" << M << " N=" << N << " K=" << K << " isa=" << isa_name(isa)
                               << " mode=" << mode;

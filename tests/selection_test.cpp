@@ -103,6 +103,47 @@ TEST(Selection, ACorruptCacheIsDetectedAndRebuilt) {
   }
 }
 
+// A provider that cannot build a kernel for the shape and says so by throwing.
+class ThrowingGemm : public WrongGemm {
+ public:
+  std::string name() const override { return "throws"; }
+  void run(const GemmCall&, ThreadPool&) const override { throw Error("throws: no kernel for this shape"); }
+};
+
+TEST(Selection, AProviderThatThrowsIsRejectedNotFatal) {
+  TempCache tc;
+  auto& provs = gemm_providers();
+  provs.insert(provs.begin(), std::make_shared<ThrowingGemm>());
+  Selection s = select_gemm({20, 30, 40, 40, 1, 30, 1, 30}, false);
+  provs.erase(provs.begin());
+  ASSERT_NE(s.provider, nullptr);
+  EXPECT_NE(s.provider->name(), "throws");
+  ASSERT_EQ(s.rejected.size(), 1u);
+  EXPECT_NE(s.rejected[0].find("throws: failed: throws: no kernel"), std::string::npos) << s.rejected[0];
+}
+
+// A choice is only reused among the same candidates at the same thread count: adding a provider
+// or changing the thread count measures again.
+TEST(Selection, ANewProviderOrThreadCountIsMeasuredAgain) {
+  TempCache tc;
+  GemmShape sh{24, 40, 56, 56, 1, 40, 1, 40};
+  EXPECT_FALSE(select_gemm(sh, false).from_cache);
+  EXPECT_TRUE(select_gemm(sh, false).from_cache);
+  auto& provs = gemm_providers();
+  provs.push_back(std::make_shared<WrongGemm>());  // rejected by the oracle, but a new candidate
+  ::testing::internal::CaptureStderr();
+  Selection with = select_gemm(sh, false);
+  ::testing::internal::GetCapturedStderr();
+  provs.pop_back();
+  EXPECT_FALSE(with.from_cache);
+  EXPECT_TRUE(select_gemm(sh, false).from_cache);  // back to the original set: its entry stands
+  int saved = num_threads();
+  set_num_threads(saved == 1 ? 2 : 1);
+  EXPECT_FALSE(select_gemm(sh, false).from_cache);
+  set_num_threads(saved);
+  EXPECT_TRUE(select_gemm(sh, false).from_cache);
+}
+
 TEST(Selection, StrictModeOnlyPicksCanonicalKernels) {
   TempCache tc;
   set_strict_kernels(true);

@@ -1,6 +1,5 @@
 #include "kernels/providers.hpp"
 
-#include <cblas.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -45,31 +44,6 @@ class EngineGemm : public GemmProvider {
  private:
   std::string name_;
   int mode_;
-};
-
-// OpenBLAS (Debian's libopenblas), single-threaded so its bits never depend on a thread count.
-class OpenBlasGemm : public GemmProvider {
- public:
-  std::string name() const override { return "openblas"; }
-  std::string version() const override { return OPENBLAS_VERSION; }
-  bool canonical() const override { return false; }
-  bool supports(const GemmShape& shape) const override {
-    GemmShape s = dense_unit_strides(shape);
-    bool a_ok = (s.a_cs == 1 && s.a_rs >= std::max<int64_t>(1, s.K)) || (s.a_rs == 1 && s.a_cs >= std::max<int64_t>(1, s.M));
-    bool b_ok = (s.b_cs == 1 && s.b_rs >= std::max<int64_t>(1, s.N)) || (s.b_rs == 1 && s.b_cs >= std::max<int64_t>(1, s.K));
-    return a_ok && b_ok && s.c_rs >= std::max<int64_t>(1, s.N) && s.K > 0;
-  }
-  size_t scratch_floats(const GemmShape&) const override { return 0; }
-  void run(const GemmCall& c, ThreadPool&) const override {
-    static std::once_flag once;
-    std::call_once(once, [] { openblas_set_num_threads(1); });
-    GemmShape s = dense_unit_strides(c.shape);
-    bool ta = s.a_cs != 1, tb = s.b_cs != 1;
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(s.M),
-                int(s.N), int(s.K), 1.0f, c.A, int(ta ? s.a_cs : s.a_rs), c.B, int(tb ? s.b_cs : s.b_rs),
-                c.accumulate ? 1.0f : 0.0f,
-                c.C, int(s.c_rs));
-  }
 };
 
 // ---- the tuning cache
@@ -224,12 +198,11 @@ Probe make_probe(const GemmShape& s) {
 }
 
 // Checks the provider on the probe against float64; returns "" or why it failed.
-std::string check(const GemmProvider& prov, const Probe& p, std::vector<float>& C, std::vector<float>& scratch,
-                  ThreadPool& pool) {
+std::string check(const GemmProvider& prov, const Probe& p, std::vector<float>& C, float* scratch, ThreadPool& pool) {
   const GemmShape& s = p.s;
   std::fill(C.begin(), C.end(), std::numeric_limits<float>::quiet_NaN());
   try {
-    prov.run({s, p.A.data(), p.B.data(), C.data(), scratch.data()}, pool);
+    prov.run({s, p.A.data(), p.B.data(), C.data(), scratch}, pool);
   } catch (const std::exception& e) {  // e.g. a JIT that cannot build this shape
     return prov.name() + ": failed: " + e.what();
   }
@@ -256,23 +229,25 @@ std::string check(const GemmProvider& prov, const Probe& p, std::vector<float>& 
 // decide between tiny kernels. At most 50 rounds, at least 3, about 20 ms per candidate in all.
 struct Candidate {
   const GemmProvider* prov;
-  std::vector<float> scratch;
+  std::unique_ptr<Buffer> scratch;  // 64-byte aligned, as in a plan
   double best = 1e300;
   int64_t reps = 1;
 };
 void time_interleaved(std::vector<Candidate>& cands, const Probe& p, std::vector<float>& C, ThreadPool& pool) {
   using Clock = std::chrono::steady_clock;
+  auto call_of = [&](const Candidate& c) {
+    return GemmCall{p.s, p.A.data(), p.B.data(), C.data(), static_cast<float*>(c.scratch->data())};
+  };
   for (Candidate& c : cands) {  // calibrate the repetitions per sample (also a warm-up call)
-    GemmCall call{p.s, p.A.data(), p.B.data(), C.data(), c.scratch.data()};
     auto t0 = Clock::now();
-    c.prov->run(call, pool);
+    c.prov->run(call_of(c), pool);
     double ns = std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
     c.reps = std::clamp<int64_t>(int64_t(5000.0 / std::max(ns, 1.0)), 1, 1000);
   }
   auto t_end = Clock::now() + std::chrono::milliseconds(20 * int64_t(cands.size()));
   for (int round = 0; round < 50; ++round) {
     for (Candidate& c : cands) {
-      GemmCall call{p.s, p.A.data(), p.B.data(), C.data(), c.scratch.data()};
+      GemmCall call = call_of(c);
       auto t0 = Clock::now();
       for (int64_t r = 0; r < c.reps; ++r) c.prov->run(call, pool);
       auto t1 = Clock::now();
@@ -288,7 +263,6 @@ std::vector<std::shared_ptr<GemmProvider>>& gemm_providers() {
     std::vector<std::shared_ptr<GemmProvider>> v = {
         std::make_shared<EngineGemm>("engine-packed", 2),
         std::make_shared<EngineGemm>("engine-small", 1),
-        std::make_shared<OpenBlasGemm>(),
     };
     for (auto& q : vendor_gemm_providers()) v.push_back(q);
     return v;
@@ -355,8 +329,8 @@ Selection select_gemm(const GemmShape& s, bool strict) {
   std::vector<Candidate> passed;
   for (const auto& p : provs) {
     if (!p->supports(s) || (strict && !p->canonical())) continue;
-    std::vector<float> scratch(p->scratch_floats(s) + 16);
-    std::string why = check(*p, probe, C, scratch, pool);
+    auto scratch = std::make_unique<Buffer>(p->scratch_floats(s) * sizeof(float));
+    std::string why = check(*p, probe, C, static_cast<float*>(scratch->data()), pool);
     if (!why.empty()) {
       sel.rejected.push_back(why);
       c.rejections.push_back(key + ": " + why);

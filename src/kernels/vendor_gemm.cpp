@@ -1,9 +1,11 @@
-// Vendor GEMM providers from Debian: oneDNN's dnnl_sgemm (JIT AVX-512/AVX2 kernels, strongest on
-// mid-sized and large shapes) and libxsmm's JIT small-matrix kernels (strongest below ~128).
-// Neither follows the engine's canonical reduction order, so strict mode leaves them out. Both
-// run single-threaded in the calling thread: their bits never depend on a thread count.
+// Vendor GEMM providers from Debian: OpenBLAS's cblas_sgemm, oneDNN's dnnl_sgemm (JIT
+// AVX-512/AVX2 kernels, strongest on mid-sized and large shapes) and libxsmm's JIT small-matrix
+// kernels (strongest below ~128). None follows the engine's canonical reduction order, so strict
+// mode leaves them out. Every vendor call runs single-threaded (oneDNN's large problems as fixed
+// column strips spread over the pool): their bits never depend on a thread count.
 #include "kernels/vendor_gemm.hpp"
 
+#include <cblas.h>
 #include <immintrin.h>
 #include <libxsmm.h>
 #include <omp.h>
@@ -12,26 +14,47 @@
 #include <algorithm>
 #include <array>
 #include <mutex>
+#include <optional>
 #include <string>
 
 namespace synoros::kernels {
 
 namespace {
 
-// Row-major operands as BLAS-style (transpose, leading dimension) pairs; false when an operand
+// Row-major operands as BLAS-style (transpose, leading dimension) pairs; none when an operand
 // is strided in both dimensions (only the engine's kernels read those).
-bool blas_layout(const GemmShape& shape, bool& ta, int64_t& lda, bool& tb, int64_t& ldb) {
+struct BlasLayout {
+  bool ta, tb;
+  int64_t lda, ldb, ldc;
+};
+std::optional<BlasLayout> blas_layout(const GemmShape& shape) {
   GemmShape s = dense_unit_strides(shape);
   bool a_n = s.a_cs == 1 && s.a_rs >= std::max<int64_t>(1, s.K);
   bool a_t = s.a_rs == 1 && s.a_cs >= std::max<int64_t>(1, s.M);
   bool b_n = s.b_cs == 1 && s.b_rs >= std::max<int64_t>(1, s.N);
   bool b_t = s.b_rs == 1 && s.b_cs >= std::max<int64_t>(1, s.K);
-  if (!(a_n || a_t) || !(b_n || b_t) || s.c_rs < std::max<int64_t>(1, s.N) || s.K <= 0) return false;
-  ta = !a_n, tb = !b_n;
-  lda = ta ? s.a_cs : s.a_rs;
-  ldb = tb ? s.b_cs : s.b_rs;
-  return true;
+  if (!(a_n || a_t) || !(b_n || b_t) || s.c_rs < std::max<int64_t>(1, s.N) || s.K <= 0) return std::nullopt;
+  return BlasLayout{!a_n, !b_n, a_n ? s.a_rs : s.a_cs, b_n ? s.b_rs : s.b_cs, s.c_rs};
 }
+
+// OpenBLAS (Debian's libopenblas), single-threaded so its bits never depend on a thread count.
+class OpenBlasGemm : public GemmProvider {
+ public:
+  std::string name() const override { return "openblas"; }
+  std::string version() const override { return OPENBLAS_VERSION; }
+  bool canonical() const override { return false; }
+  bool supports(const GemmShape& s) const override { return blas_layout(s).has_value(); }
+  size_t scratch_floats(const GemmShape&) const override { return 0; }
+  void run(const GemmCall& c, ThreadPool&) const override {
+    static std::once_flag once;
+    std::call_once(once, [] { openblas_set_num_threads(1); });
+    const GemmShape& s = c.shape;
+    BlasLayout l = *blas_layout(s);
+    cblas_sgemm(CblasRowMajor, l.ta ? CblasTrans : CblasNoTrans, l.tb ? CblasTrans : CblasNoTrans, int(s.M),
+                int(s.N), int(s.K), 1.0f, c.A, int(l.lda), c.B, int(l.ldb), c.accumulate ? 1.0f : 0.0f, c.C,
+                int(l.ldc));
+  }
+};
 
 class OneDnnGemm : public GemmProvider {
  public:
@@ -41,11 +64,7 @@ class OneDnnGemm : public GemmProvider {
     return std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch);
   }
   bool canonical() const override { return false; }
-  bool supports(const GemmShape& s) const override {
-    bool ta = false, tb = false;
-    int64_t lda = 0, ldb = 0;
-    return blas_layout(s, ta, lda, tb, ldb);
-  }
+  bool supports(const GemmShape& s) const override { return blas_layout(s).has_value(); }
   size_t scratch_floats(const GemmShape&) const override { return 0; }
   // Large problems split into column strips of a fixed width, one single-threaded dnnl_sgemm
   // each, spread over the engine's pool: the split depends only on the shape, never on the
@@ -67,13 +86,13 @@ class OneDnnGemm : public GemmProvider {
     (void)single;
     const GemmCall& c = *static_cast<const GemmCall*>(p);
     const GemmShape& s = c.shape;
-    bool ta = false, tb = false;
-    int64_t lda = 0, ldb = 0;
-    blas_layout(s, ta, lda, tb, ldb);
+    BlasLayout l = *blas_layout(s);
     int64_t width = strips_of(s) == 1 ? s.N : kStrip;
     int64_t n0 = i * width, n = std::min(width, s.N - n0);
-    dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', s.M, n, s.K, 1.0f, c.A, lda,
-                                  c.B + n0 * s.b_cs, ldb, c.accumulate ? 1.0f : 0.0f, c.C + n0, s.c_rs);
+    // Column n0 of B: n0 rows down a transposed B, n0 elements along a plain one.
+    const float* b = c.B + n0 * (l.tb ? l.ldb : 1);
+    dnnl_status_t st = dnnl_sgemm(l.ta ? 'T' : 'N', l.tb ? 'T' : 'N', s.M, n, s.K, 1.0f, c.A, l.lda, b, l.ldb,
+                                  c.accumulate ? 1.0f : 0.0f, c.C + n0, l.ldc);
     if (st != dnnl_success)
       throw Error("onednn: dnnl_sgemm failed with status " + std::to_string(int(st)) + " for M=" +
                   std::to_string(s.M) + " N=" + std::to_string(s.N) + " K=" + std::to_string(s.K));
@@ -141,7 +160,7 @@ class LibxsmmGemm : public GemmProvider {
 }  // namespace
 
 std::vector<std::shared_ptr<GemmProvider>> vendor_gemm_providers() {
-  return {std::make_shared<OneDnnGemm>(), std::make_shared<LibxsmmGemm>()};
+  return {std::make_shared<OpenBlasGemm>(), std::make_shared<OneDnnGemm>(), std::make_shared<LibxsmmGemm>()};
 }
 
 }  // namespace synoros::kernels

@@ -1,4 +1,4 @@
-// GEMM providers backed by vendor libraries from Debian (oneDNN, libxsmm).
+// GEMM providers backed by vendor libraries from Debian (OpenBLAS, oneDNN, libxsmm).
 #pragma once
 
 #include <memory>

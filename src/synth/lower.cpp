@@ -38,12 +38,18 @@ std::vector<Shape> weight_shapes(const Spec& spec, const Operator& op, const Bin
 }
 
 namespace {
+// The extents of a list of sizes under a binding.
+Shape eval_shape(const Spec& spec, const std::vector<Size>& sizes, const Binding& bind) {
+  Shape out;
+  for (const Size& z : sizes) out.push_back(eval_size(spec, z, bind));
+  return out;
+}
+
 char label(int it) { return char(it < 26 ? 'a' + it : 'A' + (it - 26)); }
 
 // The cheapest contraction order: x first, then the weights in the order with fewest FLOPs.
 void plan_chain(const Spec& spec, const Operator& op, const Binding& bind, LowerPlan& p) {
-  std::vector<int64_t> isz;
-  for (const Size& z : op.iter_sizes) isz.push_back(eval_size(spec, z, bind));
+  std::vector<int64_t> isz = eval_shape(spec, op.iter_sizes, bind);
   std::string out;
   for (int o = 0; o < op.n_out; ++o) out += label(o);
   std::vector<size_t> order(op.weights.size());
@@ -270,8 +276,7 @@ void check_inputs(const Spec& spec, const Operator& op, const Binding& bind, con
     throw Error("synth: operator '" + op.canonical + "' maps " + std::to_string(op.x_root.size()) + " input dims to " +
                 std::to_string(op.n_out) + " output dims, the spec has " + std::to_string(spec.input.size()) +
                 " and " + std::to_string(spec.output.size()));
-  Shape want;
-  for (const Size& z : spec.input) want.push_back(eval_size(spec, z, bind));
+  Shape want = eval_shape(spec, spec.input, bind);
   if (xs != want) throw Error("synth: input has shape " + shape_str(xs) + ", the operator expects " + shape_str(want));
   auto wsh = weight_shapes(spec, op, bind);
   if (ws.size() != wsh.size())
@@ -282,8 +287,7 @@ void check_inputs(const Spec& spec, const Operator& op, const Binding& bind, con
 }
 
 void check_output(const Spec& spec, const Binding& bind, const Shape& got) {
-  Shape want;
-  for (const Size& z : spec.output) want.push_back(eval_size(spec, z, bind));
+  Shape want = eval_shape(spec, spec.output, bind);
   if (got != want)
     throw Error("synth: operator produces " + shape_str(got) + ", the spec's output is " + shape_str(want));
 }

@@ -212,11 +212,7 @@ Launch lower_group(const Graph& g, const std::vector<ValueId>& members,
       a->row_bcast[k] = read_direct[k] && mst[k][0] == 0 && mst[k][1] == 1;
       ok = ok && (!read_direct[k] || contiguous || scalar || a->row_bcast[k]);
     }
-    if (ok) {
-      a->tile_n = ms[1];
-      for (size_t k = 0; k < E; ++k)  // stride 1 along the tiled runs for the broadcast rows
-        if (a->row_bcast[k]) a->stride[k][1] = 1;
-    }
+    if (ok) a->tile_n = ms[1];
   }
   return {group_launch, a, members.back()};
 }
