@@ -157,7 +157,7 @@ std::string key_of(const GemmShape& s, bool strict) {
   std::ostringstream o;
   o << "sgemm M=" << s.M << " N=" << s.N << " K=" << s.K << " a=" << s.a_rs << "," << s.a_cs << " b="
     << s.b_rs << "," << s.b_cs << " c=" << s.c_rs << " isa=" << isa_name(active_isa())
-    << (strict ? " strict" : "") << " threads=" << num_threads() << " providers=" << provider_set_id()
+    << (strict ? " strict" : "") << " providers=" << provider_set_id()
     << " cpu=" << cpu_model();
   return o.str();
 }
