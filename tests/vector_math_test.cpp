@@ -1,7 +1,9 @@
 // The fixed-polynomial float32 exp, sigmoid and tanh against float64 over their whole range.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 
 #include "kernels/cpu/scalar_ops.hpp"
@@ -48,6 +50,10 @@ TEST(VectorMath, SigmoidAndTanhAreAccurate) {
   EXPECT_EQ(sigmoid_f32(-std::numeric_limits<float>::infinity()), 0.0f);
   EXPECT_EQ(sigmoid_f32(0.0f), 0.5f);
   EXPECT_TRUE(std::isnan(sigmoid_f32(std::nanf(""))));
+  // NaNs with payload bits in the low mantissa (which a bit-level exponent add would turn into a
+  // finite number) stay NaN, of either sign.
+  for (uint32_t bits : {0x7FC00001u, 0x7FC001FFu, 0x7FBFFFFFu, 0xFFC12345u})
+    EXPECT_TRUE(std::isnan(sigmoid_f32(std::bit_cast<float>(bits)))) << std::hex << bits;
   EXPECT_LT(worst_error(tanh_f32, [](double x) { return std::tanh(x); }, -20, 20, 0), 4.0);
   EXPECT_EQ(tanh_f32(30.0f), 1.0f);
   EXPECT_EQ(tanh_f32(-30.0f), -1.0f);

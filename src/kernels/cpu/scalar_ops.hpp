@@ -41,14 +41,19 @@ inline float exp_f32(float x) {
 // sigmoid(x) = 1 / (1 + e^-x), with e^-x from exp_f32's reduction and polynomial, written in
 // s = -r (so -x is never formed), the polynomial in Estrin's form (a shorter dependency chain:
 // the line kernel is bound by latency times the scheduler's size, not by issue width) and one
-// exponent add instead of the two-step scaling. Outside [-88, 87] the exponent add leaves the
-// float range and its result is replaced: 1 above 87 (e^-87 vanishes against 1), 0 below -88
-// (the true value is < 6e-39). The division is IEEE (on AVX-512 the divider runs beside the
-// polynomial, cheaper than Newton steps); 1 + e >= 1 and the quotient keep small results
-// relatively accurate (~2 ulp).
+// scaling instead of two. Every op counts here (the zmm ops share two ports with the divider's):
+// the input is clamped at 87, where the result is exactly 1 (e^-87 vanishes against 1), and 2^m
+// is built straight from the bits of the rounding sum m + 1.5 * 2^23 (its low bits hold m in two's
+// complement; shifted by 23 they give m << 23 modulo 2^32), with no float-to-int conversion and
+// no clamp of m. The scaling is a multiply, not an add to e's bits, so a NaN input with any
+// payload stays NaN. Below -88, 2^m leaves the float range and the result is replaced by 0 (the
+// true value is < 6e-39). The division is IEEE;
+// 1 + e >= 1 and the quotient keep small results relatively accurate (~2 ulp).
 inline float sigmoid_f32(float x) {
-  float m = fmaf_(x, -1.44269504088896341f, 12582912.0f) - 12582912.0f;  // round(-x / ln 2)
-  float s = fmaf_(m, 0.693359375f, x);
+  float xc = x > 87.0f ? 87.0f : x;
+  float mb = fmaf_(xc, -1.44269504088896341f, 12582912.0f);
+  float m = mb - 12582912.0f;  // round(-x / ln 2)
+  float s = fmaf_(m, 0.693359375f, xc);
   s = fmaf_(m, -2.12194440e-4f, s);  // s = x + m ln 2 = -r, |s| <= ln2 / 2 inside the range
   float s2 = s * s;
   // Cephes' coefficients with the odd ones negated, paired for Estrin's scheme.
@@ -57,14 +62,9 @@ inline float sigmoid_f32(float x) {
   float c = fmaf_(-1.9875691500e-4f, s, 1.3981999507e-3f);
   float p = fmaf_(fmaf_(c, s2, b), s2, a);
   float e = fmaf_(p, s2, -s) + 1.0f;  // e^-s in [0.7, 1.42)
-  // m leaves [-254, 254] only where the selects below replace the result; clamping keeps the
-  // conversion in range, and the exponent add is done in unsigned arithmetic (no signed overflow).
-  float mc = m < -254.0f ? -254.0f : m;
-  mc = mc > 254.0f ? 254.0f : mc;
-  uint32_t mi = static_cast<uint32_t>(static_cast<int32_t>(mc));
-  float ex = std::bit_cast<float>(std::bit_cast<uint32_t>(e) + (mi << 23));  // e^-x
+  float scale = std::bit_cast<float>((std::bit_cast<uint32_t>(mb) << 23) + 0x3F800000u);  // 2^m
+  float ex = e * scale;  // e^-x, exact scaling
   float y = 1.0f / (1.0f + ex);
-  y = x > 87.0f ? 1.0f : y;
   return x < -88.0f ? 0.0f : y;  // NaN stays NaN (the comparisons are false)
 }
 
