@@ -82,11 +82,19 @@ void group_chunk(const void* p, int64_t chunk) {
     int64_t n = a.tile_n, step = kBlock / n * n;
     alignas(64) static thread_local char tiles[kFuseMaxExternals][2 * kBlock * 8];
     int64_t s_inner[kFuseMaxExternals];
+    // Only the rows this chunk's blocks can touch (a block may start mid-row: n - 1 more), filled
+    // by doubling copies: a tiny group (8 rows of 8) needs a few copies, not one per row.
+    size_t tile_bytes = size_t((std::min(step, end - begin) + 2 * n - 2) / n * n * a.esize);
+    size_t row_bytes = size_t(n * a.esize);
     for (int k = 0; k < a.n_ext; ++k) {
       s_inner[k] = a.stride[k][1];
       if (!a.row_bcast[k]) continue;
-      for (int64_t row = 0; row <= step / n; ++row)  // one row more: a block may start mid-row
-        std::memcpy(tiles[k] + row * n * a.esize, a.ext[k], size_t(n * a.esize));
+      std::memcpy(tiles[k], a.ext[k], row_bytes);
+      for (size_t filled = row_bytes; filled < tile_bytes;) {
+        size_t c = std::min(filled, tile_bytes - filled);
+        std::memcpy(tiles[k] + filled, tiles[k], c);
+        filled += c;
+      }
     }
     const char* ext[kFuseMaxExternals];
     for (int64_t pos = begin; pos < end; pos += step) {

@@ -56,6 +56,23 @@ T reduce_row(const T* x, int64_t r, int kind) {
   return total;
 }
 
+// Columns [0, w) of an r x stride block reduced down the rows, sequentially in the row index,
+// accumulated in a local tile (registers when W is the fixed tile width) rather than through
+// the output in memory.
+constexpr int64_t kTile = 32;
+constexpr int64_t kTiledInner = 512;  // longer rows stream through the output row instead
+template <class T, int64_t W, int Kind>
+void reduce_columns(const T* x, int64_t r, int64_t stride, int64_t w, T* y) {
+  const int64_t n = W > 0 ? W : w;
+  T acc[kTile];
+  for (int64_t i = 0; i < n; ++i) acc[i] = Kind == 1 ? T(-INFINITY) : T(0);
+  for (int64_t k = 0; k < r; ++k) {
+    const T* xk = x + k * stride;
+    for (int64_t i = 0; i < n; ++i) acc[i] = Kind == 1 ? combine(acc[i], xk[i], 1) : acc[i] + xk[i];
+  }
+  for (int64_t i = 0; i < n; ++i) y[i] = acc[i];
+}
+
 template <class T>
 void reduce_chunk_t(const ReduceArgs& a, int64_t chunk) {
   const T* x = static_cast<const T*>(a.in);
@@ -70,17 +87,32 @@ void reduce_chunk_t(const ReduceArgs& a, int64_t chunk) {
     }
     T* yo = y + o * a.inner;
     const T* xo = x + o * a.r * a.inner;
-    for (int64_t i = 0; i < a.inner; ++i) yo[i] = a.kind == 1 ? T(-INFINITY) : T(0);
-    for (int64_t k = 0; k < a.r; ++k) {
-      const T* xk = xo + k * a.inner;
-      if (a.kind == 1) {
-        for (int64_t i = 0; i < a.inner; ++i) yo[i] = combine(yo[i], xk[i], 1);
-      } else {
-        for (int64_t i = 0; i < a.inner; ++i) yo[i] += xk[i];
+    if (a.inner > kTiledInner) {  // long rows: stream them, accumulating in the (L1) output row
+      for (int64_t i = 0; i < a.inner; ++i) yo[i] = a.kind == 1 ? T(-INFINITY) : T(0);
+      for (int64_t k = 0; k < a.r; ++k) {
+        const T* xk = xo + k * a.inner;
+        if (a.kind == 1) {
+          for (int64_t i = 0; i < a.inner; ++i) yo[i] = combine(yo[i], xk[i], 1);
+        } else {
+          for (int64_t i = 0; i < a.inner; ++i) yo[i] += xk[i];
+        }
       }
+      if (a.kind == 2)
+        for (int64_t i = 0; i < a.inner; ++i) yo[i] = yo[i] / count;
+      continue;
     }
-    if (a.kind == 2)
-      for (int64_t i = 0; i < a.inner; ++i) yo[i] = yo[i] / count;
+    for (int64_t i0 = 0; i0 < a.inner; i0 += kTile) {
+      int64_t w = std::min(kTile, a.inner - i0);
+      if (a.kind == 1) {
+        w == kTile ? reduce_columns<T, kTile, 1>(xo + i0, a.r, a.inner, kTile, yo + i0)
+                   : reduce_columns<T, 0, 1>(xo + i0, a.r, a.inner, w, yo + i0);
+      } else {
+        w == kTile ? reduce_columns<T, kTile, 0>(xo + i0, a.r, a.inner, kTile, yo + i0)
+                   : reduce_columns<T, 0, 0>(xo + i0, a.r, a.inner, w, yo + i0);
+      }
+      if (a.kind == 2)
+        for (int64_t i = 0; i < w; ++i) yo[i0 + i] = yo[i0 + i] / count;
+    }
   }
 }
 
