@@ -232,6 +232,22 @@ TEST(MemoryPlan, RowBroadcastGroupsMatchUnfusedBitForBit) {
         float v = (float(hx.get(i)) + float(hb.get(i % cols))) * float(hs.get(0));
         EXPECT_EQ(a.get(i), v > 0.0f ? v : 0.0f) << "element " << i;
       }
+      // The broadcast row is tiled once and kept between runs: a new bias, or one element of it
+      // changed in place, must reach the next run.
+      HostTensor hb2 = testing::random_tensor({DType::F32, {cols}}, 4);
+      for (int change = 0; change < 2; ++change) {
+        if (change == 1) hb2.set(cols - 1, hb2.get(cols - 1) + 1.0);
+        for (Plan* p : {&fast, &ref}) {
+          p->set_input(b, hb2);
+          p->run();
+        }
+        HostTensor a2 = fast.read(y), e2 = ref.read(y);
+        ASSERT_EQ(0, std::memcmp(a2.buffer->data(), e2.buffer->data(), a2.bytes())) << "cols " << cols << " change " << change;
+        for (int64_t i = cols - 1; i < 130 * cols; i += cols) {
+          float v = (float(hx.get(i)) + float(hb2.get(i % cols))) * float(hs.get(0));
+          ASSERT_EQ(a2.get(i), v > 0.0f ? v : 0.0f) << "element " << i << " change " << change;
+        }
+      }
     }
   }
 }

@@ -34,6 +34,13 @@ struct GroupArgs {
   // broadcast rows tiled once per chunk, instead of one short run per row.
   int64_t tile_n;
   bool row_bcast[kFuseMaxExternals];
+  // The tiled copies, owned by the plan and rebuilt by the launch only when the row's bytes
+  // change (a bias changes once per optimizer step, not once per launch or chunk): tile[k] holds
+  // enough rows for a block starting anywhere in a row, tile_src[k] the row it was built from.
+  char* tile[kFuseMaxExternals];
+  char* tile_src[kFuseMaxExternals];
+  int64_t tile_bytes;
+  mutable bool tile_valid[kFuseMaxExternals];
 };
 
 // Runs the group's instructions over one run [pos, pos + len) whose externals start at ext.
@@ -80,27 +87,13 @@ void group_chunk(const void* p, int64_t chunk) {
   }
   if (a.tile_n > 0) {
     int64_t n = a.tile_n, step = kBlock / n * n;
-    alignas(64) static thread_local char tiles[kFuseMaxExternals][2 * kBlock * 8];
     int64_t s_inner[kFuseMaxExternals];
-    // Only the rows this chunk's blocks can touch (a block may start mid-row: n - 1 more), filled
-    // by doubling copies: a tiny group (8 rows of 8) needs a few copies, not one per row.
-    size_t tile_bytes = size_t((std::min(step, end - begin) + 2 * n - 2) / n * n * a.esize);
-    size_t row_bytes = size_t(n * a.esize);
-    for (int k = 0; k < a.n_ext; ++k) {
-      s_inner[k] = a.stride[k][1];
-      if (!a.row_bcast[k]) continue;
-      std::memcpy(tiles[k], a.ext[k], row_bytes);
-      for (size_t filled = row_bytes; filled < tile_bytes;) {
-        size_t c = std::min(filled, tile_bytes - filled);
-        std::memcpy(tiles[k] + filled, tiles[k], c);
-        filled += c;
-      }
-    }
+    for (int k = 0; k < a.n_ext; ++k) s_inner[k] = a.stride[k][1];
     const char* ext[kFuseMaxExternals];
     for (int64_t pos = begin; pos < end; pos += step) {
       int64_t len = std::min(end - pos, step);
       for (int k = 0; k < a.n_ext; ++k)
-        ext[k] = a.row_bcast[k] ? tiles[k] + (pos % n) * a.esize : a.ext[k] + pos * s_inner[k] * a.esize;
+        ext[k] = a.row_bcast[k] ? a.tile[k] + (pos % n) * a.esize : a.ext[k] + pos * s_inner[k] * a.esize;
       run_block(a, slots, ext, s_inner, pos, len);
     }
     return;
@@ -127,6 +120,20 @@ void group_chunk(const void* p, int64_t chunk) {
 
 void group_launch(const void* p, ThreadPool& pool) {
   const GroupArgs& a = *static_cast<const GroupArgs*>(p);
+  if (a.tile_n > 0) {
+    size_t row_bytes = size_t(a.tile_n * a.esize), tile_bytes = size_t(a.tile_bytes);
+    for (int k = 0; k < a.n_ext; ++k) {
+      if (!a.row_bcast[k] || (a.tile_valid[k] && std::memcmp(a.tile_src[k], a.ext[k], row_bytes) == 0)) continue;
+      std::memcpy(a.tile_src[k], a.ext[k], row_bytes);
+      std::memcpy(a.tile[k], a.ext[k], row_bytes);
+      for (size_t filled = row_bytes; filled < tile_bytes;) {  // doubling copies: few calls
+        size_t c = std::min(filled, tile_bytes - filled);
+        std::memcpy(a.tile[k] + filled, a.tile[k], c);
+        filled += c;
+      }
+      a.tile_valid[k] = true;
+    }
+  }
   pool.run((a.total + kChunk - 1) / kChunk, group_chunk, p);
 }
 }  // namespace
@@ -220,7 +227,18 @@ Launch lower_group(const Graph& g, const std::vector<ValueId>& members,
       a->row_bcast[k] = read_direct[k] && mst[k][0] == 0 && mst[k][1] == 1;
       ok = ok && (!read_direct[k] || contiguous || scalar || a->row_bcast[k]);
     }
-    if (ok) a->tile_n = ms[1];
+    if (ok) {
+      // Rows a block can touch: up to one block's elements starting anywhere in a row.
+      int64_t n = ms[1], step = std::min(kBlock / n * n, a->total);
+      a->tile_n = n;
+      a->tile_bytes = (step + 2 * n - 2) / n * n * a->esize;
+      for (size_t k = 0; k < E; ++k) {
+        a->tile_valid[k] = false;
+        if (!a->row_bcast[k]) continue;
+        a->tile[k] = static_cast<char*>(storage.persistent(size_t(a->tile_bytes)));
+        a->tile_src[k] = static_cast<char*>(storage.persistent(size_t(n * a->esize)));
+      }
+    }
   }
   return {group_launch, a, members.back()};
 }
