@@ -106,9 +106,14 @@ void reduce_chunk_t(const ReduceArgs& a, int64_t chunk) {
       if (a.kind == 1) {
         w == kTile ? reduce_columns<T, kTile, 1>(xo + i0, a.r, a.inner, kTile, yo + i0)
                    : reduce_columns<T, 0, 1>(xo + i0, a.r, a.inner, w, yo + i0);
+      } else if (w == kTile) {
+        reduce_columns<T, kTile, 0>(xo + i0, a.r, a.inner, kTile, yo + i0);
+      } else if (w == 16) {
+        reduce_columns<T, 16, 0>(xo + i0, a.r, a.inner, 16, yo + i0);
+      } else if (w == 8) {
+        reduce_columns<T, 8, 0>(xo + i0, a.r, a.inner, 8, yo + i0);
       } else {
-        w == kTile ? reduce_columns<T, kTile, 0>(xo + i0, a.r, a.inner, kTile, yo + i0)
-                   : reduce_columns<T, 0, 0>(xo + i0, a.r, a.inner, w, yo + i0);
+        reduce_columns<T, 0, 0>(xo + i0, a.r, a.inner, w, yo + i0);
       }
       if (a.kind == 2)
         for (int64_t i = 0; i < w; ++i) yo[i0 + i] = yo[i0 + i] / count;
