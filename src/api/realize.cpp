@@ -100,8 +100,7 @@ std::shared_ptr<Plan> cached_plan(const Lowered& low) {
   uint64_t h = low.g.structural_hash();
   for (ValueId o : low.outputs) h = h * 1000003u + uint64_t(o);
   // Kernels are chosen per instruction set and strictness: a plan is reused only under both.
-  std::string config = std::string(kernels::isa_name(kernels::active_isa())) +
-                       (kernels::strict_kernels() ? " strict" : "");
+  std::string config = kernels::kernel_config();
   for (char ch : config) h = h * 131u + uint64_t(ch);
   auto range = cache().plans.equal_range(h);
   for (auto it = range.first; it != range.second; ++it) {

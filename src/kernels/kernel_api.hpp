@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "synoros/runtime.hpp"
@@ -29,6 +30,16 @@ class PlanStorage {
     return blocks_.back()->data();
   }
   size_t persistent_bytes() const { return persistent_; }
+  // An object that lives as long as the plan and is destroyed with it (vendor primitives).
+  template <class T>
+  T* own(std::unique_ptr<T> p) {
+    T* raw = p.get();
+    owned_.push_back(std::shared_ptr<void>(std::move(p)));
+    return raw;
+  }
+  // True in the first, sizing lowering: pointers are placeholders, nothing may run.
+  bool sizing() const { return sizing_; }
+  void set_sizing(bool on) { sizing_ = on; }
   void begin_frame(char* base) {
     base_ = base;
     frame_ = 0;
@@ -44,6 +55,8 @@ class PlanStorage {
 
  private:
   std::vector<std::unique_ptr<Buffer>> blocks_;
+  std::vector<std::shared_ptr<void>> owned_;
+  bool sizing_ = false;
   char* base_ = nullptr;
   size_t frame_ = 0, peak_ = 0, persistent_ = 0;
 };
@@ -63,6 +76,10 @@ struct LowerCtx {
   std::vector<std::vector<int64_t>> in_strides = {};
   // Per operand read through a folded view: its zero-padding gates (pad, unfold), else empty.
   std::vector<std::vector<passes::ViewGate>> in_gates = {};
+  // Per operand read through a folded view: the shape of the buffer the view reads, and the
+  // view's offset into it in elements (already applied to `in`), else empty.
+  std::vector<Shape> in_base_shapes = {};
+  std::vector<int64_t> in_offsets = {};
 
   const Shape& in_shape(size_t i) const { return g.shape(node.in[i]); }
   std::vector<int64_t> in_stride(size_t i) const {
@@ -92,6 +109,9 @@ Isa active_isa();
 // Strict mode: only kernels with the engine's canonical reduction order are selected, so results
 // are identical across machines of the same ISA. SYNOROS_STRICT=1 turns it on.
 bool strict_kernels();
+// The kernel configuration a plan is compiled under ("avx512", "avx2 strict", "avx512
+// conv=gemm"): plans are reused only under the same one.
+std::string kernel_config();
 void set_strict_kernels(bool on);
 Isa best_isa();  // what this CPU supports
 void set_isa(Isa isa);

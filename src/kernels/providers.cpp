@@ -306,6 +306,37 @@ std::vector<std::string> selection_rejections() {
   return c.rejections;
 }
 
+std::string tuning_key(const std::string& what, bool strict) {
+  return what + " isa=" + isa_name(active_isa()) + (strict ? " strict" : "") + " providers=" + provider_set_id() +
+         " cpu=" + cpu_model();
+}
+
+bool cached_choice(const std::string& key, std::string& name, std::string& version) {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lk(c.mu);
+  load_locked(c);
+  auto hit = c.entries.find(key);
+  if (hit == c.entries.end()) return false;
+  name = hit->second.provider;
+  version = hit->second.version;
+  return true;
+}
+
+void store_choice(const std::string& key, const std::string& name, const std::string& version) {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lk(c.mu);
+  load_locked(c);
+  c.entries[key] = {name, version};
+  save_locked(c);
+}
+
+void record_rejection(const std::string& key, const std::string& why) {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lk(c.mu);
+  c.rejections.push_back(key + ": " + why);
+  std::cerr << "synoros: rejected kernel " << why << " (" << key << ")\n";
+}
+
 Selection select_gemm(const GemmShape& s, bool strict) {
   Cache& c = cache();
   std::lock_guard<std::mutex> lk(c.mu);

@@ -56,6 +56,13 @@ void clear_tuning_cache();
 void reload_tuning_cache();
 size_t tuning_cache_size();
 
+// The tuning cache for choices other than a GEMM provider (how a convolution is lowered): the
+// key is completed with the ISA, strict mode, the provider set and the CPU model.
+std::string tuning_key(const std::string& what, bool strict);
+bool cached_choice(const std::string& key, std::string& name, std::string& version);
+void store_choice(const std::string& key, const std::string& name, const std::string& version);
+void record_rejection(const std::string& key, const std::string& why);
+
 // Problems the selection saw rejected, for reports (cleared by clear_tuning_cache()).
 std::vector<std::string> selection_rejections();
 

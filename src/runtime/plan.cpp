@@ -132,8 +132,7 @@ Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
     : graph_(g), outputs_(std::move(outputs)), pool_(opts.pool), check_finite_(opts.check_finite),
       impl_(std::make_unique<Impl>()) {
   size_t n = graph_.size();
-  impl_->compiled_for = std::string(kernels::isa_name(kernels::active_isa())) +
-                        (kernels::strict_kernels() ? " strict" : "");
+  impl_->compiled_for = kernels::kernel_config();
   std::vector<bool> needed(n, false);
   for (ValueId o : outputs_) {
     if (o < 0 || size_t(o) >= n) throw Error("compile: output id " + std::to_string(o) + " is not in the graph");
@@ -210,6 +209,8 @@ Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
       ctx.in.push_back(static_cast<char*>(ptrs_[size_t(av.base)]) + av.offset * int64_t(dtype_size(vn.dtype)));
       ctx.in_strides.push_back(av.strides);
       ctx.in_gates.push_back(av.gates);
+      ctx.in_base_shapes.push_back(graph_.shape(av.base));
+      ctx.in_offsets.push_back(av.offset);
     }
     return ctx;
   };
@@ -268,6 +269,7 @@ Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
   {
     ptrs_.assign(n, placeholder);
     kernels::PlanStorage sizing;
+    sizing.set_sizing(true);
     lower_all(sizing, false, [&](size_t) { return placeholder; });
   }
 

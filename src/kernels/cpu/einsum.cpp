@@ -11,6 +11,7 @@
 #include "ir/einsum_spec.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
 #include "kernels/cpu/gemm.hpp"
+#include "kernels/onednn_conv.hpp"
 #include "kernels/providers.hpp"
 
 namespace synoros::kernels {
@@ -476,7 +477,8 @@ Launch lower_einsum(LowerCtx& c) {
     c.kernel = sel.provider->name();
   }
   if (A.gather || B.gather) c.kernel += "+gather";
-  return {gemm_launch, g, c.id};
+  if (g->f64) return {gemm_launch, g, c.id};
+  return select_conv_lowering(c, e, {gemm_launch, g, c.id});
 }
 
 }  // namespace synoros::kernels

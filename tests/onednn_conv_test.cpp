@@ -1,0 +1,131 @@
+// The oneDNN convolution lowering: recognised from the unfold views, checked against float64 on
+// awkward geometries, independent of the thread count, selected by measurement and cached.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "kernels/kernel_api.hpp"
+#include "kernels/onednn_conv.hpp"
+#include "kernels/providers.hpp"
+#include "synoros/synoros.hpp"
+#include "test_util.hpp"
+
+using namespace synoros;
+
+namespace {
+
+struct Geo {
+  int64_t N, C, H, W, O, k, s, p, d;
+};
+
+// Direct float64 convolution (PyTorch semantics, no bias).
+double ref_at(const HostTensor& x, const HostTensor& w, const Geo& g, int64_t Ho, int64_t Wo, int64_t i) {
+  int64_t j = i % Wo, h = i / Wo % Ho, o = i / (Wo * Ho) % g.O, n = i / (Wo * Ho * g.O);
+  double acc = 0;
+  for (int64_t c = 0; c < g.C; ++c)
+    for (int64_t a = 0; a < g.k; ++a)
+      for (int64_t e = 0; e < g.k; ++e) {
+        int64_t hi = h * g.s + a * g.d - g.p, wi = j * g.s + e * g.d - g.p;
+        if (hi < 0 || hi >= g.H || wi < 0 || wi >= g.W) continue;
+        acc += x.get(((n * g.C + c) * g.H + hi) * g.W + wi) * w.get(((o * g.C + c) * g.k + a) * g.k + e);
+      }
+  return acc;
+}
+
+struct Forced {
+  explicit Forced(const char* name) { kernels::force_conv_lowering(name); }
+  ~Forced() { kernels::force_conv_lowering(""); }
+};
+
+bool uses_onednn_conv(Plan& p) {
+  for (const LaunchInfo& li : p.launch_info())
+    if (li.kernel == "onednn-conv") return true;
+  return false;
+}
+
+// Compiles conv(x) * scale for the geometry; returns the output and whether oneDNN's lowering ran.
+HostTensor run_conv(const Geo& g, const HostTensor& x, nn::Conv2d& conv, bool& onednn, double scale = 1.0) {
+  CompiledStep step = compile(
+      [&](const std::vector<Tensor>& a) { return std::vector<Tensor>{scale == 1.0 ? conv(a[0]) : conv(a[0]) * scale}; },
+      {{DType::F32, {g.N, g.C, g.H, g.W}}});
+  onednn = uses_onednn_conv(step.plan());
+  return step({x})[0];
+}
+
+class OneDnnConv : public ::testing::TestWithParam<Geo> {
+ protected:
+  void SetUp() override {
+    if (kernels::strict_kernels() || kernels::active_isa() != kernels::best_isa())
+      GTEST_SKIP() << "oneDNN's convolution is offered only outside strict mode at the CPU's own ISA";
+  }
+};
+
+TEST_P(OneDnnConv, ForcedLoweringMatchesFloat64AndIgnoresTheThreadCount) {
+  Geo g = GetParam();
+  Forced f("onednn-conv");
+  nn::Conv2d conv(g.C, g.O, g.k, 5, g.s, g.p, g.d, 1, false);
+  HostTensor x = synoros::testing::random_tensor({DType::F32, {g.N, g.C, g.H, g.W}}, 9);
+  int saved = num_threads();
+  set_num_threads(1);
+  bool onednn1 = false, onednn2 = false;
+  HostTensor y1 = run_conv(g, x, conv, onednn1);
+  set_num_threads(2);
+  HostTensor y2 = run_conv(g, x, conv, onednn2);
+  set_num_threads(saved);
+  ASSERT_TRUE(onednn1 && onednn2) << "the convolution was not recognised";
+  ASSERT_EQ(0, std::memcmp(y1.buffer->data(), y2.buffer->data(), y1.bytes())) << "bits differ between 1 and 2 threads";
+  int64_t Ho = y1.shape[2], Wo = y1.shape[3];
+  HostTensor w = conv.weight.value();
+  double eps = 1.2e-7, klen = double(g.C * g.k * g.k);
+  for (int64_t i = 0; i < y1.numel(); ++i) {
+    double want = ref_at(x, w, g, Ho, Wo, i);
+    ASSERT_NEAR(y1.get(i), want, 8 * eps * (std::sqrt(klen) + 2) * (1 + std::fabs(want)) * 4) << "element " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Geometries, OneDnnConv,
+                         ::testing::Values(Geo{2, 3, 8, 8, 4, 3, 1, 1, 1},     // same 3x3
+                                           Geo{3, 4, 9, 7, 6, 3, 2, 1, 1},     // stride 2, odd sizes
+                                           Geo{1, 2, 10, 10, 3, 3, 1, 2, 2},   // dilation 2
+                                           Geo{2, 3, 7, 7, 5, 1, 2, 0, 1},     // 1x1 stride 2
+                                           Geo{5, 1, 12, 12, 6, 5, 1, 2, 1},   // 5x5 pad 2
+                                           Geo{2, 2, 6, 5, 3, 3, 1, 0, 1},     // valid (no padding)
+                                           Geo{2, 3, 11, 11, 4, 7, 2, 3, 1},   // 7x7 stride 2
+                                           Geo{9, 16, 14, 14, 16, 3, 1, 1, 1})); // batch over chunks
+
+TEST(OneDnnConvSelection, GroupedConvolutionsAreNotTaken) {
+  Forced f("onednn-conv");
+  nn::Conv2d conv(4, 4, 3, 5, 1, 1, 1, 2, false);
+  CompiledStep step = compile([&](const std::vector<Tensor>& a) { return std::vector<Tensor>{conv(a[0])}; },
+                              {{DType::F32, {2, 4, 6, 6}}});
+  EXPECT_FALSE(uses_onednn_conv(step.plan()));
+}
+
+TEST(OneDnnConvSelection, ChoiceIsMeasuredOnceAndCached) {
+  if (kernels::strict_kernels() || kernels::active_isa() != kernels::best_isa())
+    GTEST_SKIP() << "oneDNN's convolution is offered only outside strict mode at the CPU's own ISA";
+  kernels::clear_tuning_cache();
+  nn::Conv2d conv(8, 8, 3, 5, 1, 1, 1, 1, false);
+  Geo g{4, 8, 10, 10, 8, 3, 1, 1, 1};
+  HostTensor x = synoros::testing::random_tensor({DType::F32, {g.N, g.C, g.H, g.W}}, 2);
+  bool first = false, second = false;
+  HostTensor y1 = run_conv(g, x, conv, first);
+  std::ifstream f(kernels::tuning_cache_path());
+  std::stringstream text;
+  text << f.rdbuf();
+  std::string key = "conv2d N=4 C=8 H=10 W=10 O=8 k=3x3 s=1,1 d=1,1 p=1,1,1,1";
+  size_t at = text.str().find(key);
+  ASSERT_NE(at, std::string::npos) << "no convolution choice in the tuning cache";
+  std::string line = text.str().substr(at, text.str().find('\n', at) - at);
+  EXPECT_EQ(first, line.find("\tonednn-conv\t") != std::string::npos) << line;
+  // As a new process would: another plan with the same convolution reads the choice from the file.
+  kernels::reload_tuning_cache();
+  HostTensor y2 = run_conv(g, x, conv, second, 2.0);
+  EXPECT_EQ(first, second);
+  for (int64_t i = 0; i < y1.numel(); ++i) ASSERT_EQ(float(y2.get(i)), 2.0f * float(y1.get(i))) << i;
+}
+
+}  // namespace
