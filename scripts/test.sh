@@ -16,3 +16,9 @@ ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 # The benchmark binary and the CLI must at least start and run.
 ./build/synoros_bench --benchmark_min_time=0.01 > /dev/null
 ./build/synoros train-mlp --steps 50 > /dev/null
+# A checkpoint written by train must evaluate through eval (the README's commands).
+tmp=$(mktemp -d)
+./build/synoros train --model mlp --steps 5 --train-limit 256 --test-limit 256 --no-progress --out "$tmp" \
+  --save "$tmp/mlp.safetensors" > /dev/null
+./build/synoros eval --model mlp --checkpoint "$tmp/mlp.safetensors" --test-limit 256 | grep -q "test accuracy"
+rm -rf "$tmp"

@@ -63,6 +63,52 @@ class OneDnnConv : public ::testing::TestWithParam<Geo> {
   }
 };
 
+// The weight gradient of loss = sum(conv(x) * r), compiled; whether oneDNN's lowering ran for it.
+HostTensor weight_grad(const HostTensor& x, const HostTensor& r, nn::Conv2d& conv, bool& onednn) {
+  CompiledStep step = compile(
+      [&](const std::vector<Tensor>& a) {
+        Tensor loss = (conv(a[0]) * a[1]).sum();
+        loss.backward();
+        return std::vector<Tensor>{conv.weight.grad()};
+      },
+      {{DType::F32, x.shape}, {DType::F32, r.shape}});
+  onednn = uses_onednn_conv(step.plan());  // the only convolution left: dW (y itself is not needed)
+  return step({x, r})[0];
+}
+
+TEST_P(OneDnnConv, ForcedWeightGradientMatchesFloat64AndIgnoresTheThreadCount) {
+  Geo g = GetParam();
+  Forced f("onednn-conv");
+  nn::Conv2d conv(g.C, g.O, g.k, 5, g.s, g.p, g.d, 1, false);
+  HostTensor x = synoros::testing::random_tensor({DType::F32, {g.N, g.C, g.H, g.W}}, 9);
+  int64_t Ho = (g.H + 2 * g.p - g.d * (g.k - 1) - 1) / g.s + 1, Wo = (g.W + 2 * g.p - g.d * (g.k - 1) - 1) / g.s + 1;
+  HostTensor r = synoros::testing::random_tensor({DType::F32, {g.N, g.O, Ho, Wo}}, 10);
+  int saved = num_threads();
+  set_num_threads(1);
+  bool onednn1 = false, onednn2 = false;
+  HostTensor dw1 = weight_grad(x, r, conv, onednn1);
+  set_num_threads(2);
+  HostTensor dw2 = weight_grad(x, r, conv, onednn2);
+  set_num_threads(saved);
+  ASSERT_TRUE(onednn1 && onednn2) << "the weight gradient was not recognised as a convolution";
+  ASSERT_EQ(0, std::memcmp(dw1.buffer->data(), dw2.buffer->data(), dw1.bytes())) << "bits differ between 1 and 2 threads";
+  double klen = double(g.N * Ho * Wo);
+  for (int64_t i = 0; i < dw1.numel(); ++i) {
+    int64_t e = i % g.k, a = i / g.k % g.k, c = i / (g.k * g.k) % g.C, o = i / (g.k * g.k * g.C);
+    double want = 0, mag = 0;
+    for (int64_t n = 0; n < g.N; ++n)
+      for (int64_t h = 0; h < Ho; ++h)
+        for (int64_t j = 0; j < Wo; ++j) {
+          int64_t hi = h * g.s + a * g.d - g.p, wi = j * g.s + e * g.d - g.p;
+          if (hi < 0 || hi >= g.H || wi < 0 || wi >= g.W) continue;
+          double t = x.get(((n * g.C + c) * g.H + hi) * g.W + wi) * r.get(((n * g.O + o) * Ho + h) * Wo + j);
+          want += t;
+          mag += std::fabs(t);
+        }
+    ASSERT_NEAR(dw1.get(i), want, 4 * 1.2e-7 * (std::sqrt(klen) + 2) * mag + 1e-12) << "element " << i;
+  }
+}
+
 TEST_P(OneDnnConv, ForcedLoweringMatchesFloat64AndIgnoresTheThreadCount) {
   Geo g = GetParam();
   Forced f("onednn-conv");
@@ -94,7 +140,35 @@ INSTANTIATE_TEST_SUITE_P(Geometries, OneDnnConv,
                                            Geo{5, 1, 12, 12, 6, 5, 1, 2, 1},   // 5x5 pad 2
                                            Geo{2, 2, 6, 5, 3, 3, 1, 0, 1},     // valid (no padding)
                                            Geo{2, 3, 11, 11, 4, 7, 2, 3, 1},   // 7x7 stride 2
-                                           Geo{9, 16, 14, 14, 16, 3, 1, 1, 1})); // batch over chunks
+                                           Geo{9, 16, 14, 14, 16, 3, 1, 1, 1},   // one chunk of 9
+                                           Geo{5, 32, 28, 28, 32, 3, 1, 1, 1},   // 2+2+1 image chunks
+                                           Geo{100, 1, 28, 28, 16, 3, 1, 1, 1}));  // many chunks
+
+// Blocked weights are kept between runs (redone only when the weights change), so they must not
+// live where other launches write between runs: a two-layer network run twice gives the same
+// bits, and the same values as the GEMM lowering.
+TEST(OneDnnConvSelection, KeptWeightsSurviveOtherLaunchesBetweenRuns) {
+  if (kernels::strict_kernels() || kernels::active_isa() != kernels::best_isa())
+    GTEST_SKIP() << "oneDNN's convolution is offered only outside strict mode at the CPU's own ISA";
+  nn::Conv2d c1(8, 16, 3, 5, 1, 1, 1, 1, false), c2(16, 16, 3, 6, 1, 1, 1, 1, false), c3(16, 16, 3, 7, 1, 1, 1, 1, false);
+  HostTensor x = synoros::testing::random_tensor({DType::F32, {6, 8, 20, 20}}, 3);
+  auto run = [&](const char* lowering, int times) {
+    Forced f(lowering);
+    CompiledStep step = compile(
+        [&](const std::vector<Tensor>& a) {
+          return std::vector<Tensor>{c3(c2((c1(a[0]) * 2.0).relu()).relu()) + 1.0};
+        },
+        {{DType::F32, x.shape}});
+    std::vector<HostTensor> outs;
+    for (int i = 0; i < times; ++i) outs.push_back(step({x})[0]);
+    return outs;
+  };
+  std::vector<HostTensor> a = run("onednn-conv", 3), ref = run("gemm", 1);
+  for (int i = 1; i < 3; ++i)
+    ASSERT_EQ(0, std::memcmp(a[0].buffer->data(), a[size_t(i)].buffer->data(), a[0].bytes())) << "run " << i;
+  for (int64_t i = 0; i < ref[0].numel(); ++i)
+    ASSERT_NEAR(a[0].get(i), ref[0].get(i), 1e-4 * (1 + std::fabs(ref[0].get(i)))) << "element " << i;
+}
 
 TEST(OneDnnConvSelection, GroupedConvolutionsAreNotTaken) {
   Forced f("onednn-conv");

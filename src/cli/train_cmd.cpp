@@ -219,7 +219,9 @@ int train_cmd(int argc, char** argv) {
 }
 
 int eval_cmd(int argc, char** argv) {
-  Args a("eval", argc, argv, kTrainOptions, {"no-progress"});
+  std::set<std::string> options = kTrainOptions;
+  options.insert("checkpoint");  // eval's own: train saves with --save and resumes with --resume
+  Args a("eval", argc, argv, options, {"no-progress"});
   set_threads(a);
   std::string model = a.str("model", "resnet-mini");
   if (!a.has("checkpoint") && !a.has("resume")) throw Error("eval: --checkpoint PATH is required");

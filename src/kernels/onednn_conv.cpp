@@ -52,20 +52,32 @@ std::string dnnl_version_string() {
 
 int64_t align64(int64_t b) { return (b + 63) / 64 * 64; }
 
+// oneDNN runs each call with the calling thread's OpenMP thread count, and picks a primitive's
+// work split (a weight gradient's reduction order among them) from the count at creation: both
+// must be one, on every thread, before anything is created or run, or the bits would depend on
+// which thread created the primitive and what it had run before.
+void one_omp_thread() {
+  thread_local bool single = (omp_set_num_threads(1), true);
+  (void)single;
+}
+
 // Everything oneDNN needs for one minibatch size: the convolution, the reorders around it and the
-// sizes of the blocked buffers (0 when oneDNN works on the plain layout directly).
+// sizes of the blocked buffers (0 when oneDNN works on the plain layout directly). Operands: the
+// image input (src), the second input b (weights forward, dY for the weight gradient) and the
+// output (dst forward, dW for the weight gradient).
 struct Prims {
   int64_t mb = 0;
-  dnnl_primitive_t conv = nullptr, src_re = nullptr, dst_re = nullptr, w_re = nullptr;
-  dnnl_memory_desc_t usrc{}, psrc{}, udst{}, pdst{}, uw{}, pw{}, pad{};
-  int64_t src_bytes = 0, dst_bytes = 0, w_bytes = 0, pad_bytes = 0;
-  int64_t chunk_bytes() const { return align64(src_bytes) + align64(dst_bytes) + align64(pad_bytes); }
+  dnnl_primitive_t conv = nullptr, src_re = nullptr, b_re = nullptr, out_re = nullptr;
+  dnnl_memory_desc_t usrc{}, psrc{}, ub{}, pb{}, uout{}, pout{}, pad{};
+  int64_t src_bytes = 0, b_bytes = 0, out_bytes = 0, pad_bytes = 0;
 };
 
 struct Chunk {
-  Prims* p = nullptr;
+  const Prims* p = nullptr;
   dnnl_stream_t stream = nullptr;
-  dnnl_memory_t usrc = nullptr, psrc = nullptr, pdst = nullptr, udst = nullptr, pad = nullptr, w = nullptr;
+  dnnl_memory_t usrc = nullptr, psrc = nullptr, ub = nullptr, pb = nullptr, pout = nullptr, uout = nullptr,
+                pad = nullptr;
+  dnnl_memory_t b = nullptr;  // what the convolution reads as its second input
 };
 
 struct ConvState {
@@ -74,21 +86,24 @@ struct ConvState {
   Prims full, last;  // last: the remainder chunk when the batch is not a multiple
   int64_t chunks = 0;
   std::vector<Chunk> ch;
-  // Weights: user (plain oihw) and blocked copies, one per minibatch size that needs its own.
+  // Forward: the weights, user (plain oihw) and blocked copies per minibatch size, redone when the
+  // weights' bytes change (compared with a copy: cheap next to the convolution, and right however
+  // the weights were written).
   dnnl_memory_t uw = nullptr, pw_full = nullptr, pw_last = nullptr;
   dnnl_stream_t wstream = nullptr;
-  // The blocked weights are redone when the weights' bytes change (compared with a copy: cheap
-  // next to the convolution, and right however the weights were written).
   const float* w_ptr = nullptr;
   std::vector<float> w_copy;
   bool w_valid = false;
+  // Weight gradient over several chunks: per-chunk partial sums, added in chunk order.
+  float* out = nullptr;
+  std::vector<float*> partial;
 
   ConvState(const ConvState&) = delete;
   ConvState& operator=(const ConvState&) = delete;
   ConvState() = default;
   ~ConvState() {
     for (Chunk& c : ch) {
-      for (dnnl_memory_t m : {c.usrc, c.psrc, c.pdst, c.udst, c.pad})
+      for (dnnl_memory_t m : {c.usrc, c.psrc, c.ub, c.pb, c.pout, c.uout, c.pad})
         if (m) dnnl_memory_destroy(m);
       if (c.stream) dnnl_stream_destroy(c.stream);
     }
@@ -96,7 +111,7 @@ struct ConvState {
       if (m) dnnl_memory_destroy(m);
     if (wstream) dnnl_stream_destroy(wstream);
     for (Prims* p : {&full, &last})
-      for (dnnl_primitive_t q : {p->conv, p->src_re, p->dst_re, p->w_re})
+      for (dnnl_primitive_t q : {p->conv, p->src_re, p->b_re, p->out_re})
         if (q) dnnl_primitive_destroy(q);
     if (eng) dnnl_engine_destroy(eng);
   }
@@ -113,105 +128,161 @@ dnnl_primitive_t make_reorder(const dnnl_memory_desc_t& from, const dnnl_memory_
   return prim;
 }
 
+int64_t blocked_bytes(const dnnl_memory_desc_t& prim, const dnnl_memory_desc_t& user) {
+  return dnnl_memory_desc_equal(&prim, &user) ? 0 : int64_t(dnnl_memory_desc_get_size(&prim));
+}
+
 // Descriptors and sizes for minibatch mb; the primitives too unless only sizing.
 void init_prims(Prims& p, const ConvGeom& g, int64_t mb, dnnl_engine_t eng, bool create) {
   p.mb = mb;
   dnnl_dims_t src_dims = {mb, g.C, g.H, g.W}, w_dims = {g.O, g.C, g.KH, g.KW}, dst_dims = {mb, g.O, g.OH, g.OW};
   dnnl_dims_t strides = {g.sh, g.sw}, dil = {g.dh - 1, g.dw - 1}, pl = {g.pt, g.pl}, pr = {g.pb, g.pr};
-  dnnl_memory_desc_t any_src, any_w, any_dst;
+  dnnl_memory_desc_t any_src, any_w, any_dst, usrc, uw, udst;
   ok(dnnl_memory_desc_init_by_tag(&any_src, 4, src_dims, dnnl_f32, dnnl_format_tag_any), "src desc");
   ok(dnnl_memory_desc_init_by_tag(&any_w, 4, w_dims, dnnl_f32, dnnl_format_tag_any), "weights desc");
   ok(dnnl_memory_desc_init_by_tag(&any_dst, 4, dst_dims, dnnl_f32, dnnl_format_tag_any), "dst desc");
-  ok(dnnl_memory_desc_init_by_tag(&p.usrc, 4, src_dims, dnnl_f32, dnnl_nchw), "src desc");
-  ok(dnnl_memory_desc_init_by_tag(&p.uw, 4, w_dims, dnnl_f32, dnnl_oihw), "weights desc");
-  ok(dnnl_memory_desc_init_by_tag(&p.udst, 4, dst_dims, dnnl_f32, dnnl_nchw), "dst desc");
-  dnnl_convolution_desc_t cd;
-  ok(dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference, dnnl_convolution_direct, &any_src, &any_w,
-                                                nullptr, &any_dst, strides, dil, pl, pr),
-     "convolution descriptor");
+  ok(dnnl_memory_desc_init_by_tag(&usrc, 4, src_dims, dnnl_f32, dnnl_nchw), "src desc");
+  ok(dnnl_memory_desc_init_by_tag(&uw, 4, w_dims, dnnl_f32, dnnl_oihw), "weights desc");
+  ok(dnnl_memory_desc_init_by_tag(&udst, 4, dst_dims, dnnl_f32, dnnl_nchw), "dst desc");
   dnnl_primitive_attr_t attr = nullptr;
   ok(dnnl_primitive_attr_create(&attr), "attributes");
   // A scratchpad per call, in the plan's scratch: calls of one primitive run concurrently.
   dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
-  dnnl_primitive_desc_t pd = nullptr;
-  dnnl_status_t st = dnnl_primitive_desc_create(&pd, &cd, attr, eng, nullptr);
+  dnnl_convolution_desc_t fd;
+  dnnl_status_t st = dnnl_dilated_convolution_forward_desc_init(
+      &fd, g.bwd_weights ? dnnl_forward_training : dnnl_forward_inference, dnnl_convolution_direct, &any_src, &any_w,
+      nullptr, &any_dst, strides, dil, pl, pr);
+  dnnl_primitive_desc_t fpd = nullptr, pd = nullptr;
+  if (st == dnnl_success) st = dnnl_primitive_desc_create(&fpd, &fd, g.bwd_weights ? nullptr : attr, eng, nullptr);
+  if (st == dnnl_success && g.bwd_weights) {
+    dnnl_convolution_desc_t bd;
+    st = dnnl_dilated_convolution_backward_weights_desc_init(&bd, dnnl_convolution_direct, &any_src, &any_w, nullptr,
+                                                             &any_dst, strides, dil, pl, pr);
+    if (st == dnnl_success) st = dnnl_primitive_desc_create(&pd, &bd, attr, eng, fpd);
+    dnnl_primitive_desc_destroy(fpd);
+  } else {
+    pd = fpd;
+  }
   dnnl_primitive_attr_destroy(attr);
   ok(st, "convolution primitive descriptor");
+  p.usrc = usrc;
   p.psrc = *dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
-  p.pw = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
-  p.pdst = *dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
+  if (g.bwd_weights) {
+    p.ub = udst, p.uout = uw;
+    p.pb = *dnnl_primitive_desc_query_md(pd, dnnl_query_diff_dst_md, 0);
+    p.pout = *dnnl_primitive_desc_query_md(pd, dnnl_query_diff_weights_md, 0);
+  } else {
+    p.ub = uw, p.uout = udst;
+    p.pb = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+    p.pout = *dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
+  }
   p.pad = *dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
-  p.src_bytes = dnnl_memory_desc_equal(&p.psrc, &p.usrc) ? 0 : int64_t(dnnl_memory_desc_get_size(&p.psrc));
-  p.dst_bytes = dnnl_memory_desc_equal(&p.pdst, &p.udst) ? 0 : int64_t(dnnl_memory_desc_get_size(&p.pdst));
-  p.w_bytes = dnnl_memory_desc_equal(&p.pw, &p.uw) ? 0 : int64_t(dnnl_memory_desc_get_size(&p.pw));
+  p.src_bytes = blocked_bytes(p.psrc, p.usrc);
+  p.b_bytes = blocked_bytes(p.pb, p.ub);
+  p.out_bytes = blocked_bytes(p.pout, p.uout);
   p.pad_bytes = int64_t(dnnl_memory_desc_get_size(&p.pad));
   if (create) {
     st = dnnl_primitive_create(&p.conv, pd);
     dnnl_primitive_desc_destroy(pd);
     ok(st, "convolution primitive");
     p.src_re = make_reorder(p.usrc, p.psrc, eng);
-    p.dst_re = make_reorder(p.pdst, p.udst, eng);
-    p.w_re = make_reorder(p.uw, p.pw, eng);
+    p.b_re = make_reorder(p.ub, p.pb, eng);
+    p.out_re = make_reorder(p.pout, p.uout, eng);
   } else {
     dnnl_primitive_desc_destroy(pd);
   }
 }
 
-// Sizes: chunks x per-chunk scratch, plus blocked weights.
+// Per-chunk scratch: blocked src, blocked dY (weight gradient), blocked output, a plain partial
+// dW (weight gradient over several chunks) and the scratchpad.
+int64_t chunk_bytes(const ConvState& s, const Prims& p) {
+  int64_t partial = s.g.bwd_weights && s.chunks > 1 ? s.g.O * s.g.C * s.g.KH * s.g.KW * 4 : 0;
+  int64_t b = s.g.bwd_weights ? p.b_bytes : 0;
+  return align64(p.src_bytes) + align64(b) + align64(p.out_bytes) + align64(partial) + align64(p.pad_bytes);
+}
+
 struct Layout {
   int64_t chunks, chunk_bytes, w_bytes;
-  int64_t total() const { return chunks * chunk_bytes + w_bytes; }
+  int64_t scratch() const { return std::max<int64_t>(chunks * chunk_bytes, 64); }  // per run
+  int64_t weights() const { return std::max<int64_t>(w_bytes, 64); }  // kept between runs
 };
 
 std::unique_ptr<ConvState> make_state(const ConvGeom& g, bool create) {
+  one_omp_thread();
   auto s = std::make_unique<ConvState>();
   s->g = g;
   ok(dnnl_engine_create(&s->eng, dnnl_cpu, 0), "engine");
   int64_t mb = chunk_images(g);
-  init_prims(s->full, g, mb, s->eng, create);
   s->chunks = (g.N + mb - 1) / mb;
+  init_prims(s->full, g, mb, s->eng, create);
   if (g.N % mb != 0) init_prims(s->last, g, g.N % mb, s->eng, create);
   return s;
 }
 
 Layout layout_of(const ConvState& s) {
-  int64_t cb = std::max(s.full.chunk_bytes(), s.last.mb ? s.last.chunk_bytes() : 0);
-  return {s.chunks, cb, align64(s.full.w_bytes) + align64(s.last.mb ? s.last.w_bytes : 0)};
+  int64_t cb = std::max(chunk_bytes(s, s.full), s.last.mb ? chunk_bytes(s, s.last) : 0);
+  int64_t wb = s.g.bwd_weights ? 0 : align64(s.full.b_bytes) + align64(s.last.mb ? s.last.b_bytes : 0);
+  return {s.chunks, cb, wb};
 }
 
-dnnl_memory_t mem(const dnnl_memory_desc_t& md, dnnl_engine_t eng, void* ptr) {
+dnnl_memory_t mem(const dnnl_memory_desc_t& md, dnnl_engine_t eng, const void* ptr) {
   dnnl_memory_t m = nullptr;
-  ok(dnnl_memory_create(&m, &md, eng, ptr), "memory");
+  ok(dnnl_memory_create(&m, &md, eng, const_cast<void*>(ptr)), "memory");
   return m;
 }
 
-// Binds the buffers: input x [N, C, H, W], weights w [O, C, KH, KW], output y, and `scratch` of
-// layout_of(s).total() bytes.
-void bind(ConvState& s, const float* x, const float* w, float* y, char* scratch) {
+// Binds the buffers: the images x [N, C, H, W], the second input b (weights [O, C, KH, KW], or dY
+// [N, O, OH, OW]), the output y, `scratch` of layout_of(s).scratch() bytes (needed only during a
+// run) and `wstore` of layout_of(s).weights() bytes, which must persist between runs: it holds
+// the blocked weights, redone only when the weights change (in a scratch frame other launches
+// would overwrite them between runs).
+void bind(ConvState& s, const float* x, const float* b, float* y, char* scratch, char* wstore) {
   const ConvGeom& g = s.g;
   Layout lay = layout_of(s);
-  char* wbuf = scratch + lay.chunks * lay.chunk_bytes;
-  s.uw = mem(s.full.uw, s.eng, const_cast<float*>(w));
-  s.w_ptr = w;
-  s.w_copy.assign(size_t(g.O * g.C * g.KH * g.KW), 0.0f);
-  s.w_valid = false;
-  s.pw_full = s.full.w_bytes ? mem(s.full.pw, s.eng, wbuf) : nullptr;
-  if (s.last.mb && s.last.w_bytes) s.pw_last = mem(s.last.pw, s.eng, wbuf + align64(s.full.w_bytes));
-  ok(dnnl_stream_create(&s.wstream, s.eng, dnnl_stream_default_flags), "stream");
+  if (!g.bwd_weights) {
+    char* wbuf = wstore;
+    s.uw = mem(s.full.ub, s.eng, b);
+    s.pw_full = s.full.b_bytes ? mem(s.full.pb, s.eng, wbuf) : nullptr;
+    if (s.last.mb && s.last.b_bytes) s.pw_last = mem(s.last.pb, s.eng, wbuf + align64(s.full.b_bytes));
+    ok(dnnl_stream_create(&s.wstream, s.eng, dnnl_stream_default_flags), "stream");
+    s.w_ptr = b;
+    s.w_copy.assign(size_t(g.O * g.C * g.KH * g.KW), 0.0f);
+    s.w_valid = false;
+  }
+  s.out = y;
   for (int64_t i = 0; i < s.chunks; ++i) {
     Chunk c;
     bool is_last = s.last.mb && i == s.chunks - 1;
     c.p = is_last ? &s.last : &s.full;
     const Prims& p = *c.p;
     int64_t n0 = i * s.full.mb;
-    char* base = scratch + i * lay.chunk_bytes;
+    char* at = scratch + i * lay.chunk_bytes;
+    auto take = [&](int64_t bytes) {
+      char* r = at;
+      at += align64(bytes);
+      return r;
+    };
     ok(dnnl_stream_create(&c.stream, s.eng, dnnl_stream_default_flags), "stream");
-    c.usrc = mem(p.usrc, s.eng, const_cast<float*>(x + n0 * g.C * g.H * g.W));
-    c.udst = mem(p.udst, s.eng, y + n0 * g.O * g.OH * g.OW);
-    c.psrc = p.src_bytes ? mem(p.psrc, s.eng, base) : nullptr;
-    c.pdst = p.dst_bytes ? mem(p.pdst, s.eng, base + align64(p.src_bytes)) : nullptr;
-    c.pad = mem(p.pad, s.eng, base + align64(p.src_bytes) + align64(p.dst_bytes));
-    c.w = is_last ? (s.pw_last ? s.pw_last : s.uw) : (s.pw_full ? s.pw_full : s.uw);
+    c.usrc = mem(p.usrc, s.eng, x + n0 * g.C * g.H * g.W);
+    c.psrc = p.src_bytes ? mem(p.psrc, s.eng, take(p.src_bytes)) : nullptr;
+    if (g.bwd_weights) {
+      c.ub = mem(p.ub, s.eng, b + n0 * g.O * g.OH * g.OW);
+      c.pb = p.b_bytes ? mem(p.pb, s.eng, take(p.b_bytes)) : nullptr;
+      c.b = c.pb ? c.pb : c.ub;
+    } else {
+      c.b = is_last ? (s.pw_last ? s.pw_last : s.uw) : (s.pw_full ? s.pw_full : s.uw);
+    }
+    c.pout = p.out_bytes ? mem(p.pout, s.eng, take(p.out_bytes)) : nullptr;
+    float* uout = y + n0 * g.O * g.OH * g.OW;
+    if (g.bwd_weights) {
+      uout = y;
+      if (s.chunks > 1) {
+        uout = reinterpret_cast<float*>(take(g.O * g.C * g.KH * g.KW * 4));
+        s.partial.push_back(uout);
+      }
+    }
+    c.uout = mem(p.uout, s.eng, uout);
+    c.pad = mem(p.pad, s.eng, take(p.pad_bytes));
     s.ch.push_back(c);
   }
 }
@@ -221,32 +292,42 @@ void exec(dnnl_primitive_t prim, dnnl_stream_t st, std::initializer_list<dnnl_ex
 }
 
 void conv_chunk(const void* p, int64_t i) {
-  thread_local bool single = (omp_set_num_threads(1), true);  // one OpenMP thread per caller
-  (void)single;
+  one_omp_thread();
   const ConvState& s = *static_cast<const ConvState*>(p);
   const Chunk& c = s.ch[size_t(i)];
   const Prims& pr = *c.p;
-  dnnl_memory_t src = c.usrc, dst = c.pdst ? c.pdst : c.udst;
+  dnnl_memory_t src = c.usrc, out = c.pout ? c.pout : c.uout;
   if (pr.src_re) {
     exec(pr.src_re, c.stream, {{DNNL_ARG_FROM, c.usrc}, {DNNL_ARG_TO, c.psrc}});
     src = c.psrc;
   }
-  exec(pr.conv, c.stream,
-       {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, c.w}, {DNNL_ARG_DST, dst}, {DNNL_ARG_SCRATCHPAD, c.pad}});
-  if (pr.dst_re) exec(pr.dst_re, c.stream, {{DNNL_ARG_FROM, c.pdst}, {DNNL_ARG_TO, c.udst}});
+  if (s.g.bwd_weights) {
+    if (pr.b_re) exec(pr.b_re, c.stream, {{DNNL_ARG_FROM, c.ub}, {DNNL_ARG_TO, c.pb}});
+    exec(pr.conv, c.stream,
+         {{DNNL_ARG_SRC, src}, {DNNL_ARG_DIFF_DST, c.b}, {DNNL_ARG_DIFF_WEIGHTS, out}, {DNNL_ARG_SCRATCHPAD, c.pad}});
+  } else {
+    exec(pr.conv, c.stream,
+         {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, c.b}, {DNNL_ARG_DST, out}, {DNNL_ARG_SCRATCHPAD, c.pad}});
+  }
+  if (pr.out_re) exec(pr.out_re, c.stream, {{DNNL_ARG_FROM, c.pout}, {DNNL_ARG_TO, c.uout}});
 }
 
 void run_state(ConvState& s, ThreadPool& pool) {
+  one_omp_thread();
   size_t wb = s.w_copy.size() * sizeof(float);
-  if (!s.w_valid || std::memcmp(s.w_copy.data(), s.w_ptr, wb) != 0) {  // blocked weights, redone on change
-    thread_local bool single = (omp_set_num_threads(1), true);
-    (void)single;
-    if (s.full.w_re) exec(s.full.w_re, s.wstream, {{DNNL_ARG_FROM, s.uw}, {DNNL_ARG_TO, s.pw_full}});
-    if (s.last.mb && s.last.w_re) exec(s.last.w_re, s.wstream, {{DNNL_ARG_FROM, s.uw}, {DNNL_ARG_TO, s.pw_last}});
+  if (!s.g.bwd_weights && (!s.w_valid || std::memcmp(s.w_copy.data(), s.w_ptr, wb) != 0)) {
+    if (s.full.b_re) exec(s.full.b_re, s.wstream, {{DNNL_ARG_FROM, s.uw}, {DNNL_ARG_TO, s.pw_full}});
+    if (s.last.mb && s.last.b_re) exec(s.last.b_re, s.wstream, {{DNNL_ARG_FROM, s.uw}, {DNNL_ARG_TO, s.pw_last}});
     std::memcpy(s.w_copy.data(), s.w_ptr, wb);
     s.w_valid = true;
   }
   pool.run(s.chunks, conv_chunk, &s);
+  if (!s.partial.empty()) {  // the weight gradient: chunk partials added in chunk order
+    int64_t n = s.g.O * s.g.C * s.g.KH * s.g.KW;
+    std::memcpy(s.out, s.partial[0], size_t(n) * 4);
+    for (size_t k = 1; k < s.partial.size(); ++k)
+      for (int64_t j = 0; j < n; ++j) s.out[j] += s.partial[k][j];
+  }
 }
 
 struct ConvArgs {
@@ -254,51 +335,70 @@ struct ConvArgs {
 };
 void conv_launch(const void* p, ThreadPool& pool) { run_state(*static_cast<const ConvArgs*>(p)->state, pool); }
 
-// The float64 value of output (n, o, oh, ow).
-double reference(const ConvGeom& g, const std::vector<float>& x, const std::vector<float>& w, int64_t n, int64_t o,
-                 int64_t oh, int64_t ow, double& mag) {
+// The float64 value of one output and the sum of its terms' magnitudes: y[n, o, oh, ow]
+// forward, dW[o, c, i, j] for the weight gradient (b = weights, or dY).
+double reference(const ConvGeom& g, const std::vector<float>& x, const std::vector<float>& b, const int64_t* at,
+                 double& mag) {
   double acc = 0;
   mag = 0;
-  for (int64_t c = 0; c < g.C; ++c)
-    for (int64_t i = 0; i < g.KH; ++i)
-      for (int64_t j = 0; j < g.KW; ++j) {
-        int64_t r = oh * g.sh + i * g.dh - g.pt, q = ow * g.sw + j * g.dw - g.pl;
-        if (r < 0 || r >= g.H || q < 0 || q >= g.W) continue;
-        double t = double(x[size_t(((n * g.C + c) * g.H + r) * g.W + q)]) * double(w[size_t(((o * g.C + c) * g.KH + i) * g.KW + j)]);
-        acc += t;
-        mag += std::fabs(t);
-      }
+  auto term = [&](int64_t n, int64_t c, int64_t o, int64_t oh, int64_t ow, int64_t i, int64_t j) {
+    int64_t r = oh * g.sh + i * g.dh - g.pt, q = ow * g.sw + j * g.dw - g.pl;
+    if (r < 0 || r >= g.H || q < 0 || q >= g.W) return;
+    double xv = x[size_t(((n * g.C + c) * g.H + r) * g.W + q)];
+    double bv = g.bwd_weights ? b[size_t(((n * g.O + o) * g.OH + oh) * g.OW + ow)]
+                              : b[size_t(((o * g.C + c) * g.KH + i) * g.KW + j)];
+    acc += xv * bv;
+    mag += std::fabs(xv * bv);
+  };
+  if (g.bwd_weights) {
+    for (int64_t n = 0; n < g.N; ++n)
+      for (int64_t oh = 0; oh < g.OH; ++oh)
+        for (int64_t ow = 0; ow < g.OW; ++ow) term(n, at[1], at[0], oh, ow, at[2], at[3]);
+  } else {
+    for (int64_t c = 0; c < g.C; ++c)
+      for (int64_t i = 0; i < g.KH; ++i)
+        for (int64_t j = 0; j < g.KW; ++j) term(at[0], c, at[1], at[2], at[3], i, j);
+  }
   return acc;
 }
 
 // Random probe inputs of the convolution's shapes: the candidates are checked and timed on these,
 // never on the plan's buffers (running a launch while compiling must not touch the plan).
 struct Probe {
-  std::vector<float> x, w, y;
+  std::vector<float> x, b, y;
+  Shape out;
 };
 Probe make_probe(const ConvGeom& g) {
-  Probe p{std::vector<float>(size_t(g.N * g.C * g.H * g.W)), std::vector<float>(size_t(g.O * g.C * g.KH * g.KW)),
-          std::vector<float>(size_t(g.N * g.O * g.OH * g.OW), std::numeric_limits<float>::quiet_NaN())};
+  Probe p;
+  p.x.resize(size_t(g.N * g.C * g.H * g.W));
+  p.b.resize(size_t(g.bwd_weights ? g.N * g.O * g.OH * g.OW : g.O * g.C * g.KH * g.KW));
+  p.out = g.bwd_weights ? Shape{g.O, g.C, g.KH, g.KW} : Shape{g.N, g.O, g.OH, g.OW};
+  p.y.assign(size_t(numel(p.out)), std::numeric_limits<float>::quiet_NaN());
   std::mt19937 rng(4242);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   for (float& v : p.x) v = u(rng);
-  for (float& v : p.w) v = u(rng);
+  for (float& v : p.b) v = u(rng);
   return p;
 }
 
 // Checks the corners and a random sample of the outputs in p.y against float64; "" or why not.
 std::string oracle_check(const ConvGeom& g, const Probe& p) {
   std::mt19937 rng(99);
-  std::uniform_int_distribution<int64_t> rn(0, g.N - 1), ro(0, g.O - 1), rh(0, g.OH - 1), rw(0, g.OW - 1);
-  double eps = std::numeric_limits<float>::epsilon(), klen = double(g.C * g.KH * g.KW);
+  double eps = std::numeric_limits<float>::epsilon();
+  double klen = double(g.bwd_weights ? g.N * g.OH * g.OW : g.C * g.KH * g.KW);
   for (int k = 0; k < 260; ++k) {
-    int64_t n = k < 4 ? (k & 1) * (g.N - 1) : rn(rng), o = k < 4 ? (k >> 1) * (g.O - 1) : ro(rng);
-    int64_t oh = k < 4 ? (k & 1) * (g.OH - 1) : rh(rng), ow = k < 4 ? (k >> 1) * (g.OW - 1) : rw(rng);
-    double mag = 0, ref = reference(g, p.x, p.w, n, o, oh, ow, mag);
-    double got = p.y[size_t(((n * g.O + o) * g.OH + oh) * g.OW + ow)];
+    int64_t at[4], flat = 0;
+    for (int d = 0; d < 4; ++d) {
+      std::uniform_int_distribution<int64_t> r(0, p.out[size_t(d)] - 1);
+      at[d] = k < 2 ? k * (p.out[size_t(d)] - 1) : r(rng);
+      flat = flat * p.out[size_t(d)] + at[d];
+    }
+    double mag = 0, ref = reference(g, p.x, p.b, at, mag);
+    double got = p.y[size_t(flat)];
     if (!(std::fabs(got - ref) <= 4 * eps * (std::sqrt(klen) + 2) * mag + 1e-30)) {
       std::ostringstream m;
-      m << "onednn-conv: y[" << n << "," << o << "," << oh << "," << ow << "] = " << got << ", float64 says " << ref;
+      m << "onednn-conv: " << (g.bwd_weights ? "dW[" : "y[") << at[0] << "," << at[1] << "," << at[2] << ","
+        << at[3] << "] = " << got << ", float64 says " << ref;
       return m.str();
     }
   }
@@ -324,21 +424,29 @@ bool first_is_faster(const std::function<void()>& a, const std::function<void()>
   return best[0] < best[1];
 }
 
+// Which operand of the contraction is the unfold view, which the plain second input.
+int view_operand(const ConvGeom& g) { return g.bwd_weights ? 1 : 0; }
+
 // Runs oneDNN's convolution on a probe, checks it against float64 and times it against the
 // GEMM lowering of the same node on the same probe. Returns "" and sets faster, or why it failed.
 std::string check_and_time(const LowerCtx& c, const ConvGeom& g, bool time, bool& faster) {
   Probe p = make_probe(g);
   auto st = make_state(g, true);
-  Buffer scratch(size_t(std::max<int64_t>(layout_of(*st).total(), 64)));
-  bind(*st, p.x.data(), p.w.data(), p.y.data(), static_cast<char*>(scratch.data()));
+  Layout lay = layout_of(*st);
+  Buffer scratch(size_t(lay.scratch())), wstore(size_t(lay.weights()));
+  bind(*st, p.x.data(), p.b.data(), p.y.data(), static_cast<char*>(scratch.data()), static_cast<char*>(wstore.data()));
   ThreadPool& pool = default_pool();
   run_state(*st, pool);
   std::string why = oracle_check(g, p);
   if (!why.empty() || !time) return why;
   // The GEMM lowering of this node, on the probe: sized first, then for real.
+  int v = view_operand(g);
   std::vector<float> y2(p.y.size());
   auto lower_on = [&](PlanStorage& storage) {
-    LowerCtx pc{c.g, c.id, c.node, {p.x.data() - c.in_offsets[0], p.w.data()}, y2.data(), storage};
+    std::vector<void*> in(2);
+    in[size_t(v)] = p.x.data() - c.in_offsets[size_t(v)];
+    in[size_t(1 - v)] = p.b.data();
+    LowerCtx pc{c.g, c.id, c.node, in, y2.data(), storage};
     pc.in_param = {nullptr, nullptr};
     pc.in_strides = c.in_strides;
     pc.in_gates = c.in_gates;
@@ -360,14 +468,79 @@ std::string check_and_time(const LowerCtx& c, const ConvGeom& g, bool time, bool
   faster = first_is_faster([&] { run_state(*st, pool); }, [&] { gemm.fn(gemm.args, pool); });
   return "";
 }
+
 std::string key_of(const ConvGeom& g) {
   std::ostringstream o;
-  o << "conv2d N=" << g.N << " C=" << g.C << " H=" << g.H << " W=" << g.W << " O=" << g.O << " k=" << g.KH << "x"
-    << g.KW << " s=" << g.sh << "," << g.sw << " d=" << g.dh << "," << g.dw << " p=" << g.pt << "," << g.pl << ","
-    << g.pb << "," << g.pr;
+  o << (g.bwd_weights ? "conv2d-dweights" : "conv2d") << " N=" << g.N << " C=" << g.C << " H=" << g.H << " W=" << g.W
+    << " O=" << g.O << " k=" << g.KH << "x" << g.KW << " s=" << g.sh << "," << g.sw << " d=" << g.dh << "," << g.dw
+    << " p=" << g.pt << "," << g.pl << "," << g.pb << "," << g.pr;
   return tuning_key(o.str(), false);
 }
 
+// Stride, dilation and padding of the unfold view U [n, c, h, w, kh, kw] of an [N, C, H, W] buffer
+// (g's sizes set); false when the view is not such a convolution window.
+bool window_geometry(const LowerCtx& c, int v, ConvGeom& g) {
+  if (size_t(v) >= c.in_base_shapes.size() || size_t(v) >= c.in_offsets.size() || size_t(v) >= c.in_strides.size())
+    return false;
+  const Shape& bs = c.in_base_shapes[size_t(v)];
+  if (bs.size() != 4 || bs[0] != g.N || bs[1] != g.C) return false;
+  g.H = bs[2], g.W = bs[3];
+  const std::vector<int64_t>& s = c.in_strides[size_t(v)];
+  if (s.size() != 6) return false;
+  if ((g.N > 1 && s[0] != g.C * g.H * g.W) || (g.C > 1 && s[1] != g.H * g.W)) return false;
+  auto derive = [&](int64_t stride, int64_t size, int64_t unit, int64_t& out) {
+    if (size == 1) return out = 1, true;
+    if (stride <= 0 || stride % unit != 0) return false;
+    out = stride / unit;
+    return true;
+  };
+  if (!derive(s[2], g.OH, g.W, g.sh) || !derive(s[4], g.KH, g.W, g.dh) || !derive(s[3], g.OW, 1, g.sw) ||
+      !derive(s[5], g.KW, 1, g.dw))
+    return false;
+  // Zero padding: each gate must concern only the rows (h, kh) or only the columns (w, kw).
+  std::vector<const passes::ViewGate*> hg, wg;
+  static const std::vector<passes::ViewGate> none;
+  const auto& gates = size_t(v) < c.in_gates.size() ? c.in_gates[size_t(v)] : none;
+  for (const passes::ViewGate& gt : gates) {
+    if (gt.cstride.size() != 6) return false;
+    bool rows = gt.cstride[2] || gt.cstride[4], cols = gt.cstride[3] || gt.cstride[5];
+    if (gt.cstride[0] || gt.cstride[1] || (rows && cols)) return false;
+    if (!rows && !cols && !(gt.c0 >= 0 && gt.c0 < gt.limit)) return false;  // everything zero
+    if (rows) hg.push_back(&gt);
+    if (cols) wg.push_back(&gt);
+  }
+  auto axis_matches = [](const std::vector<const passes::ViewGate*>& gs, int dout, int dk, int64_t nout, int64_t nk,
+                         int64_t st, int64_t dil, int64_t pad, int64_t extent) {
+    for (int64_t i = 0; i < nout; ++i)
+      for (int64_t k = 0; k < nk; ++k) {
+        bool view = true;
+        for (const passes::ViewGate* gt : gs) {
+          int64_t val = gt->c0 + i * gt->cstride[size_t(dout)] + k * gt->cstride[size_t(dk)];
+          view = view && val >= 0 && val < gt->limit;
+        }
+        int64_t r = i * st + k * dil - pad;
+        if (view != (r >= 0 && r < extent)) return false;
+      }
+    return true;
+  };
+  // The view's offset is -(pt W + pl): try each top padding the window allows.
+  int64_t off = c.in_offsets[size_t(v)];
+  bool found = false;
+  for (int64_t pt = 0; pt <= (g.KH - 1) * g.dh && !found; ++pt) {
+    int64_t pl = -off - pt * g.W;
+    if (pl < 0 || pl > (g.KW - 1) * g.dw) continue;
+    if (axis_matches(hg, 2, 4, g.OH, g.KH, g.sh, g.dh, pt, g.H) && axis_matches(wg, 3, 5, g.OW, g.KW, g.sw, g.dw, pl, g.W))
+      g.pt = pt, g.pl = pl, found = true;
+  }
+  if (!found) return false;
+  // Bottom/right padding that makes oneDNN's output size ours (floor division: up to stride - 1
+  // unread rows are fine).
+  g.pb = (g.OH - 1) * g.sh + (g.KH - 1) * g.dh + 1 - g.H - g.pt;
+  g.pr = (g.OW - 1) * g.sw + (g.KW - 1) * g.dw + 1 - g.W - g.pl;
+  if (g.pb < 0) g.pb = -g.pb < g.sh ? 0 : g.pb;
+  if (g.pr < 0) g.pr = -g.pr < g.sw ? 0 : g.pr;
+  return g.pb >= 0 && g.pr >= 0;
+}
 }  // namespace
 
 void force_conv_lowering(const std::string& name) { forced() = name; }
@@ -378,78 +551,34 @@ std::string kernel_config() {
 }
 
 std::optional<ConvGeom> match_conv(const LowerCtx& c, const EinsumSpec& e) {
-  if (c.node.dtype != DType::F32 || e.in.size() != 2 || c.in_base_shapes.empty() || c.in_offsets.empty())
-    return std::nullopt;
-  const std::string &a = e.in[0], &b = e.in[1], &o = e.out;
-  if (a.size() != 6 || b.size() != 4 || o.size() != 4) return std::nullopt;
-  if (!(a[0] == o[0] && a[2] == o[2] && a[3] == o[3] && b[0] == o[1] && b[1] == a[1] && b[2] == a[4] && b[3] == a[5]) ||
-      a.find(o[1]) != std::string::npos)
-    return std::nullopt;
+  if (c.node.dtype != DType::F32 || e.in.size() != 2 || c.in_strides.size() != 2) return std::nullopt;
   ConvGeom g{};
   auto sz = [&](char l) { return e.size[int(l)]; };
-  g.N = sz(a[0]), g.C = sz(a[1]), g.OH = sz(a[2]), g.OW = sz(a[3]), g.KH = sz(a[4]), g.KW = sz(a[5]), g.O = sz(b[0]);
-  if (g.N < 1 || g.C < 1 || g.O < 1 || g.OH < 1 || g.OW < 1) return std::nullopt;
-  // Plain weights [O, C, KH, KW]; the input a view of a plain [N, C, H, W] buffer.
-  if (c.in_strides.size() < 2 || c.in_strides[1] != contiguous_strides(c.in_shape(1)) ||
-      (c.in_gates.size() > 1 && !c.in_gates[1].empty()))
+  const std::string& o = e.out;
+  if (o.size() != 4) return std::nullopt;
+  // Forward: U = "nchwxy", weights "ocxy" -> "nohw". Weight gradient: dY "nohw", U "nchwxy" -> "ocxy".
+  const std::string& u = e.in[0].size() == 6 ? e.in[0] : e.in[1];
+  const std::string& q = e.in[0].size() == 6 ? e.in[1] : e.in[0];
+  if (u.size() != 6 || q.size() != 4) return std::nullopt;
+  int v = e.in[0].size() == 6 ? 0 : 1;
+  if (v == 0 && q[1] == u[1] && q[2] == u[4] && q[3] == u[5] && o[0] == u[0] && o[1] == q[0] && o[2] == u[2] &&
+      o[3] == u[3] && u.find(q[0]) == std::string::npos) {
+    g.bwd_weights = false;
+  } else if (v == 1 && q[0] == u[0] && q[2] == u[2] && q[3] == u[3] && o[0] == q[1] && o[1] == u[1] && o[2] == u[4] &&
+             o[3] == u[5] && u.find(q[1]) == std::string::npos) {
+    g.bwd_weights = true;
+  } else {
     return std::nullopt;
-  const Shape& bs = c.in_base_shapes[0];
-  if (bs.size() != 4 || bs[0] != g.N || bs[1] != g.C) return std::nullopt;
-  g.H = bs[2], g.W = bs[3];
-  const std::vector<int64_t>& s = c.in_strides[0];
-  if (s.size() != 6) return std::nullopt;
-  if ((g.N > 1 && s[0] != g.C * g.H * g.W) || (g.C > 1 && s[1] != g.H * g.W)) return std::nullopt;
-  auto derive = [&](int64_t stride, int64_t size, int64_t unit, int64_t& out) {
-    if (size == 1) return out = 1, true;
-    if (stride <= 0 || stride % unit != 0) return false;
-    out = stride / unit;
-    return true;
-  };
-  if (!derive(s[2], g.OH, g.W, g.sh) || !derive(s[4], g.KH, g.W, g.dh) || !derive(s[3], g.OW, 1, g.sw) ||
-      !derive(s[5], g.KW, 1, g.dw))
+  }
+  g.N = sz(u[0]), g.C = sz(u[1]), g.OH = sz(u[2]), g.OW = sz(u[3]), g.KH = sz(u[4]), g.KW = sz(u[5]);
+  g.O = sz(g.bwd_weights ? q[1] : q[0]);
+  if (g.N < 1 || g.C < 1 || g.O < 1 || g.OH < 1 || g.OW < 1 || g.KH < 1 || g.KW < 1) return std::nullopt;
+  // The second input plain: weights [O, C, KH, KW] or dY [N, O, OH, OW].
+  int w = 1 - v;
+  if (c.in_strides[size_t(w)] != contiguous_strides(c.in_shape(size_t(w))) ||
+      (size_t(w) < c.in_gates.size() && !c.in_gates[size_t(w)].empty()))
     return std::nullopt;
-  // Zero padding: each gate must concern only the rows (h, kh) or only the columns (w, kw).
-  std::vector<const passes::ViewGate*> hg, wg;
-  const auto& gates = c.in_gates.empty() ? std::vector<passes::ViewGate>{} : c.in_gates[0];
-  for (const passes::ViewGate& gt : gates) {
-    if (gt.cstride.size() != 6) return std::nullopt;
-    bool rows = gt.cstride[2] || gt.cstride[4], cols = gt.cstride[3] || gt.cstride[5];
-    if (gt.cstride[0] || gt.cstride[1] || (rows && cols)) return std::nullopt;
-    if (!rows && !cols && !(gt.c0 >= 0 && gt.c0 < gt.limit)) return std::nullopt;  // everything zero
-    if (rows) hg.push_back(&gt);
-    if (cols) wg.push_back(&gt);
-  }
-  auto axis_matches = [](const std::vector<const passes::ViewGate*>& gs, int dout, int dk, int64_t nout, int64_t nk,
-                         int64_t st, int64_t dil, int64_t pad, int64_t extent) {
-    for (int64_t i = 0; i < nout; ++i)
-      for (int64_t k = 0; k < nk; ++k) {
-        bool view = true;
-        for (const passes::ViewGate* gt : gs) {
-          int64_t v = gt->c0 + i * gt->cstride[size_t(dout)] + k * gt->cstride[size_t(dk)];
-          view = view && v >= 0 && v < gt->limit;
-        }
-        int64_t r = i * st + k * dil - pad;
-        if (view != (r >= 0 && r < extent)) return false;
-      }
-    return true;
-  };
-  // The view's offset is -(pt W + pl): try each top padding the window allows.
-  int64_t off = c.in_offsets[0];
-  bool found = false;
-  for (int64_t pt = 0; pt <= (g.KH - 1) * g.dh && !found; ++pt) {
-    int64_t pl = -off - pt * g.W;
-    if (pl < 0 || pl > (g.KW - 1) * g.dw) continue;
-    if (axis_matches(hg, 2, 4, g.OH, g.KH, g.sh, g.dh, pt, g.H) && axis_matches(wg, 3, 5, g.OW, g.KW, g.sw, g.dw, pl, g.W))
-      g.pt = pt, g.pl = pl, found = true;
-  }
-  if (!found) return std::nullopt;
-  // Bottom/right padding that makes oneDNN's output size ours (floor division: up to stride - 1
-  // unread rows are fine).
-  g.pb = (g.OH - 1) * g.sh + (g.KH - 1) * g.dh + 1 - g.H - g.pt;
-  g.pr = (g.OW - 1) * g.sw + (g.KW - 1) * g.dw + 1 - g.W - g.pl;
-  if (g.pb < 0) g.pb = -g.pb < g.sh ? 0 : g.pb;
-  if (g.pr < 0) g.pr = -g.pr < g.sw ? 0 : g.pr;
-  if (g.pb < 0 || g.pr < 0) return std::nullopt;
+  if (!window_geometry(c, v, g)) return std::nullopt;
   return g;
 }
 
@@ -464,7 +593,7 @@ Launch select_conv_lowering(LowerCtx& c, const EinsumSpec& e, Launch gemm_path) 
     return gemm_path;  // a geometry this oneDNN does not implement
   }
   // Both lowerings get scratch in both passes, so the frame is the same whichever is chosen.
-  char* scratch = static_cast<char*>(c.storage.scratch(size_t(std::max<int64_t>(layout_of(*st).total(), 64))));
+  char* scratch = static_cast<char*>(c.storage.scratch(size_t(layout_of(*st).scratch())));
   if (c.storage.sizing()) return gemm_path;
   std::string key = key_of(*m), name, version;
   if (!forced().empty() || !cached_choice(key, name, version)) {
@@ -488,8 +617,10 @@ Launch select_conv_lowering(LowerCtx& c, const EinsumSpec& e, Launch gemm_path) 
     }
   }
   if (name != "onednn-conv" || version != dnnl_version_string()) return gemm_path;
-  bind(*st, static_cast<const float*>(c.in[0]) - c.in_offsets[0], static_cast<const float*>(c.in[1]),
-       static_cast<float*>(c.out), scratch);
+  int v = view_operand(*m);
+  char* wstore = static_cast<char*>(c.storage.persistent(size_t(layout_of(*st).weights())));
+  bind(*st, static_cast<const float*>(c.in[size_t(v)]) - c.in_offsets[size_t(v)],
+       static_cast<const float*>(c.in[size_t(1 - v)]), static_cast<float*>(c.out), scratch, wstore);
   auto* args = c.args<ConvArgs>();
   args->state = c.storage.own(std::move(st));
   c.kernel = "onednn-conv";

@@ -1,8 +1,9 @@
-// oneDNN's direct convolution as an alternative lowering of a 2-D convolution contraction
-// ("nchwxy,ocxy->nohw" read through a padded, strided, dilated unfold view of an [N, C, H, W]
-// buffer). Like every provider it is checked against float64 on probe inputs first, then timed
-// against the gather + GEMM lowering on the plan's own buffers; the faster one is kept and the
-// choice cached. Not canonical: strict mode never takes it.
+// oneDNN's direct convolution as an alternative lowering of the two 2-D convolution
+// contractions over a padded, strided, dilated unfold view U of an [N, C, H, W] buffer: the
+// forward "nchwxy,ocxy->nohw" (U, weights) and the weight gradient "nohw,nchwxy->ocxy" (dY, U).
+// Like every provider it is checked against float64 on probe inputs first, then timed against
+// the gather + GEMM lowering on the same probe; the faster one is kept and the choice cached.
+// Not canonical: strict mode never takes it.
 #pragma once
 
 #include <optional>
@@ -14,12 +15,14 @@
 namespace synoros::kernels {
 
 struct ConvGeom {
+  bool bwd_weights;  // the weight gradient, else the forward convolution
   int64_t N, C, H, W, O, KH, KW, OH, OW;
   int64_t sh, sw, dh, dw;  // stride and dilation (1 = dense)
   int64_t pt, pl, pb, pr;  // zero padding: top, left, bottom, right
 };
 
-// The convolution the contraction computes, when it is one oneDNN can run (f32, plain weights).
+// The convolution the contraction computes, when it is one oneDNN can run (f32, plain weights or
+// plain dY).
 std::optional<ConvGeom> match_conv(const LowerCtx& c, const EinsumSpec& e);
 
 // Returns `gemm_path` or an oneDNN convolution launch, whichever the selection picks.
