@@ -170,6 +170,11 @@ TEST(OneDnnConvSelection, KeptWeightsSurviveOtherLaunchesBetweenRuns) {
     ASSERT_NEAR(a[0].get(i), ref[0].get(i), 1e-4 * (1 + std::fabs(ref[0].get(i)))) << "element " << i;
 }
 
+TEST(OneDnnConvSelection, AnUnknownLoweringIsAnError) {
+  EXPECT_THROW(kernels::force_conv_lowering("off"), Error);
+  EXPECT_NO_THROW(kernels::force_conv_lowering(""));
+}
+
 TEST(OneDnnConvSelection, GroupedConvolutionsAreNotTaken) {
   Forced f("onednn-conv");
   nn::Conv2d conv(4, 4, 3, 5, 1, 1, 1, 2, false);

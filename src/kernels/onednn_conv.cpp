@@ -33,10 +33,14 @@ int64_t chunk_images(const ConvGeom& g) {
 }
 
 // SYNOROS_CONV_LOWERING=gemm|onednn-conv forces one lowering (for comparisons); unset: measured.
+std::string checked_lowering(const std::string& v, const char* from) {
+  if (v.empty() || v == "gemm" || v == "onednn-conv") return v;
+  throw Error(std::string(from) + ": unknown convolution lowering '" + v + "' (gemm or onednn-conv)");
+}
 std::string& forced() {
   static std::string f = [] {
     const char* v = std::getenv("SYNOROS_CONV_LOWERING");
-    return std::string(v ? v : "");
+    return checked_lowering(v ? v : "", "SYNOROS_CONV_LOWERING");
   }();
   return f;
 }
@@ -57,8 +61,7 @@ int64_t align64(int64_t b) { return (b + 63) / 64 * 64; }
 // must be one, on every thread, before anything is created or run, or the bits would depend on
 // which thread created the primitive and what it had run before.
 void one_omp_thread() {
-  thread_local bool single = (omp_set_num_threads(1), true);
-  (void)single;
+  if (omp_get_max_threads() != 1) omp_set_num_threads(1);  // checked every time: others may change it
 }
 
 // Everything oneDNN needs for one minibatch size: the convolution, the reorders around it and the
@@ -97,6 +100,7 @@ struct ConvState {
   // Weight gradient over several chunks: per-chunk partial sums, added in chunk order.
   float* out = nullptr;
   std::vector<float*> partial;
+  mutable std::vector<char> failed;  // per chunk, set by the pool thread that ran it
 
   ConvState(const ConvState&) = delete;
   ConvState& operator=(const ConvState&) = delete;
@@ -250,8 +254,11 @@ void bind(ConvState& s, const float* x, const float* b, float* y, char* scratch,
     s.w_valid = false;
   }
   s.out = y;
+  s.failed.assign(size_t(s.chunks), 0);
+  s.ch.reserve(size_t(s.chunks));
   for (int64_t i = 0; i < s.chunks; ++i) {
-    Chunk c;
+    s.ch.emplace_back();  // owned by s before any handle is made: a failure below leaks nothing
+    Chunk& c = s.ch.back();
     bool is_last = s.last.mb && i == s.chunks - 1;
     c.p = is_last ? &s.last : &s.full;
     const Prims& p = *c.p;
@@ -283,7 +290,6 @@ void bind(ConvState& s, const float* x, const float* b, float* y, char* scratch,
     }
     c.uout = mem(p.uout, s.eng, uout);
     c.pad = mem(p.pad, s.eng, take(p.pad_bytes));
-    s.ch.push_back(c);
   }
 }
 
@@ -291,9 +297,7 @@ void exec(dnnl_primitive_t prim, dnnl_stream_t st, std::initializer_list<dnnl_ex
   ok(dnnl_primitive_execute(prim, st, int(args.size()), args.begin()), "execute");
 }
 
-void conv_chunk(const void* p, int64_t i) {
-  one_omp_thread();
-  const ConvState& s = *static_cast<const ConvState*>(p);
+void conv_chunk_or_throw(const ConvState& s, int64_t i) {
   const Chunk& c = s.ch[size_t(i)];
   const Prims& pr = *c.p;
   dnnl_memory_t src = c.usrc, out = c.pout ? c.pout : c.uout;
@@ -312,6 +316,18 @@ void conv_chunk(const void* p, int64_t i) {
   if (pr.out_re) exec(pr.out_re, c.stream, {{DNNL_ARG_FROM, c.pout}, {DNNL_ARG_TO, c.uout}});
 }
 
+// On a pool thread an exception would end the process: a failed chunk is recorded instead and
+// reported by run_state once every chunk has finished.
+void conv_chunk(const void* p, int64_t i) {
+  one_omp_thread();
+  const ConvState& s = *static_cast<const ConvState*>(p);
+  try {
+    conv_chunk_or_throw(s, i);
+  } catch (const std::exception&) {
+    s.failed[size_t(i)] = 1;
+  }
+}
+
 void run_state(ConvState& s, ThreadPool& pool) {
   one_omp_thread();
   size_t wb = s.w_copy.size() * sizeof(float);
@@ -321,7 +337,10 @@ void run_state(ConvState& s, ThreadPool& pool) {
     std::memcpy(s.w_copy.data(), s.w_ptr, wb);
     s.w_valid = true;
   }
+  std::fill(s.failed.begin(), s.failed.end(), 0);
   pool.run(s.chunks, conv_chunk, &s);
+  for (int64_t i = 0; i < s.chunks; ++i)
+    if (s.failed[size_t(i)]) throw Error("onednn conv: executing chunk " + std::to_string(i) + " failed");
   if (!s.partial.empty()) {  // the weight gradient: chunk partials added in chunk order
     int64_t n = s.g.O * s.g.C * s.g.KH * s.g.KW;
     std::memcpy(s.out, s.partial[0], size_t(n) * 4);
@@ -457,7 +476,7 @@ std::string check_and_time(const LowerCtx& c, const ConvGeom& g, bool time, bool
   Floats y2(p.y.size());
   auto lower_on = [&](PlanStorage& storage) {
     std::vector<void*> in(2);
-    in[size_t(v)] = p.x.data() - c.in_offsets[size_t(v)];
+    in[size_t(v)] = p.x.data() + c.in_offsets[size_t(v)];  // the view starts at base + offset
     in[size_t(1 - v)] = p.b.data();
     LowerCtx pc{c.g, c.id, c.node, in, y2.data(), storage};
     pc.in_param = {nullptr, nullptr};
@@ -465,10 +484,11 @@ std::string check_and_time(const LowerCtx& c, const ConvGeom& g, bool time, bool
     pc.in_gates = c.in_gates;
     pc.in_base_shapes = c.in_base_shapes;
     pc.in_offsets = c.in_offsets;
-    probing = true;
-    Launch l = lower(pc);
-    probing = false;
-    return l;
+    struct Probing {  // reset even when the lowering throws
+      Probing() { probing = true; }
+      ~Probing() { probing = false; }
+    } guard;
+    return lower(pc);
   };
   PlanStorage sizing;
   sizing.set_sizing(true);
@@ -556,7 +576,7 @@ bool window_geometry(const LowerCtx& c, int v, ConvGeom& g) {
 }
 }  // namespace
 
-void force_conv_lowering(const std::string& name) { forced() = name; }
+void force_conv_lowering(const std::string& name) { forced() = checked_lowering(name, "force_conv_lowering"); }
 
 std::string kernel_config() {
   return std::string(isa_name(active_isa())) + (strict_kernels() ? " strict" : "") +
@@ -632,8 +652,13 @@ Launch select_conv_lowering(LowerCtx& c, const EinsumSpec& e, Launch gemm_path) 
   if (name != "onednn-conv" || version != dnnl_version_string()) return gemm_path;
   int v = view_operand(*m);
   char* wstore = static_cast<char*>(c.storage.persistent(size_t(layout_of(*st).weights())));
-  bind(*st, static_cast<const float*>(c.in[size_t(v)]) - c.in_offsets[size_t(v)],
-       static_cast<const float*>(c.in[size_t(1 - v)]), static_cast<float*>(c.out), scratch, wstore);
+  try {
+    bind(*st, static_cast<const float*>(c.in[size_t(v)]) - c.in_offsets[size_t(v)],
+         static_cast<const float*>(c.in[size_t(1 - v)]), static_cast<float*>(c.out), scratch, wstore);
+  } catch (const Error&) {
+    if (!forced().empty()) throw;
+    return gemm_path;
+  }
   auto* args = c.args<ConvArgs>();
   args->state = c.storage.own(std::move(st));
   c.kernel = "onednn-conv";
