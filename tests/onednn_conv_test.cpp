@@ -55,6 +55,22 @@ HostTensor run_conv(const Geo& g, const HostTensor& x, nn::Conv2d& conv, bool& o
   return step({x})[0];
 }
 
+// Computes with 1 and then 2 threads; both must have taken oneDNN's lowering and agree bit for
+// bit. `compute(onednn)` returns the result and says whether the lowering ran. Returns 1 thread's.
+template <class F>
+HostTensor at_one_and_two_threads(F compute) {
+  int saved = num_threads();
+  set_num_threads(1);
+  bool onednn1 = false, onednn2 = false;
+  HostTensor a = compute(onednn1);
+  set_num_threads(2);
+  HostTensor b = compute(onednn2);
+  set_num_threads(saved);
+  EXPECT_TRUE(onednn1 && onednn2) << "the contraction was not recognised as a convolution";
+  EXPECT_EQ(0, std::memcmp(a.buffer->data(), b.buffer->data(), a.bytes())) << "bits differ between 1 and 2 threads";
+  return a;
+}
+
 class OneDnnConv : public ::testing::TestWithParam<Geo> {
  protected:
   void SetUp() override {
@@ -83,15 +99,8 @@ TEST_P(OneDnnConv, ForcedWeightGradientMatchesFloat64AndIgnoresTheThreadCount) {
   HostTensor x = synoros::testing::random_tensor({DType::F32, {g.N, g.C, g.H, g.W}}, 9);
   int64_t Ho = (g.H + 2 * g.p - g.d * (g.k - 1) - 1) / g.s + 1, Wo = (g.W + 2 * g.p - g.d * (g.k - 1) - 1) / g.s + 1;
   HostTensor r = synoros::testing::random_tensor({DType::F32, {g.N, g.O, Ho, Wo}}, 10);
-  int saved = num_threads();
-  set_num_threads(1);
-  bool onednn1 = false, onednn2 = false;
-  HostTensor dw1 = weight_grad(x, r, conv, onednn1);
-  set_num_threads(2);
-  HostTensor dw2 = weight_grad(x, r, conv, onednn2);
-  set_num_threads(saved);
-  ASSERT_TRUE(onednn1 && onednn2) << "the weight gradient was not recognised as a convolution";
-  ASSERT_EQ(0, std::memcmp(dw1.buffer->data(), dw2.buffer->data(), dw1.bytes())) << "bits differ between 1 and 2 threads";
+  HostTensor dw1 = at_one_and_two_threads([&](bool& onednn) { return weight_grad(x, r, conv, onednn); });
+  if (::testing::Test::HasFailure()) return;
   double klen = double(g.N * Ho * Wo);
   for (int64_t i = 0; i < dw1.numel(); ++i) {
     int64_t e = i % g.k, a = i / g.k % g.k, c = i / (g.k * g.k) % g.C, o = i / (g.k * g.k * g.C);
@@ -114,15 +123,8 @@ TEST_P(OneDnnConv, ForcedLoweringMatchesFloat64AndIgnoresTheThreadCount) {
   Forced f("onednn-conv");
   nn::Conv2d conv(g.C, g.O, g.k, 5, g.s, g.p, g.d, 1, false);
   HostTensor x = synoros::testing::random_tensor({DType::F32, {g.N, g.C, g.H, g.W}}, 9);
-  int saved = num_threads();
-  set_num_threads(1);
-  bool onednn1 = false, onednn2 = false;
-  HostTensor y1 = run_conv(g, x, conv, onednn1);
-  set_num_threads(2);
-  HostTensor y2 = run_conv(g, x, conv, onednn2);
-  set_num_threads(saved);
-  ASSERT_TRUE(onednn1 && onednn2) << "the convolution was not recognised";
-  ASSERT_EQ(0, std::memcmp(y1.buffer->data(), y2.buffer->data(), y1.bytes())) << "bits differ between 1 and 2 threads";
+  HostTensor y1 = at_one_and_two_threads([&](bool& onednn) { return run_conv(g, x, conv, onednn); });
+  if (::testing::Test::HasFailure()) return;
   int64_t Ho = y1.shape[2], Wo = y1.shape[3];
   HostTensor w = conv.weight.value();
   double eps = 1.2e-7, klen = double(g.C * g.k * g.k);

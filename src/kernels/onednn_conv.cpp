@@ -10,7 +10,6 @@
 #include <oneapi/dnnl/dnnl.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -20,6 +19,7 @@
 #include <sstream>
 
 #include "kernels/providers.hpp"
+#include "kernels/vendor_gemm.hpp"
 
 namespace synoros::kernels {
 
@@ -47,11 +47,6 @@ std::string& forced() {
 
 void ok(dnnl_status_t st, const char* what) {
   if (st != dnnl_success) throw Error(std::string("onednn conv: ") + what + " failed with status " + std::to_string(int(st)));
-}
-
-std::string dnnl_version_string() {
-  const dnnl_version_t* v = dnnl_version();
-  return std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch);
 }
 
 int64_t align64(int64_t b) { return (b + 63) / 64 * 64; }
@@ -354,18 +349,15 @@ struct ConvArgs {
 };
 void conv_launch(const void* p, ThreadPool& pool) { run_state(*static_cast<const ConvArgs*>(p)->state, pool); }
 
-// 64-byte aligned like a plan's buffers (oneDNN's reorders run measurably slower on less).
-template <class T>
-struct Aligned64 {
-  using value_type = T;
-  Aligned64() = default;
-  template <class U>
-  Aligned64(const Aligned64<U>&) {}
-  T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t(64))); }
-  void deallocate(T* p, size_t) { ::operator delete(p, std::align_val_t(64)); }
-  bool operator==(const Aligned64&) const { return true; }
+// Probe data in the engine's 64-byte aligned Buffers, like a plan's (oneDNN's reorders ran 7%
+// slower on the 16-byte alignment of a std::vector, enough to lose a close selection).
+struct Floats {
+  explicit Floats(int64_t n) : buf(std::make_unique<Buffer>(size_t(std::max<int64_t>(n, 1)) * 4)), size(n) {}
+  float* data() const { return static_cast<float*>(buf->data()); }
+  float& operator[](size_t i) const { return data()[i]; }
+  std::unique_ptr<Buffer> buf;
+  int64_t size;
 };
-using Floats = std::vector<float, Aligned64<float>>;
 
 // The float64 value of one output and the sum of its terms' magnitudes: y[n, o, oh, ow]
 // forward, dW[o, c, i, j] for the weight gradient (b = weights, or dY).
@@ -397,19 +389,18 @@ double reference(const ConvGeom& g, const Floats& x, const Floats& b, const int6
 // Random probe inputs of the convolution's shapes: the candidates are checked and timed on these,
 // never on the plan's buffers (running a launch while compiling must not touch the plan).
 struct Probe {
-  Floats x, b, y;
   Shape out;
+  Floats x, b, y;
 };
 Probe make_probe(const ConvGeom& g) {
-  Probe p;
-  p.x.resize(size_t(g.N * g.C * g.H * g.W));
-  p.b.resize(size_t(g.bwd_weights ? g.N * g.O * g.OH * g.OW : g.O * g.C * g.KH * g.KW));
-  p.out = g.bwd_weights ? Shape{g.O, g.C, g.KH, g.KW} : Shape{g.N, g.O, g.OH, g.OW};
-  p.y.assign(size_t(numel(p.out)), std::numeric_limits<float>::quiet_NaN());
+  Shape out = g.bwd_weights ? Shape{g.O, g.C, g.KH, g.KW} : Shape{g.N, g.O, g.OH, g.OW};
+  Probe p{out, Floats(g.N * g.C * g.H * g.W), Floats(g.bwd_weights ? g.N * g.O * g.OH * g.OW : g.O * g.C * g.KH * g.KW),
+          Floats(numel(out))};
+  std::fill(p.y.data(), p.y.data() + p.y.size, std::numeric_limits<float>::quiet_NaN());
   std::mt19937 rng(4242);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
-  for (float& v : p.x) v = u(rng);
-  for (float& v : p.b) v = u(rng);
+  for (const Floats* f : {&p.x, &p.b})
+    for (int64_t i = 0; i < f->size; ++i) (*f)[size_t(i)] = u(rng);
   return p;
 }
 
@@ -439,23 +430,6 @@ std::string oracle_check(const ConvGeom& g, const Probe& p) {
 
 thread_local bool probing = false;  // lowering the GEMM path on probe buffers: no conv there
 
-// Interleaved timing: best of a few rounds each (the first round warms up: JIT, packing).
-bool first_is_faster(const std::function<void()>& a, const std::function<void()>& b) {
-  using Clock = std::chrono::steady_clock;
-  double best[2] = {1e300, 1e300};
-  auto t_end = Clock::now() + std::chrono::milliseconds(100);
-  for (int round = 0; round < 8; ++round) {
-    for (int k = 0; k < 2; ++k) {
-      auto t0 = Clock::now();
-      (k == 0 ? a : b)();
-      double ns = std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
-      if (round > 0) best[k] = std::min(best[k], ns);
-    }
-    if (round >= 3 && Clock::now() > t_end) break;
-  }
-  return best[0] < best[1];
-}
-
 // Which operand of the contraction is the unfold view, which the plain second input.
 int view_operand(const ConvGeom& g) { return g.bwd_weights ? 1 : 0; }
 
@@ -473,7 +447,7 @@ std::string check_and_time(const LowerCtx& c, const ConvGeom& g, bool time, bool
   if (!why.empty() || !time) return why;
   // The GEMM lowering of this node, on the probe: sized first, then for real.
   int v = view_operand(g);
-  Floats y2(p.y.size());
+  Floats y2(p.y.size);
   auto lower_on = [&](PlanStorage& storage) {
     std::vector<void*> in(2);
     in[size_t(v)] = p.x.data() + c.in_offsets[size_t(v)];  // the view starts at base + offset
@@ -498,7 +472,8 @@ std::string check_and_time(const LowerCtx& c, const ConvGeom& g, bool time, bool
   PlanStorage real;
   real.begin_frame(static_cast<char*>(frame.data()));
   Launch gemm = lower_on(real);
-  faster = first_is_faster([&] { run_state(*st, pool); }, [&] { gemm.fn(gemm.args, pool); });
+  std::vector<double> ns = best_times_interleaved({[&] { run_state(*st, pool); }, [&] { gemm.fn(gemm.args, pool); }});
+  faster = ns[0] < ns[1];
   return "";
 }
 
@@ -578,10 +553,7 @@ bool window_geometry(const LowerCtx& c, int v, ConvGeom& g) {
 
 void force_conv_lowering(const std::string& name) { forced() = checked_lowering(name, "force_conv_lowering"); }
 
-std::string kernel_config() {
-  return std::string(isa_name(active_isa())) + (strict_kernels() ? " strict" : "") +
-         (forced().empty() ? "" : " conv=" + forced());
-}
+const std::string& forced_conv_lowering() { return forced(); }
 
 std::optional<ConvGeom> match_conv(const LowerCtx& c, const EinsumSpec& e) {
   if (c.node.dtype != DType::F32 || e.in.size() != 2 || c.in_strides.size() != 2) return std::nullopt;
@@ -643,13 +615,13 @@ Launch select_conv_lowering(LowerCtx& c, const EinsumSpec& e, Launch gemm_path) 
     }
     if (forced().empty()) {
       name = why.empty() && faster ? "onednn-conv" : "gemm";
-      version = name == "onednn-conv" ? dnnl_version_string() : "1";
+      version = name == "onednn-conv" ? onednn_version() : "1";
       store_choice(key, name, version);
     } else {
-      name = "onednn-conv", version = dnnl_version_string();
+      name = "onednn-conv", version = onednn_version();
     }
   }
-  if (name != "onednn-conv" || version != dnnl_version_string()) return gemm_path;
+  if (name != "onednn-conv" || version != onednn_version()) return gemm_path;
   int v = view_operand(*m);
   char* wstore = static_cast<char*>(c.storage.persistent(size_t(layout_of(*st).weights())));
   try {

@@ -31,5 +31,6 @@ Launch select_conv_lowering(LowerCtx& c, const EinsumSpec& e, Launch gemm_path);
 // Tests: "onednn-conv" or "gemm" forces that lowering for every matched convolution (after the
 // oracle check); empty restores measured selection.
 void force_conv_lowering(const std::string& name);
+const std::string& forced_conv_lowering();  // "" when measured
 
 }  // namespace synoros::kernels

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <limits>
 #include <map>
@@ -156,10 +157,8 @@ std::string provider_set_id() {
 std::string key_of(const GemmShape& s, bool strict) {
   std::ostringstream o;
   o << "sgemm M=" << s.M << " N=" << s.N << " K=" << s.K << " a=" << s.a_rs << "," << s.a_cs << " b="
-    << s.b_rs << "," << s.b_cs << " c=" << s.c_rs << " isa=" << isa_name(active_isa())
-    << (strict ? " strict" : "") << " providers=" << provider_set_id()
-    << " cpu=" << cpu_model();
-  return o.str();
+    << s.b_rs << "," << s.b_cs << " c=" << s.c_rs;
+  return tuning_key(o.str(), strict);
 }
 
 // ---- probing: the oracle gate and the timer
@@ -223,39 +222,10 @@ std::string check(const GemmProvider& prov, const Probe& p, std::vector<float>& 
   return "";
 }
 
-// Times the candidates in interleaved rounds (one sample each per round, the best per candidate
-// kept) so that a burst of noise on this machine hits all of them alike instead of the one whose
-// turn it was. A sample repeats the call until it lasts ~5 us, so the clock's own cost does not
-// decide between tiny kernels. At most 50 rounds, at least 3, about 20 ms per candidate in all.
 struct Candidate {
   const GemmProvider* prov;
   std::unique_ptr<Buffer> scratch;  // 64-byte aligned, as in a plan
-  double best = 1e300;
-  int64_t reps = 1;
 };
-void time_interleaved(std::vector<Candidate>& cands, const Probe& p, std::vector<float>& C, ThreadPool& pool) {
-  using Clock = std::chrono::steady_clock;
-  auto call_of = [&](const Candidate& c) {
-    return GemmCall{p.s, p.A.data(), p.B.data(), C.data(), static_cast<float*>(c.scratch->data())};
-  };
-  for (Candidate& c : cands) {  // calibrate the repetitions per sample (also a warm-up call)
-    auto t0 = Clock::now();
-    c.prov->run(call_of(c), pool);
-    double ns = std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
-    c.reps = std::clamp<int64_t>(int64_t(5000.0 / std::max(ns, 1.0)), 1, 1000);
-  }
-  auto t_end = Clock::now() + std::chrono::milliseconds(20 * int64_t(cands.size()));
-  for (int round = 0; round < 50; ++round) {
-    for (Candidate& c : cands) {
-      GemmCall call = call_of(c);
-      auto t0 = Clock::now();
-      for (int64_t r = 0; r < c.reps; ++r) c.prov->run(call, pool);
-      auto t1 = Clock::now();
-      c.best = std::min(c.best, std::chrono::duration<double, std::nano>(t1 - t0).count() / double(c.reps));
-    }
-    if (round >= 2 && Clock::now() > t_end) break;
-  }
-}
 }  // namespace
 
 std::vector<std::shared_ptr<GemmProvider>>& gemm_providers() {
@@ -304,6 +274,29 @@ std::vector<std::string> selection_rejections() {
   Cache& c = cache();
   std::lock_guard<std::mutex> lk(c.mu);
   return c.rejections;
+}
+
+std::vector<double> best_times_interleaved(const std::vector<std::function<void()>>& runs) {
+  using Clock = std::chrono::steady_clock;
+  std::vector<double> best(runs.size(), 1e300);
+  std::vector<int64_t> reps(runs.size(), 1);
+  for (size_t i = 0; i < runs.size(); ++i) {  // calibrate the repetitions per sample (also a warm-up)
+    auto t0 = Clock::now();
+    runs[i]();
+    double ns = std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
+    reps[i] = std::clamp<int64_t>(int64_t(5000.0 / std::max(ns, 1.0)), 1, 1000);
+  }
+  auto t_end = Clock::now() + std::chrono::milliseconds(20 * int64_t(runs.size()));
+  for (int round = 0; round < 50; ++round) {
+    for (size_t i = 0; i < runs.size(); ++i) {
+      auto t0 = Clock::now();
+      for (int64_t r = 0; r < reps[i]; ++r) runs[i]();
+      auto t1 = Clock::now();
+      best[i] = std::min(best[i], std::chrono::duration<double, std::nano>(t1 - t0).count() / double(reps[i]));
+    }
+    if (round >= 2 && Clock::now() > t_end) break;
+  }
+  return best;
 }
 
 std::string tuning_key(const std::string& what, bool strict) {
@@ -370,10 +363,15 @@ Selection select_gemm(const GemmShape& s, bool strict) {
     }
     passed.push_back({p.get(), std::move(scratch)});
   }
-  time_interleaved(passed, probe, C, pool);
-  double best = 1e300;
+  std::vector<std::function<void()>> runs;
   for (const Candidate& cand : passed)
-    if (cand.best < best) best = cand.best, sel.provider = cand.prov;
+    runs.push_back([&] {
+      cand.prov->run({s, probe.A.data(), probe.B.data(), C.data(), static_cast<float*>(cand.scratch->data())}, pool);
+    });
+  std::vector<double> ns = best_times_interleaved(runs);
+  double best = 1e300;
+  for (size_t i = 0; i < passed.size(); ++i)
+    if (ns[i] < best) best = ns[i], sel.provider = passed[i].prov;
   if (!sel.provider) throw Error("select: no kernel passed the float64 oracle for " + key);
   c.entries[key] = {sel.provider->name(), sel.provider->version()};
   save_locked(c);

@@ -4,6 +4,7 @@
 // on-disk tuning cache, so reruns make the same choice without measuring.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -62,6 +63,13 @@ std::string tuning_key(const std::string& what, bool strict);
 bool cached_choice(const std::string& key, std::string& name, std::string& version);
 void store_choice(const std::string& key, const std::string& name, const std::string& version);
 void record_rejection(const std::string& key, const std::string& why);
+
+// Times the candidates in interleaved rounds (one sample each per round, the best per candidate
+// kept) so that a burst of noise on this machine hits all of them alike instead of the one whose
+// turn it was. A sample repeats the call until it lasts ~5 us, so the clock's own cost does not
+// decide between tiny kernels; the first call calibrates that and warms up (JIT, packing). At
+// most 50 rounds, at least 3, about 20 ms per candidate in all. Returns the best ns per call.
+std::vector<double> best_times_interleaved(const std::vector<std::function<void()>>& runs);
 
 // Problems the selection saw rejected, for reports (cleared by clear_tuning_cache()).
 std::vector<std::string> selection_rejections();

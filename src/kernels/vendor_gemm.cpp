@@ -19,6 +19,11 @@
 
 namespace synoros::kernels {
 
+std::string onednn_version() {
+  const dnnl_version_t* v = dnnl_version();
+  return std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch);
+}
+
 namespace {
 
 // Row-major operands as BLAS-style (transpose, leading dimension) pairs; none when an operand
@@ -59,10 +64,7 @@ class OpenBlasGemm : public GemmProvider {
 class OneDnnGemm : public GemmProvider {
  public:
   std::string name() const override { return "onednn"; }
-  std::string version() const override {
-    const dnnl_version_t* v = dnnl_version();
-    return std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch);
-  }
+  std::string version() const override { return onednn_version(); }
   bool canonical() const override { return false; }
   bool supports(const GemmShape& s) const override { return blas_layout(s).has_value(); }
   size_t scratch_floats(const GemmShape&) const override { return 0; }

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "kernels/cpu/cpu_kernels.hpp"
+#include "kernels/onednn_conv.hpp"
 #include "kernels/cpu/line_fn.hpp"
 
 namespace synoros::kernels {
@@ -80,6 +81,11 @@ bool& strict_slot() {
 }
 }  // namespace
 bool strict_kernels() { return strict_slot(); }
+
+std::string kernel_config() {
+  const std::string& conv = forced_conv_lowering();
+  return std::string(isa_name(active_isa())) + (strict_kernels() ? " strict" : "") + (conv.empty() ? "" : " conv=" + conv);
+}
 void set_strict_kernels(bool on) { strict_slot() = on; }
 Isa best_isa() { return detect_isa(); }
 void set_isa(Isa isa) {
