@@ -3,6 +3,7 @@
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build libgtest-dev libbenchmark-dev libopenblas-dev python3
       python3-torch python3-threadpoolctl zlib1g-dev nlohmann-json3-dev libdnnl-dev libxsmm-dev
+      openmpi-bin libopenmpi-dev
       dataset-fashion-mnist fortunes)
 missing=()
 for p in "${pkgs[@]}"; do

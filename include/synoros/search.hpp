@@ -50,6 +50,7 @@ std::vector<double> layer_latency(const synth::Spec& spec, const synth::Operator
 
 struct ProxyConfig {
   int64_t train_images = 4096, test_images = 2000, epochs = 1, batch = 64;
+  int64_t width = 16;  // ResNetMini's first-stage channels (the spec's must match)
   double lr = 0.05;
   uint64_t seed = 1;
   bool augment = false;
@@ -82,6 +83,19 @@ std::vector<synth::Action> parse_actions(const std::string& text);
 // crash inside, a non-finite loss or an unusable operator is returned as failed.
 Evaluation evaluate(const synth::Spec& spec, const synth::Operator* op, unsigned class_mask, const ProxyConfig& cfg);
 
+// One worker run: the JSON line a `synoros search-worker` wrote, or why there is none.
+struct WorkerResult {
+  bool ok = false;
+  std::string line;   // the evaluation record (when ok)
+  std::string error;  // why not (when !ok)
+  std::string where;  // who ran it ("local", "rank 1", ...)
+};
+// Runs `synoros search-worker ARGS --out FILE` for each argument list, at most `parallel` at a
+// time, each in its own process (so a crash is a failed evaluation, never fatal), with
+// SYNOROS_NUM_THREADS=1; results in the order of `jobs`. Result files go to `tmp_dir`.
+std::vector<WorkerResult> run_worker_processes(const std::string& exe, const std::vector<std::vector<std::string>>& jobs,
+                                               int parallel, const std::string& tmp_dir);
+
 struct SearchConfig {
   int64_t width = 16;
   int depth = 6;
@@ -98,6 +112,9 @@ struct SearchConfig {
   uint64_t seed = 1;
   std::string dir = "search";    // evaluations.jsonl (resumable), mcts.state, report files
   std::string worker_exe;        // the synoros binary for worker processes ("": evaluate inline)
+  // Where worker argument lists run; unset: run_worker_processes on this machine. The MPI
+  // front end sets it to hand jobs to other ranks.
+  std::function<std::vector<WorkerResult>(const std::vector<std::vector<std::string>>&)> run_workers;
   std::function<void(const std::string&)> log;  // progress lines
 };
 

@@ -8,6 +8,7 @@
 
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
+#include "cli/mpi_search.hpp"
 #include "io/atomic_file.hpp"
 #include "synoros/search.hpp"
 
@@ -51,8 +52,24 @@ int search_cmd(int argc, char** argv) {
   c.log = [](const std::string& s) {
     std::cout << s << std::endl;
   };
-  search::SearchOutcome out = search::run_search(c);
-  search::write_report(c, out);
+  // Under mpirun: rank 0 searches, the other ranks train what it hands out.
+  MpiSearch mpi;
+  if (mpi.active() && mpi.rank() > 0) {
+    mpi.serve(self_exe());
+    return 0;
+  }
+  if (mpi.active()) {
+    c.run_workers = mpi.runner();
+    std::cout << "MPI: rank 0 searches, " << mpi.size() - 1 << " rank(s) train candidates" << std::endl;
+  }
+  search::SearchOutcome out;
+  try {
+    out = search::run_search(c);
+    search::write_report(c, out);
+  } catch (...) {
+    mpi.abort();
+    throw;
+  }
   std::printf("\n%-4s %-8s %-10s %-10s %-8s %s\n", "#", "accuracy", "b64 ms", "speedup", "reward", "operator");
   std::printf("%-4s %-8.4f %-10.2f %-10s %-8.4f %s\n", "base", out.baseline.accuracy, out.baseline.latency.b64_t1, "1.00x",
               search::reward(out.baseline, out.baseline, c), "3x3 convolution");
@@ -70,7 +87,8 @@ int search_cmd(int argc, char** argv) {
 
 int search_worker_cmd(int argc, char** argv) {
   Args a("search-worker", argc, argv,
-         {"width", "mask", "epochs", "train-images", "test-images", "lr", "seed", "out", "actions", "depth"}, {});
+         {"width", "mask", "epochs", "train-images", "test-images", "lr", "seed", "out", "actions", "depth"},
+         {"augment"});
   int64_t width = a.integer("width", 16, 1);
   set_plan_memory_limit(std::min<size_t>(plan_memory_limit(), size_t(2) << 30));
   synth::Spec spec = search::resnet_conv_spec(width);
@@ -80,6 +98,8 @@ int search_worker_cmd(int argc, char** argv) {
   p.test_images = a.integer("test-images", 2000, 1);
   p.lr = a.real("lr", 0.05);
   p.seed = uint64_t(a.integer("seed", 1, 0));
+  p.augment = a.has("augment");
+  p.width = width;
   search::Evaluation e;
   if (a.has("actions")) {
     synth::Options so;

@@ -82,7 +82,7 @@ Evaluation evaluate(const synth::Spec& spec, const synth::Operator* op, unsigned
   e.class_mask = op ? mask : 0;
   e.trained_epochs = cfg.epochs;
   try {
-    auto net = make_network(spec, op, mask, cfg.seed);
+    auto net = make_network(spec, op, mask, cfg.seed, cfg.width);
     e.params = double(net->parameter_count());
     e.flops = network_flops(*net);
     train::ClassifierConfig c;

@@ -25,6 +25,52 @@ double reward(const Evaluation& e, const Evaluation& base, const SearchConfig& c
   return e.accuracy - cfg.latency_weight * std::max(0.0, ratio / cfg.latency_target - 1.0);
 }
 
+std::vector<WorkerResult> run_worker_processes(const std::string& exe, const std::vector<std::vector<std::string>>& jobs,
+                                               int parallel, const std::string& tmp_dir) {
+  std::vector<WorkerResult> out(jobs.size());
+  std::filesystem::create_directories(tmp_dir);
+  std::map<pid_t, size_t> running;
+  size_t next = 0;
+  auto result_file = [&](size_t i) { return tmp_dir + "/job" + std::to_string(i) + ".json"; };
+  while (next < jobs.size() || !running.empty()) {
+    while (next < jobs.size() && int(running.size()) < std::max(parallel, 1)) {
+      std::vector<std::string> args = {exe, "search-worker"};
+      args.insert(args.end(), jobs[next].begin(), jobs[next].end());
+      args.insert(args.end(), {"--out", result_file(next)});
+      std::remove(result_file(next).c_str());
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      pid_t pid = fork();
+      if (pid < 0) throw Error("search: fork failed");
+      if (pid == 0) {
+        setenv("SYNOROS_NUM_THREADS", "1", 1);
+        execv(argv[0], argv.data());
+        _exit(127);
+      }
+      running[pid] = next++;
+    }
+    int status = 0;
+    pid_t pid = waitpid(-1, &status, 0);
+    if (pid < 0) break;
+    auto it = running.find(pid);
+    if (it == running.end()) continue;
+    size_t i = it->second;
+    running.erase(it);
+    WorkerResult& r = out[i];
+    r.where = "local";
+    std::ifstream f(result_file(i));
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && std::getline(f, r.line)) {
+      r.ok = true;
+    } else {
+      r.error = WIFSIGNALED(status) ? "worker killed by signal " + std::to_string(WTERMSIG(status))
+                                    : "worker exited with status " + std::to_string(WEXITSTATUS(status));
+    }
+    std::remove(result_file(i).c_str());
+  }
+  return out;
+}
+
 namespace {
 using Clock = std::chrono::steady_clock;
 
@@ -74,70 +120,56 @@ class Log {
   int64_t next_order_ = 0;
 };
 
-// Runs the jobs (at most cfg.workers at a time) in worker processes, or inline without a worker
-// binary. A worker that dies yields a failed evaluation.
-std::vector<Evaluation> run_jobs(const SearchConfig& cfg, const synth::Spec& spec, const std::vector<Job>& jobs) {
+// Runs the jobs (at most cfg.workers at a time) in worker processes -- on this machine or
+// wherever cfg.run_workers sends them -- or inline without a worker binary. A worker that dies
+// yields a failed evaluation.
+std::vector<Evaluation> run_jobs(const SearchConfig& cfg, const synth::Spec& spec, const std::vector<Job>& jobs,
+                                 const std::function<void(const std::string&)>& say) {
   std::vector<Evaluation> out(jobs.size());
   auto proxy = [&](const Job& j) {
     ProxyConfig p = cfg.proxy;
     p.epochs = j.epochs;
+    p.width = cfg.width;
     return p;
   };
-  if (cfg.worker_exe.empty() || cfg.workers < 1) {
+  if (!cfg.run_workers && (cfg.worker_exe.empty() || cfg.workers < 1)) {
     for (size_t i = 0; i < jobs.size(); ++i) out[i] = evaluate(spec, jobs[i].op, jobs[i].mask, proxy(jobs[i]));
     return out;
   }
-  std::string tmp = cfg.dir + "/work";
-  std::filesystem::create_directories(tmp);
-  std::map<pid_t, size_t> running;
-  size_t next = 0;
-  auto result_file = [&](size_t i) { return tmp + "/job" + std::to_string(i) + ".json"; };
-  while (next < jobs.size() || !running.empty()) {
-    while (next < jobs.size() && int(running.size()) < cfg.workers) {
-      const Job& j = jobs[next];
-      ProxyConfig p = proxy(j);
-      std::vector<std::string> args = {cfg.worker_exe, "search-worker", "--width", std::to_string(cfg.width),
-                                       "--mask", std::to_string(j.mask), "--epochs", std::to_string(p.epochs),
-                                       "--train-images", std::to_string(p.train_images), "--test-images",
-                                       std::to_string(p.test_images), "--lr", std::to_string(p.lr), "--seed",
-                                       std::to_string(p.seed), "--out", result_file(next)};
-      if (j.op) args.insert(args.end(), {"--actions", serialize_actions(j.op->path), "--depth", std::to_string(cfg.depth)});
-      std::remove(result_file(next).c_str());
-      pid_t pid = fork();
-      if (pid < 0) throw Error("search: fork failed");
-      if (pid == 0) {
-        std::vector<char*> argv;
-        for (auto& a : args) argv.push_back(a.data());
-        argv.push_back(nullptr);
-        setenv("SYNOROS_NUM_THREADS", "1", 1);
-        execv(argv[0], argv.data());
-        _exit(127);
+  std::vector<std::vector<std::string>> args;
+  for (const Job& j : jobs) {
+    ProxyConfig p = proxy(j);
+    std::vector<std::string> a = {"--width", std::to_string(cfg.width), "--mask", std::to_string(j.mask),
+                                  "--epochs", std::to_string(p.epochs), "--train-images",
+                                  std::to_string(p.train_images), "--test-images", std::to_string(p.test_images),
+                                  "--lr", std::to_string(p.lr), "--seed", std::to_string(p.seed)};
+    if (p.augment) a.push_back("--augment");
+    if (j.op) a.insert(a.end(), {"--actions", serialize_actions(j.op->path), "--depth", std::to_string(cfg.depth)});
+    args.push_back(std::move(a));
+  }
+  std::vector<WorkerResult> res = cfg.run_workers ? cfg.run_workers(args)
+                                                  : run_worker_processes(cfg.worker_exe, args, cfg.workers,
+                                                                         cfg.dir + "/work");
+  if (res.size() != jobs.size()) throw Error("search: the worker runner returned the wrong number of results");
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    if (res[i].ok) {
+      try {
+        out[i] = evaluation_from_json(res[i].line);
+        if (res[i].where != "local") say("  trained by " + res[i].where);
+        continue;
+      } catch (const Error& e) {
+        res[i].error = e.what();
       }
-      running[pid] = next++;
     }
-    int status = 0;
-    pid_t pid = waitpid(-1, &status, 0);
-    if (pid < 0) break;
-    auto it = running.find(pid);
-    if (it == running.end()) continue;
-    size_t i = it->second;
-    running.erase(it);
-    std::ifstream f(result_file(i));
-    std::string line;
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && std::getline(f, line)) {
-      out[i] = evaluation_from_json(line);
-    } else {
-      Evaluation e;
-      e.key = jobs[i].op ? jobs[i].op->canonical : "baseline";
-      e.formula = jobs[i].op ? synth::formula(spec, *jobs[i].op) : "3x3 convolution";
-      e.actions = jobs[i].op ? serialize_actions(jobs[i].op->path) : "";
-      e.class_mask = jobs[i].mask;
-      e.trained_epochs = jobs[i].epochs;
-      e.failed = true;
-      e.error = WIFSIGNALED(status) ? "worker killed by signal " + std::to_string(WTERMSIG(status))
-                                    : "worker exited with status " + std::to_string(WEXITSTATUS(status));
-      out[i] = e;
-    }
+    Evaluation e;
+    e.key = jobs[i].op ? jobs[i].op->canonical : "baseline";
+    e.formula = jobs[i].op ? synth::formula(spec, *jobs[i].op) : "3x3 convolution";
+    e.actions = jobs[i].op ? serialize_actions(jobs[i].op->path) : "";
+    e.class_mask = jobs[i].mask;
+    e.trained_epochs = jobs[i].epochs;
+    e.failed = true;
+    e.error = res[i].error + (res[i].where.empty() ? "" : " (" + res[i].where + ")");
+    out[i] = e;
   }
   return out;
 }
@@ -239,7 +271,7 @@ SearchOutcome run_search(const SearchConfig& cfg) {
     say("round " + std::to_string(round + 1) + ": " + std::to_string(alive.size()) + " candidates, " +
         std::to_string(epochs) + " epoch(s) on " + std::to_string(cfg.proxy.train_images) + " images, " +
         std::to_string(jobs.size()) + " to train");
-    std::vector<Evaluation> fresh = run_jobs(cfg, spec, jobs);
+    std::vector<Evaluation> fresh = run_jobs(cfg, spec, jobs, say);
     // Latency is measured here, one candidate at a time, so parallel training never skews it.
     for (size_t i = 0; i < fresh.size(); ++i) {
       Evaluation& e = fresh[i];

@@ -1,0 +1,38 @@
+// `mpirun -np N synoros search ...`: rank 0 searches, ranks 1..N-1 train the candidates it hands
+// out (each in a crash-isolated search-worker process on its own machine) and send back the
+// evaluation record. Compiled against Open MPI when CMake finds it; otherwise a launch under
+// mpirun with more than one rank is an Error.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "synoros/search.hpp"
+
+namespace synoros::cli {
+
+class MpiSearch {
+ public:
+  // Initialises MPI when this process was started by mpirun/mpiexec (Open MPI, MPICH or PMIx
+  // environment); a no-op otherwise.
+  MpiSearch();
+  ~MpiSearch();  // stops the worker ranks (rank 0) and finalises MPI
+  MpiSearch(const MpiSearch&) = delete;
+  MpiSearch& operator=(const MpiSearch&) = delete;
+
+  bool active() const { return size_ > 1; }
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  // Rank 0: a runner for SearchConfig::run_workers that hands each job to an idle rank.
+  std::function<std::vector<search::WorkerResult>(const std::vector<std::vector<std::string>>&)> runner();
+  // Ranks > 0: trains the jobs rank 0 sends (with `exe search-worker`) until told to stop.
+  void serve(const std::string& exe);
+  // Rank 0 after an error: takes every rank down instead of leaving them waiting.
+  void abort();
+
+ private:
+  int rank_ = 0, size_ = 1;
+  bool initialised_ = false;
+};
+
+}  // namespace synoros::cli

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# `mpirun -np 2 synoros search`: rank 0 searches, rank 1 trains every candidate; the records land
+# in evaluations.jsonl and a second run resumes from them without training again.
+set -euo pipefail
+synoros=$1
+mpirun=$2
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+args=(search --enumerate --depth 3 --screen 2 --candidates 1 --rounds 1 --train-images 128 --test-images 64
+      --report "$dir/report")
+"$mpirun" -np 2 "$synoros" "${args[@]}" > "$dir/first.log" 2>&1 || { cat "$dir/first.log"; exit 1; }
+cat "$dir/first.log"
+grep -q "MPI: rank 0 searches, 1 rank(s) train candidates" "$dir/first.log"
+trained=$(grep -c "trained by rank 1 on" "$dir/first.log" || true)
+records=$(grep -c '"failed":false' "$dir/report/evaluations.jsonl" || true)
+[ "$trained" -eq 2 ] || { echo "expected 2 candidates trained by rank 1, got $trained"; exit 1; }
+[ "$records" -eq 2 ] || { echo "expected 2 finished records, got $records"; exit 1; }
+# Resuming: nothing is trained again.
+"$mpirun" -np 2 "$synoros" "${args[@]}" > "$dir/second.log" 2>&1 || { cat "$dir/second.log"; exit 1; }
+grep -q "0 to train" "$dir/second.log" || { cat "$dir/second.log"; echo "the resumed search trained again"; exit 1; }
+[ "$(grep -c . "$dir/report/evaluations.jsonl")" -eq 2 ] || { echo "the resumed search added records"; exit 1; }
+echo "ok"
