@@ -144,6 +144,28 @@ void Conv3x3(benchmark::State& state) {
 }
 BENCHMARK(Conv3x3)->Name("Conv3x3")->UseRealTime()->Unit(benchmark::kMillisecond);
 
+// Depthwise 3x3 convolution (groups = channels), batch 32, 32 channels, 28x28, same padding:
+// the window contraction of operators the synthesizer invents.
+void Depthwise3x3(benchmark::State& state) {
+  Graph g;
+  ValueId x = g.input(DType::F32, {32, 32, 28, 28}, "x");
+  ValueId w = g.input(DType::F32, {32, 3, 3}, "w");
+  Attrs uh, uw;
+  uh.ints = {2, 3, 1};
+  uw.ints = {3, 3, 1};
+  ValueId u = g.add(Op::Unfold, {g.add(Op::Unfold, {x}, uh)}, uw);
+  ValueId y = g.einsum("nchwxy,cxy->nchw", {u, w});
+  Plan p(g, {y});
+  p.set_input(x, Tensor::randn({32, 32, 28, 28}, 1).value());
+  p.set_input(w, Tensor::randn({32, 3, 3}, 2, 0.3).value());
+  for (auto _ : state) {
+    p.run();
+    benchmark::DoNotOptimize(p.data<float>(y));
+  }
+  state.SetLabel(p.launch_info().back().kernel);
+}
+BENCHMARK(Depthwise3x3)->Name("Depthwise3x3")->UseRealTime()->Unit(benchmark::kMillisecond);
+
 // One SGD-momentum training step of a Fashion-MNIST classifier (batch 64, random data).
 void TrainClassifier(benchmark::State& state, const char* model) {
   auto m = train::make_classifier(model, 10, 1);

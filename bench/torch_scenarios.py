@@ -46,6 +46,13 @@ def conv3x3():
     return lambda: torch.nn.functional.conv2d(x, w, padding=1)
 
 
+def depthwise3x3():
+    torch.manual_seed(0)
+    x = torch.randn(32, 32, 28, 28)
+    w = torch.randn(32, 1, 3, 3) * 0.3
+    return lambda: torch.nn.functional.conv2d(x, w, padding=1, groups=32)
+
+
 def train_classifier(name):
     from torch_models import make
     torch.manual_seed(0)
@@ -64,6 +71,7 @@ def train_classifier(name):
 
 SCENARIOS = {
     "Conv3x3": conv3x3,
+    "Depthwise3x3": depthwise3x3,
     "EltwiseChain": eltwise_chain,
     "TinyMLP/FwdBwd": lambda: tiny_mlp(False),
     "TinyMLP/SgdStep": lambda: tiny_mlp(True),

@@ -18,7 +18,7 @@ void usage() {
                "  train-mlp [--steps N] [--lr X]   train the tiny MLP on a synthetic regression task\n"
                "  plan [--no-fusion] [--no-plan]   print the compiled plan of one tiny-MLP SGD step\n"
                "  memory                           peak bytes of one GPT training step (JSON)\n"
-               "  profile [--model mlp|gpt] [--iterations N] [--trace FILE]\n"
+               "  profile [--model mlp|gpt|lenet|resnet-mini] [--inference] [--iterations N] [--trace FILE]\n"
                "                                   time every launch of one training step\n"
                "  info                             instruction set and thread count in use\n"
                "  peak                             measured one-core FMA rate and bandwidth (JSON)\n"

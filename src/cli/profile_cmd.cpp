@@ -13,8 +13,13 @@ namespace synoros::cli {
 int profile_model(int argc, char** argv) {
   std::string model = "mlp", trace, describe;
   int iterations = 200;
+  bool inference = false;
   for (int i = 0; i < argc; ++i) {
     std::string a = argv[i];
+    if (a == "--inference") {
+      inference = true;
+      continue;
+    }
     if ((a == "--model" || a == "--iterations" || a == "--trace" || a == "--describe") && i + 1 >= argc)
       throw Error(a + ": missing value");
     if (a == "--describe") {
@@ -46,6 +51,15 @@ int profile_model(int argc, char** argv) {
     prof = profile(step.plan(), std::min(iterations, 5), peak);
   } else if (model == "mlp-classifier" || model == "lenet" || model == "resnet-mini") {
     auto m = train::make_classifier(model == "mlp-classifier" ? "mlp" : model, 10, 1);
+    if (inference) {  // the eval-mode forward pass at batch 64 (what the operator search times)
+      m->eval();
+      CompiledStep fwd = compile([&m](const std::vector<Tensor>& a) { return std::vector<Tensor>{m->forward(a[0])}; },
+                                 {{DType::F32, {64, 1, 28, 28}}});
+      fwd.plan().set_input("arg0", Tensor::randn({64, 1, 28, 28}, 3).value());
+      prof = profile(fwd.plan(), std::min(iterations, 20), peak);
+      std::cout << prof.table();
+      return 0;
+    }
     optim::SGD opt(m->parameters(), 0.05, 0.9, 5e-4);
     CompiledStep step = train::compile_classifier_train(*m, opt, 64);
     HostTensor y(DType::I64, {64});

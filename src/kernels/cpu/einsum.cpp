@@ -11,6 +11,7 @@
 #include "ir/einsum_spec.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
 #include "kernels/cpu/gemm.hpp"
+#include "kernels/cpu/window_einsum.hpp"
 #include "kernels/onednn_conv.hpp"
 #include "kernels/providers.hpp"
 
@@ -314,6 +315,7 @@ Launch lower_einsum(LowerCtx& c) {
   }
   for (char l : lb)
     if (!has(lo, l) && !has(la, l)) return direct_with_gates(c, e);
+  if (std::optional<Launch> w = lower_window_einsum(c, e)) return *w;
 
   // Output layout: P + G1 + G2 straight into the output, else computed in scratch and gathered.
   std::string P, G1, G2;

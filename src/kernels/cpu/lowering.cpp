@@ -5,6 +5,7 @@
 #include "kernels/cpu/cpu_kernels.hpp"
 #include "kernels/onednn_conv.hpp"
 #include "kernels/cpu/line_fn.hpp"
+#include "kernels/cpu/window_einsum.hpp"
 
 namespace synoros::kernels {
 
@@ -84,7 +85,8 @@ bool strict_kernels() { return strict_slot(); }
 
 std::string kernel_config() {
   const std::string& conv = forced_conv_lowering();
-  return std::string(isa_name(active_isa())) + (strict_kernels() ? " strict" : "") + (conv.empty() ? "" : " conv=" + conv);
+  return std::string(isa_name(active_isa())) + (strict_kernels() ? " strict" : "") + (conv.empty() ? "" : " conv=" + conv) +
+         (window_einsum_enabled() ? "" : " nowindow");
 }
 void set_strict_kernels(bool on) { strict_slot() = on; }
 Isa best_isa() { return detect_isa(); }

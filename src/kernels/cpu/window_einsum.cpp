@@ -1,0 +1,454 @@
+// Window contractions: out[..., l] = sum_r X[..., l + ..., r] * W[..., r] where the weights W do
+// not vary along the output's innermost label l and X reads it with unit stride, through
+// zero-padding gates (depthwise and channel-window convolutions, 1-D convolutions along a row,
+// a matrix times a vector along its rows). As batched GEMMs these degenerate into matrix-vector
+// products over a gathered, window-times larger copy of X; here each output row is a few vector
+// accumulators that every (r, row) pair updates with one broadcast weight and one masked load of
+// X, and gated-off elements load as 0.
+//
+// Bits: each output is one FMA chain from +0 over the contracted labels in the first operand's
+// order, gated elements contributing fma(0, w, acc) -- exactly what the gather + GEMM lowering
+// computes -- on every instruction set.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <string>
+
+#include "ir/einsum_spec.hpp"
+#include "kernels/cpu/window_einsum.hpp"
+
+namespace synoros::kernels {
+
+namespace {
+constexpr int kMaxOuter = 12, kMaxGates = 4;
+constexpr int64_t kMaxReduce = 4096;
+
+struct WindowArgs {
+  const float* x;
+  const float* w;
+  float* out;
+  int64_t rows, len;  // outer output positions, innermost output length
+  int n_outer, n_gates, isa;
+  int64_t outer_size[kMaxOuter], outer_x[kMaxOuter], outer_w[kMaxOuter];
+  int64_t outer_gate[kMaxGates][kMaxOuter];
+  int64_t gate_c0[kMaxGates], gate_limit[kMaxGates], gate_l[kMaxGates];  // gate_l: cstride along l
+  int64_t nred;
+  const int64_t* red;  // per r: x offset, w offset, then one coordinate part per gate
+  int64_t rows_per_chunk;
+  // Fast form (len <= 64, every gate either constant along the row or independent of the outer
+  // labels): per r, the AVX-512 lane masks of the row's (up to) four vectors from the
+  // row-independent gates; the other gates only switch a whole (row, r) pair on or off.
+  bool fast;
+  const uint16_t* masks;  // [nred][4]
+  int n_row_gates;
+  int row_gate[kMaxGates];  // the gates constant along the row
+  int64_t row_gate_min[kMaxGates], row_gate_max[kMaxGates];  // of their parts over r
+};
+
+int64_t floor_div(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
+
+// The output positions [lo, hi) of a row whose gates all pass, given each gate's coordinate
+// at position 0 of the row.
+inline void valid_range(const WindowArgs& a, const int64_t* g0, int64_t& lo, int64_t& hi) {
+  lo = 0, hi = a.len;
+  for (int g = 0; g < a.n_gates; ++g) {
+    int64_t s = a.gate_l[g], c = g0[g], lim = a.gate_limit[g];
+    if (s == 1) {  // the usual case (an unfold along the row): no division
+      lo = std::max(lo, -c);
+      hi = std::min(hi, lim - c);
+    } else if (s == 0) {
+      if (c < 0 || c >= lim) hi = 0;
+    } else if (s > 0) {  // 0 <= c + i*s < lim
+      lo = std::max(lo, floor_div(-c + s - 1, s));
+      hi = std::min(hi, floor_div(lim - c + s - 1, s));
+    } else {  // s < 0: i > (c - lim) / -s ..., i <= c / -s
+      int64_t t = -s;
+      lo = std::max(lo, floor_div(c - lim, t) + 1);
+      hi = std::min(hi, floor_div(c, t) + 1);
+    }
+  }
+  if (hi < lo) hi = lo;
+}
+
+struct RowBase {
+  int64_t x, w, out;
+  int64_t gate[kMaxGates];
+};
+
+inline RowBase row_base(const WindowArgs& a, int64_t o) {
+  RowBase b{0, 0, o * a.len, {}};
+  for (int g = 0; g < a.n_gates; ++g) b.gate[g] = a.gate_c0[g];
+  for (int d = a.n_outer - 1; d >= 0; --d) {
+    int64_t i = o % a.outer_size[d];
+    o /= a.outer_size[d];
+    b.x += i * a.outer_x[d];
+    b.w += i * a.outer_w[d];
+    for (int g = 0; g < a.n_gates; ++g) b.gate[g] += i * a.outer_gate[g][d];
+  }
+  return b;
+}
+
+// Reduction entry r: x offset, w offset, gate coordinates at position 0 of the row.
+inline void red_entry(const WindowArgs& a, const RowBase& b, int64_t r, int64_t& xo, int64_t& wo, int64_t* g0) {
+  const int64_t* e = a.red + r * (2 + a.n_gates);
+  xo = b.x + e[0];
+  wo = b.w + e[1];
+  for (int g = 0; g < a.n_gates; ++g) g0[g] = b.gate[g] + e[2 + g];
+}
+
+void row_scalar(const WindowArgs& a, int64_t o) {
+  RowBase b = row_base(a, o);
+  float* y = a.out + b.out;
+  for (int64_t i = 0; i < a.len; ++i) y[i] = 0.f;
+  for (int64_t r = 0; r < a.nred; ++r) {
+    int64_t xo, wo, g0[kMaxGates], lo, hi;
+    red_entry(a, b, r, xo, wo, g0);
+    valid_range(a, g0, lo, hi);
+    float wv = a.w[wo];
+    const float* xp = a.x + xo;
+    for (int64_t i = 0; i < a.len; ++i) y[i] = std::fma(i >= lo && i < hi ? xp[i] : 0.f, wv, y[i]);
+  }
+}
+
+// Lanes [j0, j0 + 16) of the row restricted to [lo, hi).
+inline __mmask16 lanes16(int64_t j0, int64_t lo, int64_t hi) {
+  int64_t a = std::max<int64_t>(lo - j0, 0), b = std::min<int64_t>(hi - j0, 16);
+  if (b <= a) return 0;
+  uint32_t m = (b >= 32 ? ~0u : ((1u << b) - 1)) & ~((1u << a) - 1);
+  return __mmask16(m);
+}
+
+template <int NV>
+__attribute__((target("avx512f"))) void seg_avx512(const WindowArgs& a, const RowBase& b, int64_t j0) {
+  __m512 acc[NV];
+  for (int v = 0; v < NV; ++v) acc[v] = _mm512_setzero_ps();
+  for (int64_t r = 0; r < a.nred; ++r) {
+    int64_t xo, wo, g0[kMaxGates], lo, hi;
+    red_entry(a, b, r, xo, wo, g0);
+    valid_range(a, g0, lo, hi);
+    __m512 wv = _mm512_set1_ps(a.w[wo]);
+    const float* xp = a.x + xo;
+    for (int v = 0; v < NV; ++v) {
+      int64_t j = j0 + 16 * v;
+      __m512 xv = _mm512_maskz_loadu_ps(lanes16(j, lo, hi), xp + j);
+      acc[v] = _mm512_fmadd_ps(xv, wv, acc[v]);
+    }
+  }
+  float* y = a.out + b.out;
+  for (int v = 0; v < NV; ++v) {
+    int64_t j = j0 + 16 * v;
+    _mm512_mask_storeu_ps(y + j, lanes16(j, 0, a.len), acc[v]);
+  }
+}
+
+template <int NV, int RB, int NRG>
+__attribute__((target("avx512f"))) void rows_block_avx512(const WindowArgs& a, const RowBase& b0) {
+  // Row q of the block is row 0 plus q steps along the last outer label.
+  const int last = a.n_outer - 1;
+  const int64_t sx = last >= 0 ? a.outer_x[last] : 0, sw = last >= 0 ? a.outer_w[last] : 0;
+  __m512 acc[RB][NV];
+  const float* xq[RB];
+  const float* wq[RB];
+  int64_t gb[RB][NRG > 0 ? NRG : 1];
+#pragma GCC unroll 4
+  for (int q = 0; q < RB; ++q) {
+    xq[q] = a.x + (b0.x + q * sx), wq[q] = a.w + (b0.w + q * sw);
+    for (int j = 0; j < NRG; ++j)
+      gb[q][j] = b0.gate[a.row_gate[j]] + (last >= 0 ? q * a.outer_gate[a.row_gate[j]][last] : 0);
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) acc[q][v] = _mm512_setzero_ps();
+  }
+  const int width = 2 + a.n_gates;
+  const int64_t nred = a.nred;
+  const int64_t* e = a.red;
+  const uint16_t* m = a.masks;
+  int col[NRG > 0 ? NRG : 1];
+  uint64_t lim[NRG > 0 ? NRG : 1];
+  for (int j = 0; j < NRG; ++j) col[j] = 2 + a.row_gate[j], lim[j] = uint64_t(a.gate_limit[a.row_gate[j]]);
+  for (int64_t r = 0; r < nred; ++r, e += width, m += 4) {
+    __mmask16 k[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) k[v] = m[v];
+    const int64_t ex = e[0], ew = e[1];
+#pragma GCC unroll 4
+    for (int q = 0; q < RB; ++q) {
+      __mmask16 on = 0xFFFF;
+      // the coordinate in [0, limit): one unsigned compare per gate
+#pragma GCC unroll 2
+      for (int j = 0; j < NRG; ++j) on &= uint64_t(gb[q][j] + e[col[j]]) < lim[j] ? 0xFFFF : 0;
+      __m512 wv = _mm512_set1_ps(wq[q][ew]);
+      const float* xp = xq[q] + ex;
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v)
+        acc[q][v] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(__mmask16(k[v] & on), xp + 16 * v), wv, acc[q][v]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int q = 0; q < RB; ++q) {
+    float* y = a.out + (b0.out + q * a.len);
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) _mm512_mask_storeu_ps(y + 16 * v, lanes16(16 * v, 0, a.len), acc[q][v]);
+  }
+}
+
+template <int NV, int RB>
+void rows_block(const WindowArgs& a, const RowBase& rb) {
+  // Rows whose row gates pass for every r (the interior of an image) skip the checks; a gate's
+  // coordinate is affine in the row, so the block's first and last rows bound it.
+  bool inside = true;
+  const int last = a.n_outer - 1;
+  for (int j = 0; j < a.n_row_gates; ++j) {
+    int g = a.row_gate[j];
+    int64_t c0 = rb.gate[g], c1 = rb.gate[g] + (RB - 1) * (last >= 0 ? a.outer_gate[g][last] : 0);
+    inside = inside && std::min(c0, c1) + a.row_gate_min[j] >= 0 && std::max(c0, c1) + a.row_gate_max[j] < a.gate_limit[g];
+  }
+  if (inside) return rows_block_avx512<NV, RB, 0>(a, rb);
+  switch (a.n_row_gates) {
+    case 0: return rows_block_avx512<NV, RB, 0>(a, rb);
+    case 1: return rows_block_avx512<NV, RB, 1>(a, rb);
+    case 2: return rows_block_avx512<NV, RB, 2>(a, rb);
+    case 3: return rows_block_avx512<NV, RB, 3>(a, rb);
+    default: return rows_block_avx512<NV, RB, 4>(a, rb);
+  }
+}
+
+// Rows [o0, o1): runs of rows that differ only in the last outer label go in blocks of RB; the
+// base offsets are computed once per run (one division per outer label).
+template <int NV>
+void rows_fast_avx512(const WindowArgs& a, int64_t o0, int64_t o1) {
+  constexpr int RB = NV <= 2 ? 4 : 2;
+  const int last = a.n_outer - 1;
+  const int64_t run = last >= 0 ? a.outer_size[last] : 1;
+  for (int64_t o = o0; o < o1;) {
+    int64_t end = std::min(o1, (o / run + 1) * run);
+    RowBase b = row_base(a, o);
+    auto step = [&](int64_t k) {
+      if (last < 0) return;
+      b.x += k * a.outer_x[last], b.w += k * a.outer_w[last], b.out += k * a.len;
+      for (int g = 0; g < a.n_gates; ++g) b.gate[g] += k * a.outer_gate[g][last];
+    };
+    for (; o + RB <= end; o += RB, step(RB)) rows_block<NV, RB>(a, b);
+    for (; o < end; ++o, step(1)) rows_block<NV, 1>(a, b);
+  }
+}
+
+__attribute__((target("avx512f"))) void row_avx512(const WindowArgs& a, int64_t o) {
+  RowBase b = row_base(a, o);
+  for (int64_t j0 = 0; j0 < a.len; j0 += 64) {
+    int64_t nv = std::min<int64_t>((a.len - j0 + 15) / 16, 4);
+    switch (nv) {
+      case 1: seg_avx512<1>(a, b, j0); break;
+      case 2: seg_avx512<2>(a, b, j0); break;
+      case 3: seg_avx512<3>(a, b, j0); break;
+      default: seg_avx512<4>(a, b, j0); break;
+    }
+  }
+}
+
+__attribute__((target("avx2,fma"))) inline __m256i lanes8(int64_t j0, int64_t lo, int64_t hi) {
+  __m256i idx = _mm256_add_epi32(_mm256_set1_epi32(int(j0)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  __m256i ge = _mm256_cmpgt_epi32(idx, _mm256_set1_epi32(int(lo) - 1));
+  __m256i lt = _mm256_cmpgt_epi32(_mm256_set1_epi32(int(hi)), idx);
+  return _mm256_and_si256(ge, lt);
+}
+
+template <int NV>
+__attribute__((target("avx2,fma"))) void seg_avx2(const WindowArgs& a, const RowBase& b, int64_t j0) {
+  __m256 acc[NV];
+  for (int v = 0; v < NV; ++v) acc[v] = _mm256_setzero_ps();
+  for (int64_t r = 0; r < a.nred; ++r) {
+    int64_t xo, wo, g0[kMaxGates], lo, hi;
+    red_entry(a, b, r, xo, wo, g0);
+    valid_range(a, g0, lo, hi);
+    __m256 wv = _mm256_set1_ps(a.w[wo]);
+    const float* xp = a.x + xo;
+    for (int v = 0; v < NV; ++v) {
+      int64_t j = j0 + 8 * v;
+      __m256 xv = _mm256_maskload_ps(xp + j, lanes8(j, lo, hi));
+      acc[v] = _mm256_fmadd_ps(xv, wv, acc[v]);
+    }
+  }
+  float* y = a.out + b.out;
+  for (int v = 0; v < NV; ++v) {
+    int64_t j = j0 + 8 * v;
+    _mm256_maskstore_ps(y + j, lanes8(j, 0, a.len), acc[v]);
+  }
+}
+
+__attribute__((target("avx2,fma"))) void row_avx2(const WindowArgs& a, int64_t o) {
+  RowBase b = row_base(a, o);
+  for (int64_t j0 = 0; j0 < a.len; j0 += 32) {
+    int64_t nv = std::min<int64_t>((a.len - j0 + 7) / 8, 4);
+    switch (nv) {
+      case 1: seg_avx2<1>(a, b, j0); break;
+      case 2: seg_avx2<2>(a, b, j0); break;
+      case 3: seg_avx2<3>(a, b, j0); break;
+      default: seg_avx2<4>(a, b, j0); break;
+    }
+  }
+}
+
+void window_chunk(const void* p, int64_t ch) {
+  const WindowArgs& a = *static_cast<const WindowArgs*>(p);
+  int64_t o0 = ch * a.rows_per_chunk, o1 = std::min(a.rows, (ch + 1) * a.rows_per_chunk);
+  if (a.fast && a.isa == 2) {
+    switch ((a.len + 15) / 16) {
+      case 1: return rows_fast_avx512<1>(a, o0, o1);
+      case 2: return rows_fast_avx512<2>(a, o0, o1);
+      case 3: return rows_fast_avx512<3>(a, o0, o1);
+      default: return rows_fast_avx512<4>(a, o0, o1);
+    }
+  }
+  for (int64_t o = o0; o < o1; ++o) {
+    if (a.isa == 2) row_avx512(a, o);
+    else if (a.isa == 1) row_avx2(a, o);
+    else row_scalar(a, o);
+  }
+}
+
+void window_launch(const void* p, ThreadPool& pool) {
+  const WindowArgs& a = *static_cast<const WindowArgs*>(p);
+  pool.run((a.rows + a.rows_per_chunk - 1) / a.rows_per_chunk, window_chunk, p);
+}
+
+bool has(const std::string& s, char l) { return s.find(l) != std::string::npos; }
+
+bool& enabled_slot() {
+  static bool on = [] {
+    const char* v = std::getenv("SYNOROS_WINDOW_EINSUM");
+    return !(v && std::string(v) == "0");
+  }();
+  return on;
+}
+}  // namespace
+
+bool window_einsum_enabled() { return enabled_slot(); }
+void set_window_einsum(bool on) { enabled_slot() = on; }
+
+std::optional<Launch> lower_window_einsum(LowerCtx& c, const EinsumSpec& e) {
+  if (!window_einsum_enabled() || c.node.dtype != DType::F32 || e.in.size() != 2 || e.out.empty())
+    return std::nullopt;
+  const std::string& lo = e.out;
+  char l = lo.back();
+  int64_t len = e.size[int(l)];
+  if (len < 4) return std::nullopt;  // a few lanes per vector: the GEMM path does better
+  int xi = has(e.in[0], l) ? 0 : 1;
+  if (has(e.in[size_t(1 - xi)], l) || !has(e.in[size_t(xi)], l)) return std::nullopt;
+  const std::string &lx = e.in[size_t(xi)], &lw = e.in[size_t(1 - xi)];
+  std::vector<int64_t> sx = c.in_stride(size_t(xi)), sw = c.in_stride(size_t(1 - xi));
+  std::vector<passes::ViewGate> gates = c.in_gate(size_t(xi));
+  if (!c.in_gate(size_t(1 - xi)).empty() || gates.size() > size_t(kMaxGates)) return std::nullopt;
+  if (sx[lx.find(l)] != 1) return std::nullopt;
+  // A GEMM over the weights' own output labels (a pointwise or full convolution, even with few
+  // output channels) reuses each loaded X several times: those stay on the GEMM path (and its
+  // measured convolution lowering). Matrix-vector shapes come here.
+  int64_t w_cols = 1, nred = 1;
+  std::string red;
+  for (char q : e.in[0])
+    if (!has(lo, q)) red += q;  // contracted labels, in the first operand's order (the GEMM's K)
+  for (char q : red) nred *= e.size[int(q)];
+  for (char q : lo)
+    if (has(lw, q) && !has(lx, q)) w_cols *= e.size[int(q)];
+  for (char q : lx)
+    if (!has(lo, q) && !has(lw, q)) return std::nullopt;  // summed within one operand
+  for (char q : lw)
+    if (!has(lo, q) && !has(lx, q)) return std::nullopt;
+  if (w_cols > 1 || nred > kMaxReduce || nred < 1 || lo.size() - 1 > size_t(kMaxOuter)) return std::nullopt;
+
+  auto* a = c.args<WindowArgs>();
+  a->x = static_cast<const float*>(c.in[size_t(xi)]);
+  a->w = static_cast<const float*>(c.in[size_t(1 - xi)]);
+  a->out = static_cast<float*>(c.out);
+  a->len = len;
+  a->n_outer = int(lo.size() - 1);
+  a->n_gates = int(gates.size());
+  a->rows = 1;
+  auto stride_in = [&](const std::string& labels, const std::vector<int64_t>& st, char q) -> int64_t {
+    size_t p = labels.find(q);
+    return p == std::string::npos ? 0 : st[p];
+  };
+  auto gate_part = [&](const passes::ViewGate& g, char q) -> int64_t {
+    size_t p = lx.find(q);
+    return p == std::string::npos ? 0 : g.cstride[p];
+  };
+  for (int d = 0; d < a->n_outer; ++d) {
+    char q = lo[size_t(d)];
+    a->outer_size[d] = e.size[int(q)];
+    a->rows *= e.size[int(q)];
+    a->outer_x[d] = stride_in(lx, sx, q);
+    a->outer_w[d] = stride_in(lw, sw, q);
+    for (size_t g = 0; g < gates.size(); ++g) a->outer_gate[g][d] = gate_part(gates[g], q);
+  }
+  for (size_t g = 0; g < gates.size(); ++g) {
+    a->gate_c0[g] = gates[g].c0;
+    a->gate_limit[g] = gates[g].limit;
+    a->gate_l[g] = gate_part(gates[g], l);
+  }
+  a->nred = nred;
+  int64_t width = 2 + a->n_gates;
+  auto* tab = static_cast<int64_t*>(c.storage.persistent(size_t(nred * width) * 8));
+  std::vector<int64_t> idx(red.size(), 0);
+  for (int64_t r = 0; r < nred; ++r) {
+    int64_t* t = tab + r * width;
+    std::fill(t, t + width, 0);
+    for (size_t d = 0; d < red.size(); ++d) {
+      t[0] += idx[d] * stride_in(lx, sx, red[d]);
+      t[1] += idx[d] * stride_in(lw, sw, red[d]);
+      for (size_t g = 0; g < gates.size(); ++g) t[2 + g] += idx[d] * gate_part(gates[g], red[d]);
+    }
+    for (size_t d = red.size(); d-- > 0;) {
+      if (++idx[d] < e.size[int(red[d])]) break;
+      idx[d] = 0;
+    }
+  }
+  a->red = tab;
+  // The fast form: every gate constant along the row (an on/off switch per row and r) or
+  // independent of the outer labels (folded into per-r lane masks).
+  a->fast = len <= 64;
+  for (int g = 0; g < a->n_gates && a->fast; ++g)
+    if (a->gate_l[g] != 0)
+      for (int d = 0; d < a->n_outer; ++d) a->fast = a->fast && a->outer_gate[g][d] == 0;
+  a->masks = nullptr;
+  if (a->fast) {
+    auto* m = static_cast<uint16_t*>(c.storage.persistent(size_t(nred) * 4 * sizeof(uint16_t)));
+    WindowArgs lane_gates = *a;  // the row-independent gates alone
+    lane_gates.n_gates = 0;
+    int64_t g0[kMaxGates];
+    int k = 0;
+    for (int g = 0; g < a->n_gates; ++g)
+      if (a->gate_l[g] != 0) {
+        lane_gates.gate_l[k] = a->gate_l[g], lane_gates.gate_limit[k] = a->gate_limit[g];
+        ++k;
+      }
+    lane_gates.n_gates = k;
+    for (int64_t r = 0; r < nred; ++r) {
+      k = 0;
+      for (int g = 0; g < a->n_gates; ++g)
+        if (a->gate_l[g] != 0) g0[k++] = a->gate_c0[g] + tab[r * width + 2 + g];
+      int64_t lo_r, hi_r;
+      valid_range(lane_gates, g0, lo_r, hi_r);
+      for (int v = 0; v < 4; ++v) m[r * 4 + v] = lanes16(16 * v, lo_r, hi_r);
+    }
+    a->masks = m;
+  }
+  a->n_row_gates = 0;
+  for (int g = 0; g < a->n_gates; ++g)
+    if (a->gate_l[g] == 0) {
+      int j = a->n_row_gates++;
+      a->row_gate[j] = g;
+      a->row_gate_min[j] = a->row_gate_max[j] = tab[2 + g];
+      for (int64_t r = 1; r < nred; ++r) {
+        a->row_gate_min[j] = std::min(a->row_gate_min[j], tab[r * width + 2 + g]);
+        a->row_gate_max[j] = std::max(a->row_gate_max[j], tab[r * width + 2 + g]);
+      }
+    }
+  a->isa = active_isa() == Isa::Avx512 ? 2 : active_isa() == Isa::Avx2 ? 1 : 0;
+  // Chunks of about 32K multiply-adds: a fixed split of the rows, whatever the thread count.
+  a->rows_per_chunk = std::max<int64_t>(1, (int64_t(1) << 15) / std::max<int64_t>(1, nred * len));
+  c.kernel = "window";
+  return Launch{window_launch, a, c.id};
+}
+
+}  // namespace synoros::kernels

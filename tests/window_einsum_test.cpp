@@ -1,0 +1,165 @@
+// Window contractions (depthwise, channel-window and 1-D convolutions, matrix-vector products
+// along rows): the kernel is taken, matches float64, and gives exactly the bits of the gather +
+// GEMM lowering on every instruction set and thread count.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <functional>
+
+#include "kernels/cpu/window_einsum.hpp"
+#include "synoros/synoros.hpp"
+#include "test_util.hpp"
+
+using namespace synoros;
+
+namespace {
+
+struct Case {
+  const char* name;
+  Shape x, w;
+  // Builds the contraction from the two inputs.
+  std::function<ValueId(Graph&, ValueId, ValueId)> build;
+  bool window;  // whether the window kernel must take it
+};
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+ValueId unfold(Graph& g, ValueId v, int64_t axis, int64_t k, int64_t d = 1) {
+  Attrs a;
+  a.ints = {axis, k, d};
+  return g.add(Op::Unfold, {v}, a);
+}
+
+std::vector<Case> cases() {
+  return {
+      {"depthwise3x3", {2, 3, 9, 11}, {3, 3, 3},
+       [](Graph& g, ValueId x, ValueId w) { return g.einsum("nchwxy,cxy->nchw", {unfold(g, unfold(g, x, 2, 3), 3, 3), w}); },
+       true},
+      {"depthwise5x5_dilated", {2, 4, 12, 20}, {4, 5, 5},
+       [](Graph& g, ValueId x, ValueId w) {
+         return g.einsum("nchwxy,cxy->nchw", {unfold(g, unfold(g, x, 2, 5, 2), 3, 5, 2), w});
+       },
+       true},
+      {"channel_window", {2, 6, 5, 16}, {6, 3, 3},
+       [](Graph& g, ValueId x, ValueId w) { return g.einsum("nchwab,cab->nchw", {unfold(g, unfold(g, x, 1, 3), 2, 3), w}); },
+       true},
+      {"row_conv_one_output", {2, 5, 3, 33}, {1, 5, 3},
+       [](Graph& g, ValueId x, ValueId w) { return g.einsum("nchwy,ocy->nohw", {unfold(g, x, 3, 3), w}); }, true},
+      {"row_conv_three_outputs_not_taken", {2, 5, 3, 33}, {3, 5, 3},
+       [](Graph& g, ValueId x, ValueId w) { return g.einsum("nchwy,ocy->nohw", {unfold(g, x, 3, 3), w}); }, false},
+      {"matrix_vector_rows", {3, 40, 21}, {40},
+       [](Graph& g, ValueId x, ValueId w) { return g.einsum("nkw,k->nw", {x, w}); }, true},
+      {"weights_first", {7, 3, 3}, {2, 7, 6, 18},
+       [](Graph& g, ValueId w, ValueId x) { return g.einsum("cxy,nchwxy->nchw", {w, unfold(g, unfold(g, x, 2, 3), 3, 3)}); },
+       true},
+      {"short_rows", {2, 3, 6, 5}, {3, 3, 3},
+       [](Graph& g, ValueId x, ValueId w) { return g.einsum("nchwxy,cxy->nchw", {unfold(g, unfold(g, x, 2, 3), 3, 3), w}); },
+       true},
+      {"long_rows", {1, 2, 4, 150}, {2, 3, 3},
+       [](Graph& g, ValueId x, ValueId w) { return g.einsum("nchwxy,cxy->nchw", {unfold(g, unfold(g, x, 2, 3), 3, 3), w}); },
+       true},
+      // A full convolution (many output channels from the weights): left to the GEMM path.
+      {"full_conv_not_taken", {2, 4, 8, 8}, {8, 4, 3, 3},
+       [](Graph& g, ValueId x, ValueId w) { return g.einsum("nchwxy,ocxy->nohw", {unfold(g, unfold(g, x, 2, 3), 3, 3), w}); },
+       false},
+  };
+}
+
+bool took_window(Plan& p) {
+  for (const LaunchInfo& li : p.launch_info())
+    if (li.kernel == "window") return true;
+  return false;
+}
+
+struct Built {
+  Graph g;
+  ValueId a, b, y;
+};
+
+// Runs the case on fixed random inputs; returns the output bytes and whether the kernel ran.
+std::vector<char> run_case(const Case& c, bool& window, bool check_oracle = false) {
+  Graph g;
+  ValueId a = g.input(DType::F32, c.x, "a"), b = g.input(DType::F32, c.w, "b");
+  ValueId y = c.build(g, a, b);
+  Plan p(g, {y});
+  p.set_input(a, synoros::testing::random_tensor({DType::F32, c.x}, 11));
+  p.set_input(b, synoros::testing::random_tensor({DType::F32, c.w}, 12));
+  p.run();
+  window = took_window(p);
+  if (check_oracle) {
+    VerifyResult r = verify(p);
+    EXPECT_TRUE(r.ok) << c.name << ": " << r.report;
+  }
+  const float* d = p.data<float>(y);
+  size_t bytes = size_t(numel(g.shape(y))) * 4;
+  return std::vector<char>(reinterpret_cast<const char*>(d), reinterpret_cast<const char*>(d) + bytes);
+}
+
+class WindowEinsum : public ::testing::TestWithParam<Case> {};
+
+TEST_P(WindowEinsum, MatchesFloat64AndTheGemmPathBitForBit) {
+  const Case& c = GetParam();
+  synoros::testing::StrictKernels strict;  // the GEMM path with the canonical kernel, for the bit check
+  bool window = false;
+  std::vector<char> fast = run_case(c, window, true);
+  EXPECT_EQ(window, c.window) << c.name;
+  kernels::set_window_einsum(false);
+  bool off = true;
+  std::vector<char> gemm = run_case(c, off, true);
+  kernels::set_window_einsum(true);
+  EXPECT_FALSE(off);
+  EXPECT_EQ(fast, gemm) << c.name << ": the window kernel and gather + GEMM differ";
+}
+
+TEST_P(WindowEinsum, SameBitsOnEveryIsaAndThreadCount) {
+  const Case& c = GetParam();
+  synoros::testing::StrictKernels strict;  // (the GEMM path of the last case picks per ISA otherwise)
+  kernels::Isa saved = kernels::active_isa();
+  int threads = num_threads();
+  bool window = false;
+  std::vector<char> ref = run_case(c, window);
+  for (kernels::Isa isa : {kernels::Isa::Scalar, kernels::Isa::Avx2, kernels::Isa::Avx512}) {
+    if (int(isa) > int(kernels::best_isa())) continue;
+    kernels::set_isa(isa);
+    for (int t : {1, 2}) {
+      set_num_threads(t);
+      bool w = false;
+      EXPECT_EQ(run_case(c, w), ref) << c.name << " on " << kernels::isa_name(isa) << " with " << t << " threads";
+      EXPECT_EQ(w, c.window);
+    }
+  }
+  kernels::set_isa(saved);
+  set_num_threads(threads);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, WindowEinsum, ::testing::ValuesIn(cases()),
+                         [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
+
+// Non-finite weights reach every output they touch exactly as through the GEMM path (a padded
+// position contributes 0 * inf = NaN there too).
+TEST(WindowEinsumEdges, InfiniteWeightsPoisonPaddedOutputsLikeGemm) {
+  synoros::testing::StrictKernels strict;
+  auto run = [](bool on) {
+    kernels::set_window_einsum(on);
+    Graph g;
+    ValueId x = g.input(DType::F32, {1, 2, 5, 9}, "x"), w = g.input(DType::F32, {2, 3, 3}, "w");
+    ValueId y = g.einsum("nchwxy,cxy->nchw", {unfold(g, unfold(g, x, 2, 3), 3, 3), w});
+    Plan p(g, {y});
+    HostTensor wt = synoros::testing::random_tensor({DType::F32, {2, 3, 3}}, 3);
+    wt.set(0, std::numeric_limits<double>::infinity());
+    p.set_input(x, synoros::testing::random_tensor({DType::F32, {1, 2, 5, 9}}, 4));
+    p.set_input(w, wt);
+    p.run();
+    std::vector<float> out(p.data<float>(y), p.data<float>(y) + 90);
+    kernels::set_window_einsum(true);
+    return out;
+  };
+  std::vector<float> a = run(true), b = run(false);
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4));
+  EXPECT_TRUE(std::isnan(a[0]));  // top-left output reads padding at the infinite weight's tap
+}
+
+}  // namespace
