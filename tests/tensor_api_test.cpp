@@ -83,6 +83,22 @@ TEST(TensorApi, EagerLoopReusesCachedPlans) {
   EXPECT_EQ(plan_cache_size(), after_first);
 }
 
+// Many distinct large plans (an operator search compiles thousands): the cache keeps within its
+// byte budget by dropping the oldest, and a dropped plan's CompiledStep still runs.
+TEST(TensorApi, PlanCacheStaysWithinItsByteBudget) {
+  size_t saved = size_t(1) << 30;
+  set_plan_cache_limit(size_t(4) << 20);
+  std::vector<CompiledStep> steps;
+  for (int64_t n = 1; n <= 12; ++n)
+    steps.push_back(compile([](const std::vector<Tensor>& a) { return std::vector<Tensor>{(a[0] * 2.0).exp() + 1.0}; },
+                            {{DType::F32, {n, 128, 256}}}));  // n x 128 KiB per value
+  EXPECT_LE(plan_cache_bytes(), size_t(4) << 20);
+  EXPECT_GE(plan_cache_size(), 1u);
+  HostTensor x(DType::F32, {1, 128, 256});
+  EXPECT_DOUBLE_EQ(steps[0]({x})[0].get(0), 2.0);  // evicted from the cache, still usable
+  set_plan_cache_limit(saved);
+}
+
 TEST(TensorApi, ReadingInsideCompileIsAnError) {
   TinyMLP m(1);
   EXPECT_THROW(compile([&](const std::vector<Tensor>& a) {

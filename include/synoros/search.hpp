@@ -17,8 +17,9 @@ namespace synoros::search {
 // The layer spec of ResNetMini's replaceable convolutions: [N, C, H, W] -> [N, C, H, W] with
 // k=3, g=4, s=2 and one binding per layer class (C, H) = (w, 28), (2w, 14), (4w, 7).
 synth::Spec resnet_conv_spec(int64_t width = 16);
-// The size classes of those layers, in binding order.
+// The size classes of those layers, in binding order, and how many layers of each the network has.
 std::vector<std::pair<int64_t, int64_t>> resnet_layer_classes(int64_t width = 16);
+std::vector<int> layers_per_class(int64_t width = 16);
 
 // A synthesized operator as a layer: weights are parameters "w0", "w1", ... initialised with the
 // synthesizer's fan-in scheme; the binding follows the input's shape at every call.
@@ -43,10 +44,14 @@ struct Latency {
 };
 // Times the compiled inference plan of `net` at batch 1 and 64 on one and two threads.
 Latency measure_latency(nn::Module& net, int repeats = 5);
+// Batch-64 one-thread forward times (ms, medians) of two networks, run alternately so both
+// see the same machine state: {a, b}.
+std::pair<double, double> paired_latency(nn::Module& a, nn::Module& b, int repeats = 7);
 // Forward time (ms, batch 64, one thread) of one layer of each class: the operator against the
-// 3x3 convolution it would replace.
+// 3x3 convolution it would replace. With `give_up_ms`, a class whose first run takes longer than
+// its limit ends the timing: that time is returned for it and every class after it.
 std::vector<double> layer_latency(const synth::Spec& spec, const synth::Operator* op, int repeats = 5,
-                                  int64_t batch = 64);
+                                  int64_t batch = 64, const std::vector<double>* give_up_ms = nullptr);
 
 struct ProxyConfig {
   int64_t train_images = 4096, test_images = 2000, epochs = 1, batch = 64;
@@ -66,11 +71,18 @@ struct Evaluation {
   double accuracy = 0, loss = 0;
   int64_t trained_epochs = 0;
   Latency latency;
+  // The baseline's b64_t1 timed interleaved with this network's (same minute of this noisy
+  // machine); 0 when not measured. The speedup is read from this pair when present.
+  double paired_base_b64_t1 = 0;
   double flops = 0, params = 0;  // of the whole network
   double train_seconds = 0;
   double reward = 0;
   int64_t order = 0;  // completion order (for "best reward over time")
 };
+
+// Baseline latency over this network's latency (batch 64, one thread): from the paired
+// measurement when there is one, else against `baseline`'s own.
+double speedup(const Evaluation& e, const Evaluation& baseline);
 
 std::string to_json(const Evaluation& e);
 Evaluation evaluation_from_json(const std::string& line);

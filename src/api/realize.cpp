@@ -1,4 +1,5 @@
 // Lowering lazy tensors to the tape, the plan cache, realization and compile().
+#include <deque>
 #include <algorithm>
 #include <cstring>
 #include <functional>
@@ -87,9 +88,19 @@ std::vector<Tensor> raise(const Lowered& low, const std::vector<ValueId>& ids) {
 }
 
 namespace {
+// Compiled plans by structural hash, bounded by count and by the memory they hold (arena and
+// scratch): the oldest go first. A plan a CompiledStep still uses stays alive through it.
 struct PlanCache {
   std::unordered_multimap<uint64_t, std::shared_ptr<Plan>> plans;
+  std::deque<std::pair<uint64_t, std::shared_ptr<Plan>>> order;  // insertion order
+  size_t bytes = 0;
 };
+constexpr size_t kPlanCacheEntries = 512;
+size_t& plan_cache_limit() {
+  static size_t limit = size_t(1) << 30;
+  return limit;
+}
+size_t plan_bytes(const Plan& p) { return p.arena_bytes() + p.scratch_bytes(); }
 PlanCache& cache() {
   static PlanCache c;
   return c;
@@ -109,13 +120,28 @@ std::shared_ptr<Plan> cached_plan(const Lowered& low) {
         it->second->graph().structurally_equal(low.g))
       return it->second;
   }
-  if (cache().plans.size() >= 512) cache().plans.clear();
   auto p = std::make_shared<Plan>(low.g, low.outputs);
-  cache().plans.emplace(h, p);
+  PlanCache& c = cache();
+  c.plans.emplace(h, p);
+  c.order.emplace_back(h, p);
+  c.bytes += plan_bytes(*p);
+  while (c.order.size() > 1 && (c.order.size() > kPlanCacheEntries || c.bytes > plan_cache_limit())) {
+    auto [oh, old] = c.order.front();
+    c.order.pop_front();
+    c.bytes -= plan_bytes(*old);
+    auto r = c.plans.equal_range(oh);
+    for (auto it = r.first; it != r.second; ++it)
+      if (it->second == old) {
+        c.plans.erase(it);
+        break;
+      }
+  }
   return p;
 }
 
 size_t plan_cache_size() { return cache().plans.size(); }
+size_t plan_cache_bytes() { return cache().bytes; }
+void set_plan_cache_limit(size_t bytes) { plan_cache_limit() = bytes; }
 
 void realize(const std::vector<Tensor>& ts) {
   if (trace_state().active) throw Error("realize: values cannot be read while compile() is tracing");

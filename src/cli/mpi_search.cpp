@@ -9,6 +9,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <deque>
+#include <exception>
+#include <iostream>
 #include <filesystem>
 #include <thread>
 
@@ -27,6 +29,8 @@ int env_int(const char* name) {
 int launcher_world_size() {
   for (const char* n : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"})
     if (int s = env_int(n)) return s;
+  // PMIx launchers (srun --mpi=pmix) set the rank, not the size: let MPI_Comm_size tell.
+  if (std::getenv("PMIX_RANK")) return 1;
   return 0;
 }
 
@@ -36,11 +40,12 @@ int launcher_world_size() {
 namespace {
 constexpr int kJob = 1, kResult = 2, kStop = 3;
 
-std::vector<std::string> split0(const std::string& s) {
+// Splits at NULs into at most `max_parts` parts (the last keeps any further NULs).
+std::vector<std::string> split0(const std::string& s, size_t max_parts = size_t(-1)) {
   std::vector<std::string> out;
   size_t p = 0;
   while (p <= s.size()) {
-    size_t q = s.find('\0', p);
+    size_t q = out.size() + 1 == max_parts ? std::string::npos : s.find('\0', p);
     if (q == std::string::npos) q = s.size();
     out.push_back(s.substr(p, q - p));
     p = q + 1;
@@ -88,13 +93,18 @@ MpiSearch::MpiSearch() {
 
 MpiSearch::~MpiSearch() {
   if (!initialised_) return;
+  // Leaving by an exception: the other ranks may be waiting on this one, and MPI_Finalize
+  // would wait for them -- take the job down instead.
+  if (std::uncaught_exceptions() > 0) MPI_Abort(MPI_COMM_WORLD, 1);
   if (rank_ == 0)
     for (int r = 1; r < size_; ++r) MPI_Send(nullptr, 0, MPI_CHAR, r, kStop, MPI_COMM_WORLD);
   MPI_Finalize();
 }
 
-void MpiSearch::abort() {
-  if (initialised_) MPI_Abort(MPI_COMM_WORLD, 1);
+void MpiSearch::abort(const std::string& why) {
+  if (!initialised_) return;
+  std::cerr << "synoros: error: " << why << " (stopping every MPI rank)" << std::endl;
+  MPI_Abort(MPI_COMM_WORLD, 1);
 }
 
 std::function<std::vector<search::WorkerResult>(const std::vector<std::vector<std::string>>&)> MpiSearch::runner() {
@@ -112,7 +122,7 @@ std::function<std::vector<search::WorkerResult>(const std::vector<std::vector<st
         idle.pop_front();
       }
       MPI_Status st;
-      std::vector<std::string> r = split0(receive(MPI_ANY_SOURCE, kResult, st));
+      std::vector<std::string> r = split0(receive(MPI_ANY_SOURCE, kResult, st), 4);
       if (r.size() != 4) throw Error("search: malformed result message from rank " + std::to_string(st.MPI_SOURCE));
       size_t i = std::stoul(r[0]);
       if (i >= out.size()) throw Error("search: result for an unknown job from rank " + std::to_string(st.MPI_SOURCE));
@@ -139,7 +149,15 @@ void MpiSearch::serve(const std::string& exe) {
     if (st.MPI_TAG == kStop) break;
     std::vector<std::string> parts = split0(msg);
     std::vector<std::string> args(parts.begin() + 1, parts.end());
-    search::WorkerResult r = search::run_worker_processes(exe, {args}, 1, tmp)[0];
+    // Whatever happens here, rank 0 gets an answer for the job (a failure is recorded as one
+    // evaluation, never a rank that stops answering).
+    search::WorkerResult r;
+    try {
+      r = search::run_worker_processes(exe, {args}, 1, tmp)[0];
+    } catch (const std::exception& e) {
+      r.ok = false;
+      r.error = std::string("worker rank failed: ") + e.what();
+    }
     send(join0({parts[0], r.ok ? "1" : "0", where, r.ok ? r.line : r.error}), 0, kResult);
   }
   std::error_code ec;
@@ -154,7 +172,7 @@ MpiSearch::MpiSearch() {
                 " ranks, but this synoros was built without MPI (install libopenmpi-dev and rebuild)");
 }
 MpiSearch::~MpiSearch() = default;
-void MpiSearch::abort() {}
+void MpiSearch::abort(const std::string&) {}
 std::function<std::vector<search::WorkerResult>(const std::vector<std::vector<std::string>>&)> MpiSearch::runner() {
   return {};
 }

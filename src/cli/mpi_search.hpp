@@ -27,8 +27,9 @@ class MpiSearch {
   std::function<std::vector<search::WorkerResult>(const std::vector<std::vector<std::string>>&)> runner();
   // Ranks > 0: trains the jobs rank 0 sends (with `exe search-worker`) until told to stop.
   void serve(const std::string& exe);
-  // Rank 0 after an error: takes every rank down instead of leaving them waiting.
-  void abort();
+  // Rank 0 after an error: prints it and takes every rank down instead of leaving them waiting
+  // (a no-op outside MPI, where the caller reports the error itself).
+  void abort(const std::string& why);
 
  private:
   int rank_ = 0, size_ = 1;

@@ -6,12 +6,14 @@
 
 #include "cli/commands.hpp"
 #include "kernels/providers.hpp"
+#include "synoros/search.hpp"
 #include "synoros/synoros.hpp"
 
 namespace synoros::cli {
 
 int profile_model(int argc, char** argv) {
-  std::string model = "mlp", trace, describe;
+  std::string model = "mlp", trace, describe, actions;
+  unsigned mask = 7;
   int iterations = 200;
   bool inference = false;
   for (int i = 0; i < argc; ++i) {
@@ -20,13 +22,16 @@ int profile_model(int argc, char** argv) {
       inference = true;
       continue;
     }
-    if ((a == "--model" || a == "--iterations" || a == "--trace" || a == "--describe") && i + 1 >= argc)
+    if ((a == "--model" || a == "--iterations" || a == "--trace" || a == "--describe" || a == "--operator" ||
+         a == "--mask") && i + 1 >= argc)
       throw Error(a + ": missing value");
     if (a == "--describe") {
       describe = argv[++i];
       continue;
     }
-    if (a == "--model") model = argv[++i];
+    if (a == "--operator") actions = argv[++i], model = "resnet-mini", inference = true;
+    else if (a == "--mask") mask = unsigned(std::atoi(argv[++i]));
+    else if (a == "--model") model = argv[++i];
     else if (a == "--iterations") iterations = std::atoi(argv[++i]);
     else if (a == "--trace") trace = argv[++i];
     else throw Error("profile: unknown option '" + a + "'");
@@ -50,7 +55,19 @@ int profile_model(int argc, char** argv) {
     step.plan().set_input("arg1", y);
     prof = profile(step.plan(), std::min(iterations, 5), peak);
   } else if (model == "mlp-classifier" || model == "lenet" || model == "resnet-mini") {
-    auto m = train::make_classifier(model == "mlp-classifier" ? "mlp" : model, 10, 1);
+    std::shared_ptr<nn::Module> m;
+    if (!actions.empty()) {  // resnet-mini with a synthesized operator (an action path from a search report)
+      synth::Spec spec = search::resnet_conv_spec();
+      synth::Options so;
+      so.max_depth = 12;
+      synth::Synthesizer syn(spec, so);
+      static synth::Operator op;  // the network's layers keep a reference
+      op = synth::build_from_actions(syn, search::parse_actions(actions));
+      std::cout << "operator: " << synth::formula(spec, op) << " (classes " << mask << ")\n";
+      m = search::make_network(spec, &op, mask, 1);
+    } else {
+      m = train::make_classifier(model == "mlp-classifier" ? "mlp" : model, 10, 1);
+    }
     if (inference) {  // the eval-mode forward pass at batch 64 (what the operator search times)
       m->eval();
       CompiledStep fwd = compile([&m](const std::vector<Tensor>& a) { return std::vector<Tensor>{m->forward(a[0])}; },

@@ -66,8 +66,8 @@ int search_cmd(int argc, char** argv) {
   try {
     out = search::run_search(c);
     search::write_report(c, out);
-  } catch (...) {
-    mpi.abort();
+  } catch (const std::exception& e) {
+    if (mpi.active()) mpi.abort(e.what());
     throw;
   }
   std::printf("\n%-4s %-8s %-10s %-10s %-8s %s\n", "#", "accuracy", "b64 ms", "speedup", "reward", "operator");
@@ -76,7 +76,7 @@ int search_cmd(int argc, char** argv) {
   for (size_t i = 0; i < out.evaluations.size(); ++i) {
     const search::Evaluation& e = out.evaluations[i];
     char sp[32];
-    std::snprintf(sp, sizeof sp, "%.2fx", e.failed ? 0.0 : out.baseline.latency.b64_t1 / e.latency.b64_t1);
+    std::snprintf(sp, sizeof sp, "%.2fx", search::speedup(e, out.baseline));
     std::printf("%-4zu %-8.4f %-10.2f %-10s %-8.4f %s%s\n", i, e.accuracy, e.latency.b64_t1, sp, e.reward,
                 e.formula.c_str(), e.failed ? ("  [failed: " + e.error + "]").c_str() : "");
   }

@@ -25,6 +25,7 @@ std::string to_json(const Evaluation& e) {
                       {"trained_epochs", e.trained_epochs},
                       {"latency_ms", {{"b1_t1", e.latency.b1_t1}, {"b64_t1", e.latency.b64_t1},
                                       {"b1_t2", e.latency.b1_t2}, {"b64_t2", e.latency.b64_t2}}},
+                      {"paired_base_b64_t1", e.paired_base_b64_t1},
                       {"flops", e.flops},
                       {"params", e.params},
                       {"train_seconds", e.train_seconds},
@@ -48,6 +49,7 @@ Evaluation evaluation_from_json(const std::string& line) {
     e.trained_epochs = j.at("trained_epochs");
     auto& l = j.at("latency_ms");
     e.latency = {l.at("b1_t1"), l.at("b64_t1"), l.at("b1_t2"), l.at("b64_t2")};
+    e.paired_base_b64_t1 = j.value("paired_base_b64_t1", 0.0);  // absent in older logs
     e.flops = j.at("flops");
     e.params = j.at("params");
     e.train_seconds = j.at("train_seconds");

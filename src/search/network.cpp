@@ -40,6 +40,18 @@ SynthLayer::SynthLayer(const synth::Spec& spec, const synth::Operator& op, int64
 
 Tensor SynthLayer::forward(const Tensor& x) { return synth::apply(spec_, op_, binding_for(spec_, x.shape()), x, weights_); }
 
+std::vector<int> layers_per_class(int64_t width) {
+  auto classes = resnet_layer_classes(width);
+  std::vector<int> n(classes.size(), 0);
+  nn::ConvFactory count = [&](int64_t c, int64_t size, uint64_t) -> std::shared_ptr<nn::Module> {
+    for (size_t i = 0; i < classes.size(); ++i)
+      if (classes[i] == std::pair<int64_t, int64_t>{c, size}) ++n[i];
+    return nullptr;
+  };
+  nn::ResNetMini probe(10, width, 1, 1, count);
+  return n;
+}
+
 std::shared_ptr<nn::ResNetMini> make_network(const synth::Spec& spec, const synth::Operator* op, unsigned mask,
                                              uint64_t seed, int64_t width) {
   auto classes = resnet_layer_classes(width);
@@ -55,9 +67,17 @@ std::shared_ptr<nn::ResNetMini> make_network(const synth::Spec& spec, const synt
 }
 
 namespace {
-double time_ms(CompiledStep& step, ThreadPool* pool, int repeats) {
+// Median of `repeats` runs after a warm-up; when the warm-up alone takes longer than
+// `give_up_ms`, that time is returned without repeating it.
+double time_ms(CompiledStep& step, ThreadPool* pool, int repeats, double give_up_ms = 1e300) {
   step.plan().set_pool(pool);
+  auto w0 = std::chrono::steady_clock::now();
   step.run();  // warm up (pinned weights, first-touch pages)
+  double warm = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - w0).count();
+  if (warm > give_up_ms) {
+    step.plan().set_pool(nullptr);
+    return warm;
+  }
   std::vector<double> t;
   for (int r = 0; r < repeats; ++r) {
     auto t0 = std::chrono::steady_clock::now();
@@ -89,7 +109,29 @@ Latency measure_latency(nn::Module& net, int repeats) {
   return l;
 }
 
-std::vector<double> layer_latency(const synth::Spec& spec, const synth::Operator* op, int repeats, int64_t batch) {
+std::pair<double, double> paired_latency(nn::Module& a, nn::Module& b, int repeats) {
+  ThreadPool one(1);
+  CompiledStep sa = forward_step(a, {64, 1, 28, 28}), sb = forward_step(b, {64, 1, 28, 28});
+  std::vector<double> ta, tb;
+  for (CompiledStep* s : {&sa, &sb}) s->plan().set_pool(&one), s->run();  // warm up
+  auto once = [](CompiledStep& s) {
+    auto t0 = std::chrono::steady_clock::now();
+    s.run();
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  };
+  repeats = std::max(repeats, 1);
+  for (int r = 0; r < repeats; ++r) {  // ABBA: neither always goes first
+    if (r % 2 == 0) ta.push_back(once(sa)), tb.push_back(once(sb));
+    else tb.push_back(once(sb)), ta.push_back(once(sa));
+  }
+  for (CompiledStep* s : {&sa, &sb}) s->plan().set_pool(nullptr);
+  std::sort(ta.begin(), ta.end());
+  std::sort(tb.begin(), tb.end());
+  return {ta[ta.size() / 2], tb[tb.size() / 2]};
+}
+
+std::vector<double> layer_latency(const synth::Spec& spec, const synth::Operator* op, int repeats, int64_t batch,
+                                  const std::vector<double>* give_up_ms) {
   ThreadPool one(1);
   std::vector<double> out;
   for (size_t b = 0; b < spec.bindings.size(); ++b) {
@@ -103,7 +145,12 @@ std::vector<double> layer_latency(const synth::Spec& spec, const synth::Operator
     if (op) layer = std::make_shared<SynthLayer>(spec, *op, c, h, 1);
     else layer = std::make_shared<nn::Conv2d>(c, c, 3, 1, 1, 1, 1, 1, false);
     CompiledStep s = forward_step(*layer, {batch, c, h, h});
-    out.push_back(time_ms(s, &one, repeats));
+    double limit = give_up_ms && b < give_up_ms->size() ? (*give_up_ms)[b] : 1e300;
+    out.push_back(time_ms(s, &one, repeats, limit));
+    if (out.back() > limit) {  // hopeless: the other classes are not timed
+      out.resize(spec.bindings.size(), out.back());
+      break;
+    }
   }
   return out;
 }

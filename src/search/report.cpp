@@ -48,7 +48,10 @@ void write_report(const SearchConfig& cfg, const SearchOutcome& out) {
   md << "| base | 3x3 convolution | all | " << fmt("%.0f", base.params) << " | " << fmt("%.1f", base.flops / 1e6) << " | "
      << fmt("%.4f", base.accuracy) << " | " << fmt("%.2f", base.latency.b64_t1) << " | " << fmt("%.2f", base.latency.b64_t2)
      << " | " << fmt("%.3f", base.latency.b1_t1) << " | 1.00x | " << fmt("%.4f", reward(base, base, cfg)) << " | |\n";
-  io::Panel front{"accuracy vs latency (batch 64, 1 thread)", "latency (ms)", "proxy test accuracy",
+  // Latency on the plot is the baseline's divided by the candidate's speedup, so points measured
+  // in different minutes of a noisy machine compare as their paired speedups do.
+  auto plotted = [&](const Evaluation& e) { return base.latency.b64_t1 / std::max(speedup(e, base), 1e-9); };
+  io::Panel front{"accuracy vs latency (batch 64, 1 thread)", "latency (ms, baseline / paired speedup)", "proxy test accuracy",
                   {{"candidates", {}, {}, true}, {"Pareto front", {}, {}, false}, {"baseline conv", {}, {}, true}}};
   io::Panel best{"best reward over time", "evaluations finished", "reward", {{"best so far", {}, {}, false}}};
   front.series[2].x.push_back(base.latency.b64_t1);
@@ -59,13 +62,13 @@ void write_report(const SearchConfig& cfg, const SearchOutcome& out) {
     const Evaluation& e = out.evaluations[i];
     bool on_front = std::find(out.pareto.begin(), out.pareto.end(), i) != out.pareto.end();
     js << (i ? ", " : "") << to_json(e);
-    double speed = e.failed || e.latency.b64_t1 <= 0 ? 0 : base.latency.b64_t1 / e.latency.b64_t1;
+    double speed = speedup(e, base);
     md << "| " << i << " | `" << e.formula << "` | " << classes(e.class_mask) << " | " << fmt("%.0f", e.params) << " | "
        << fmt("%.1f", e.flops / 1e6) << " | " << (e.failed ? "failed: " + e.error : fmt("%.4f", e.accuracy)) << " | "
        << fmt("%.2f", e.latency.b64_t1) << " | " << fmt("%.2f", e.latency.b64_t2) << " | " << fmt("%.3f", e.latency.b1_t1)
        << " | " << fmt("%.2fx", speed) << " | " << fmt("%.4f", e.reward) << " | " << (on_front ? "yes" : "") << " |\n";
     if (!e.failed) {
-      front.series[0].x.push_back(e.latency.b64_t1);
+      front.series[0].x.push_back(plotted(e));
       front.series[0].y.push_back(e.accuracy);
       best_r = std::max(best_r, e.reward);
       best.series[0].x.push_back(double(best.series[0].x.size() + 1));
@@ -82,7 +85,7 @@ void write_report(const SearchConfig& cfg, const SearchOutcome& out) {
     }
   }
   std::vector<std::pair<double, double>> pts;
-  for (size_t i : out.pareto) pts.push_back({out.evaluations[i].latency.b64_t1, out.evaluations[i].accuracy});
+  for (size_t i : out.pareto) pts.push_back({plotted(out.evaluations[i]), out.evaluations[i].accuracy});
   std::sort(pts.begin(), pts.end());
   for (auto [x, y] : pts) front.series[1].x.push_back(x), front.series[1].y.push_back(y);
   js << "], \"pareto\": [";

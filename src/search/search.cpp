@@ -3,10 +3,13 @@
 // of proxy training (in worker processes), and every finished evaluation is appended to a log
 // that a restarted search reads back instead of evaluating again.
 #include <fcntl.h>
+#include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -19,9 +22,17 @@
 
 namespace synoros::search {
 
+double speedup(const Evaluation& e, const Evaluation& base) {
+  if (e.failed || e.latency.b64_t1 <= 0) return 0;
+  if (e.paired_base_b64_t1 > 0) return e.paired_base_b64_t1 / e.latency.b64_t1;
+  return base.latency.b64_t1 / e.latency.b64_t1;
+}
+
 double reward(const Evaluation& e, const Evaluation& base, const SearchConfig& cfg) {
   if (e.failed || base.latency.b64_t1 <= 0) return -1;
-  double ratio = e.latency.b64_t1 / base.latency.b64_t1;
+  double sp = speedup(e, base);
+  if (sp <= 0) return -1;
+  double ratio = 1.0 / sp;
   return e.accuracy - cfg.latency_weight * std::max(0.0, ratio / cfg.latency_target - 1.0);
 }
 
@@ -41,18 +52,32 @@ std::vector<WorkerResult> run_worker_processes(const std::string& exe, const std
       std::vector<char*> argv;
       for (auto& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);
+      // The child's environment is built here: between fork and exec only async-signal-safe calls.
+      std::vector<std::string> env_store = {"SYNOROS_NUM_THREADS=1"};
+      for (char** e = environ; *e; ++e)
+        if (std::strncmp(*e, "SYNOROS_NUM_THREADS=", 20) != 0) env_store.push_back(*e);
+      std::vector<char*> envp;
+      for (auto& e : env_store) envp.push_back(e.data());
+      envp.push_back(nullptr);
       pid_t pid = fork();
-      if (pid < 0) throw Error("search: fork failed");
+      if (pid < 0) {
+        for (auto& [child, job] : running) waitpid(child, nullptr, 0);  // leave no zombies behind
+        throw Error("search: fork failed");
+      }
       if (pid == 0) {
-        setenv("SYNOROS_NUM_THREADS", "1", 1);
-        execv(argv[0], argv.data());
+        execve(argv[0], argv.data(), envp.data());
         _exit(127);
       }
       running[pid] = next++;
     }
     int status = 0;
     pid_t pid = waitpid(-1, &status, 0);
-    if (pid < 0) break;
+    if (pid < 0 && errno == EINTR) continue;
+    if (pid < 0) {  // no children left to wait for: whatever did not report has failed
+      for (auto& [child, job] : running) out[job].error = "worker process lost (waitpid failed)";
+      for (size_t j = next; j < jobs.size(); ++j) out[j].error = "worker process never started";
+      break;
+    }
     auto it = running.find(pid);
     if (it == running.end()) continue;
     size_t i = it->second;
@@ -221,10 +246,21 @@ SearchOutcome run_search(const SearchConfig& cfg) {
   std::vector<double> conv_lat = layer_latency(spec, nullptr);
   say("3x3 convolution layer ms (batch 64, 1 thread): " + std::to_string(conv_lat[0]).substr(0, 6) + " / " +
       std::to_string(conv_lat[1]).substr(0, 6) + " / " + std::to_string(conv_lat[2]).substr(0, 6));
+  // How many layers of each class the network has, and its own latency: the screen predicts a
+  // candidate's network latency from its layer times.
+  std::vector<int> per_class = layers_per_class(cfg.width);
+  double base_ms = 0;
+  {
+    auto base_net = make_network(spec, nullptr, 0, cfg.proxy.seed, cfg.width);
+    base_ms = measure_latency(*base_net, 3).b64_t1;
+  }
+  say("baseline network ms (batch 64, 1 thread): " + std::to_string(base_ms).substr(0, 6));
   struct Screened {
     const synth::Operator* op;
     unsigned mask;
     double saved;  // ms saved per batch of 64 over the layers it replaces
+    double flops;  // of the layers it replaces
+    bool meets;    // predicted to reach the latency target
   };
   std::vector<Screened> screened;
   std::set<std::string> seen;
@@ -233,35 +269,49 @@ SearchOutcome run_search(const SearchConfig& cfg) {
     if (timed >= cfg.screened) break;
     if (!seen.insert(op.canonical).second || op.weights.empty()) continue;
     synth::Stats st = synth::stats(spec, op, b0);
-    // Too few parameters to learn (a handful of shared scalars), or far more work than the
-    // convolution: not worth timing.
-    if (st.params < conv_params * cfg.min_params_ratio || st.flops > conv_flops * 2) continue;
+    // Too few parameters to learn (a handful of shared scalars), or more arithmetic than the
+    // latency target leaves room for: not worth timing.
+    if (st.params < conv_params * cfg.min_params_ratio || st.flops > conv_flops * cfg.latency_target) continue;
     ++timed;
     std::vector<double> lat;
     try {
-      lat = layer_latency(spec, &op, 3);
+      std::vector<double> limit(conv_lat.size());
+      for (size_t c = 0; c < limit.size(); ++c) limit[c] = 3 * conv_lat[c];
+      lat = layer_latency(spec, &op, 3, 64, &limit);
     } catch (const std::exception& ex) {
       say("  skipped (lowering failed): " + std::string(ex.what()));
       continue;
     }
     unsigned mask = 0;
-    double saved = 0;
+    double saved = 0, flops = 0;
     std::string times;
     for (size_t c = 0; c < lat.size(); ++c) {
-      if (lat[c] < conv_lat[c] * 0.9) mask |= 1u << c, saved += 2 * (conv_lat[c] - lat[c]);  // two layers per class
+      if (lat[c] < conv_lat[c] * 0.9) {
+        mask |= 1u << c;
+        saved += per_class[c] * (conv_lat[c] - lat[c]);
+        flops += per_class[c] * synth::stats(spec, op, synth::binding(spec, c)).flops;
+      }
       times += (c ? " / " : "") + std::to_string(lat[c]).substr(0, 6);
     }
-    say("  layer ms " + times + (mask ? "  faster in classes " + std::to_string(mask) : "  (no faster class)") + "  " +
-        synth::formula(spec, op));
-    if (mask) screened.push_back({&op, mask, saved});
+    bool meets = base_ms > saved && (base_ms - saved) <= base_ms * cfg.latency_target;
+    say("  layer ms " + times + (mask ? "  faster in classes " + std::to_string(mask) : "  (no faster class)") +
+        (meets ? "  [meets the target]" : "") + "  " + synth::formula(spec, op));
+    if (mask) screened.push_back({&op, mask, saved, flops, meets});
   }
-  std::stable_sort(screened.begin(), screened.end(), [](const Screened& a, const Screened& b) { return a.saved > b.saved; });
+  // Training is what costs: spend it on the operators predicted to reach the latency target, the
+  // ones doing the most work first (more arithmetic per output, more capacity to keep accuracy);
+  // then the rest by time saved.
+  std::stable_sort(screened.begin(), screened.end(), [](const Screened& a, const Screened& b) {
+    if (a.meets != b.meets) return a.meets;
+    return a.meets ? a.flops > b.flops : a.saved > b.saved;
+  });
   if (int64_t(screened.size()) > cfg.candidates) screened.resize(size_t(cfg.candidates));
   say("screened " + std::to_string(screened.size()) + " operators faster than the convolution in some layer class");
 
   // 3. Successive halving: train, keep the better half by reward, double the budget.
   SearchOutcome out;
   std::vector<Screened> alive = screened;
+  std::shared_ptr<nn::ResNetMini> base_net;  // the baseline timed next to each candidate (compiled once)
   int64_t epochs = cfg.proxy.epochs;
   for (int64_t round = 0; round < cfg.rounds && (!alive.empty() || round == 0); ++round, epochs *= 2) {
     std::vector<Job> jobs;
@@ -279,13 +329,23 @@ SearchOutcome run_search(const SearchConfig& cfg) {
         try {
           auto net = make_network(spec, jobs[i].op, jobs[i].mask, cfg.proxy.seed, cfg.width);
           e.latency = measure_latency(*net);
+          if (jobs[i].op) {  // the speedup from one interleaved run of both networks
+            if (!base_net) base_net = make_network(spec, nullptr, 0, cfg.proxy.seed, cfg.width);
+            auto [tb, tc] = paired_latency(*base_net, *net);
+            e.paired_base_b64_t1 = tb;
+            e.latency.b64_t1 = tc;
+          }
         } catch (const std::exception& ex) {
           e.failed = true, e.error = ex.what();
         }
       }
       const Evaluation& rec = log.add(e);
+      char sp[64] = "";
+      if (!rec.failed && rec.paired_base_b64_t1 > 0)
+        std::snprintf(sp, sizeof sp, " (baseline %.2f ms in the same run: %.2fx)", rec.paired_base_b64_t1,
+                      rec.paired_base_b64_t1 / rec.latency.b64_t1);
       say("  " + std::string(rec.failed ? "FAILED " + rec.error : "acc " + std::to_string(rec.accuracy)) +
-          "  latency b64 " + std::to_string(rec.latency.b64_t1) + " ms  " + rec.formula);
+          "  latency b64 " + std::to_string(rec.latency.b64_t1) + " ms" + sp + "  " + rec.formula);
     }
     const Evaluation& base = *log.find("baseline", epochs);
     out.baseline = base;
@@ -322,7 +382,8 @@ SearchOutcome run_search(const SearchConfig& cfg) {
     bool dominated = false;
     for (const Evaluation& b : out.evaluations)
       if (&b != &a && !b.failed && b.trained_epochs == final_epochs && b.accuracy >= a.accuracy &&
-          b.latency.b64_t1 <= a.latency.b64_t1 && (b.accuracy > a.accuracy || b.latency.b64_t1 < a.latency.b64_t1))
+          speedup(b, out.baseline) >= speedup(a, out.baseline) &&
+          (b.accuracy > a.accuracy || speedup(b, out.baseline) > speedup(a, out.baseline)))
         dominated = true;
     if (!dominated) out.pareto.push_back(i);
   }

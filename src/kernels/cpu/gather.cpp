@@ -2,6 +2,7 @@
 // fold, the adjoint of unfold, as a gather-sum. No view ever scatters, so gradients through views
 // are deterministic without atomics.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "ir/op_defs.hpp"
@@ -105,9 +106,19 @@ void gather_range_t(const GatherArgs& a, int64_t begin, int64_t end, E* out) {
       }
       return;
     }
+    // A wrapped coordinate moves by less than its period per element: wrap it once, then
+    // step it with one compare instead of two divisions per element.
+    bool stepped = a.wrap && a.climit > 0 && std::abs(cs_in) <= a.climit;
+    int64_t cw = stepped ? ((c % a.climit) + a.climit) % a.climit : 0;
     for (int64_t i = 0; i < len; ++i) {
       int64_t ci = c + i * cs_in;
-      if (a.wrap) ci = ((ci % a.climit) + a.climit) % a.climit;
+      if (stepped) {
+        ci = cw;
+        cw += cs_in;
+        cw = cw >= a.climit ? cw - a.climit : cw < 0 ? cw + a.climit : cw;
+      } else if (a.wrap) {
+        ci = ((ci % a.climit) + a.climit) % a.climit;
+      }
       bool ok = ci >= 0 && ci < a.climit;
       for (int k = 0; k < a.ngates; ++k) {
         int64_t g = gc[k] + i * a.gstride[k][r - 1];
