@@ -3,10 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <unistd.h>
 
 #include "synoros/data.hpp"
 #include "synoros/search.hpp"
+#include "test_util.hpp"
 
 namespace synoros::search {
 namespace {
@@ -77,6 +81,39 @@ TEST(Search, RewardPenalisesOnlyLatencyAboveTheTarget) {
   EXPECT_EQ(reward(e, base, cfg), -1);
 }
 
+TEST(Search, PairedBaselineDecidesTheSpeedup) {
+  SearchConfig cfg;
+  Evaluation base, e;
+  base.latency.b64_t1 = 20;  // measured in a slow minute
+  e.accuracy = 0.8;
+  e.latency.b64_t1 = 8;
+  EXPECT_DOUBLE_EQ(speedup(e, base), 2.5);  // no pair: against the baseline's own time
+  e.paired_base_b64_t1 = 10;                // the baseline next to it took 10 ms
+  EXPECT_DOUBLE_EQ(speedup(e, base), 1.25);
+  EXPECT_NEAR(reward(e, base, cfg), 0.8 - 0.1 * (0.8 / (1 / 1.5) - 1), 1e-12);  // 1.25x misses the 1.5x target
+  Evaluation back = evaluation_from_json(to_json(e));
+  EXPECT_DOUBLE_EQ(back.paired_base_b64_t1, 10);
+  e.latency.b64_t1 = 0;  // never timed: no speedup, the failure reward
+  EXPECT_EQ(speedup(e, base), 0);
+  EXPECT_EQ(reward(e, base, cfg), -1);
+}
+
+TEST(Search, LayerCountsFollowTheNetwork) {
+  // layer1 has two stride-1 16->16 convolutions; layers 2 and 3 one each (their first is strided).
+  EXPECT_EQ(layers_per_class(16), (std::vector<int>{2, 1, 1}));
+}
+
+TEST(Search, NetworkFromActionsRebuildsTheReportedOperator) {
+  synth::Spec spec = resnet_conv_spec();
+  synth::Synthesizer syn(spec, depth(5));
+  auto ops = some_operators(syn);
+  ASSERT_FALSE(ops.empty());
+  auto direct = make_network(spec, &ops[0], 5, 1);
+  auto rebuilt = network_from_actions(serialize_actions(ops[0].path), 5, 1);
+  EXPECT_EQ(rebuilt->parameter_count(), direct->parameter_count());
+  EXPECT_THROW(network_from_actions("garbage", 7, 1), Error);
+}
+
 TEST(Search, NetworksReplaceOnlyTheMaskedLayerClasses) {
   synth::Spec spec = resnet_conv_spec();
   synth::Synthesizer syn(spec, depth(5));
@@ -94,6 +131,61 @@ TEST(Search, NetworksReplaceOnlyTheMaskedLayerClasses) {
   HostTensor h = y.value();
   ASSERT_EQ(h.shape, (Shape{2, 10}));
   for (int64_t i = 0; i < 20; ++i) EXPECT_TRUE(std::isfinite(h.get(i)));
+}
+
+// The depthwise convolution the search finds exports as F.conv2d(groups=C) (PyTorch then runs a
+// convolution instead of an einsum over a 9x copy), with the engine's exact semantics.
+TEST(Search, DepthwiseOperatorExportsAsAGroupedConvolution) {
+  synth::Spec spec = resnet_conv_spec();
+  synth::Synthesizer syn(spec, depth(5));
+  synth::EnumResult en = synth::enumerate(syn, true);
+  const synth::Operator* dw = nullptr;
+  for (const auto& op : en.operators)
+    if (synth::formula(spec, op).find("x[n, c, h+r0\u22121, w+r1\u22121]") != std::string::npos && op.weights.size() == 1)
+      dw = &op;
+  ASSERT_NE(dw, nullptr) << "the depthwise 3x3 operator is not reachable at depth 5";
+  synth::Binding b = synth::binding(spec, 1);  // 32 channels, 14x14, N = 2
+  std::string src = synth::pytorch_module(spec, *dw, b);
+  EXPECT_NE(src.find("F.conv2d(x, w, padding=1, groups=32)"), std::string::npos) << src;
+  // A pointwise operator keeps the einsum form.
+  for (const auto& op : en.operators)
+    if (synth::formula(spec, op) == "y[n,c,h,w] = \u03a3_{r0<C} x[n, r0, h, w] \u00b7 W1[c,r0]") {
+      EXPECT_EQ(synth::pytorch_module(spec, op, b).find("conv2d"), std::string::npos);
+    }
+  if (std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "/usr/bin/python3 with torch is not available for the numeric check";
+  std::string dir = ::testing::TempDir() + "dw_export_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/op.py") << src;
+  HostTensor x = synoros::testing::random_tensor({DType::F32, {2, 32, 14, 14}}, 5);
+  HostTensor w = synoros::testing::random_tensor({DType::F32, synth::weight_shapes(spec, *dw, b)[0]}, 6);
+  auto dump = [&](const std::string& name, const HostTensor& t) {
+    std::ofstream f(dir + "/" + name);
+    f.precision(9);
+    for (int64_t i = 0; i < t.numel(); ++i) f << t.get(i) << "\n";
+  };
+  dump("x.txt", x);
+  dump("w.txt", w);
+  std::ofstream(dir + "/run.py")
+      << "import importlib.util, sys, torch\n"
+         "d = sys.argv[1]\n"
+         "spec = importlib.util.spec_from_file_location('op', d + '/op.py')\n"
+         "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+         "mod = m.SynthOp().double()\n"
+         "rd = lambda n: torch.tensor([float(v) for v in open(d + '/' + n)], dtype=torch.float64)\n"
+         "with torch.no_grad():\n"
+         "    mod.w0.copy_(rd('w.txt').reshape(mod.w0.shape))\n"
+         "    y = mod(rd('x.txt').reshape(2, 32, 14, 14)).contiguous().reshape(-1)\n"
+         "open(d + '/y.txt', 'w').write('\\n'.join(repr(float(v)) for v in y))\n";
+  ASSERT_EQ(std::system(("/usr/bin/python3 " + dir + "/run.py " + dir).c_str()), 0);
+  HostTensor e = synth::apply(spec, *dw, b, Tensor::from(x), {Tensor::from(w)}).value();
+  std::ifstream f(dir + "/y.txt");
+  for (int64_t i = 0; i < e.numel(); ++i) {
+    double v = 0;
+    ASSERT_TRUE(f >> v) << "short output";
+    ASSERT_NEAR(v, e.get(i), 1e-5) << "element " << i;
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Search, EvaluateTrainsAndTimesATinyProxy) {

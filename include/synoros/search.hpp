@@ -39,6 +39,11 @@ class SynthLayer : public nn::Module {
 std::shared_ptr<nn::ResNetMini> make_network(const synth::Spec& spec, const synth::Operator* op, unsigned class_mask,
                                              uint64_t seed, int64_t width = 16);
 
+// ResNetMini with the operator of a serialized action path (as in evaluations.jsonl and the
+// report) in the layer classes of `mask`; the search's own spec at `width`.
+std::shared_ptr<nn::ResNetMini> network_from_actions(const std::string& actions, unsigned mask, uint64_t seed,
+                                                     int64_t width = 16, int max_depth = 12);
+
 struct Latency {
   double b1_t1 = 0, b64_t1 = 0, b1_t2 = 0, b64_t2 = 0;  // ms per forward pass (eval mode), medians
 };
@@ -139,6 +144,12 @@ struct SearchOutcome {
 
 double reward(const Evaluation& e, const Evaluation& baseline, const SearchConfig& cfg);
 SearchOutcome run_search(const SearchConfig& cfg);
+// PyTorch modules of `op` for each layer class in `mask` at batch `batch`: DIR/STEM_b<batch>_class<c>.py
+// (class name SynthOp), what bench/torch_synth_network.py puts into the PyTorch ResNet. Returns
+// the files written.
+std::vector<std::string> export_layer_modules(const synth::Spec& spec, const synth::Operator& op, unsigned mask,
+                                              int64_t batch, const std::string& dir, const std::string& stem);
+
 // Markdown, JSON and SVG plots in cfg.dir (report.md, report.json, front.svg, reward.svg,
 // op<i>.py per operator on the front).
 void write_report(const SearchConfig& cfg, const SearchOutcome& out);

@@ -13,4 +13,5 @@ int eval_cmd(int argc, char** argv);
 int synth(int argc, char** argv);
 int search_cmd(int argc, char** argv);
 int search_worker_cmd(int argc, char** argv);
+int export_cmd(int argc, char** argv);
 }  // namespace synoros::cli

@@ -13,6 +13,7 @@ void usage() {
                "  train --model mlp|lenet|resnet-mini|gpt-tiny [--data fashion-mnist|fortunes] [--epochs N]\n"
                "        [--batch B] [--lr X] [--optimizer sgd|adamw] [--augment] [--steps N] [--threads N]\n"
                "        [--out DIR] [--save PATH] [--resume PATH] [--train-limit N] [--no-progress] [--json]\n"
+               "        [--operator ACTIONS [--mask M]]   (resnet-mini with a searched operator)\n"
                "                                   train on real data: progress, metrics, logs, curves, checkpoints\n"
                "  eval --model M --checkpoint PATH test accuracy (or validation loss and a sample for gpt-tiny)\n"
                "  train-mlp [--steps N] [--lr X]   train the tiny MLP on a synthetic regression task\n"
@@ -25,6 +26,9 @@ void usage() {
                "  tune                             select and cache kernels for the built-in models\n"
                "  search [--iterations N] [--candidates N] [--rounds N] [--workers N] [--train-images N]\n"
                "         [--latency-target X] [--report DIR]   operator search with training and latency\n"
+               "         (mpirun -np N synoros search ...: rank 0 searches, the other ranks train)\n"
+               "  export --operator ACTIONS [--mask M] [--batch N] [--out DIR]   a searched operator as PyTorch\n"
+               "                                   modules, one per replaced layer class\n"
                "  synth [--conv2d|--spec S] [--mode enumerate|mcts|...]  synthesize operators (synth --help)\n";
 }
 }  // namespace
@@ -48,6 +52,7 @@ int main(int argc, char** argv) {
     if (cmd == "synth") return synoros::cli::synth(argc - 2, argv + 2);
     if (cmd == "search") return synoros::cli::search_cmd(argc - 2, argv + 2);
     if (cmd == "search-worker") return synoros::cli::search_worker_cmd(argc - 2, argv + 2);
+    if (cmd == "export") return synoros::cli::export_cmd(argc - 2, argv + 2);
     if (cmd == "-h" || cmd == "--help" || cmd == "help") {
       usage();
       return 0;

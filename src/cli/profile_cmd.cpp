@@ -57,14 +57,7 @@ int profile_model(int argc, char** argv) {
   } else if (model == "mlp-classifier" || model == "lenet" || model == "resnet-mini") {
     std::shared_ptr<nn::Module> m;
     if (!actions.empty()) {  // resnet-mini with a synthesized operator (an action path from a search report)
-      synth::Spec spec = search::resnet_conv_spec();
-      synth::Options so;
-      so.max_depth = 12;
-      synth::Synthesizer syn(spec, so);
-      static synth::Operator op;  // the network's layers keep a reference
-      op = synth::build_from_actions(syn, search::parse_actions(actions));
-      std::cout << "operator: " << synth::formula(spec, op) << " (classes " << mask << ")\n";
-      m = search::make_network(spec, &op, mask, 1);
+      m = search::network_from_actions(actions, mask, 1);
     } else {
       m = train::make_classifier(model == "mlp-classifier" ? "mlp" : model, 10, 1);
     }

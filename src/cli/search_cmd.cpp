@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <climits>
+#include <filesystem>
 #include <cstdio>
 #include <iostream>
 
@@ -82,6 +83,24 @@ int search_cmd(int argc, char** argv) {
   }
   std::printf("\nreport: %s/report.md (also report.json, front.svg, reward.svg, op<i>.py); %.0f s\n", c.dir.c_str(),
               out.seconds);
+  return 0;
+}
+
+int export_cmd(int argc, char** argv) {
+  Args a("export", argc, argv, {"operator", "mask", "batch", "out", "stem", "width"}, {});
+  if (!a.has("operator")) throw Error("export: --operator ACTIONS is required (an action path from a search report)");
+  int64_t width = a.integer("width", 16, 1);
+  synth::Spec spec = search::resnet_conv_spec(width);
+  synth::Options so;
+  so.max_depth = 12;
+  synth::Synthesizer syn(spec, so);
+  synth::Operator op = synth::build_from_actions(syn, search::parse_actions(a.str("operator", "")));
+  std::string dir = a.str("out", ".");
+  std::filesystem::create_directories(dir);
+  std::cout << synth::formula(spec, op) << "\n";
+  for (const std::string& f : search::export_layer_modules(spec, op, unsigned(a.integer("mask", 7, 1)),
+                                                           a.integer("batch", 64, 1), dir, a.str("stem", "op")))
+    std::cout << "wrote " << f << "\n";
   return 0;
 }
 

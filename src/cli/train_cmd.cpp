@@ -11,6 +11,7 @@
 
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
+#include "synoros/search.hpp"
 #include "io/atomic_file.hpp"
 #include "synoros/synoros.hpp"
 
@@ -72,6 +73,11 @@ void set_threads(const Args& a) {
   if (a.has("threads")) setenv("SYNOROS_NUM_THREADS", std::to_string(a.integer("threads", 1, 1)).c_str(), 1);
 }
 
+std::shared_ptr<nn::Module> operator_network(const Args& a, const std::string& model, uint64_t seed) {
+  if (model != "resnet-mini") throw Error("--operator replaces resnet-mini's 3x3 convolutions, not " + model + "'s layers");
+  return search::network_from_actions(a.str("operator", ""), unsigned(a.integer("mask", 7, 1)), seed);
+}
+
 int train_classifier(const Args& a, const std::string& model) {
   train::ClassifierConfig c;
   c.model = model;
@@ -91,7 +97,11 @@ int train_classifier(const Args& a, const std::string& model) {
   std::string out = a.str("out", "runs/" + model);
   std::filesystem::create_directories(out);
   bool progress = !a.has("no-progress");
-  train::ClassifierTrainer t(c);
+  // --operator ACTIONS [--mask M]: resnet-mini with a synthesized operator from a search report.
+  std::unique_ptr<train::ClassifierTrainer> tp =
+      a.has("operator") ? std::make_unique<train::ClassifierTrainer>(c, operator_network(a, model, c.seed))
+                        : std::make_unique<train::ClassifierTrainer>(c);
+  train::ClassifierTrainer& t = *tp;
   if (a.has("resume")) {
     t.load(a.str("resume", ""));
     std::cout << "resumed from " << a.str("resume", "") << " at step " << t.step() << "\n";
@@ -202,7 +212,7 @@ int train_lm(const Args& a) {
 const std::set<std::string> kTrainOptions = {
     "model", "data", "epochs", "batch", "lr", "optimizer", "momentum", "weight-decay", "clip", "warmup", "seed",
     "train-limit", "test-limit", "data-dir", "out", "save", "resume", "save-init", "threads", "steps", "context",
-    "width", "layers", "heads", "eval-every", "prompt", "sample"};
+    "width", "layers", "heads", "eval-every", "prompt", "sample", "operator", "mask"};
 }  // namespace
 
 int train_cmd(int argc, char** argv) {
@@ -244,7 +254,11 @@ int eval_cmd(int argc, char** argv) {
   c.optimizer = a.str("optimizer", "sgd");
   c.train_limit = c.batch = 64;
   c.test_limit = a.integer("test-limit", 0, 0);
-  train::ClassifierTrainer t(c);
+  c.seed = uint64_t(a.integer("seed", 1, 0));
+  std::unique_ptr<train::ClassifierTrainer> tp =
+      a.has("operator") ? std::make_unique<train::ClassifierTrainer>(c, operator_network(a, model, c.seed))
+                        : std::make_unique<train::ClassifierTrainer>(c);
+  train::ClassifierTrainer& t = *tp;
   t.load(path);
   auto [loss, acc] = t.evaluate();
   std::printf("%s at step %lld: test loss %.4f, test accuracy %.4f\n", model.c_str(), (long long)t.step(), loss, acc);

@@ -40,6 +40,16 @@ SynthLayer::SynthLayer(const synth::Spec& spec, const synth::Operator& op, int64
 
 Tensor SynthLayer::forward(const Tensor& x) { return synth::apply(spec_, op_, binding_for(spec_, x.shape()), x, weights_); }
 
+std::shared_ptr<nn::ResNetMini> network_from_actions(const std::string& actions, unsigned mask, uint64_t seed,
+                                                     int64_t width, int max_depth) {
+  synth::Spec spec = resnet_conv_spec(width);
+  synth::Options so;
+  so.max_depth = max_depth;
+  synth::Synthesizer syn(spec, so);
+  synth::Operator op = synth::build_from_actions(syn, parse_actions(actions));
+  return make_network(spec, &op, mask, seed, width);  // the layers keep their own copies
+}
+
 std::vector<int> layers_per_class(int64_t width) {
   auto classes = resnet_layer_classes(width);
   std::vector<int> n(classes.size(), 0);

@@ -28,6 +28,20 @@ std::string classes(unsigned mask) {
 }
 }  // namespace
 
+std::vector<std::string> export_layer_modules(const synth::Spec& spec, const synth::Operator& op, unsigned mask,
+                                              int64_t batch, const std::string& dir, const std::string& stem) {
+  std::vector<std::string> files;
+  for (size_t c = 0; c < spec.bindings.size(); ++c) {
+    if (!(mask >> c & 1u)) continue;
+    synth::Binding b = synth::binding(spec, c);
+    for (size_t v = 0; v < spec.primary.size(); ++v)
+      if (spec.primary[v].name == "N") b.primary[v] = batch;
+    files.push_back(dir + "/" + stem + "_b" + std::to_string(batch) + "_class" + std::to_string(c) + ".py");
+    write_text(files.back(), synth::pytorch_module(spec, op, b, "SynthOp"));
+  }
+  return files;
+}
+
 void write_report(const SearchConfig& cfg, const SearchOutcome& out) {
   const Evaluation& base = out.baseline;
   synth::Spec spec = resnet_conv_spec(cfg.width);
@@ -79,6 +93,8 @@ void write_report(const SearchConfig& cfg, const SearchOutcome& out) {
         synth::Operator op = synth::build_from_actions(syn, parse_actions(e.actions));
         std::string file = cfg.dir + "/op" + std::to_string(i) + ".py";
         write_text(file, synth::pytorch_module(spec, op, synth::binding(spec, 0), "SynthOp" + std::to_string(i)));
+        // One module per replaced layer class at batch 64, for the network-level PyTorch timing.
+        export_layer_modules(spec, op, e.class_mask, 64, cfg.dir, "op" + std::to_string(i));
       } catch (const std::exception& ex) {
         notes << "\nop" << i << ": export failed: " << ex.what() << "\n";
       }
@@ -91,7 +107,9 @@ void write_report(const SearchConfig& cfg, const SearchOutcome& out) {
   js << "], \"pareto\": [";
   for (size_t k = 0; k < out.pareto.size(); ++k) js << (k ? ", " : "") << out.pareto[k];
   js << "], \"seconds\": " << out.seconds << "}\n";
-  md << notes.str() << "\nOperators on the front are exported as PyTorch modules (`op<i>.py`, binding of the 28x28 class).\n"
+  md << notes.str() << "\nOperators on the front are exported as PyTorch modules (`op<i>.py`, binding of the 28x28 class;\n"
+     << "`op<i>_b64_class<c>.py`, batch 64 for layer class c: `python3 bench/torch_synth_network.py DIR/op<i>` times the\n"
+     << "network with them against the convolutional one in PyTorch).\n"
      << "Plots: `front.svg` (accuracy vs latency with the Pareto front), `reward.svg` (best reward over time).\n";
   write_text(cfg.dir + "/report.md", md.str());
   write_text(cfg.dir + "/report.json", js.str());

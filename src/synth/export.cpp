@@ -102,6 +102,39 @@ std::string describe(const Spec& spec, const Operator& op) {
   return o.str();
 }
 
+namespace {
+// A depthwise k x k convolution with "same" zero padding (odd k), spelled as unfold(2), unfold(3)
+// and one einsum with a [C, k, k] weight in some order: the body of a forward() that runs it as
+// F.conv2d(groups=C), which PyTorch computes as a convolution instead of materialising the k*k
+// unfolded copy. "" for any other operator.
+std::string depthwise_conv_body(const LowerPlan& p, const std::vector<std::vector<int64_t>>& shapes) {
+  if (p.x_shape.size() != 4 || p.steps.size() != 2 || p.chain.size() != 1 || shapes.size() != 1) return "";
+  for (int i = 0; i < 2; ++i) {
+    const auto& s = p.steps[size_t(i)];
+    if (s.t != LowerPlan::Step::Unfold || s.ints.size() < 2 || s.ints[0] != 2 + i || s.ints[1] != p.steps[0].ints[1] ||
+        (s.ints.size() > 2 && s.ints[2] != 1))
+      return "";
+  }
+  int64_t k = p.steps[0].ints[1];
+  if (k % 2 == 0 || p.chain[0].weight != 0) return "";
+  const std::string& spec = p.chain[0].spec;
+  size_t comma = spec.find(','), arrow = spec.find("->");
+  if (comma == std::string::npos || arrow == std::string::npos) return "";
+  std::string xl = spec.substr(0, comma), wl = spec.substr(comma + 1, arrow - comma - 1), ol = spec.substr(arrow + 2);
+  if (xl.size() != 6 || wl.size() != 3 || ol != xl.substr(0, 4)) return "";
+  // Weight axes holding the channel, the h window and the w window.
+  size_t pc = wl.find(xl[1]), ph = wl.find(xl[4]), pw = wl.find(xl[5]);
+  if (pc == std::string::npos || ph == std::string::npos || pw == std::string::npos) return "";
+  int64_t C = p.x_shape[1];
+  if (shapes[0][pc] != C || shapes[0][ph] != k || shapes[0][pw] != k) return "";
+  std::ostringstream o;
+  o << "        # a depthwise " << k << "x" << k << " convolution: run as one\n"
+    << "        w = self.w0.permute(" << pc << ", " << ph << ", " << pw << ").unsqueeze(1)\n"
+    << "        return F.conv2d(x, w, padding=" << (k - 1) / 2 << ", groups=" << C << ")\n";
+  return o.str();
+}
+}  // namespace
+
 std::string pytorch_module(const Spec& spec, const Operator& op, const Binding& bind, const std::string& cls) {
   LowerPlan p = make_plan(spec, op, bind);
   auto shapes = weight_shapes(spec, op, bind);
@@ -128,6 +161,7 @@ std::string pytorch_module(const Spec& spec, const Operator& op, const Binding& 
   if (shapes.empty()) o << "        pass\n";
   o << "\n    def forward(self, x):\n"
     << "        assert tuple(x.shape) == " << tuple(p.x_shape) << ", x.shape\n";
+  if (std::string body = depthwise_conv_body(p, shapes); !body.empty()) return o.str() + body;
   for (const auto& st : p.steps) {
     switch (st.t) {
       case LowerPlan::Step::Reshape: o << "        x = x.reshape" << tuple(st.ints) << "\n"; break;

@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""A discovered operator in PyTorch: the small ResNet with its exported modules in place of the
+stride-1 3x3 convolutions of the classes the search replaced, against the convolutional network,
+eval-mode forward at batch 64, timed interleaved in one process (PyTorch eager, Debian's 1.13).
+
+usage: torch_synth_network.py PREFIX [--threads N] [--repeats N]
+Reads PREFIX_b64_class<c>.py (written by `synoros search` for operators on the Pareto front as
+REPORT/op<i>_b64_class<c>.py, or by `synoros export --operator ACTIONS --out DIR` as
+DIR/op_b64_class<c>.py). Prints one JSON line: baseline and candidate ms (medians), speedup.
+"""
+import argparse
+import importlib.util
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from torch_models import ResNetMini  # noqa: E402
+
+# Layer classes of the search spec, in binding order: (channels, size); width 16.
+CLASSES = [(16, 28), (32, 14), (64, 7)]
+
+
+def load_module(path, cls):
+    spec = importlib.util.spec_from_file_location(os.path.basename(path)[:-3], path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return getattr(mod, cls)()
+
+
+def replaced_network(prefix):
+    net = ResNetMini()
+    found = []
+    for c, (ch, size) in enumerate(CLASSES):
+        path = "%s_b64_class%d.py" % (prefix, c)
+        if not os.path.exists(path):
+            continue
+        found.append(c)
+        # The stride-1 ch -> ch convolutions at this size: layer1's two, conv2 of the other stages.
+        for stage in (net.layer1, net.layer2, net.layer3):
+            for block in stage:
+                for name in ("conv1", "conv2"):
+                    conv = getattr(block, name)
+                    if (isinstance(conv, torch.nn.Conv2d) and conv.stride == (1, 1) and conv.in_channels == ch
+                            and conv.out_channels == ch and conv.kernel_size == (3, 3) and
+                            size == {16: 28, 32: 14, 64: 7}[ch]):
+                        m = load_module(path, "SynthOp")
+                        with torch.no_grad():
+                            for p in m.parameters():
+                                p.mul_(0.1)
+                        setattr(block, name, m)
+    if not found:
+        raise SystemExit("no %s_b64_class<c>.py" % prefix)
+    return net, found
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("prefix")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--repeats", type=int, default=30)
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    try:
+        from threadpoolctl import threadpool_limits
+        threadpool_limits(a.threads)
+    except ImportError:
+        pass
+    torch.manual_seed(0)
+    base = ResNetMini().eval()
+    cand, classes = replaced_network(a.prefix)
+    cand.eval()
+    x = torch.randn(64, 1, 28, 28)
+    tb, tc = [], []
+    with torch.no_grad():
+        for _ in range(3):
+            base(x), cand(x)
+        for r in range(a.repeats):  # ABBA order
+            for net, out in ((base, tb), (cand, tc)) if r % 2 == 0 else ((cand, tc), (base, tb)):
+                t0 = time.perf_counter()
+                net(x)
+                out.append((time.perf_counter() - t0) * 1e3)
+    b, c = statistics.median(tb), statistics.median(tc)
+    print(json.dumps({"operator": a.prefix, "classes": classes, "threads": a.threads, "baseline_ms": b,
+                      "candidate_ms": c, "speedup": b / c}))
+
+
+if __name__ == "__main__":
+    main()
