@@ -98,6 +98,27 @@ TEST(Search, PairedBaselineDecidesTheSpeedup) {
   EXPECT_EQ(reward(e, base, cfg), -1);
 }
 
+TEST(Search, SpatialFootprintCountsTheReachOfAnImpulse) {
+  synth::Spec spec = resnet_conv_spec();
+  synth::Synthesizer syn(spec, depth(5));
+  synth::EnumResult en = synth::enumerate(syn, true);
+  int checked = 0;
+  for (const auto& op : en.operators) {
+    std::string f = synth::formula(spec, op);
+    if (f == "y[n,c,h,w] = \u03a3_{r0<C} x[n, r0, h, w] \u00b7 W1[c,r0]") {
+      EXPECT_EQ(spatial_footprint(spec, op), 1) << f;  // pointwise
+      ++checked;
+    } else if (f.find("x[n, c, h+r0\u22121, w+r1\u22121]") != std::string::npos && op.weights.size() == 1) {
+      EXPECT_EQ(spatial_footprint(spec, op), 9) << f;  // depthwise 3x3
+      ++checked;
+    } else if (f.find("x[n, r0, h, w+r1\u22121] \u00b7 W1[c,r1,r0]") != std::string::npos) {
+      EXPECT_EQ(spatial_footprint(spec, op), 3) << f;  // 1x3
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, 3);
+}
+
 TEST(Search, LayerCountsFollowTheNetwork) {
   // layer1 has two stride-1 16->16 convolutions; layers 2 and 3 one each (their first is strided).
   EXPECT_EQ(layers_per_class(16), (std::vector<int>{2, 1, 1}));

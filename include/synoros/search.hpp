@@ -44,6 +44,13 @@ std::shared_ptr<nn::ResNetMini> make_network(const synth::Spec& spec, const synt
 std::shared_ptr<nn::ResNetMini> network_from_actions(const std::string& actions, unsigned mask, uint64_t seed,
                                                      int64_t width = 16, int max_depth = 12);
 
+// How many spatial positions of the output an impulse at the centre of the input reaches (all
+// channels set, positive weights so nothing cancels), at the spec's binding 0: 9 for a 3x3 or a
+// depthwise 3x3 window, 3 for a 1x3 row, 1 for a pointwise layer. The layers the search replaces
+// are the network's spatial mixers, so among operators that reach the latency target the ones
+// that keep more of that mixing are trained first.
+int64_t spatial_footprint(const synth::Spec& spec, const synth::Operator& op);
+
 struct Latency {
   double b1_t1 = 0, b64_t1 = 0, b1_t2 = 0, b64_t2 = 0;  // ms per forward pass (eval mode), medians
 };

@@ -50,6 +50,31 @@ std::shared_ptr<nn::ResNetMini> network_from_actions(const std::string& actions,
   return make_network(spec, &op, mask, seed, width);  // the layers keep their own copies
 }
 
+int64_t spatial_footprint(const synth::Spec& spec, const synth::Operator& op) {
+  synth::Binding b = synth::binding(spec, 0);
+  Shape xs = spec.shape(spec.input, 0);
+  if (xs.size() != 4) throw Error("spatial_footprint: the spec's input must be [N, C, H, W]");
+  HostTensor x(DType::F32, xs);
+  int64_t C = xs[1], H = xs[2], W = xs[3];
+  for (int64_t c = 0; c < C; ++c) x.set((c * H + H / 2) * W + W / 2, 1.0);  // image 0, every channel
+  std::vector<Tensor> w;
+  for (const Shape& s : synth::weight_shapes(spec, op, b)) {
+    HostTensor t(DType::F32, s);
+    for (int64_t i = 0; i < t.numel(); ++i) t.set(i, 0.5 + double((i * 7919) % 13) / 13.0);
+    w.push_back(Tensor::from(t));
+  }
+  HostTensor y = synth::apply(spec, op, b, Tensor::from(x), w).value();
+  if (y.shape.size() != 4) return 0;
+  int64_t count = 0, OC = y.shape[1], OH = y.shape[2], OW = y.shape[3];
+  for (int64_t h = 0; h < OH; ++h)
+    for (int64_t v = 0; v < OW; ++v) {
+      bool any = false;
+      for (int64_t c = 0; c < OC && !any; ++c) any = y.get((c * OH + h) * OW + v) != 0;
+      count += any;
+    }
+  return count;
+}
+
 std::vector<int> layers_per_class(int64_t width) {
   auto classes = resnet_layer_classes(width);
   std::vector<int> n(classes.size(), 0);

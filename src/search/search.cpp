@@ -261,6 +261,7 @@ SearchOutcome run_search(const SearchConfig& cfg) {
     double saved;  // ms saved per batch of 64 over the layers it replaces
     double flops;  // of the layers it replaces
     bool meets;    // predicted to reach the latency target
+    int64_t footprint;
   };
   std::vector<Screened> screened;
   std::set<std::string> seen;
@@ -294,16 +295,20 @@ SearchOutcome run_search(const SearchConfig& cfg) {
       times += (c ? " / " : "") + std::to_string(lat[c]).substr(0, 6);
     }
     bool meets = base_ms > saved && (base_ms - saved) <= base_ms * cfg.latency_target;
+    int64_t footprint = meets ? spatial_footprint(spec, op) : 0;
     say("  layer ms " + times + (mask ? "  faster in classes " + std::to_string(mask) : "  (no faster class)") +
-        (meets ? "  [meets the target]" : "") + "  " + synth::formula(spec, op));
-    if (mask) screened.push_back({&op, mask, saved, flops, meets});
+        (meets ? "  [meets the target; spatial footprint " + std::to_string(footprint) + "]" : "") + "  " +
+        synth::formula(spec, op));
+    if (mask) screened.push_back({&op, mask, saved, flops, meets, footprint});
   }
-  // Training is what costs: spend it on the operators predicted to reach the latency target, the
-  // ones doing the most work first (more arithmetic per output, more capacity to keep accuracy);
-  // then the rest by time saved.
+  // Training is what costs: spend it on the operators predicted to reach the latency target,
+  // those that keep the most spatial mixing first (the replaced layers are the network's 3x3
+  // mixers), then the most arithmetic; then the rest by time saved.
   std::stable_sort(screened.begin(), screened.end(), [](const Screened& a, const Screened& b) {
     if (a.meets != b.meets) return a.meets;
-    return a.meets ? a.flops > b.flops : a.saved > b.saved;
+    if (!a.meets) return a.saved > b.saved;
+    if (a.footprint != b.footprint) return a.footprint > b.footprint;
+    return a.flops > b.flops;
   });
   if (int64_t(screened.size()) > cfg.candidates) screened.resize(size_t(cfg.candidates));
   say("screened " + std::to_string(screened.size()) + " operators faster than the convolution in some layer class");
