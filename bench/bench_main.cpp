@@ -124,46 +124,33 @@ BENCHMARK_CAPTURE(GemmProvider, onednn, "onednn")->Name("GemmProvider/onednn")->
 BENCHMARK_CAPTURE(GemmProvider, libxsmm, "libxsmm")->Name("GemmProvider/libxsmm")->Arg(128)->UseRealTime();
 
 // 3x3 convolution, batch 32, 32 -> 64 channels, 28x28, same padding: unfold + contraction.
-void Conv3x3(benchmark::State& state) {
+// y = einsum(spec, 3x3 "same" windows of x[32, 32, 28, 28], w): the plan is timed and labelled
+// with the kernel of its last launch.
+void WindowedContraction(benchmark::State& state, const char* spec, const Shape& wshape, double wscale) {
   Graph g;
   ValueId x = g.input(DType::F32, {32, 32, 28, 28}, "x");
-  ValueId w = g.input(DType::F32, {64, 32, 3, 3}, "w");
+  ValueId w = g.input(DType::F32, wshape, "w");
   Attrs uh, uw;
   uh.ints = {2, 3, 1};
   uw.ints = {3, 3, 1};
   ValueId u = g.add(Op::Unfold, {g.add(Op::Unfold, {x}, uh)}, uw);
-  ValueId y = g.einsum("nchwxy,ocxy->nohw", {u, w});
+  ValueId y = g.einsum(spec, {u, w});
   Plan p(g, {y});
   p.set_input(x, Tensor::randn({32, 32, 28, 28}, 1).value());
-  p.set_input(w, Tensor::randn({64, 32, 3, 3}, 2, 0.05).value());
+  p.set_input(w, Tensor::randn(wshape, 2, wscale).value());
   for (auto _ : state) {
     p.run();
     benchmark::DoNotOptimize(p.data<float>(y));
   }
   state.SetLabel(p.launch_info().back().kernel);
 }
+
+void Conv3x3(benchmark::State& state) { WindowedContraction(state, "nchwxy,ocxy->nohw", {64, 32, 3, 3}, 0.05); }
 BENCHMARK(Conv3x3)->Name("Conv3x3")->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // Depthwise 3x3 convolution (groups = channels), batch 32, 32 channels, 28x28, same padding:
 // the window contraction of operators the synthesizer invents.
-void Depthwise3x3(benchmark::State& state) {
-  Graph g;
-  ValueId x = g.input(DType::F32, {32, 32, 28, 28}, "x");
-  ValueId w = g.input(DType::F32, {32, 3, 3}, "w");
-  Attrs uh, uw;
-  uh.ints = {2, 3, 1};
-  uw.ints = {3, 3, 1};
-  ValueId u = g.add(Op::Unfold, {g.add(Op::Unfold, {x}, uh)}, uw);
-  ValueId y = g.einsum("nchwxy,cxy->nchw", {u, w});
-  Plan p(g, {y});
-  p.set_input(x, Tensor::randn({32, 32, 28, 28}, 1).value());
-  p.set_input(w, Tensor::randn({32, 3, 3}, 2, 0.3).value());
-  for (auto _ : state) {
-    p.run();
-    benchmark::DoNotOptimize(p.data<float>(y));
-  }
-  state.SetLabel(p.launch_info().back().kernel);
-}
+void Depthwise3x3(benchmark::State& state) { WindowedContraction(state, "nchwxy,cxy->nchw", {32, 3, 3}, 0.3); }
 BENCHMARK(Depthwise3x3)->Name("Depthwise3x3")->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // One SGD-momentum training step of a Fashion-MNIST classifier (batch 64, random data).

@@ -102,26 +102,29 @@ std::shared_ptr<nn::ResNetMini> make_network(const synth::Spec& spec, const synt
 }
 
 namespace {
+double run_ms(CompiledStep& step) {
+  auto t0 = std::chrono::steady_clock::now();
+  step.run();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+double median(std::vector<double> t) {
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
 // Median of `repeats` runs after a warm-up; when the warm-up alone takes longer than
 // `give_up_ms`, that time is returned without repeating it.
 double time_ms(CompiledStep& step, ThreadPool* pool, int repeats, double give_up_ms = 1e300) {
   step.plan().set_pool(pool);
-  auto w0 = std::chrono::steady_clock::now();
-  step.run();  // warm up (pinned weights, first-touch pages)
-  double warm = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - w0).count();
-  if (warm > give_up_ms) {
-    step.plan().set_pool(nullptr);
-    return warm;
-  }
-  std::vector<double> t;
-  for (int r = 0; r < repeats; ++r) {
-    auto t0 = std::chrono::steady_clock::now();
-    step.run();
-    t.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  double warm = run_ms(step);  // warm up (pinned weights, first-touch pages)
+  std::vector<double> t = {warm};
+  if (warm <= give_up_ms) {
+    t.clear();
+    for (int r = 0; r < std::max(repeats, 1); ++r) t.push_back(run_ms(step));
   }
   step.plan().set_pool(nullptr);
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return median(t);
 }
 
 CompiledStep forward_step(nn::Module& m, Shape in) {
@@ -149,20 +152,12 @@ std::pair<double, double> paired_latency(nn::Module& a, nn::Module& b, int repea
   CompiledStep sa = forward_step(a, {64, 1, 28, 28}), sb = forward_step(b, {64, 1, 28, 28});
   std::vector<double> ta, tb;
   for (CompiledStep* s : {&sa, &sb}) s->plan().set_pool(&one), s->run();  // warm up
-  auto once = [](CompiledStep& s) {
-    auto t0 = std::chrono::steady_clock::now();
-    s.run();
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  };
-  repeats = std::max(repeats, 1);
-  for (int r = 0; r < repeats; ++r) {  // ABBA: neither always goes first
-    if (r % 2 == 0) ta.push_back(once(sa)), tb.push_back(once(sb));
-    else tb.push_back(once(sb)), ta.push_back(once(sa));
+  for (int r = 0; r < std::max(repeats, 1); ++r) {  // ABBA: neither always goes first
+    if (r % 2 == 0) ta.push_back(run_ms(sa)), tb.push_back(run_ms(sb));
+    else tb.push_back(run_ms(sb)), ta.push_back(run_ms(sa));
   }
   for (CompiledStep* s : {&sa, &sb}) s->plan().set_pool(nullptr);
-  std::sort(ta.begin(), ta.end());
-  std::sort(tb.begin(), tb.end());
-  return {ta[ta.size() / 2], tb[tb.size() / 2]};
+  return {median(ta), median(tb)};
 }
 
 std::vector<double> layer_latency(const synth::Spec& spec, const synth::Operator* op, int repeats, int64_t batch,

@@ -8,7 +8,8 @@
 //
 // Bits: each output is one FMA chain from +0 over the contracted labels in the first operand's
 // order, gated elements contributing fma(0, w, acc) -- exactly what the gather + GEMM lowering
-// computes -- on every instruction set.
+// computes. The kernel is AVX-512 only; on other instruction sets the contraction stays on the
+// gather + GEMM path, which gives the same bits.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -30,7 +31,7 @@ struct WindowArgs {
   const float* w;
   float* out;
   int64_t rows, len;  // outer output positions, innermost output length
-  int n_outer, n_gates, isa;
+  int n_outer, n_gates;
   int64_t outer_size[kMaxOuter], outer_x[kMaxOuter], outer_w[kMaxOuter];
   int64_t outer_gate[kMaxGates][kMaxOuter];
   int64_t gate_c0[kMaxGates], gate_limit[kMaxGates], gate_l[kMaxGates];  // gate_l: cstride along l
@@ -96,20 +97,6 @@ inline void red_entry(const WindowArgs& a, const RowBase& b, int64_t r, int64_t&
   xo = b.x + e[0];
   wo = b.w + e[1];
   for (int g = 0; g < a.n_gates; ++g) g0[g] = b.gate[g] + e[2 + g];
-}
-
-void row_scalar(const WindowArgs& a, int64_t o) {
-  RowBase b = row_base(a, o);
-  float* y = a.out + b.out;
-  for (int64_t i = 0; i < a.len; ++i) y[i] = 0.f;
-  for (int64_t r = 0; r < a.nred; ++r) {
-    int64_t xo, wo, g0[kMaxGates], lo, hi;
-    red_entry(a, b, r, xo, wo, g0);
-    valid_range(a, g0, lo, hi);
-    float wv = a.w[wo];
-    const float* xp = a.x + xo;
-    for (int64_t i = 0; i < a.len; ++i) y[i] = std::fma(i >= lo && i < hi ? xp[i] : 0.f, wv, y[i]);
-  }
 }
 
 // Lanes [j0, j0 + 16) of the row restricted to [lo, hi).
@@ -204,9 +191,8 @@ void rows_block(const WindowArgs& a, const RowBase& rb) {
     int64_t c0 = rb.gate[g], c1 = rb.gate[g] + (RB - 1) * (last >= 0 ? a.outer_gate[g][last] : 0);
     inside = inside && std::min(c0, c1) + a.row_gate_min[j] >= 0 && std::max(c0, c1) + a.row_gate_max[j] < a.gate_limit[g];
   }
-  if (inside) return rows_block_avx512<NV, RB, 0>(a, rb);
+  if (inside) return rows_block_avx512<NV, RB, 0>(a, rb);  // also every block without row gates
   switch (a.n_row_gates) {
-    case 0: return rows_block_avx512<NV, RB, 0>(a, rb);
     case 1: return rows_block_avx512<NV, RB, 1>(a, rb);
     case 2: return rows_block_avx512<NV, RB, 2>(a, rb);
     case 3: return rows_block_avx512<NV, RB, 3>(a, rb);
@@ -247,53 +233,10 @@ __attribute__((target("avx512f"))) void row_avx512(const WindowArgs& a, int64_t 
   }
 }
 
-__attribute__((target("avx2,fma"))) inline __m256i lanes8(int64_t j0, int64_t lo, int64_t hi) {
-  __m256i idx = _mm256_add_epi32(_mm256_set1_epi32(int(j0)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-  __m256i ge = _mm256_cmpgt_epi32(idx, _mm256_set1_epi32(int(lo) - 1));
-  __m256i lt = _mm256_cmpgt_epi32(_mm256_set1_epi32(int(hi)), idx);
-  return _mm256_and_si256(ge, lt);
-}
-
-template <int NV>
-__attribute__((target("avx2,fma"))) void seg_avx2(const WindowArgs& a, const RowBase& b, int64_t j0) {
-  __m256 acc[NV];
-  for (int v = 0; v < NV; ++v) acc[v] = _mm256_setzero_ps();
-  for (int64_t r = 0; r < a.nred; ++r) {
-    int64_t xo, wo, g0[kMaxGates], lo, hi;
-    red_entry(a, b, r, xo, wo, g0);
-    valid_range(a, g0, lo, hi);
-    __m256 wv = _mm256_set1_ps(a.w[wo]);
-    const float* xp = a.x + xo;
-    for (int v = 0; v < NV; ++v) {
-      int64_t j = j0 + 8 * v;
-      __m256 xv = _mm256_maskload_ps(xp + j, lanes8(j, lo, hi));
-      acc[v] = _mm256_fmadd_ps(xv, wv, acc[v]);
-    }
-  }
-  float* y = a.out + b.out;
-  for (int v = 0; v < NV; ++v) {
-    int64_t j = j0 + 8 * v;
-    _mm256_maskstore_ps(y + j, lanes8(j, 0, a.len), acc[v]);
-  }
-}
-
-__attribute__((target("avx2,fma"))) void row_avx2(const WindowArgs& a, int64_t o) {
-  RowBase b = row_base(a, o);
-  for (int64_t j0 = 0; j0 < a.len; j0 += 32) {
-    int64_t nv = std::min<int64_t>((a.len - j0 + 7) / 8, 4);
-    switch (nv) {
-      case 1: seg_avx2<1>(a, b, j0); break;
-      case 2: seg_avx2<2>(a, b, j0); break;
-      case 3: seg_avx2<3>(a, b, j0); break;
-      default: seg_avx2<4>(a, b, j0); break;
-    }
-  }
-}
-
 void window_chunk(const void* p, int64_t ch) {
   const WindowArgs& a = *static_cast<const WindowArgs*>(p);
   int64_t o0 = ch * a.rows_per_chunk, o1 = std::min(a.rows, (ch + 1) * a.rows_per_chunk);
-  if (a.fast && a.isa == 2) {
+  if (a.fast) {
     switch ((a.len + 15) / 16) {
       case 1: return rows_fast_avx512<1>(a, o0, o1);
       case 2: return rows_fast_avx512<2>(a, o0, o1);
@@ -301,11 +244,7 @@ void window_chunk(const void* p, int64_t ch) {
       default: return rows_fast_avx512<4>(a, o0, o1);
     }
   }
-  for (int64_t o = o0; o < o1; ++o) {
-    if (a.isa == 2) row_avx512(a, o);
-    else if (a.isa == 1) row_avx2(a, o);
-    else row_scalar(a, o);
-  }
+  for (int64_t o = o0; o < o1; ++o) row_avx512(a, o);
 }
 
 void window_launch(const void* p, ThreadPool& pool) {
@@ -328,7 +267,9 @@ bool window_einsum_enabled() { return enabled_slot(); }
 void set_window_einsum(bool on) { enabled_slot() = on; }
 
 std::optional<Launch> lower_window_einsum(LowerCtx& c, const EinsumSpec& e) {
-  if (!window_einsum_enabled() || c.node.dtype != DType::F32 || e.in.size() != 2 || e.out.empty())
+  // An AVX-512 kernel: elsewhere the gather + GEMM path computes the same bits.
+  if (!window_einsum_enabled() || active_isa() != Isa::Avx512 || c.node.dtype != DType::F32 || e.in.size() != 2 ||
+      e.out.empty())
     return std::nullopt;
   const std::string& lo = e.out;
   char l = lo.back();
@@ -444,7 +385,6 @@ std::optional<Launch> lower_window_einsum(LowerCtx& c, const EinsumSpec& e) {
         a->row_gate_max[j] = std::max(a->row_gate_max[j], tab[r * width + 2 + g]);
       }
     }
-  a->isa = active_isa() == Isa::Avx512 ? 2 : active_isa() == Isa::Avx2 ? 1 : 0;
   // Chunks of about 32K multiply-adds: a fixed split of the rows, whatever the thread count.
   a->rows_per_chunk = std::max<int64_t>(1, (int64_t(1) << 15) / std::max<int64_t>(1, nred * len));
   c.kernel = "window";

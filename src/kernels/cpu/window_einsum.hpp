@@ -9,7 +9,7 @@
 
 namespace synoros::kernels {
 
-// The launch when the two-operand f32 contraction has that form (the weights do not vary along
+// The launch when AVX-512 is active and the two-operand f32 contraction has that form (the weights do not vary along
 // the output's innermost label, the other operand reads it with unit stride, no output label
 // comes from the weights alone), else nullopt. Same bits as the gather + GEMM lowering.
 std::optional<Launch> lower_window_einsum(LowerCtx& c, const EinsumSpec& e);
