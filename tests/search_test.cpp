@@ -98,6 +98,29 @@ TEST(Search, PairedBaselineDecidesTheSpeedup) {
   EXPECT_EQ(reward(e, base, cfg), -1);
 }
 
+TEST(Search, ClassSubsetKeepsTheMostWeightsThatStillMeetsTheTarget) {
+  // The headline search's screen of the depthwise 3x3 operator: conv / operator layer ms per
+  // class, layers {2, 1, 1}, weights per layer 16^2*9, 32^2*9, 64^2*9 against 144, 288, 576.
+  ClassTimes t{{2.1134, 1.6782, 1.5339}, {0.4898, 0.3869, 0.4941}, {2, 1, 1},
+               {2304, 9216, 36864}, {144, 288, 576}, 13.347};
+  ClassChoice all = predict_classes(t, 7, 1 / 1.5);
+  EXPECT_TRUE(all.meets);
+  EXPECT_NEAR(all.saved_ms, 2 * (2.1134 - 0.4898) + (1.6782 - 0.3869) + (1.5339 - 0.4941), 1e-12);
+  EXPECT_DOUBLE_EQ(all.weights, 2 * 144 + 288 + 576);
+  // Keeping the 64-channel convolution still meets 1.5x (13.347 - 4.5385 <= 13.347 / 1.5).
+  ClassChoice keep = weight_keeping_classes(t, 7, 1 / 1.5);
+  EXPECT_EQ(keep.mask, 3u);
+  EXPECT_TRUE(keep.meets);
+  EXPECT_DOUBLE_EQ(keep.weights, 2 * 144 + 288 + 36864);
+  // A stricter target leaves no subset but all of them; a missed target keeps the classes given.
+  EXPECT_EQ(weight_keeping_classes(t, 7, 1 / 1.6).mask, 7u);
+  EXPECT_EQ(weight_keeping_classes(t, 7, 1 / 3.0).mask, 7u);
+  EXPECT_FALSE(weight_keeping_classes(t, 7, 1 / 3.0).meets);
+  // Only subsets of the classes where the operator is faster are considered.
+  ClassChoice one = weight_keeping_classes(t, 1, 1 / 1.2);
+  EXPECT_EQ(one.mask, 1u);
+}
+
 TEST(Search, SpatialFootprintCountsTheReachOfAnImpulse) {
   synth::Spec spec = resnet_conv_spec();
   synth::Synthesizer syn(spec, depth(5));

@@ -71,15 +71,23 @@ int search_cmd(int argc, char** argv) {
     if (mpi.active()) mpi.abort(e.what());
     throw;
   }
-  std::printf("\n%-4s %-8s %-10s %-10s %-8s %s\n", "#", "accuracy", "b64 ms", "speedup", "reward", "operator");
-  std::printf("%-4s %-8.4f %-10.2f %-10s %-8.4f %s\n", "base", out.baseline.accuracy, out.baseline.latency.b64_t1, "1.00x",
-              search::reward(out.baseline, out.baseline, c), "3x3 convolution");
+  // The layer classes (binding order) that take the operator, e.g. "0,1".
+  auto classes = [](unsigned mask) {
+    std::string s;
+    for (int i = 0; i < 8; ++i)
+      if (mask & (1u << i)) s += (s.empty() ? "" : ",") + std::to_string(i);
+    return s.empty() ? std::string("-") : s;
+  };
+  std::printf("\n%-4s %-8s %-10s %-10s %-8s %-8s %s\n", "#", "accuracy", "b64 ms", "speedup", "reward", "classes",
+              "operator");
+  std::printf("%-4s %-8.4f %-10.2f %-10s %-8.4f %-8s %s\n", "base", out.baseline.accuracy, out.baseline.latency.b64_t1,
+              "1.00x", search::reward(out.baseline, out.baseline, c), "-", "3x3 convolution");
   for (size_t i = 0; i < out.evaluations.size(); ++i) {
     const search::Evaluation& e = out.evaluations[i];
     char sp[32];
     std::snprintf(sp, sizeof sp, "%.2fx", search::speedup(e, out.baseline));
-    std::printf("%-4zu %-8.4f %-10.2f %-10s %-8.4f %s%s\n", i, e.accuracy, e.latency.b64_t1, sp, e.reward,
-                e.formula.c_str(), e.failed ? ("  [failed: " + e.error + "]").c_str() : "");
+    std::printf("%-4zu %-8.4f %-10.2f %-10s %-8.4f %-8s %s%s\n", i, e.accuracy, e.latency.b64_t1, sp, e.reward,
+                classes(e.class_mask).c_str(), e.formula.c_str(), e.failed ? ("  [failed: " + e.error + "]").c_str() : "");
   }
   std::printf("\nreport: %s/report.md (also report.json, front.svg, reward.svg, op<i>.py); %.0f s\n", c.dir.c_str(),
               out.seconds);

@@ -36,6 +36,29 @@ double reward(const Evaluation& e, const Evaluation& base, const SearchConfig& c
   return e.accuracy - cfg.latency_weight * std::max(0.0, ratio / cfg.latency_target - 1.0);
 }
 
+ClassChoice predict_classes(const ClassTimes& t, unsigned mask, double latency_target) {
+  ClassChoice ch;
+  ch.mask = mask;
+  for (size_t c = 0; c < t.conv_ms.size(); ++c) {
+    bool in = mask & (1u << c);
+    if (in) ch.saved_ms += t.per_class[c] * (t.conv_ms[c] - t.op_ms[c]);
+    ch.weights += t.per_class[c] * (in ? t.op_weights[c] : t.conv_weights[c]);
+  }
+  ch.meets = t.base_ms > ch.saved_ms && (t.base_ms - ch.saved_ms) <= t.base_ms * latency_target;
+  return ch;
+}
+
+ClassChoice weight_keeping_classes(const ClassTimes& t, unsigned classes, double latency_target) {
+  ClassChoice best = predict_classes(t, classes, latency_target);
+  if (!best.meets) return best;
+  for (unsigned m = (classes - 1) & classes; m; m = (m - 1) & classes) {
+    ClassChoice ch = predict_classes(t, m, latency_target);
+    if (ch.meets && (ch.weights > best.weights || (ch.weights == best.weights && ch.saved_ms > best.saved_ms)))
+      best = ch;
+  }
+  return best;
+}
+
 std::vector<WorkerResult> run_worker_processes(const std::string& exe, const std::vector<std::vector<std::string>>& jobs,
                                                int parallel, const std::string& tmp_dir) {
   std::vector<WorkerResult> out(jobs.size());
@@ -105,7 +128,10 @@ struct Job {
   int64_t epochs;
 };
 
-std::string record_key(const std::string& key, int64_t epochs) { return key + "@" + std::to_string(epochs); }
+// One record per operator, set of layer classes it replaces and training budget.
+std::string record_key(const std::string& key, unsigned mask, int64_t epochs) {
+  return key + "|" + std::to_string(mask) + "@" + std::to_string(epochs);
+}
 
 class Log {
  public:
@@ -116,15 +142,15 @@ class Log {
       if (line.empty()) continue;
       try {
         Evaluation e = evaluation_from_json(line);
-        done_[record_key(e.key, e.trained_epochs)] = e;
+        done_[record_key(e.key, e.class_mask, e.trained_epochs)] = e;
         next_order_ = std::max(next_order_, e.order + 1);
       } catch (const Error&) {
         // A line cut by a kill mid-write: everything before it is intact.
       }
     }
   }
-  const Evaluation* find(const std::string& key, int64_t epochs) const {
-    auto it = done_.find(record_key(key, epochs));
+  const Evaluation* find(const std::string& key, unsigned mask, int64_t epochs) const {
+    auto it = done_.find(record_key(key, mask, epochs));
     return it == done_.end() ? nullptr : &it->second;
   }
   Evaluation& add(Evaluation e) {
@@ -136,7 +162,7 @@ class Log {
     ok = ::fsync(fd) == 0 && ok;
     ::close(fd);
     if (!ok) throw Error("search: writing '" + path_ + "' failed");
-    return done_[record_key(e.key, e.trained_epochs)] = e;
+    return done_[record_key(e.key, e.class_mask, e.trained_epochs)] = e;
   }
 
  private:
@@ -262,7 +288,14 @@ SearchOutcome run_search(const SearchConfig& cfg) {
     double flops;  // of the layers it replaces
     bool meets;    // predicted to reach the latency target
     int64_t footprint;
+    double weights;  // of the replaceable layers (the operator's and the convolutions kept)
   };
+  // The 3x3 convolution's weights per layer of each class.
+  std::vector<double> conv_weights;
+  for (size_t c = 0; c < per_class.size(); ++c) {
+    double ch = double(resnet_layer_classes(cfg.width)[c].first);
+    conv_weights.push_back(ch * ch * 9.0);
+  }
   std::vector<Screened> screened;
   std::set<std::string> seen;
   int64_t timed = 0;
@@ -283,31 +316,49 @@ SearchOutcome run_search(const SearchConfig& cfg) {
       say("  skipped (lowering failed): " + std::string(ex.what()));
       continue;
     }
-    unsigned mask = 0;
-    double saved = 0, flops = 0;
+    unsigned faster = 0;
     std::string times;
     for (size_t c = 0; c < lat.size(); ++c) {
-      if (lat[c] < conv_lat[c] * 0.9) {
-        mask |= 1u << c;
-        saved += per_class[c] * (conv_lat[c] - lat[c]);
-        flops += per_class[c] * synth::stats(spec, op, synth::binding(spec, c)).flops;
-      }
+      if (lat[c] < conv_lat[c] * 0.9) faster |= 1u << c;
       times += (c ? " / " : "") + std::to_string(lat[c]).substr(0, 6);
     }
-    bool meets = base_ms > saved && (base_ms - saved) <= base_ms * cfg.latency_target;
-    int64_t footprint = meets ? spatial_footprint(spec, op) : 0;
-    say("  layer ms " + times + (mask ? "  faster in classes " + std::to_string(mask) : "  (no faster class)") +
-        (meets ? "  [meets the target; spatial footprint " + std::to_string(footprint) + "]" : "") + "  " +
+    ClassTimes ct{conv_lat, lat, per_class, conv_weights, {}, base_ms};
+    for (size_t c = 0; c < lat.size(); ++c)
+      ct.op_weights.push_back(double(synth::stats(spec, op, synth::binding(spec, c)).params));
+    auto screened_as = [&](const ClassChoice& ch) {
+      Screened v{&op, ch.mask, ch.saved_ms, 0, ch.meets, 0, ch.weights};
+      for (size_t c = 0; c < lat.size(); ++c)
+        if (ch.mask & (1u << c)) v.flops += per_class[c] * synth::stats(spec, op, synth::binding(spec, c)).flops;
+      return v;
+    };
+    Screened all = screened_as(predict_classes(ct, faster, cfg.latency_target));
+    if (all.meets) all.footprint = spatial_footprint(spec, op);
+    say("  layer ms " + times + (faster ? "  faster in classes " + std::to_string(faster) : "  (no faster class)") +
+        (all.meets ? "  [meets the target; spatial footprint " + std::to_string(all.footprint) + "]" : "") + "  " +
         synth::formula(spec, op));
-    if (mask) screened.push_back({&op, mask, saved, flops, meets, footprint});
+    if (!faster) continue;
+    screened.push_back(all);
+    // A different operator per layer class: the subset of those classes that still reaches the
+    // target and keeps the most convolution weights is trained as well.
+    ClassChoice keep = weight_keeping_classes(ct, faster, cfg.latency_target);
+    if (all.meets && keep.mask != faster) {
+      Screened v = screened_as(keep);
+      v.footprint = all.footprint;
+      screened.push_back(v);
+      say("    also in classes " + std::to_string(keep.mask) + " only (predicted " +
+          std::to_string(base_ms / (base_ms - keep.saved_ms)).substr(0, 4) + "x, " +
+          std::to_string(int64_t(keep.weights)) + " weights in the replaceable layers)");
+    }
   }
-  // Training is what costs: spend it on the operators predicted to reach the latency target,
+  // Training is what costs: spend it on the networks predicted to reach the latency target,
   // those that keep the most spatial mixing first (the replaced layers are the network's 3x3
-  // mixers), then the most arithmetic; then the rest by time saved.
+  // mixers), then the most weights in the replaceable layers, then the most arithmetic; then
+  // the rest by time saved.
   std::stable_sort(screened.begin(), screened.end(), [](const Screened& a, const Screened& b) {
     if (a.meets != b.meets) return a.meets;
     if (!a.meets) return a.saved > b.saved;
     if (a.footprint != b.footprint) return a.footprint > b.footprint;
+    if (a.weights != b.weights) return a.weights > b.weights;
     return a.flops > b.flops;
   });
   if (int64_t(screened.size()) > cfg.candidates) screened.resize(size_t(cfg.candidates));
@@ -320,9 +371,9 @@ SearchOutcome run_search(const SearchConfig& cfg) {
   int64_t epochs = cfg.proxy.epochs;
   for (int64_t round = 0; round < cfg.rounds && (!alive.empty() || round == 0); ++round, epochs *= 2) {
     std::vector<Job> jobs;
-    if (!log.find("baseline", epochs)) jobs.push_back({nullptr, 0, epochs});
+    if (!log.find("baseline", 0, epochs)) jobs.push_back({nullptr, 0, epochs});
     for (const Screened& s : alive)
-      if (!log.find(s.op->canonical, epochs)) jobs.push_back({s.op, s.mask, epochs});
+      if (!log.find(s.op->canonical, s.mask, epochs)) jobs.push_back({s.op, s.mask, epochs});
     say("round " + std::to_string(round + 1) + ": " + std::to_string(alive.size()) + " candidates, " +
         std::to_string(epochs) + " epoch(s) on " + std::to_string(cfg.proxy.train_images) + " images, " +
         std::to_string(jobs.size()) + " to train");
@@ -352,11 +403,11 @@ SearchOutcome run_search(const SearchConfig& cfg) {
       say("  " + std::string(rec.failed ? "FAILED " + rec.error : "acc " + std::to_string(rec.accuracy)) +
           "  latency b64 " + std::to_string(rec.latency.b64_t1) + " ms" + sp + "  " + rec.formula);
     }
-    const Evaluation& base = *log.find("baseline", epochs);
+    const Evaluation& base = *log.find("baseline", 0, epochs);
     out.baseline = base;
     std::vector<std::pair<double, Screened>> ranked;
     for (const Screened& s : alive) {
-      Evaluation e = *log.find(s.op->canonical, epochs);
+      Evaluation e = *log.find(s.op->canonical, s.mask, epochs);
       ranked.push_back({reward(e, base, cfg), s});
     }
     std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
@@ -370,10 +421,10 @@ SearchOutcome run_search(const SearchConfig& cfg) {
   int64_t final_epochs = out.baseline.trained_epochs;
   for (const Screened& s : screened) {
     for (int64_t ep = final_epochs; ep >= cfg.proxy.epochs; ep /= 2) {
-      const Evaluation* e = log.find(s.op->canonical, ep);
+      const Evaluation* e = log.find(s.op->canonical, s.mask, ep);
       if (!e) continue;
       Evaluation c = *e;
-      const Evaluation* base = log.find("baseline", ep);
+      const Evaluation* base = log.find("baseline", 0, ep);
       c.reward = base ? reward(c, *base, cfg) : -1;
       out.evaluations.push_back(c);
       break;
