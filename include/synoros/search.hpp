@@ -56,9 +56,10 @@ struct Latency {
 };
 // Times the compiled inference plan of `net` at batch 1 and 64 on one and two threads.
 Latency measure_latency(nn::Module& net, int repeats = 5);
-// Batch-64 one-thread forward times (ms, medians) of two networks, run alternately so both
-// see the same machine state: {a, b}.
-std::pair<double, double> paired_latency(nn::Module& a, nn::Module& b, int repeats = 7);
+// Forward times (ms, medians; batch 64 and one thread unless told) of two networks, run
+// alternately (ABBA) so both see the same machine state: {a, b}.
+std::pair<double, double> paired_latency(nn::Module& a, nn::Module& b, int repeats = 7, int threads = 1,
+                                         int64_t batch = 64);
 // Forward time (ms, batch 64, one thread) of one layer of each class: the operator against the
 // 3x3 convolution it would replace. With `give_up_ms`, a class whose first run takes longer than
 // its limit ends the timing: that time is returned for it and every class after it.

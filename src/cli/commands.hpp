@@ -14,4 +14,5 @@ int synth(int argc, char** argv);
 int search_cmd(int argc, char** argv);
 int search_worker_cmd(int argc, char** argv);
 int export_cmd(int argc, char** argv);
+int latency_cmd(int argc, char** argv);
 }  // namespace synoros::cli

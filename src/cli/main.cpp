@@ -29,6 +29,8 @@ void usage() {
                "         (mpirun -np N synoros search ...: rank 0 searches, the other ranks train)\n"
                "  export --operator ACTIONS [--mask M] [--batch N] [--out DIR]   a searched operator as PyTorch\n"
                "                                   modules, one per replaced layer class\n"
+               "  latency --operator ACTIONS [--mask M] [--rounds N] [--json FILE]   its network against the\n"
+               "                                   convolutional one, timed interleaved (batch 64 and 1, 1 and 2 threads)\n"
                "  synth [--conv2d|--spec S] [--mode enumerate|mcts|...]  synthesize operators (synth --help)\n";
 }
 }  // namespace
@@ -53,6 +55,7 @@ int main(int argc, char** argv) {
     if (cmd == "search") return synoros::cli::search_cmd(argc - 2, argv + 2);
     if (cmd == "search-worker") return synoros::cli::search_worker_cmd(argc - 2, argv + 2);
     if (cmd == "export") return synoros::cli::export_cmd(argc - 2, argv + 2);
+    if (cmd == "latency") return synoros::cli::latency_cmd(argc - 2, argv + 2);
     if (cmd == "-h" || cmd == "--help" || cmd == "help") {
       usage();
       return 0;

@@ -112,6 +112,49 @@ int export_cmd(int argc, char** argv) {
   return 0;
 }
 
+// A searched operator's network against the convolutional baseline: forward latency at batch 64
+// and 1 on one and two threads, each pair timed interleaved (ABBA) in several rounds, the
+// rounds' medians and ratios printed (and the spread over rounds: this VM is noisy).
+int latency_cmd(int argc, char** argv) {
+  Args a("latency", argc, argv, {"operator", "mask", "rounds", "repeats", "width", "json"}, {});
+  if (!a.has("operator")) throw Error("latency: --operator ACTIONS is required (an action path from a search report)");
+  int64_t width = a.integer("width", 16, 1);
+  unsigned mask = unsigned(a.integer("mask", 7, 1));
+  int rounds = int(a.integer("rounds", 3, 1)), repeats = int(a.integer("repeats", 7, 1));
+  auto base = search::make_network(search::resnet_conv_spec(width), nullptr, 0, 1, width);
+  auto cand = search::network_from_actions(a.str("operator", ""), mask, 1, width);
+  std::printf("%-7s %-7s %-22s %-22s %s\n", "batch", "threads", "baseline ms", "operator ms", "speedup (rounds)");
+  std::string json = "[";
+  for (int64_t batch : {int64_t(64), int64_t(1)})
+    for (int threads : {1, 2}) {
+      std::vector<double> tb, tc, sp;
+      for (int r = 0; r < rounds; ++r) {
+        auto [b, c] = search::paired_latency(*base, *cand, batch == 1 ? repeats * 8 : repeats, threads, batch);
+        tb.push_back(b), tc.push_back(c), sp.push_back(b / c);
+      }
+      auto list = [](const std::vector<double>& v, const char* fmt, const char* sep) {
+        std::string s;
+        for (double x : v) {
+          char t[32];
+          std::snprintf(t, sizeof t, fmt, x);
+          s += (s.empty() ? "" : sep) + std::string(t);
+        }
+        return s;
+      };
+      std::printf("%-7lld %-7d %-22s %-22s %s\n", (long long)batch, threads, list(tb, "%.3f", " ").c_str(),
+                  list(tc, "%.3f", " ").c_str(), list(sp, "%.2fx", " ").c_str());
+      json += std::string(json.size() > 1 ? "," : "") + "{\"batch\":" + std::to_string(batch) +
+              ",\"threads\":" + std::to_string(threads) + ",\"baseline_ms\":[" + list(tb, "%.4f", ",") +
+              "],\"operator_ms\":[" + list(tc, "%.4f", ",") + "],\"speedups\":[" + list(sp, "%.4f", ",") + "]}";
+    }
+  json += "]\n";
+  if (a.has("json")) {
+    std::string path = a.str("json", "latency.json");
+    io::write_file_atomic(path, "latency", [&](const io::ByteSink& sink) { sink(json.data(), json.size()); });
+  }
+  return 0;
+}
+
 int search_worker_cmd(int argc, char** argv) {
   Args a("search-worker", argc, argv,
          {"width", "mask", "epochs", "train-images", "test-images", "lr", "seed", "out", "actions", "depth"},

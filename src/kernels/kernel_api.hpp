@@ -61,6 +61,16 @@ class PlanStorage {
   size_t frame_ = 0, peak_ = 0, persistent_ = 0;
 };
 
+// A launch whose work is a fixed list of independent chunks, chunk `ch` writing the output
+// elements [ch * chunk_elems, min(total, (ch + 1) * chunk_elems)) and nothing else. Lowerings
+// that can say so fill LowerCtx::chunks; an elementwise epilogue then runs on each chunk while
+// it is still in cache instead of streaming the whole output through memory a second time.
+struct OutputChunks {
+  void (*run)(const void* args, int64_t chunk) = nullptr;
+  const void* args = nullptr;
+  int64_t chunks = 0, chunk_elems = 0;
+};
+
 struct LowerCtx {
   const Graph& g;
   ValueId id;
@@ -80,6 +90,8 @@ struct LowerCtx {
   // view's offset into it in elements (already applied to `in`), else empty.
   std::vector<Shape> in_base_shapes = {};
   std::vector<int64_t> in_offsets = {};
+  // Set by lowerings whose launch splits into output chunks (see OutputChunks).
+  OutputChunks chunks = {};
 
   const Shape& in_shape(size_t i) const { return g.shape(node.in[i]); }
   std::vector<int64_t> in_stride(size_t i) const {
@@ -101,6 +113,11 @@ Launch lower(LowerCtx& ctx);
 
 // One launch that runs `first`, then `second`.
 Launch sequence(PlanStorage& storage, Launch first, Launch second, ValueId node);
+
+// One launch that runs each chunk of `producer` and then the fused group `group` (a launch of
+// lower_group reading the producer's output in place, at the same indices) on that chunk's
+// elements. The same bits as sequence(producer, group): each element sees the same operations.
+Launch stream_epilogue(PlanStorage& storage, const OutputChunks& producer, Launch group, ValueId node);
 
 // Instruction-set level chosen at start-up: the best the CPU has. SYNOROS_ISA=scalar|avx2 caps
 // it (the determinism tests compare all levels bit for bit).

@@ -241,8 +241,15 @@ Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
           if (e != kNoValue) {
             // Epilogue: the producer writes this launch's output, the group then runs over it.
             kernels::LowerCtx pctx = make_ctx(e, ptrs_[i], storage);
-            l = kernels::sequence(storage, kernels::lower(pctx), l, ValueId(i));
-            kernel = pctx.kernel;
+            Launch pl = kernels::lower(pctx);
+            // A producer that writes its output chunk by chunk hands each chunk to the group
+            // while it is in cache, unless the group reads the producer through a view (at
+            // other indices than the chunk's).
+            bool local = std::find(grp.gathered.begin(), grp.gathered.end(), e) == grp.gathered.end();
+            bool streamed = pctx.chunks.run && local;
+            l = streamed ? kernels::stream_epilogue(storage, pctx.chunks, l, ValueId(i))
+                         : kernels::sequence(storage, pl, l, ValueId(i));
+            kernel = pctx.kernel + (streamed ? " streamed" : "");
             shown.insert(shown.begin(), e);
           }
           if (keep && shown.size() > 1) impl_->groups.push_back(shown);

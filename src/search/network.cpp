@@ -147,11 +147,11 @@ Latency measure_latency(nn::Module& net, int repeats) {
   return l;
 }
 
-std::pair<double, double> paired_latency(nn::Module& a, nn::Module& b, int repeats) {
-  ThreadPool one(1);
-  CompiledStep sa = forward_step(a, {64, 1, 28, 28}), sb = forward_step(b, {64, 1, 28, 28});
+std::pair<double, double> paired_latency(nn::Module& a, nn::Module& b, int repeats, int threads, int64_t batch) {
+  ThreadPool pool(std::max(threads, 1));
+  CompiledStep sa = forward_step(a, {batch, 1, 28, 28}), sb = forward_step(b, {batch, 1, 28, 28});
   std::vector<double> ta, tb;
-  for (CompiledStep* s : {&sa, &sb}) s->plan().set_pool(&one), s->run();  // warm up
+  for (CompiledStep* s : {&sa, &sb}) s->plan().set_pool(&pool), s->run();  // warm up
   for (int r = 0; r < std::max(repeats, 1); ++r) {  // ABBA: neither always goes first
     if (r % 2 == 0) ta.push_back(run_ms(sa)), tb.push_back(run_ms(sb));
     else tb.push_back(run_ms(sb)), ta.push_back(run_ms(sa));

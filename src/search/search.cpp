@@ -401,7 +401,8 @@ SearchOutcome run_search(const SearchConfig& cfg) {
         std::snprintf(sp, sizeof sp, " (baseline %.2f ms in the same run: %.2fx)", rec.paired_base_b64_t1,
                       rec.paired_base_b64_t1 / rec.latency.b64_t1);
       say("  " + std::string(rec.failed ? "FAILED " + rec.error : "acc " + std::to_string(rec.accuracy)) +
-          "  latency b64 " + std::to_string(rec.latency.b64_t1) + " ms" + sp + "  " + rec.formula);
+          "  latency b64 " + std::to_string(rec.latency.b64_t1) + " ms" + sp +
+          (rec.class_mask ? "  classes " + std::to_string(rec.class_mask) : "") + "  " + rec.formula);
     }
     const Evaluation& base = *log.find("baseline", 0, epochs);
     out.baseline = base;

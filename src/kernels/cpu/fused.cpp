@@ -69,11 +69,10 @@ inline void run_block(const GroupArgs& a, char (*slots)[kBlock * 8], const char*
   }
 }
 
-void group_chunk(const void* p, int64_t chunk) {
-  const GroupArgs& a = *static_cast<const GroupArgs*>(p);
+// The group over output elements [begin, end).
+void group_range(const GroupArgs& a, int64_t begin, int64_t end) {
   // Per-thread block scratch: chunks of one launch run on several threads at once.
   alignas(64) static thread_local char slots[kFuseMaxMembers - 1][kBlock * 8];
-  int64_t begin = chunk * kChunk, end = std::min(a.total, begin + kChunk);
   if (a.rank == 1) {  // every external contiguous or a broadcast scalar: no index walking
     int64_t s_inner[kFuseMaxExternals];
     const char* ext[kFuseMaxExternals];
@@ -118,8 +117,13 @@ void group_chunk(const void* p, int64_t chunk) {
   }
 }
 
-void group_launch(const void* p, ThreadPool& pool) {
+void group_chunk(const void* p, int64_t chunk) {
   const GroupArgs& a = *static_cast<const GroupArgs*>(p);
+  group_range(a, chunk * kChunk, std::min(a.total, (chunk + 1) * kChunk));
+}
+
+// Rebuilds the tiled copies of broadcast rows whose bytes changed since the last launch.
+void refresh_tiles(const GroupArgs& a) {
   if (a.tile_n > 0) {
     size_t row_bytes = size_t(a.tile_n * a.esize), tile_bytes = size_t(a.tile_bytes);
     for (int k = 0; k < a.n_ext; ++k) {
@@ -134,9 +138,41 @@ void group_launch(const void* p, ThreadPool& pool) {
       a.tile_valid[k] = true;
     }
   }
+}
+
+void group_launch(const void* p, ThreadPool& pool) {
+  const GroupArgs& a = *static_cast<const GroupArgs*>(p);
+  refresh_tiles(a);
   pool.run((a.total + kChunk - 1) / kChunk, group_chunk, p);
 }
+
+struct Streamed {
+  OutputChunks producer;
+  const GroupArgs* group;
+};
+
+void streamed_chunk(const void* p, int64_t chunk) {
+  const Streamed& s = *static_cast<const Streamed*>(p);
+  s.producer.run(s.producer.args, chunk);
+  int64_t begin = chunk * s.producer.chunk_elems;
+  group_range(*s.group, begin, std::min(s.group->total, begin + s.producer.chunk_elems));
+}
+
+void streamed_launch(const void* p, ThreadPool& pool) {
+  const Streamed& s = *static_cast<const Streamed*>(p);
+  refresh_tiles(*s.group);
+  pool.run(s.producer.chunks, streamed_chunk, p);
+}
 }  // namespace
+
+Launch stream_epilogue(PlanStorage& storage, const OutputChunks& producer, Launch group, ValueId node) {
+  if (group.fn != group_launch || !producer.run || producer.chunk_elems < 1)
+    throw Error("stream_epilogue: needs a chunked producer and a fused group launch");
+  auto* s = storage.make<Streamed>();
+  s->producer = producer;
+  s->group = static_cast<const GroupArgs*>(group.args);
+  return {streamed_launch, s, node};
+}
 
 Launch lower_group(const Graph& g, const std::vector<ValueId>& members,
                    const std::vector<ValueId>& externals, const std::vector<void*>& ext_ptrs,

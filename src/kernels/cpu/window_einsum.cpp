@@ -388,6 +388,7 @@ std::optional<Launch> lower_window_einsum(LowerCtx& c, const EinsumSpec& e) {
   // Chunks of about 32K multiply-adds: a fixed split of the rows, whatever the thread count.
   a->rows_per_chunk = std::max<int64_t>(1, (int64_t(1) << 15) / std::max<int64_t>(1, nred * len));
   c.kernel = "window";
+  c.chunks = {window_chunk, a, (a->rows + a->rows_per_chunk - 1) / a->rows_per_chunk, a->rows_per_chunk * len};
   return Launch{window_launch, a, c.id};
 }
 
