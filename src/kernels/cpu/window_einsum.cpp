@@ -130,7 +130,7 @@ __attribute__((target("avx512f"))) void seg_avx512(const WindowArgs& a, const Ro
   }
 }
 
-template <int NV, int RB, int NRG>
+template <int NV, int RB, int NRG, bool SHARED_W>
 __attribute__((target("avx512f"))) void rows_block_avx512(const WindowArgs& a, const RowBase& b0) {
   // Row q of the block is row 0 plus q steps along the last outer label.
   const int last = a.n_outer - 1;
@@ -159,13 +159,16 @@ __attribute__((target("avx512f"))) void rows_block_avx512(const WindowArgs& a, c
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) k[v] = m[v];
     const int64_t ex = e[0], ew = e[1];
+    // The rows of a block that differ along a label the weights do not carry (the image rows
+    // of a depthwise convolution) share one broadcast weight per r.
+    const __m512 w0 = _mm512_set1_ps(wq[0][ew]);
 #pragma GCC unroll 4
     for (int q = 0; q < RB; ++q) {
       __mmask16 on = 0xFFFF;
       // the coordinate in [0, limit): one unsigned compare per gate
 #pragma GCC unroll 2
       for (int j = 0; j < NRG; ++j) on &= uint64_t(gb[q][j] + e[col[j]]) < lim[j] ? 0xFFFF : 0;
-      __m512 wv = _mm512_set1_ps(wq[q][ew]);
+      __m512 wv = SHARED_W ? w0 : _mm512_set1_ps(wq[q][ew]);
       const float* xp = xq[q] + ex;
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v)
@@ -191,12 +194,21 @@ void rows_block(const WindowArgs& a, const RowBase& rb) {
     int64_t c0 = rb.gate[g], c1 = rb.gate[g] + (RB - 1) * (last >= 0 ? a.outer_gate[g][last] : 0);
     inside = inside && std::min(c0, c1) + a.row_gate_min[j] >= 0 && std::max(c0, c1) + a.row_gate_max[j] < a.gate_limit[g];
   }
-  if (inside) return rows_block_avx512<NV, RB, 0>(a, rb);  // also every block without row gates
+  if (last >= 0 && a.outer_w[last] == 0) {
+    if (inside) return rows_block_avx512<NV, RB, 0, true>(a, rb);
+    switch (a.n_row_gates) {
+      case 1: return rows_block_avx512<NV, RB, 1, true>(a, rb);
+      case 2: return rows_block_avx512<NV, RB, 2, true>(a, rb);
+      case 3: return rows_block_avx512<NV, RB, 3, true>(a, rb);
+      default: return rows_block_avx512<NV, RB, 4, true>(a, rb);
+    }
+  }
+  if (inside) return rows_block_avx512<NV, RB, 0, false>(a, rb);  // also every block without row gates
   switch (a.n_row_gates) {
-    case 1: return rows_block_avx512<NV, RB, 1>(a, rb);
-    case 2: return rows_block_avx512<NV, RB, 2>(a, rb);
-    case 3: return rows_block_avx512<NV, RB, 3>(a, rb);
-    default: return rows_block_avx512<NV, RB, 4>(a, rb);
+    case 1: return rows_block_avx512<NV, RB, 1, false>(a, rb);
+    case 2: return rows_block_avx512<NV, RB, 2, false>(a, rb);
+    case 3: return rows_block_avx512<NV, RB, 3, false>(a, rb);
+    default: return rows_block_avx512<NV, RB, 4, false>(a, rb);
   }
 }
 
