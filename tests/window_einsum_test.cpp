@@ -57,6 +57,9 @@ std::vector<Case> cases() {
       {"short_rows", {2, 3, 6, 5}, {3, 3, 3},
        [](Graph& g, ValueId x, ValueId w) { return g.einsum("nchwxy,cxy->nchw", {unfold(g, unfold(g, x, 2, 3), 3, 3), w}); },
        true},
+      {"wide_rows", {1, 2, 7, 50}, {2, 3, 3},  // four vectors per row, blocks of two rows
+       [](Graph& g, ValueId x, ValueId w) { return g.einsum("nchwxy,cxy->nchw", {unfold(g, unfold(g, x, 2, 3), 3, 3), w}); },
+       true},
       {"long_rows", {1, 2, 4, 150}, {2, 3, 3},
        [](Graph& g, ValueId x, ValueId w) { return g.einsum("nchwxy,cxy->nchw", {unfold(g, unfold(g, x, 2, 3), 3, 3), w}); },
        true},
@@ -164,6 +167,30 @@ TEST(WindowEinsumEdges, InfiniteWeightsPoisonPaddedOutputsLikeGemm) {
   EXPECT_TRUE(std::isnan(a[0]));  // top-left output reads padding at the infinite weight's tap
 }
 
+// Stride-1 3x3 windows (depthwise, with the image rows along the output's second-innermost
+// label) take the grid form, which loads each input row once per column shift; its bits are
+// checked with every other case above. Other windows keep the generic form.
+TEST(WindowEinsumEdges, ThreeByThreeWindowsTakeTheGridForm) {
+  if (kernels::active_isa() != kernels::Isa::Avx512) GTEST_SKIP() << "the window kernel is AVX-512 only";
+  auto kernel_of = [](const char* name) {
+    for (const Case& c : cases())
+      if (std::string(c.name) == name) {
+        Graph g;
+        ValueId a = g.input(DType::F32, c.x, "a"), b = g.input(DType::F32, c.w, "b");
+        Plan p(g, {c.build(g, a, b)});
+        for (const LaunchInfo& li : p.launch_info())
+          if (li.kernel.rfind("window", 0) == 0) return li.kernel;
+      }
+    return std::string("none");
+  };
+  EXPECT_EQ(kernel_of("depthwise3x3"), "window-3x3");
+  EXPECT_EQ(kernel_of("short_rows"), "window-3x3");
+  EXPECT_EQ(kernel_of("weights_first"), "window-3x3");
+  EXPECT_EQ(kernel_of("wide_rows"), "window-3x3");
+  EXPECT_EQ(kernel_of("depthwise5x5_dilated"), "window");
+  EXPECT_EQ(kernel_of("channel_window"), "window");
+}
+
 // A depthwise convolution with a batch-norm + ReLU epilogue (what resnet-mini's searched layers
 // run): the epilogue runs on each chunk of the window kernel's output while it is in cache, with
 // exactly the bits of the unfused plan and of the gather + GEMM path, at every thread count.
@@ -198,7 +225,7 @@ TEST(WindowEinsumEdges, StreamedEpilogueKeepsTheBitsOfTheUnfusedPlan) {
   };
   std::string kernel;
   std::vector<char> streamed = run(true, true, 1, &kernel);
-  EXPECT_EQ(kernel, "window streamed");
+  EXPECT_EQ(kernel, "window-3x3 streamed");  // the 3x3 grid form, its epilogue per chunk
   EXPECT_EQ(run(true, true, 2, nullptr), streamed);
   EXPECT_EQ(run(true, false, 1, nullptr), streamed) << "the unfused plan differs";
   EXPECT_EQ(run(false, true, 2, nullptr), streamed) << "the gather + GEMM path differs";

@@ -46,6 +46,14 @@ struct WindowArgs {
   int n_row_gates;
   int row_gate[kMaxGates];  // the gates constant along the row
   int64_t row_gate_min[kMaxGates], row_gate_max[kMaxGates];  // of their parts over r
+  // The grid form (a stride-1 3x3 window, e.g. a depthwise convolution): r = kh * grid_kw + kw
+  // reads input row (output row + kh) at column shift kw, through one row gate (the input row's
+  // coordinate, +1 per output row and per kh) and lane masks that depend on kw only; the
+  // weights do not vary along the rows. A block of RB output rows then reads each of its
+  // RB + kh - 1 input rows once per kw and feeds every accumulator that uses it.
+  bool grid;
+  int grid_kh, grid_kw, grid_gate;
+  int64_t grid_x0, grid_g0;  // x offset and row-gate part of r = 0
 };
 
 int64_t floor_div(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
@@ -183,8 +191,60 @@ __attribute__((target("avx512f"))) void rows_block_avx512(const WindowArgs& a, c
   }
 }
 
+// The grid form over RB rows: per input row i and column shift kw one masked load per vector
+// (zeros for a row outside the image: gated taps still contribute fma(0, w, acc)), then one FMA
+// into each output row q = i - kh it reaches. Each output still sees its taps in r order
+// (kh-major, kw-minor), so the bits are those of the generic form.
+template <int NV, int RB, int KH, int KW>
+__attribute__((target("avx512f"))) void grid_block_avx512(const WindowArgs& a, const RowBase& b0) {
+  const int last = a.n_outer - 1;
+  const int64_t sx = a.outer_x[last];
+  const int width = 2 + a.n_gates;
+  __m512 wv[KH * KW];
+#pragma GCC unroll 16
+  for (int r = 0; r < KH * KW; ++r) wv[r] = _mm512_set1_ps(a.w[b0.w + a.red[r * width + 1]]);
+  __m512 acc[RB][NV];
+#pragma GCC unroll 4
+  for (int q = 0; q < RB; ++q)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) acc[q][v] = _mm512_setzero_ps();
+  const float* x0 = a.x + b0.x + a.grid_x0;
+  const int64_t g0 = b0.gate[a.grid_gate] + a.grid_g0;
+  const uint64_t lim = uint64_t(a.gate_limit[a.grid_gate]);
+  __mmask16 lane[KW][NV];
+#pragma GCC unroll 4
+  for (int kw = 0; kw < KW; ++kw)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) lane[kw][v] = __mmask16(a.masks[kw * 4 + v]);
+#pragma GCC unroll 8
+  for (int i = 0; i < RB + KH - 1; ++i) {
+    const __mmask16 on = uint64_t(g0 + i) < lim ? __mmask16(0xFFFF) : __mmask16(0);
+    const float* xi = x0 + i * sx;
+#pragma GCC unroll 4
+    for (int kw = 0; kw < KW; ++kw) {
+      __m512 xv[NV];
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) xv[v] = _mm512_maskz_loadu_ps(__mmask16(lane[kw][v] & on), xi + kw + 16 * v);
+#pragma GCC unroll 4
+      for (int kh = 0; kh < KH; ++kh) {
+        const int q = i - kh;
+        if (q < 0 || q >= RB) continue;
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) acc[q][v] = _mm512_fmadd_ps(xv[v], wv[kh * KW + kw], acc[q][v]);
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int q = 0; q < RB; ++q) {
+    float* y = a.out + (b0.out + q * a.len);
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) _mm512_mask_storeu_ps(y + 16 * v, lanes16(16 * v, 0, a.len), acc[q][v]);
+  }
+}
+
 template <int NV, int RB>
 void rows_block(const WindowArgs& a, const RowBase& rb) {
+  if (a.grid) return grid_block_avx512<NV, RB, 3, 3>(a, rb);
   // Rows whose row gates pass for every r (the interior of an image) skip the checks; a gate's
   // coordinate is affine in the row, so the block's first and last rows bound it.
   bool inside = true;
@@ -397,9 +457,30 @@ std::optional<Launch> lower_window_einsum(LowerCtx& c, const EinsumSpec& e) {
         a->row_gate_max[j] = std::max(a->row_gate_max[j], tab[r * width + 2 + g]);
       }
     }
+  // The grid form: one row gate and one lane gate, r = kh * KW + kw with the row gate's part
+  // kh, the lane masks those of kw, x offsets kh * (the output rows' x stride) + kw, and the
+  // same weights for every output row.
+  a->grid = false;
+  if (a->fast && a->n_row_gates == 1 && a->n_gates == 2 && a->n_outer >= 1 && a->outer_w[a->n_outer - 1] == 0) {
+    const int last = a->n_outer - 1, g = a->row_gate[0];
+    int kw = 1;
+    while (kw < nred && tab[kw * width + 2 + g] == tab[2 + g]) ++kw;
+    bool ok = a->outer_gate[g][last] == 1 && kw == 3 && nred == 9;  // the 3x3 window, unrolled
+    for (int64_t r = 0; r < nred && ok; ++r) {
+      int64_t kh = r / kw, col = r % kw;
+      const int64_t* t = tab + r * width;
+      ok = t[0] == tab[0] + kh * a->outer_x[last] + col && t[2 + g] == tab[2 + g] + kh;
+      for (int v = 0; v < 4 && ok; ++v) ok = a->masks[r * 4 + v] == a->masks[col * 4 + v];
+    }
+    if (ok) {
+      a->grid = true;
+      a->grid_kh = int(nred / kw), a->grid_kw = int(kw), a->grid_gate = g;
+      a->grid_x0 = tab[0], a->grid_g0 = tab[2 + g];
+    }
+  }
   // Chunks of about 32K multiply-adds: a fixed split of the rows, whatever the thread count.
   a->rows_per_chunk = std::max<int64_t>(1, (int64_t(1) << 15) / std::max<int64_t>(1, nred * len));
-  c.kernel = "window";
+  c.kernel = a->grid ? "window-3x3" : "window";
   c.chunks = {window_chunk, a, (a->rows + a->rows_per_chunk - 1) / a->rows_per_chunk, a->rows_per_chunk * len};
   return Launch{window_launch, a, c.id};
 }
