@@ -17,6 +17,7 @@
 #include <fstream>
 #include <map>
 #include <set>
+#include <sstream>
 
 #include "synoros/search.hpp"
 
@@ -171,6 +172,47 @@ class Log {
   int64_t next_order_ = 0;
 };
 
+// Screening times by key (an operator's canonical form, "convolution", "baseline network"):
+// one tab-separated line each, appended as they are measured; a line cut by a kill is ignored.
+class ScreenLog {
+ public:
+  explicit ScreenLog(const std::string& path) : path_(path) {
+    std::ifstream f(path);
+    std::string line;
+    while (std::getline(f, line)) {
+      size_t tab = line.find('\t');
+      if (tab == std::string::npos || line.empty() || line.back() != ';') continue;
+      std::vector<double> v;
+      std::istringstream in(line.substr(tab + 1, line.size() - tab - 2));
+      double x;
+      while (in >> x) v.push_back(x);
+      times_[line.substr(0, tab)] = v;
+    }
+  }
+  bool get(const std::string& key, std::vector<double>& out) const {
+    auto it = times_.find(key);
+    if (it == times_.end()) return false;
+    out = it->second;
+    return true;
+  }
+  void put(const std::string& key, const std::vector<double>& v) {
+    if (key.find_first_of("\t\n") != std::string::npos) return;  // not representable: re-measured
+    times_[key] = v;
+    std::ostringstream line;
+    line.precision(17);
+    line << key << '\t';
+    for (size_t i = 0; i < v.size(); ++i) line << (i ? " " : "") << v[i];
+    line << ";\n";
+    std::ofstream f(path_, std::ios::app);
+    f << line.str();
+    if (!f) throw Error("search: writing '" + path_ + "' failed");
+  }
+
+ private:
+  std::string path_;
+  std::map<std::string, std::vector<double>> times_;
+};
+
 // Runs the jobs (at most cfg.workers at a time) in worker processes -- on this machine or
 // wherever cfg.run_workers sends them -- or inline without a worker binary. A worker that dies
 // yields a failed evaluation.
@@ -269,16 +311,26 @@ SearchOutcome run_search(const SearchConfig& cfg) {
 
   // 2. Screen: time one layer of each class against the convolution; keep the classes where
   //    the operator is faster (a different operator per layer class: it or the convolution).
-  std::vector<double> conv_lat = layer_latency(spec, nullptr);
+  //    The times are kept in screen.tsv: a resumed search predicts from the same numbers, so
+  //    it picks the same classes and finds the evaluations it already has.
+  ScreenLog screen_log(cfg.dir + "/screen.tsv");
+  std::vector<double> conv_lat;
+  if (!screen_log.get("convolution", conv_lat)) {
+    conv_lat = layer_latency(spec, nullptr);
+    screen_log.put("convolution", conv_lat);
+  }
   say("3x3 convolution layer ms (batch 64, 1 thread): " + std::to_string(conv_lat[0]).substr(0, 6) + " / " +
       std::to_string(conv_lat[1]).substr(0, 6) + " / " + std::to_string(conv_lat[2]).substr(0, 6));
   // How many layers of each class the network has, and its own latency: the screen predicts a
   // candidate's network latency from its layer times.
   std::vector<int> per_class = layers_per_class(cfg.width);
   double base_ms = 0;
-  {
+  if (std::vector<double> b; screen_log.get("baseline network", b) && b.size() == 1) {
+    base_ms = b[0];
+  } else {
     auto base_net = make_network(spec, nullptr, 0, cfg.proxy.seed, cfg.width);
     base_ms = measure_latency(*base_net, 3).b64_t1;
+    screen_log.put("baseline network", {base_ms});
   }
   say("baseline network ms (batch 64, 1 thread): " + std::to_string(base_ms).substr(0, 6));
   struct Screened {
@@ -308,14 +360,18 @@ SearchOutcome run_search(const SearchConfig& cfg) {
     if (st.params < conv_params * cfg.min_params_ratio || st.flops > conv_flops * cfg.latency_target) continue;
     ++timed;
     std::vector<double> lat;
-    try {
-      std::vector<double> limit(conv_lat.size());
-      for (size_t c = 0; c < limit.size(); ++c) limit[c] = 3 * conv_lat[c];
-      lat = layer_latency(spec, &op, 3, 64, &limit);
-    } catch (const std::exception& ex) {
-      say("  skipped (lowering failed): " + std::string(ex.what()));
-      continue;
+    if (!screen_log.get(op.canonical, lat)) {
+      try {
+        std::vector<double> limit(conv_lat.size());
+        for (size_t c = 0; c < limit.size(); ++c) limit[c] = 3 * conv_lat[c];
+        lat = layer_latency(spec, &op, 3, 64, &limit);
+      } catch (const std::exception& ex) {
+        lat.clear();
+        say("  skipped (lowering failed): " + std::string(ex.what()));
+      }
+      screen_log.put(op.canonical, lat);  // empty: the lowering failed
     }
+    if (lat.size() != conv_lat.size()) continue;
     unsigned faster = 0;
     std::string times;
     for (size_t c = 0; c < lat.size(); ++c) {

@@ -16,8 +16,12 @@ trained=$(grep -c "trained by rank 1 on" "$dir/first.log" || true)
 records=$(grep -c '"failed":false' "$dir/report/evaluations.jsonl" || true)
 [ "$trained" -eq 2 ] || { echo "expected 2 candidates trained by rank 1, got $trained"; exit 1; }
 [ "$records" -eq 2 ] || { echo "expected 2 finished records, got $records"; exit 1; }
-# Resuming: nothing is trained again.
+# Resuming: the screen's layer times are read back (so the same layer classes are chosen) and
+# nothing is trained again.
+screened=$(grep -c . "$dir/report/screen.tsv")
+[ "$screened" -ge 3 ] || { echo "expected the convolution, the baseline and an operator in screen.tsv"; exit 1; }
 "$mpirun" -np 2 "$synoros" "${args[@]}" > "$dir/second.log" 2>&1 || { cat "$dir/second.log"; exit 1; }
 grep -q "0 to train" "$dir/second.log" || { cat "$dir/second.log"; echo "the resumed search trained again"; exit 1; }
 [ "$(grep -c . "$dir/report/evaluations.jsonl")" -eq 2 ] || { echo "the resumed search added records"; exit 1; }
+[ "$(grep -c . "$dir/report/screen.tsv")" -eq "$screened" ] || { echo "the resumed search timed the screen again"; exit 1; }
 echo "ok"
