@@ -243,10 +243,9 @@ Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
             kernels::LowerCtx pctx = make_ctx(e, ptrs_[i], storage);
             Launch pl = kernels::lower(pctx);
             // A producer that writes its output chunk by chunk hands each chunk to the group
-            // while it is in cache, unless the group reads the producer through a view (at
-            // other indices than the chunk's).
-            bool local = std::find(grp.gathered.begin(), grp.gathered.end(), e) == grp.gathered.end();
-            bool streamed = pctx.chunks.run && local;
+            // while it is in cache (epilogue_producers only picks producers the group reads at
+            // its own indices).
+            bool streamed = pctx.chunks.run != nullptr;
             l = streamed ? kernels::stream_epilogue(storage, pctx.chunks, l, ValueId(i))
                          : kernels::sequence(storage, pl, l, ValueId(i));
             kernel = pctx.kernel + (streamed ? " streamed" : "");

@@ -134,6 +134,16 @@ std::string record_key(const std::string& key, unsigned mask, int64_t epochs) {
   return key + "|" + std::to_string(mask) + "@" + std::to_string(epochs);
 }
 
+// Appends one whole line and syncs it, so a kill leaves at most the last line cut short.
+void append_line(const std::string& path, const std::string& line) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  if (fd < 0) throw Error("search: cannot append to '" + path + "'");
+  bool ok = ::write(fd, line.data(), line.size()) == ssize_t(line.size());
+  ok = ::fsync(fd) == 0 && ok;
+  ::close(fd);
+  if (!ok) throw Error("search: writing '" + path + "' failed");
+}
+
 class Log {
  public:
   explicit Log(const std::string& path) : path_(path) {
@@ -156,13 +166,7 @@ class Log {
   }
   Evaluation& add(Evaluation e) {
     e.order = next_order_++;
-    std::string line = to_json(e) + "\n";
-    int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    if (fd < 0) throw Error("search: cannot append to '" + path_ + "'");
-    bool ok = ::write(fd, line.data(), line.size()) == ssize_t(line.size());
-    ok = ::fsync(fd) == 0 && ok;
-    ::close(fd);
-    if (!ok) throw Error("search: writing '" + path_ + "' failed");
+    append_line(path_, to_json(e) + "\n");
     return done_[record_key(e.key, e.class_mask, e.trained_epochs)] = e;
   }
 
@@ -203,9 +207,7 @@ class ScreenLog {
     line << key << '\t';
     for (size_t i = 0; i < v.size(); ++i) line << (i ? " " : "") << v[i];
     line << ";\n";
-    std::ofstream f(path_, std::ios::app);
-    f << line.str();
-    if (!f) throw Error("search: writing '" + path_ + "' failed");
+    append_line(path_, line.str());
   }
 
  private:

@@ -242,6 +242,18 @@ __attribute__((target("avx512f"))) void grid_block_avx512(const WindowArgs& a, c
   }
 }
 
+// The generic form with as many row-gate checks as the block needs (none inside the image).
+template <int NV, int RB, bool SHARED_W>
+void gated_block(const WindowArgs& a, const RowBase& rb, bool inside) {
+  if (inside) return rows_block_avx512<NV, RB, 0, SHARED_W>(a, rb);  // also every block without row gates
+  switch (a.n_row_gates) {
+    case 1: return rows_block_avx512<NV, RB, 1, SHARED_W>(a, rb);
+    case 2: return rows_block_avx512<NV, RB, 2, SHARED_W>(a, rb);
+    case 3: return rows_block_avx512<NV, RB, 3, SHARED_W>(a, rb);
+    default: return rows_block_avx512<NV, RB, 4, SHARED_W>(a, rb);
+  }
+}
+
 template <int NV, int RB>
 void rows_block(const WindowArgs& a, const RowBase& rb) {
   if (a.grid) return grid_block_avx512<NV, RB, 3, 3>(a, rb);
@@ -254,22 +266,8 @@ void rows_block(const WindowArgs& a, const RowBase& rb) {
     int64_t c0 = rb.gate[g], c1 = rb.gate[g] + (RB - 1) * (last >= 0 ? a.outer_gate[g][last] : 0);
     inside = inside && std::min(c0, c1) + a.row_gate_min[j] >= 0 && std::max(c0, c1) + a.row_gate_max[j] < a.gate_limit[g];
   }
-  if (last >= 0 && a.outer_w[last] == 0) {
-    if (inside) return rows_block_avx512<NV, RB, 0, true>(a, rb);
-    switch (a.n_row_gates) {
-      case 1: return rows_block_avx512<NV, RB, 1, true>(a, rb);
-      case 2: return rows_block_avx512<NV, RB, 2, true>(a, rb);
-      case 3: return rows_block_avx512<NV, RB, 3, true>(a, rb);
-      default: return rows_block_avx512<NV, RB, 4, true>(a, rb);
-    }
-  }
-  if (inside) return rows_block_avx512<NV, RB, 0, false>(a, rb);  // also every block without row gates
-  switch (a.n_row_gates) {
-    case 1: return rows_block_avx512<NV, RB, 1, false>(a, rb);
-    case 2: return rows_block_avx512<NV, RB, 2, false>(a, rb);
-    case 3: return rows_block_avx512<NV, RB, 3, false>(a, rb);
-    default: return rows_block_avx512<NV, RB, 4, false>(a, rb);
-  }
+  if (last >= 0 && a.outer_w[last] == 0) return gated_block<NV, RB, true>(a, rb, inside);
+  return gated_block<NV, RB, false>(a, rb, inside);
 }
 
 // Rows [o0, o1): runs of rows that differ only in the last outer label go in blocks of RB; the
