@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -42,7 +43,7 @@ struct Forced {
 
 bool uses_onednn_conv(Plan& p) {
   for (const LaunchInfo& li : p.launch_info())
-    if (li.kernel == "onednn-conv") return true;
+    if (li.kernel == "onednn-conv" || li.kernel == "onednn-conv-data") return true;
   return false;
 }
 
@@ -58,7 +59,7 @@ HostTensor run_conv(const Geo& g, const HostTensor& x, nn::Conv2d& conv, bool& o
 // Computes with 1 and then 2 threads; both must have taken oneDNN's lowering and agree bit for
 // bit. `compute(onednn)` returns the result and says whether the lowering ran. Returns 1 thread's.
 template <class F>
-HostTensor at_one_and_two_threads(F compute) {
+HostTensor at_one_and_two_threads(F compute, bool need_onednn = true) {
   int saved = num_threads();
   set_num_threads(1);
   bool onednn1 = false, onednn2 = false;
@@ -66,7 +67,7 @@ HostTensor at_one_and_two_threads(F compute) {
   set_num_threads(2);
   HostTensor b = compute(onednn2);
   set_num_threads(saved);
-  EXPECT_TRUE(onednn1 && onednn2) << "the contraction was not recognised as a convolution";
+  EXPECT_TRUE((onednn1 && onednn2) || !need_onednn) << "the contraction was not recognised as a convolution";
   EXPECT_EQ(0, std::memcmp(a.buffer->data(), b.buffer->data(), a.bytes())) << "bits differ between 1 and 2 threads";
   return a;
 }
@@ -116,6 +117,77 @@ TEST_P(OneDnnConv, ForcedWeightGradientMatchesFloat64AndIgnoresTheThreadCount) {
         }
     ASSERT_NEAR(dw1.get(i), want, 4 * 1.2e-7 * (std::sqrt(klen) + 2) * mag + 1e-12) << "element " << i;
   }
+}
+
+// The input gradient of loss = sum(conv(x) * r), compiled: it depends on r and the weights only.
+// Stride 1 makes it a convolution of r with the window-flipped weights (whose unfolds come in the
+// reverse order), a larger stride the fold(fold(einsum)) chain run as oneDNN's backward-data.
+HostTensor data_grad(const HostTensor& x, const HostTensor& r, nn::Conv2d& conv, bool& onednn,
+                     std::string* kernels = nullptr) {
+  Tensor xt = Tensor::from(x).requires_grad();
+  CompiledStep step = compile(
+      [&](const std::vector<Tensor>& a) {
+        Tensor loss = (conv(xt) * a[0]).sum();
+        loss.backward();
+        return std::vector<Tensor>{xt.grad()};
+      },
+      {{DType::F32, r.shape}});
+  onednn = uses_onednn_conv(step.plan());
+  if (kernels)
+    for (const LaunchInfo& li : step.plan().launch_info()) *kernels += li.kernel + ";";
+  return step({r})[0];
+}
+
+int64_t out_size(int64_t n, const Geo& g) { return (n + 2 * g.p - g.d * (g.k - 1) - 1) / g.s + 1; }
+
+TEST_P(OneDnnConv, ForcedDataGradientMatchesFloat64AndIgnoresTheThreadCount) {
+  Geo g = GetParam();
+  Forced f("onednn-conv");
+  nn::Conv2d conv(g.C, g.O, g.k, 5, g.s, g.p, g.d, 1, false);
+  HostTensor x = synoros::testing::random_tensor({DType::F32, {g.N, g.C, g.H, g.W}}, 9);
+  int64_t Ho = out_size(g.H, g), Wo = out_size(g.W, g);
+  HostTensor r = synoros::testing::random_tensor({DType::F32, {g.N, g.O, Ho, Wo}}, 10);
+  // One input channel: the transposed convolution has one output channel, a window contraction
+  // that the engine's window kernel takes before any convolution lowering is considered.
+  HostTensor dx = at_one_and_two_threads([&](bool& onednn) { return data_grad(x, r, conv, onednn); }, g.C > 1);
+  if (::testing::Test::HasFailure()) return;
+  HostTensor w = conv.weight.value();
+  double klen = double(g.O * g.k * g.k);
+  for (int64_t i = 0; i < dx.numel(); ++i) {
+    int64_t q = i % g.W, h = i / g.W % g.H, c = i / (g.W * g.H) % g.C, n = i / (g.W * g.H * g.C);
+    double want = 0, mag = 0;
+    for (int64_t o = 0; o < g.O; ++o)
+      for (int64_t a = 0; a < g.k; ++a)
+        for (int64_t e = 0; e < g.k; ++e) {
+          int64_t hh = h + g.p - a * g.d, ww = q + g.p - e * g.d;
+          if (hh < 0 || ww < 0 || hh % g.s || ww % g.s || hh / g.s >= Ho || ww / g.s >= Wo) continue;
+          double t = r.get(((n * g.O + o) * Ho + hh / g.s) * Wo + ww / g.s) * w.get(((o * g.C + c) * g.k + a) * g.k + e);
+          want += t;
+          mag += std::fabs(t);
+        }
+    ASSERT_NEAR(dx.get(i), want, 4 * 1.2e-7 * (std::sqrt(klen) + 2) * mag + 1e-12) << "element " << i;
+  }
+}
+
+// With the GEMM lowering forced, the data-gradient chain runs as its own kernels inside one
+// launch: the same bits as the unfused plan, where the einsum and both folds are launches.
+TEST(OneDnnConvSelection, DataGradientChainKeepsTheBitsOfTheUnfusedPlan) {
+  Geo g{4, 8, 12, 12, 16, 3, 2, 1, 1};
+  Forced f("gemm");
+  HostTensor x = synoros::testing::random_tensor({DType::F32, {g.N, g.C, g.H, g.W}}, 9);
+  HostTensor r = synoros::testing::random_tensor({DType::F32, {g.N, g.O, out_size(g.H, g), out_size(g.W, g)}}, 10);
+  nn::Conv2d conv(g.C, g.O, g.k, 5, g.s, g.p, g.d, 1, false), twin(g.C, g.O, g.k, 5, g.s, g.p, g.d, 1, false);
+  bool onednn = false;
+  std::string fused_kernels, unfused_kernels;
+  HostTensor fused = data_grad(x, r, conv, onednn, &fused_kernels);
+  EXPECT_FALSE(onednn);
+  EXPECT_NE(fused_kernels.find("+fold"), std::string::npos) << fused_kernels;  // the chain ran as one launch
+  ::setenv("SYNOROS_NO_FUSION", "1", 1);
+  HostTensor unfused = data_grad(x, r, twin, onednn, &unfused_kernels);  // twin: same weights, its own plan
+  ::unsetenv("SYNOROS_NO_FUSION");
+  EXPECT_EQ(unfused_kernels.find("+fold"), std::string::npos) << unfused_kernels;
+  ASSERT_EQ(fused.bytes(), unfused.bytes());
+  EXPECT_EQ(0, std::memcmp(fused.buffer->data(), unfused.buffer->data(), fused.bytes()));
 }
 
 TEST_P(OneDnnConv, ForcedLoweringMatchesFloat64AndIgnoresTheThreadCount) {

@@ -92,6 +92,12 @@ struct LowerCtx {
   std::vector<int64_t> in_offsets = {};
   // Set by lowerings whose launch splits into output chunks (see OutputChunks).
   OutputChunks chunks = {};
+  // A convolution's data gradient fold(fold(einsum(dY, W))) lowered as one launch of the last
+  // fold: the einsum and the first fold (in that order), whose values the plan does not keep,
+  // and the einsum's operand buffers and parameter buffers (see lower_conv_data_grad).
+  std::vector<ValueId> chain = {};
+  std::vector<void*> chain_in = {};
+  std::vector<const Buffer*> chain_param = {};
 
   const Shape& in_shape(size_t i) const { return g.shape(node.in[i]); }
   std::vector<int64_t> in_stride(size_t i) const {

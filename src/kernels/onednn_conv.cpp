@@ -131,9 +131,12 @@ int64_t blocked_bytes(const dnnl_memory_desc_t& prim, const dnnl_memory_desc_t& 
   return dnnl_memory_desc_equal(&prim, &user) ? 0 : int64_t(dnnl_memory_desc_get_size(&prim));
 }
 
-// Descriptors and sizes for minibatch mb; the primitives too unless only sizing.
+// Descriptors and sizes for minibatch mb; the primitives too unless only sizing. The slots: src is
+// what each chunk reads (x forward and for the weight gradient, dY for the data gradient), b the
+// second input (weights, or dY for the weight gradient), out the result (y, dW or dX).
 void init_prims(Prims& p, const ConvGeom& g, int64_t mb, dnnl_engine_t eng, bool create) {
   p.mb = mb;
+  bool bww = g.kind == ConvKind::BwdWeights, bwd = g.kind == ConvKind::BwdData;
   dnnl_dims_t src_dims = {mb, g.C, g.H, g.W}, w_dims = {g.O, g.C, g.KH, g.KW}, dst_dims = {mb, g.O, g.OH, g.OW};
   dnnl_dims_t strides = {g.sh, g.sw}, dil = {g.dh - 1, g.dw - 1}, pl = {g.pt, g.pl}, pr = {g.pb, g.pr};
   dnnl_memory_desc_t any_src, any_w, any_dst, usrc, uw, udst;
@@ -141,7 +144,12 @@ void init_prims(Prims& p, const ConvGeom& g, int64_t mb, dnnl_engine_t eng, bool
   ok(dnnl_memory_desc_init_by_tag(&any_w, 4, w_dims, dnnl_f32, dnnl_format_tag_any), "weights desc");
   ok(dnnl_memory_desc_init_by_tag(&any_dst, 4, dst_dims, dnnl_f32, dnnl_format_tag_any), "dst desc");
   ok(dnnl_memory_desc_init_by_tag(&usrc, 4, src_dims, dnnl_f32, dnnl_nchw), "src desc");
-  ok(dnnl_memory_desc_init_by_tag(&uw, 4, w_dims, dnnl_f32, dnnl_oihw), "weights desc");
+  if (g.kswap) {
+    dnnl_dims_t ws = {g.C * g.KH * g.KW, g.KH * g.KW, 1, g.KH};
+    ok(dnnl_memory_desc_init_by_strides(&uw, 4, w_dims, dnnl_f32, ws), "weights desc");
+  } else {
+    ok(dnnl_memory_desc_init_by_tag(&uw, 4, w_dims, dnnl_f32, dnnl_oihw), "weights desc");
+  }
   ok(dnnl_memory_desc_init_by_tag(&udst, 4, dst_dims, dnnl_f32, dnnl_nchw), "dst desc");
   dnnl_primitive_attr_t attr = nullptr;
   ok(dnnl_primitive_attr_create(&attr), "attributes");
@@ -149,14 +157,16 @@ void init_prims(Prims& p, const ConvGeom& g, int64_t mb, dnnl_engine_t eng, bool
   dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
   dnnl_convolution_desc_t fd;
   dnnl_status_t st = dnnl_dilated_convolution_forward_desc_init(
-      &fd, g.bwd_weights ? dnnl_forward_training : dnnl_forward_inference, dnnl_convolution_direct, &any_src, &any_w,
-      nullptr, &any_dst, strides, dil, pl, pr);
+      &fd, g.kind == ConvKind::Forward ? dnnl_forward_inference : dnnl_forward_training, dnnl_convolution_direct,
+      &any_src, &any_w, nullptr, &any_dst, strides, dil, pl, pr);
   dnnl_primitive_desc_t fpd = nullptr, pd = nullptr;
-  if (st == dnnl_success) st = dnnl_primitive_desc_create(&fpd, &fd, g.bwd_weights ? nullptr : attr, eng, nullptr);
-  if (st == dnnl_success && g.bwd_weights) {
+  if (st == dnnl_success) st = dnnl_primitive_desc_create(&fpd, &fd, g.kind == ConvKind::Forward ? attr : nullptr, eng, nullptr);
+  if (st == dnnl_success && g.kind != ConvKind::Forward) {
     dnnl_convolution_desc_t bd;
-    st = dnnl_dilated_convolution_backward_weights_desc_init(&bd, dnnl_convolution_direct, &any_src, &any_w, nullptr,
-                                                             &any_dst, strides, dil, pl, pr);
+    st = bww ? dnnl_dilated_convolution_backward_weights_desc_init(&bd, dnnl_convolution_direct, &any_src, &any_w,
+                                                                  nullptr, &any_dst, strides, dil, pl, pr)
+             : dnnl_dilated_convolution_backward_data_desc_init(&bd, dnnl_convolution_direct, &any_src, &any_w,
+                                                               &any_dst, strides, dil, pl, pr);
     if (st == dnnl_success) st = dnnl_primitive_desc_create(&pd, &bd, attr, eng, fpd);
     dnnl_primitive_desc_destroy(fpd);
   } else {
@@ -164,14 +174,19 @@ void init_prims(Prims& p, const ConvGeom& g, int64_t mb, dnnl_engine_t eng, bool
   }
   dnnl_primitive_attr_destroy(attr);
   ok(st, "convolution primitive descriptor");
-  p.usrc = usrc;
-  p.psrc = *dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
-  if (g.bwd_weights) {
-    p.ub = udst, p.uout = uw;
+  if (bww) {
+    p.usrc = usrc, p.ub = udst, p.uout = uw;
+    p.psrc = *dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
     p.pb = *dnnl_primitive_desc_query_md(pd, dnnl_query_diff_dst_md, 0);
     p.pout = *dnnl_primitive_desc_query_md(pd, dnnl_query_diff_weights_md, 0);
+  } else if (bwd) {
+    p.usrc = udst, p.ub = uw, p.uout = usrc;
+    p.psrc = *dnnl_primitive_desc_query_md(pd, dnnl_query_diff_dst_md, 0);
+    p.pb = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+    p.pout = *dnnl_primitive_desc_query_md(pd, dnnl_query_diff_src_md, 0);
   } else {
-    p.ub = uw, p.uout = udst;
+    p.usrc = usrc, p.ub = uw, p.uout = udst;
+    p.psrc = *dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
     p.pb = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
     p.pout = *dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
   }
@@ -192,11 +207,16 @@ void init_prims(Prims& p, const ConvGeom& g, int64_t mb, dnnl_engine_t eng, bool
   }
 }
 
+// Elements per image of what a chunk reads and writes.
+int64_t in_per_image(const ConvGeom& g) { return g.kind == ConvKind::BwdData ? g.O * g.OH * g.OW : g.C * g.H * g.W; }
+int64_t out_per_image(const ConvGeom& g) { return g.kind == ConvKind::BwdData ? g.C * g.H * g.W : g.O * g.OH * g.OW; }
+
 // Per-chunk scratch: blocked src, blocked dY (weight gradient), blocked output, a plain partial
 // dW (weight gradient over several chunks) and the scratchpad.
 int64_t chunk_bytes(const ConvState& s, const Prims& p) {
-  int64_t partial = s.g.bwd_weights && s.chunks > 1 ? s.g.O * s.g.C * s.g.KH * s.g.KW * 4 : 0;
-  int64_t b = s.g.bwd_weights ? p.b_bytes : 0;
+  bool bww = s.g.kind == ConvKind::BwdWeights;
+  int64_t partial = bww && s.chunks > 1 ? s.g.O * s.g.C * s.g.KH * s.g.KW * 4 : 0;
+  int64_t b = bww ? p.b_bytes : 0;
   return align64(p.src_bytes) + align64(b) + align64(p.out_bytes) + align64(partial) + align64(p.pad_bytes);
 }
 
@@ -220,7 +240,7 @@ std::unique_ptr<ConvState> make_state(const ConvGeom& g, bool create) {
 
 Layout layout_of(const ConvState& s) {
   int64_t cb = std::max(chunk_bytes(s, s.full), s.last.mb ? chunk_bytes(s, s.last) : 0);
-  int64_t wb = s.g.bwd_weights ? 0 : align64(s.full.b_bytes) + align64(s.last.mb ? s.last.b_bytes : 0);
+  int64_t wb = s.g.kind == ConvKind::BwdWeights ? 0 : align64(s.full.b_bytes) + align64(s.last.mb ? s.last.b_bytes : 0);
   return {s.chunks, cb, wb};
 }
 
@@ -238,7 +258,8 @@ dnnl_memory_t mem(const dnnl_memory_desc_t& md, dnnl_engine_t eng, const void* p
 void bind(ConvState& s, const float* x, const float* b, float* y, char* scratch, char* wstore) {
   const ConvGeom& g = s.g;
   Layout lay = layout_of(s);
-  if (!g.bwd_weights) {
+  bool bww = g.kind == ConvKind::BwdWeights;
+  if (!bww) {
     char* wbuf = wstore;
     s.uw = mem(s.full.ub, s.eng, b);
     s.pw_full = s.full.b_bytes ? mem(s.full.pb, s.eng, wbuf) : nullptr;
@@ -265,9 +286,9 @@ void bind(ConvState& s, const float* x, const float* b, float* y, char* scratch,
       return r;
     };
     ok(dnnl_stream_create(&c.stream, s.eng, dnnl_stream_default_flags), "stream");
-    c.usrc = mem(p.usrc, s.eng, x + n0 * g.C * g.H * g.W);
+    c.usrc = mem(p.usrc, s.eng, x + n0 * in_per_image(g));
     c.psrc = p.src_bytes ? mem(p.psrc, s.eng, take(p.src_bytes)) : nullptr;
-    if (g.bwd_weights) {
+    if (bww) {
       c.ub = mem(p.ub, s.eng, b + n0 * g.O * g.OH * g.OW);
       c.pb = p.b_bytes ? mem(p.pb, s.eng, take(p.b_bytes)) : nullptr;
       c.b = c.pb ? c.pb : c.ub;
@@ -275,8 +296,8 @@ void bind(ConvState& s, const float* x, const float* b, float* y, char* scratch,
       c.b = is_last ? (s.pw_last ? s.pw_last : s.uw) : (s.pw_full ? s.pw_full : s.uw);
     }
     c.pout = p.out_bytes ? mem(p.pout, s.eng, take(p.out_bytes)) : nullptr;
-    float* uout = y + n0 * g.O * g.OH * g.OW;
-    if (g.bwd_weights) {
+    float* uout = y + n0 * out_per_image(g);
+    if (bww) {
       uout = y;
       if (s.chunks > 1) {
         uout = reinterpret_cast<float*>(take(g.O * g.C * g.KH * g.KW * 4));
@@ -300,10 +321,13 @@ void conv_chunk_or_throw(const ConvState& s, int64_t i) {
     exec(pr.src_re, c.stream, {{DNNL_ARG_FROM, c.usrc}, {DNNL_ARG_TO, c.psrc}});
     src = c.psrc;
   }
-  if (s.g.bwd_weights) {
+  if (s.g.kind == ConvKind::BwdWeights) {
     if (pr.b_re) exec(pr.b_re, c.stream, {{DNNL_ARG_FROM, c.ub}, {DNNL_ARG_TO, c.pb}});
     exec(pr.conv, c.stream,
          {{DNNL_ARG_SRC, src}, {DNNL_ARG_DIFF_DST, c.b}, {DNNL_ARG_DIFF_WEIGHTS, out}, {DNNL_ARG_SCRATCHPAD, c.pad}});
+  } else if (s.g.kind == ConvKind::BwdData) {
+    exec(pr.conv, c.stream,
+         {{DNNL_ARG_DIFF_DST, src}, {DNNL_ARG_WEIGHTS, c.b}, {DNNL_ARG_DIFF_SRC, out}, {DNNL_ARG_SCRATCHPAD, c.pad}});
   } else {
     exec(pr.conv, c.stream,
          {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, c.b}, {DNNL_ARG_DST, out}, {DNNL_ARG_SCRATCHPAD, c.pad}});
@@ -326,7 +350,7 @@ void conv_chunk(const void* p, int64_t i) {
 void run_state(ConvState& s, ThreadPool& pool) {
   one_omp_thread();
   size_t wb = s.w_copy.size() * sizeof(float);
-  if (!s.g.bwd_weights && (!s.w_valid || std::memcmp(s.w_copy.data(), s.w_ptr, wb) != 0)) {
+  if (s.g.kind != ConvKind::BwdWeights && (!s.w_valid || std::memcmp(s.w_copy.data(), s.w_ptr, wb) != 0)) {
     if (s.full.b_re) exec(s.full.b_re, s.wstream, {{DNNL_ARG_FROM, s.uw}, {DNNL_ARG_TO, s.pw_full}});
     if (s.last.mb && s.last.b_re) exec(s.last.b_re, s.wstream, {{DNNL_ARG_FROM, s.uw}, {DNNL_ARG_TO, s.pw_last}});
     std::memcpy(s.w_copy.data(), s.w_ptr, wb);
@@ -359,25 +383,38 @@ struct Floats {
   int64_t size;
 };
 
-// The float64 value of one output and the sum of its terms' magnitudes: y[n, o, oh, ow]
-// forward, dW[o, c, i, j] for the weight gradient (b = weights, or dY).
-double reference(const ConvGeom& g, const Floats& x, const Floats& b, const int64_t* at,
-                 double& mag) {
+// The float64 value of one output and the sum of its terms' magnitudes: y[n, o, oh, ow] forward,
+// dW[o, c, i, j] for the weight gradient, dX[n, c, h, w] for the data gradient. x: the images
+// (dY for the data gradient); b: the weights (dY for the weight gradient).
+double reference(const ConvGeom& g, const Floats& x, const Floats& b, const int64_t* at, double& mag) {
   double acc = 0;
   mag = 0;
+  auto weight = [&](int64_t o, int64_t c, int64_t i, int64_t j) {
+    return double(b[size_t(g.kswap ? ((o * g.C + c) * g.KW + j) * g.KH + i : ((o * g.C + c) * g.KH + i) * g.KW + j)]);
+  };
   auto term = [&](int64_t n, int64_t c, int64_t o, int64_t oh, int64_t ow, int64_t i, int64_t j) {
     int64_t r = oh * g.sh + i * g.dh - g.pt, q = ow * g.sw + j * g.dw - g.pl;
     if (r < 0 || r >= g.H || q < 0 || q >= g.W) return;
-    double xv = x[size_t(((n * g.C + c) * g.H + r) * g.W + q)];
-    double bv = g.bwd_weights ? b[size_t(((n * g.O + o) * g.OH + oh) * g.OW + ow)]
-                              : b[size_t(((o * g.C + c) * g.KH + i) * g.KW + j)];
-    acc += xv * bv;
-    mag += std::fabs(xv * bv);
+    double t = g.kind == ConvKind::BwdWeights
+                   ? double(x[size_t(((n * g.C + c) * g.H + r) * g.W + q)]) * b[size_t(((n * g.O + o) * g.OH + oh) * g.OW + ow)]
+               : g.kind == ConvKind::BwdData
+                   ? double(x[size_t(((n * g.O + o) * g.OH + oh) * g.OW + ow)]) * weight(o, c, i, j)
+                   : double(x[size_t(((n * g.C + c) * g.H + r) * g.W + q)]) * weight(o, c, i, j);
+    acc += t;
+    mag += std::fabs(t);
   };
-  if (g.bwd_weights) {
+  if (g.kind == ConvKind::BwdWeights) {
     for (int64_t n = 0; n < g.N; ++n)
       for (int64_t oh = 0; oh < g.OH; ++oh)
         for (int64_t ow = 0; ow < g.OW; ++ow) term(n, at[1], at[0], oh, ow, at[2], at[3]);
+  } else if (g.kind == ConvKind::BwdData) {
+    for (int64_t o = 0; o < g.O; ++o)
+      for (int64_t i = 0; i < g.KH; ++i)
+        for (int64_t j = 0; j < g.KW; ++j) {
+          int64_t r = at[2] + g.pt - i * g.dh, q = at[3] + g.pl - j * g.dw;
+          if (r < 0 || q < 0 || r % g.sh || q % g.sw || r / g.sh >= g.OH || q / g.sw >= g.OW) continue;
+          term(at[0], at[1], o, r / g.sh, q / g.sw, i, j);
+        }
   } else {
     for (int64_t c = 0; c < g.C; ++c)
       for (int64_t i = 0; i < g.KH; ++i)
@@ -393,9 +430,11 @@ struct Probe {
   Floats x, b, y;
 };
 Probe make_probe(const ConvGeom& g) {
-  Shape out = g.bwd_weights ? Shape{g.O, g.C, g.KH, g.KW} : Shape{g.N, g.O, g.OH, g.OW};
-  Probe p{out, Floats(g.N * g.C * g.H * g.W), Floats(g.bwd_weights ? g.N * g.O * g.OH * g.OW : g.O * g.C * g.KH * g.KW),
-          Floats(numel(out))};
+  Shape out = g.kind == ConvKind::BwdWeights ? Shape{g.O, g.C, g.KH, g.KW}
+              : g.kind == ConvKind::BwdData  ? Shape{g.N, g.C, g.H, g.W}
+                                             : Shape{g.N, g.O, g.OH, g.OW};
+  int64_t dy = g.N * g.O * g.OH * g.OW, w = g.O * g.C * g.KH * g.KW;
+  Probe p{out, Floats(g.N * in_per_image(g)), Floats(g.kind == ConvKind::BwdWeights ? dy : w), Floats(numel(out))};
   std::fill(p.y.data(), p.y.data() + p.y.size, std::numeric_limits<float>::quiet_NaN());
   std::mt19937 rng(4242);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
@@ -408,7 +447,10 @@ Probe make_probe(const ConvGeom& g) {
 std::string oracle_check(const ConvGeom& g, const Probe& p) {
   std::mt19937 rng(99);
   double eps = std::numeric_limits<float>::epsilon();
-  double klen = double(g.bwd_weights ? g.N * g.OH * g.OW : g.C * g.KH * g.KW);
+  double klen = double(g.kind == ConvKind::BwdWeights ? g.N * g.OH * g.OW
+                       : g.kind == ConvKind::BwdData  ? g.O * g.KH * g.KW
+                                                      : g.C * g.KH * g.KW);
+  const char* what = g.kind == ConvKind::BwdWeights ? "dW[" : g.kind == ConvKind::BwdData ? "dX[" : "y[";
   for (int k = 0; k < 260; ++k) {
     int64_t at[4], flat = 0;
     for (int d = 0; d < 4; ++d) {
@@ -420,22 +462,19 @@ std::string oracle_check(const ConvGeom& g, const Probe& p) {
     double got = p.y[size_t(flat)];
     if (!(std::fabs(got - ref) <= 4 * eps * (std::sqrt(klen) + 2) * mag + 1e-30)) {
       std::ostringstream m;
-      m << "onednn-conv: " << (g.bwd_weights ? "dW[" : "y[") << at[0] << "," << at[1] << "," << at[2] << ","
-        << at[3] << "] = " << got << ", float64 says " << ref;
+      m << "onednn-conv: " << what << at[0] << "," << at[1] << "," << at[2] << "," << at[3] << "] = " << got
+        << ", float64 says " << ref;
       return m.str();
     }
   }
   return "";
 }
 
-thread_local bool probing = false;  // lowering the GEMM path on probe buffers: no conv there
-
-// Which operand of the contraction is the unfold view, which the plain second input.
-int view_operand(const ConvGeom& g) { return g.bwd_weights ? 1 : 0; }
+thread_local bool probing = false;  // lowering the alternative on probe buffers: no conv there
 
 // Runs oneDNN's convolution on a probe, checks it against float64 and times it against the
-// GEMM lowering of the same node on the same probe. Returns "" and sets faster, or why it failed.
-std::string check_and_time(const LowerCtx& c, const ConvGeom& g, bool time, bool& faster) {
+// alternative lowering on the same probe. Returns "" and sets faster, or why it failed.
+std::string check_and_time(const ConvGeom& g, const ProbeLowering& alt, bool time, bool& faster) {
   Probe p = make_probe(g);
   auto st = make_state(g, true);
   Layout lay = layout_of(*st);
@@ -445,24 +484,14 @@ std::string check_and_time(const LowerCtx& c, const ConvGeom& g, bool time, bool
   run_state(*st, pool);
   std::string why = oracle_check(g, p);
   if (!why.empty() || !time) return why;
-  // The GEMM lowering of this node, on the probe: sized first, then for real.
-  int v = view_operand(g);
+  // The alternative on the probe: sized first, then for real.
   Floats y2(p.y.size);
   auto lower_on = [&](PlanStorage& storage) {
-    std::vector<void*> in(2);
-    in[size_t(v)] = p.x.data() + c.in_offsets[size_t(v)];  // the view starts at base + offset
-    in[size_t(1 - v)] = p.b.data();
-    LowerCtx pc{c.g, c.id, c.node, in, y2.data(), storage};
-    pc.in_param = {nullptr, nullptr};
-    pc.in_strides = c.in_strides;
-    pc.in_gates = c.in_gates;
-    pc.in_base_shapes = c.in_base_shapes;
-    pc.in_offsets = c.in_offsets;
     struct Probing {  // reset even when the lowering throws
       Probing() { probing = true; }
       ~Probing() { probing = false; }
     } guard;
-    return lower(pc);
+    return alt(storage, p.x.data(), p.b.data(), y2.data());
   };
   PlanStorage sizing;
   sizing.set_sizing(true);
@@ -471,17 +500,18 @@ std::string check_and_time(const LowerCtx& c, const ConvGeom& g, bool time, bool
   Buffer frame(std::max<size_t>(sizing.frame_bytes(), 64));
   PlanStorage real;
   real.begin_frame(static_cast<char*>(frame.data()));
-  Launch gemm = lower_on(real);
-  std::vector<double> ns = best_times_interleaved({[&] { run_state(*st, pool); }, [&] { gemm.fn(gemm.args, pool); }});
+  Launch other = lower_on(real);
+  std::vector<double> ns = best_times_interleaved({[&] { run_state(*st, pool); }, [&] { other.fn(other.args, pool); }});
   faster = ns[0] < ns[1];
   return "";
 }
 
 std::string key_of(const ConvGeom& g) {
   std::ostringstream o;
-  o << (g.bwd_weights ? "conv2d-dweights" : "conv2d") << " N=" << g.N << " C=" << g.C << " H=" << g.H << " W=" << g.W
-    << " O=" << g.O << " k=" << g.KH << "x" << g.KW << " s=" << g.sh << "," << g.sw << " d=" << g.dh << "," << g.dw
-    << " p=" << g.pt << "," << g.pl << "," << g.pb << "," << g.pr;
+  o << (g.kind == ConvKind::BwdWeights ? "conv2d-dweights" : g.kind == ConvKind::BwdData ? "conv2d-ddata" : "conv2d")
+    << " N=" << g.N << " C=" << g.C << " H=" << g.H << " W=" << g.W << " O=" << g.O << " k=" << g.KH << "x" << g.KW
+    << (g.kswap ? "T" : "") << " s=" << g.sh << "," << g.sw << " d=" << g.dh << "," << g.dw << " p=" << g.pt << ","
+    << g.pl << "," << g.pb << "," << g.pr;
   return tuning_key(o.str(), false);
 }
 
@@ -496,14 +526,15 @@ bool window_geometry(const LowerCtx& c, int v, ConvGeom& g) {
   const std::vector<int64_t>& s = c.in_strides[size_t(v)];
   if (s.size() != 6) return false;
   if ((g.N > 1 && s[0] != g.C * g.H * g.W) || (g.C > 1 && s[1] != g.H * g.W)) return false;
+  const int kh = g.kswap ? 5 : 4, kw = g.kswap ? 4 : 5;  // the view's window dimensions
   auto derive = [&](int64_t stride, int64_t size, int64_t unit, int64_t& out) {
     if (size == 1) return out = 1, true;
     if (stride <= 0 || stride % unit != 0) return false;
     out = stride / unit;
     return true;
   };
-  if (!derive(s[2], g.OH, g.W, g.sh) || !derive(s[4], g.KH, g.W, g.dh) || !derive(s[3], g.OW, 1, g.sw) ||
-      !derive(s[5], g.KW, 1, g.dw))
+  if (!derive(s[2], g.OH, g.W, g.sh) || !derive(s[size_t(kh)], g.KH, g.W, g.dh) || !derive(s[3], g.OW, 1, g.sw) ||
+      !derive(s[size_t(kw)], g.KW, 1, g.dw))
     return false;
   // Zero padding: each gate must concern only the rows (h, kh) or only the columns (w, kw).
   std::vector<const passes::ViewGate*> hg, wg;
@@ -511,7 +542,7 @@ bool window_geometry(const LowerCtx& c, int v, ConvGeom& g) {
   const auto& gates = size_t(v) < c.in_gates.size() ? c.in_gates[size_t(v)] : none;
   for (const passes::ViewGate& gt : gates) {
     if (gt.cstride.size() != 6) return false;
-    bool rows = gt.cstride[2] || gt.cstride[4], cols = gt.cstride[3] || gt.cstride[5];
+    bool rows = gt.cstride[2] || gt.cstride[size_t(kh)], cols = gt.cstride[3] || gt.cstride[size_t(kw)];
     if (gt.cstride[0] || gt.cstride[1] || (rows && cols)) return false;
     if (!rows && !cols && !(gt.c0 >= 0 && gt.c0 < gt.limit)) return false;  // everything zero
     if (rows) hg.push_back(&gt);
@@ -537,7 +568,8 @@ bool window_geometry(const LowerCtx& c, int v, ConvGeom& g) {
   for (int64_t pt = 0; pt <= (g.KH - 1) * g.dh && !found; ++pt) {
     int64_t pl = -off - pt * g.W;
     if (pl < 0 || pl > (g.KW - 1) * g.dw) continue;
-    if (axis_matches(hg, 2, 4, g.OH, g.KH, g.sh, g.dh, pt, g.H) && axis_matches(wg, 3, 5, g.OW, g.KW, g.sw, g.dw, pl, g.W))
+    if (axis_matches(hg, 2, kh, g.OH, g.KH, g.sh, g.dh, pt, g.H) &&
+        axis_matches(wg, 3, kw, g.OW, g.KW, g.sw, g.dw, pl, g.W))
       g.pt = pt, g.pl = pl, found = true;
   }
   if (!found) return false;
@@ -568,44 +600,55 @@ std::optional<ConvGeom> match_conv(const LowerCtx& c, const EinsumSpec& e) {
   int v = e.in[0].size() == 6 ? 0 : 1;
   if (v == 0 && q[1] == u[1] && q[2] == u[4] && q[3] == u[5] && o[0] == u[0] && o[1] == q[0] && o[2] == u[2] &&
       o[3] == u[3] && u.find(q[0]) == std::string::npos) {
-    g.bwd_weights = false;
+    g.kind = ConvKind::Forward;
   } else if (v == 1 && q[0] == u[0] && q[2] == u[2] && q[3] == u[3] && o[0] == q[1] && o[1] == u[1] && o[2] == u[4] &&
              o[3] == u[5] && u.find(q[1]) == std::string::npos) {
-    g.bwd_weights = true;
+    g.kind = ConvKind::BwdWeights;
   } else {
     return std::nullopt;
   }
-  g.N = sz(u[0]), g.C = sz(u[1]), g.OH = sz(u[2]), g.OW = sz(u[3]), g.KH = sz(u[4]), g.KW = sz(u[5]);
-  g.O = sz(g.bwd_weights ? q[1] : q[0]);
-  if (g.N < 1 || g.C < 1 || g.O < 1 || g.OH < 1 || g.OW < 1 || g.KH < 1 || g.KW < 1) return std::nullopt;
+  g.N = sz(u[0]), g.C = sz(u[1]), g.OH = sz(u[2]), g.OW = sz(u[3]);
+  g.O = sz(g.kind == ConvKind::BwdWeights ? q[1] : q[0]);
+  if (g.N < 1 || g.C < 1 || g.O < 1 || g.OH < 1 || g.OW < 1 || sz(u[4]) < 1 || sz(u[5]) < 1) return std::nullopt;
   // The second input plain: weights [O, C, KH, KW] or dY [N, O, OH, OW].
   int w = 1 - v;
   if (c.in_strides[size_t(w)] != contiguous_strides(c.in_shape(size_t(w))) ||
       (size_t(w) < c.in_gates.size() && !c.in_gates[size_t(w)].empty()))
     return std::nullopt;
-  if (!window_geometry(c, v, g)) return std::nullopt;
-  return g;
+  // The view's window dimensions in the order (kh, kw), or -- a transposed convolution's input
+  // gradient, whose unfolds come in the reverse order -- (kw, kh) with weights [O, C, KW, KH].
+  for (bool swap : {false, true}) {
+    if (swap && g.kind != ConvKind::Forward) break;
+    g.kswap = swap;
+    g.KH = sz(u[swap ? 5 : 4]), g.KW = sz(u[swap ? 4 : 5]);
+    if (window_geometry(c, v, g)) return g;
+  }
+  return std::nullopt;
 }
 
-Launch select_conv_lowering(LowerCtx& c, const EinsumSpec& e, Launch gemm_path) {
-  if (probing || strict_kernels() || active_isa() != best_isa() || forced() == "gemm") return gemm_path;
-  std::optional<ConvGeom> m = match_conv(c, e);
-  if (!m) return gemm_path;
+namespace {
+// The forced lowering, the probe, strict mode and the instruction-set cap keep the alternative.
+bool alternative_only() { return probing || strict_kernels() || active_isa() != best_isa() || forced() == "gemm"; }
+}  // namespace
+
+Launch select_onednn(LowerCtx& c, const ConvGeom& g, const float* x, const float* b, Launch alt,
+                     const ProbeLowering& alt_on_probe) {
+  if (alternative_only()) return alt;
   std::unique_ptr<ConvState> st;
   try {
-    st = make_state(*m, !c.storage.sizing());
+    st = make_state(g, !c.storage.sizing());
   } catch (const Error&) {
-    return gemm_path;  // a geometry this oneDNN does not implement
+    return alt;  // a geometry this oneDNN does not implement
   }
   // Both lowerings get scratch in both passes, so the frame is the same whichever is chosen.
   char* scratch = static_cast<char*>(c.storage.scratch(size_t(layout_of(*st).scratch())));
-  if (c.storage.sizing()) return gemm_path;
-  std::string key = key_of(*m), name, version;
+  if (c.storage.sizing()) return alt;
+  std::string key = key_of(g), name, version;
   if (!forced().empty() || !cached_choice(key, name, version)) {
     bool faster = false;
     std::string why;
     try {
-      why = check_and_time(c, *m, forced().empty(), faster);
+      why = check_and_time(g, alt_on_probe, forced().empty(), faster);
     } catch (const Error& err) {
       why = std::string("onednn-conv: failed: ") + err.what();
     }
@@ -621,20 +664,40 @@ Launch select_conv_lowering(LowerCtx& c, const EinsumSpec& e, Launch gemm_path) 
       name = "onednn-conv", version = onednn_version();
     }
   }
-  if (name != "onednn-conv" || version != onednn_version()) return gemm_path;
-  int v = view_operand(*m);
+  if (name != "onednn-conv" || version != onednn_version()) return alt;
   char* wstore = static_cast<char*>(c.storage.persistent(size_t(layout_of(*st).weights())));
   try {
-    bind(*st, static_cast<const float*>(c.in[size_t(v)]) - c.in_offsets[size_t(v)],
-         static_cast<const float*>(c.in[size_t(1 - v)]), static_cast<float*>(c.out), scratch, wstore);
+    bind(*st, x, b, static_cast<float*>(c.out), scratch, wstore);
   } catch (const Error&) {
     if (!forced().empty()) throw;
-    return gemm_path;
+    return alt;
   }
   auto* args = c.args<ConvArgs>();
   args->state = c.storage.own(std::move(st));
   c.kernel = "onednn-conv";
   return {conv_launch, args, c.id};
+}
+
+Launch select_conv_lowering(LowerCtx& c, const EinsumSpec& e, Launch gemm_path) {
+  if (alternative_only()) return gemm_path;
+  std::optional<ConvGeom> m = match_conv(c, e);
+  if (!m) return gemm_path;
+  int v = m->kind == ConvKind::BwdWeights ? 1 : 0;  // the unfold view's operand
+  // The GEMM lowering of this node over probe buffers (the view starts at base + offset).
+  ProbeLowering on_probe = [&c, v](PlanStorage& storage, float* x, float* b, float* y) {
+    std::vector<void*> in(2);
+    in[size_t(v)] = x + c.in_offsets[size_t(v)];
+    in[size_t(1 - v)] = b;
+    LowerCtx pc{c.g, c.id, c.node, in, y, storage};
+    pc.in_param = {nullptr, nullptr};
+    pc.in_strides = c.in_strides;
+    pc.in_gates = c.in_gates;
+    pc.in_base_shapes = c.in_base_shapes;
+    pc.in_offsets = c.in_offsets;
+    return lower(pc);
+  };
+  return select_onednn(c, *m, static_cast<const float*>(c.in[size_t(v)]) - c.in_offsets[size_t(v)],
+                       static_cast<const float*>(c.in[size_t(1 - v)]), gemm_path, on_probe);
 }
 
 }  // namespace synoros::kernels

@@ -6,6 +6,7 @@
 // Not canonical: strict mode never takes it.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -14,8 +15,15 @@
 
 namespace synoros::kernels {
 
+enum class ConvKind {
+  Forward,     // y = conv(x, W)
+  BwdWeights,  // dW from x and dY
+  BwdData,     // dX from dY and W (the transposed convolution)
+};
+
 struct ConvGeom {
-  bool bwd_weights;  // the weight gradient, else the forward convolution
+  ConvKind kind;
+  bool kswap = false;  // weights laid out [O, C, KW, KH] (a window-flipped transposed convolution's)
   int64_t N, C, H, W, O, KH, KW, OH, OW;
   int64_t sh, sw, dh, dw;  // stride and dilation (1 = dense)
   int64_t pt, pl, pb, pr;  // zero padding: top, left, bottom, right
@@ -27,6 +35,30 @@ std::optional<ConvGeom> match_conv(const LowerCtx& c, const EinsumSpec& e);
 
 // Returns `gemm_path` or an oneDNN convolution launch, whichever the selection picks.
 Launch select_conv_lowering(LowerCtx& c, const EinsumSpec& e, Launch gemm_path);
+
+// The alternative to oneDNN lowered over probe buffers: x the images (dY for the data gradient),
+// b the second input, y the output, each laid out as for g.
+using ProbeLowering = std::function<Launch(PlanStorage& storage, float* x, float* b, float* y)>;
+
+// oneDNN's convolution g over x (images, or dY for the data gradient) and b (weights, or dY for
+// the weight gradient), writing c.out -- or `alt`: oneDNN is checked against float64 on a probe
+// and timed there against `alt_on_probe`, and the faster is kept (the choice cached). Both get
+// scratch in the sizing pass, so the frame fits whichever is chosen.
+Launch select_onednn(LowerCtx& c, const ConvGeom& g, const float* x, const float* b, Launch alt,
+                     const ProbeLowering& alt_on_probe);
+
+// A convolution's data gradient fold(fold(einsum(dY, W))) ending at the fold f2: its geometry,
+// which einsum operand is dY, the einsum and the first fold. The plan keeps neither value and
+// lowers f2 with LowerCtx::chain set, through lower_conv_data_grad.
+struct ConvDataChain {
+  ConvGeom g;
+  int dy;
+  ValueId e, f1;
+};
+std::optional<ConvDataChain> match_conv_data_grad(const Graph& g, ValueId f2);
+// The chain as oneDNN's backward-data convolution or as its own three kernels, whichever the
+// selection picks.
+Launch lower_conv_data_grad(LowerCtx& c);
 
 // Tests: "onednn-conv" or "gemm" forces that lowering for every matched convolution (after the
 // oracle check); empty restores measured selection.

@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <functional>
 #include <map>
+#include <optional>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -9,6 +10,7 @@
 
 #include "kernels/kernel_api.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
+#include "kernels/onednn_conv.hpp"
 #include "passes/fusion.hpp"
 #include "passes/memory_plan.hpp"
 #include "passes/views.hpp"
@@ -183,8 +185,36 @@ Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
   // materialised; the einsum reads their base buffer through (offset, strides).
   std::vector<std::vector<passes::AffineView>> operand_views(n);
   if (fuse) fold_views_into_einsums(graph_, needed, launched, observable, fused_away, operand_views);
+  // Convolution data gradients fold(fold(einsum(dY, W))) whose einsum and first fold nobody
+  // else reads run as one launch of the last fold (kernels::lower_conv_data_grad).
+  std::vector<std::vector<ValueId>> chain_of(n);
+  if (fuse) {
+    std::vector<int> readers(n, 0);
+    for (size_t i = 0; i < n; ++i) {
+      if (!needed[i]) continue;
+      std::vector<ValueId> in = graph_.node(ValueId(i)).in;
+      std::sort(in.begin(), in.end());
+      in.erase(std::unique(in.begin(), in.end()), in.end());
+      for (ValueId x : in) ++readers[size_t(x)];
+    }
+    auto inner = [&](ValueId v) {
+      return launched[size_t(v)] && !fused_away[size_t(v)] && !observable[size_t(v)] && readers[size_t(v)] == 1;
+    };
+    std::vector<bool> is_producer(n, false);  // runs inside its group's launch
+    for (ValueId e : producer)
+      if (e != kNoValue) is_producer[size_t(e)] = true;
+    for (size_t i = 0; i < n; ++i) {
+      if (!needed[i] || !launched[i] || (fused_away[i] && !is_producer[i]) || graph_.node(ValueId(i)).op != Op::Fold)
+        continue;
+      std::optional<kernels::ConvDataChain> m = kernels::match_conv_data_grad(graph_, ValueId(i));
+      if (!m || !inner(m->e) || !inner(m->f1) || !operand_views[size_t(m->e)].empty()) continue;
+      chain_of[i] = {m->e, m->f1};
+      fused_away[size_t(m->e)] = fused_away[size_t(m->f1)] = true;
+    }
+  }
   // What a launch of node v reads: an einsum reads its operands' bases.
   auto node_reads = [&](ValueId v) {
+    if (!chain_of[size_t(v)].empty()) return graph_.node(chain_of[size_t(v)][0]).in;
     if (operand_views[size_t(v)].empty()) return graph_.node(v).in;
     std::vector<ValueId> r;
     for (const auto& av : operand_views[size_t(v)]) r.push_back(av.base);
@@ -198,6 +228,13 @@ Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
       while (graph_.node(x).op == Op::Reshape) x = graph_.node(x).in[0];
       return graph_.node(x).op == Op::Param ? graph_.node(x).data->buffer.get() : nullptr;
     };
+    if (!chain_of[size_t(v)].empty()) {
+      ctx.chain = chain_of[size_t(v)];
+      for (ValueId x : graph_.node(ctx.chain[0]).in) {
+        ctx.chain_in.push_back(ptrs_[size_t(x)]);
+        ctx.chain_param.push_back(param_buffer(x));
+      }
+    }
     for (size_t k = 0; k < vn.in.size(); ++k) {
       if (operand_views[size_t(v)].empty()) {
         ctx.in.push_back(ptrs_[size_t(vn.in[k])]);
@@ -250,6 +287,7 @@ Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
                          : kernels::sequence(storage, pl, l, ValueId(i));
             kernel = pctx.kernel + (streamed ? " streamed" : "");
             shown.insert(shown.begin(), e);
+            shown.insert(shown.begin(), chain_of[size_t(e)].begin(), chain_of[size_t(e)].end());
           }
           if (keep && shown.size() > 1) impl_->groups.push_back(shown);
           ops = shown;
@@ -257,6 +295,7 @@ Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
           kernels::LowerCtx ctx = make_ctx(ValueId(i), ptrs_[i], storage);
           l = kernels::lower(ctx);
           kernel = ctx.kernel;
+          ops.insert(ops.begin(), chain_of[i].begin(), chain_of[i].end());
         }
       } catch (const Error& err) {
         throw Error(std::string("compile: ") + op_name(nd.op) + " at %" + std::to_string(i) + ": " + err.what());
@@ -307,7 +346,7 @@ Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
           inplace.push_back(x);
     } else {
       reads = node_reads(ValueId(i));
-      for (size_t k = 0; k < nd.in.size(); ++k)
+      for (size_t k = 0; k < nd.in.size() && chain_of[i].empty(); ++k)
         if (passes::can_run_in_place(graph_, nd, k)) inplace.push_back(nd.in[k]);
     }
     mi.reads.push_back(reads);

@@ -7,6 +7,7 @@
 
 #include "ir/op_defs.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
+#include "kernels/onednn_conv.hpp"
 #include "kernels/cpu/odometer.hpp"
 
 namespace synoros::kernels {
@@ -371,6 +372,7 @@ void fold_launch(const void* p, ThreadPool& pool) {
 }  // namespace
 
 Launch lower_fold(LowerCtx& c) {
+  if (!c.chain.empty()) return lower_conv_data_grad(c);
   const Node& n = c.node;
   if (!is_float(n.dtype)) throw Error("fold: needs a float tensor");
   opdefs::WindowArgs w = opdefs::window_args(n, n.shape.size());
