@@ -34,7 +34,7 @@ RandomGraph make_random_graph(uint64_t seed) {
     ValueId a = vals[pick(vals.size())];
     const Shape sa = r.g.shape(a);
     ValueId out = kNoValue;
-    switch (sa.empty() ? 0 : pick(9)) {
+    switch (sa.empty() ? 0 : pick(11)) {
       case 0: out = r.g.unary(std::array{Op::Tanh, Op::Sigmoid, Op::Relu, Op::Neg, Op::Abs}[pick(5)], a); break;
       case 1: case 2: {  // binary with a same-shaped or broadcastable partner, else itself
         ValueId b = a;
@@ -67,6 +67,17 @@ RandomGraph make_random_graph(uint64_t seed) {
       case 8: {
         if (sa.size() == 2) out = r.g.matmul(a, r.g.permute(a, {1, 0}));
         else out = r.g.binary(Op::Add, a, r.g.scalar(0.5));
+        break;
+      }
+      case 9: {  // a batch norm's statistic: the mean of an elementwise value over leading and trailing axes
+        ValueId e = r.g.binary(Op::Mul, a, r.g.unary(Op::Tanh, a));
+        if (sa.size() >= 3) out = r.g.mean(e, {0, int64_t(sa.size()) - 1}, pick(2) == 0);
+        else out = r.g.sum(e, {int64_t(sa.size()) - 1}, true);
+        break;
+      }
+      case 10: {  // broadcast back: x * expand(sum(x)) + expand(sum(x)) (an expand read twice)
+        ValueId s = r.g.expand(r.g.sum(a, {int64_t(pick(sa.size()))}, true), sa);
+        out = r.g.binary(Op::Add, r.g.binary(Op::Mul, a, s), s);
         break;
       }
     }
@@ -248,6 +259,70 @@ TEST(MemoryPlan, RowBroadcastGroupsMatchUnfusedBitForBit) {
           ASSERT_EQ(a2.get(i), v > 0.0f ? v : 0.0f) << "element " << i << " change " << change;
         }
       }
+    }
+  }
+}
+}  // namespace
+}  // namespace synoros
+
+namespace synoros {
+namespace {
+// A batch norm's statistics: mean((x - m)^2) over N, H, W of [N, C, H, W], where x - m is also
+// read by the normalisation. The square runs inside the reduction's launch (a fused prologue),
+// the broadcast mean is read in place, and the bits are the unfused plan's at 1, 2 and 3 threads,
+// for rows that cross the reduction's 4096-element segments at odd offsets.
+TEST(MemoryPlan, ReductionPrologueMatchesUnfusedBitForBit) {
+  for (Shape s : {Shape{64, 16, 28, 28}, Shape{3, 5, 7, 9}, Shape{8, 4, 13}, Shape{2, 5000}}) {
+    Graph g;
+    ValueId x = g.input(DType::F32, s, "x");
+    std::vector<int64_t> axes = {0};
+    for (size_t d = 2; d < s.size(); ++d) axes.push_back(int64_t(d));
+    if (s.size() == 2) axes = {1};
+    ValueId m = g.mean(x, axes, true);
+    ValueId c = g.binary(Op::Sub, x, g.expand(m, s));
+    ValueId v = g.mean(g.binary(Op::Mul, c, c), axes, true);
+    ValueId y = g.binary(Op::Mul, c, g.expand(g.unary(Op::Rsqrt, g.binary(Op::Add, v, g.scalar(1e-5))), s));
+    CompileOptions plain;
+    plain.fuse = false;
+    HostTensor hx = testing::random_tensor({DType::F32, s}, 5);
+    for (int threads : {1, 2, 3}) {
+      int saved = num_threads();
+      set_num_threads(threads);
+      Plan fast(g, {v, y}), ref(g, {v, y}, plain);
+      for (Plan* p : {&fast, &ref}) {
+        p->set_input(x, hx);
+        p->run();
+      }
+      set_num_threads(saved);
+      bool prologue = false;
+      for (const LaunchInfo& li : fast.launch_info())
+        prologue = prologue || (li.ops.back() == v && li.ops.size() > 1);
+      EXPECT_TRUE(prologue) << "the square was not fused into the mean";
+      for (ValueId o : {v, y}) {
+        HostTensor a = fast.read(o), e = ref.read(o);
+        ASSERT_EQ(0, std::memcmp(a.buffer->data(), e.buffer->data(), a.bytes())) << "threads " << threads;
+      }
+    }
+    // And the statistic is the variance, within float32 rounding of the float64 one.
+    HostTensor hv = [&] {
+      Plan p(g, {v});
+      p.set_input(x, hx);
+      p.run();
+      return p.read(v);
+    }();
+    int64_t K = hv.numel(), total = numel(s), inner = 1;
+    for (size_t d = 2; d < s.size(); ++d) inner *= s[d];
+    if (s.size() == 2) inner = s[1];
+    for (int64_t k = 0; k < K; ++k) {
+      std::vector<double> vals;
+      for (int64_t i = 0; i < total; ++i)
+        if ((s.size() == 2 ? i / inner : i / inner % K) == k) vals.push_back(hx.get(i));
+      double mean = 0, var = 0;
+      for (double t : vals) mean += t;
+      mean /= double(vals.size());
+      for (double t : vals) var += (t - mean) * (t - mean);
+      var /= double(vals.size());
+      EXPECT_NEAR(hv.get(k), var, 1e-4 * var + 1e-6) << "channel " << k;
     }
   }
 }

@@ -98,6 +98,10 @@ struct LowerCtx {
   std::vector<ValueId> chain = {};
   std::vector<void*> chain_in = {};
   std::vector<const Buffer*> chain_param = {};
+  // A reduction's fused elementwise prologue: the group computing its input (which the plan does
+  // not keep), its externals and their buffers.
+  std::vector<ValueId> pro_members = {}, pro_externals = {};
+  std::vector<void*> pro_ptrs = {};
 
   const Shape& in_shape(size_t i) const { return g.shape(node.in[i]); }
   std::vector<int64_t> in_stride(size_t i) const {

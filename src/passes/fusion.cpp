@@ -78,13 +78,24 @@ std::vector<FusionGroup> fuse_elementwise(const Graph& g, const std::vector<bool
             ext.push_back(x);
       return ext;
     };
-    // Grow toward producers: a producer joins when this group is its only reader. A view joins
+    // Grow toward producers: a producer joins when only this group reads it. A view joins
     // as a load (a gather from its input into the block); the group does not grow past it.
     for (size_t k = 0; enabled && k < members.size(); ++k) {
       if (foldable_view(g, members[k])) continue;
       for (ValueId x : g.node(members[k]).in) {
         if (taken[size_t(x)] || !launched[size_t(x)] || observable[size_t(x)]) continue;
-        if (!(fusable(g, x) || foldable_view(g, x)) || readers[size_t(x)] != 1) continue;
+        if (!(fusable(g, x) || foldable_view(g, x))) continue;
+        // Every reader of x must be in the group (a broadcast read by two of its members, say).
+        // A view member loads from an external, so what a view reads stays outside.
+        int inside = 0;
+        bool viewed = false;
+        for (ValueId m : members) {
+          const auto& in = g.node(m).in;
+          bool reads = std::find(in.begin(), in.end(), x) != in.end();
+          inside += reads;
+          viewed = viewed || (reads && foldable_view(g, m));
+        }
+        if (inside != readers[size_t(x)] || viewed) continue;
         if (g.shape(x) != g.shape(root) || g.dtype(x) != g.dtype(root)) continue;
         std::vector<ValueId> trial = members;
         trial.push_back(x);

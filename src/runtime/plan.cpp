@@ -188,15 +188,16 @@ Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
   // Convolution data gradients fold(fold(einsum(dY, W))) whose einsum and first fold nobody
   // else reads run as one launch of the last fold (kernels::lower_conv_data_grad).
   std::vector<std::vector<ValueId>> chain_of(n);
+  std::vector<int> readers(n, 0);
+  std::vector<ValueId> a_reader(n, kNoValue);
+  for (size_t i = 0; i < n; ++i) {
+    if (!needed[i]) continue;
+    std::vector<ValueId> in = graph_.node(ValueId(i)).in;
+    std::sort(in.begin(), in.end());
+    in.erase(std::unique(in.begin(), in.end()), in.end());
+    for (ValueId x : in) ++readers[size_t(x)], a_reader[size_t(x)] = ValueId(i);
+  }
   if (fuse) {
-    std::vector<int> readers(n, 0);
-    for (size_t i = 0; i < n; ++i) {
-      if (!needed[i]) continue;
-      std::vector<ValueId> in = graph_.node(ValueId(i)).in;
-      std::sort(in.begin(), in.end());
-      in.erase(std::unique(in.begin(), in.end()), in.end());
-      for (ValueId x : in) ++readers[size_t(x)];
-    }
     auto inner = [&](ValueId v) {
       return launched[size_t(v)] && !fused_away[size_t(v)] && !observable[size_t(v)] && readers[size_t(v)] == 1;
     };
@@ -212,9 +213,23 @@ Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
       fused_away[size_t(m->e)] = fused_away[size_t(m->f1)] = true;
     }
   }
+  // Reductions with a fused prologue: a group whose output only a sum or mean reads, and that
+  // nobody else observes, runs block by block inside the reduction's launch instead of being
+  // written out and read back (kernels::reduce_takes_prologue).
+  std::vector<int> prologue_of(n, -1);
+  for (size_t k = 0; fuse && k < groups.size(); ++k) {
+    ValueId x = groups[k].members.back(), r = a_reader[size_t(x)];
+    if (producer[k] != kNoValue || observable[size_t(x)] || readers[size_t(x)] != 1 || r == kNoValue) continue;
+    if (!launched[size_t(r)] || graph_.node(r).in[0] != x || !kernels::reduce_takes_prologue(graph_, r)) continue;
+    if (fused_away[size_t(r)] && std::find(producer.begin(), producer.end(), r) == producer.end()) continue;
+    prologue_of[size_t(r)] = int(k);
+    fused_away[size_t(x)] = true;
+    group_of[size_t(x)] = -1;
+  }
   // What a launch of node v reads: an einsum reads its operands' bases.
   auto node_reads = [&](ValueId v) {
     if (!chain_of[size_t(v)].empty()) return graph_.node(chain_of[size_t(v)][0]).in;
+    if (prologue_of[size_t(v)] >= 0) return groups[size_t(prologue_of[size_t(v)])].externals;
     if (operand_views[size_t(v)].empty()) return graph_.node(v).in;
     std::vector<ValueId> r;
     for (const auto& av : operand_views[size_t(v)]) r.push_back(av.base);
@@ -228,6 +243,12 @@ Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
       while (graph_.node(x).op == Op::Reshape) x = graph_.node(x).in[0];
       return graph_.node(x).op == Op::Param ? graph_.node(x).data->buffer.get() : nullptr;
     };
+    if (prologue_of[size_t(v)] >= 0) {
+      const passes::FusionGroup& pg = groups[size_t(prologue_of[size_t(v)])];
+      ctx.pro_members = pg.members;
+      ctx.pro_externals = pg.externals;
+      for (ValueId x : pg.externals) ctx.pro_ptrs.push_back(ptrs_[size_t(x)]);
+    }
     if (!chain_of[size_t(v)].empty()) {
       ctx.chain = chain_of[size_t(v)];
       for (ValueId x : graph_.node(ctx.chain[0]).in) {
@@ -288,6 +309,10 @@ Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
             kernel = pctx.kernel + (streamed ? " streamed" : "");
             shown.insert(shown.begin(), e);
             shown.insert(shown.begin(), chain_of[size_t(e)].begin(), chain_of[size_t(e)].end());
+            if (prologue_of[size_t(e)] >= 0) {
+              const auto& pm = groups[size_t(prologue_of[size_t(e)])].members;
+              shown.insert(shown.begin(), pm.begin(), pm.end());
+            }
           }
           if (keep && shown.size() > 1) impl_->groups.push_back(shown);
           ops = shown;
@@ -296,6 +321,11 @@ Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
           l = kernels::lower(ctx);
           kernel = ctx.kernel;
           ops.insert(ops.begin(), chain_of[i].begin(), chain_of[i].end());
+          if (prologue_of[i] >= 0) {
+            const auto& pm = groups[size_t(prologue_of[i])].members;
+            ops.insert(ops.begin(), pm.begin(), pm.end());
+            if (keep) impl_->groups.push_back(ops);
+          }
         }
       } catch (const Error& err) {
         throw Error(std::string("compile: ") + op_name(nd.op) + " at %" + std::to_string(i) + ": " + err.what());
@@ -346,7 +376,7 @@ Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
           inplace.push_back(x);
     } else {
       reads = node_reads(ValueId(i));
-      for (size_t k = 0; k < nd.in.size() && chain_of[i].empty(); ++k)
+      for (size_t k = 0; k < nd.in.size() && chain_of[i].empty() && prologue_of[i] < 0; ++k)
         if (passes::can_run_in_place(graph_, nd, k)) inplace.push_back(nd.in[k]);
     }
     mi.reads.push_back(reads);

@@ -17,9 +17,17 @@ constexpr int kFuseMaxExternals = 8;
 Launch lower_group(const Graph& g, const std::vector<ValueId>& members,
                    const std::vector<ValueId>& externals, const std::vector<void*>& ext_ptrs,
                    void* out, PlanStorage& storage);
+// A group built by lower_group evaluated over output elements [begin, end) into dst (nothing
+// written to its output), for a consumer that takes it as its prologue; group_prepare first,
+// once per launch (it refreshes the group's tiled broadcast rows).
+void group_eval(const void* group_args, int64_t begin, int64_t end, void* dst);
+void group_prepare(const void* group_args);
 Launch lower_cast(LowerCtx& c);
 Launch lower_dropout(LowerCtx& c);
 Launch lower_reduce(LowerCtx& c);    // sum, max, mean
+// Whether reduction r can take a fused elementwise prologue (LowerCtx::pro_members): a sum or
+// mean over trailing axes, or over a leading and a trailing block.
+bool reduce_takes_prologue(const Graph& g, ValueId r);
 Launch lower_view(LowerCtx& c);      // permute, expand, slice, pad, stride, shift, unfold
 Launch lower_fold(LowerCtx& c);
 Launch lower_einsum(LowerCtx& c);

@@ -44,11 +44,13 @@ struct GroupArgs {
 };
 
 // Runs the group's instructions over one run [pos, pos + len) whose externals start at ext.
+// The last instruction writes to `dst` (the block's place in the output, or a caller's buffer).
 inline void run_block(const GroupArgs& a, char (*slots)[kBlock * 8], const char* const* ext,
-                      const int64_t* s_inner, int64_t pos, int64_t len) {
+                      const int64_t* s_inner, int64_t pos, int64_t len, char* dst_at) {
   static constexpr int64_t one[3] = {1, 1, 1};
   for (int i = 0; i < a.n_instr; ++i) {
     const Instr& in = a.instr[i];
+    if (!in.fn && !in.gather) continue;  // a broadcast its readers read in place
     if (in.gather) {
       gather_range(in.gather, pos, pos + len, slots[i]);
       continue;
@@ -64,13 +66,15 @@ inline void run_block(const GroupArgs& a, char (*slots)[kBlock * 8], const char*
         st[j] = s_inner[-in.src[j] - 1];
       }
     }
-    void* dst = i == a.n_instr - 1 ? static_cast<void*>(a.out + pos * a.esize) : slots[i];
+    void* dst = i == a.n_instr - 1 ? static_cast<void*>(dst_at) : slots[i];
     in.fn(dst, src, st, len);
   }
 }
 
-// The group over output elements [begin, end).
-void group_range(const GroupArgs& a, int64_t begin, int64_t end) {
+// The group over output elements [begin, end), written to the output, or to dst[0, end - begin)
+// when dst is given.
+void group_range(const GroupArgs& a, int64_t begin, int64_t end, char* dst = nullptr) {
+  auto at = [&](int64_t pos) { return dst ? dst + (pos - begin) * a.esize : a.out + pos * a.esize; };
   // Per-thread block scratch: chunks of one launch run on several threads at once.
   alignas(64) static thread_local char slots[kFuseMaxMembers - 1][kBlock * 8];
   if (a.rank == 1) {  // every external contiguous or a broadcast scalar: no index walking
@@ -80,7 +84,7 @@ void group_range(const GroupArgs& a, int64_t begin, int64_t end) {
     for (int64_t pos = begin; pos < end; pos += kBlock) {
       int64_t len = std::min(end - pos, kBlock);
       for (int k = 0; k < a.n_ext; ++k) ext[k] = a.ext[k] + pos * s_inner[k] * a.esize;
-      run_block(a, slots, ext, s_inner, pos, len);
+      run_block(a, slots, ext, s_inner, pos, len, at(pos));
     }
     return;
   }
@@ -93,7 +97,7 @@ void group_range(const GroupArgs& a, int64_t begin, int64_t end) {
       int64_t len = std::min(end - pos, step);
       for (int k = 0; k < a.n_ext; ++k)
         ext[k] = a.row_bcast[k] ? a.tile[k] + (pos % n) * a.esize : a.ext[k] + pos * s_inner[k] * a.esize;
-      run_block(a, slots, ext, s_inner, pos, len);
+      run_block(a, slots, ext, s_inner, pos, len, at(pos));
     }
     return;
   }
@@ -111,7 +115,7 @@ void group_range(const GroupArgs& a, int64_t begin, int64_t end) {
       for (int d = 0; d < r; ++d) off += idx[d] * a.stride[k][d];
       ext[k] = a.ext[k] + off * a.esize;
     }
-    run_block(a, slots, ext, s_inner, pos, len);
+    run_block(a, slots, ext, s_inner, pos, len, at(pos));
     pos += len;
     advance_index(len, r, a.shape, idx);
   }
@@ -165,6 +169,11 @@ void streamed_launch(const void* p, ThreadPool& pool) {
 }
 }  // namespace
 
+void group_eval(const void* group_args, int64_t begin, int64_t end, void* dst) {
+  group_range(*static_cast<const GroupArgs*>(group_args), begin, end, static_cast<char*>(dst));
+}
+void group_prepare(const void* group_args) { refresh_tiles(*static_cast<const GroupArgs*>(group_args)); }
+
 Launch stream_epilogue(PlanStorage& storage, const OutputChunks& producer, Launch group, ValueId node) {
   if (group.fn != group_launch || !producer.run || producer.chunk_elems < 1)
     throw Error("stream_epilogue: needs a chunked producer and a fused group launch");
@@ -187,9 +196,26 @@ Launch lower_group(const Graph& g, const std::vector<ValueId>& members,
   a->esize = int64_t(dtype_size(root.dtype));
   a->out = static_cast<char*>(out);
   std::vector<bool> read_direct(externals.size(), false);  // by a line op, with broadcast strides
+  // An expand of an external is a broadcast: its readers read the external in place with zero
+  // strides (below) rather than through a gathered block.
+  auto broadcast_of = [&](ValueId v) -> int {
+    const Node& n = g.node(v);
+    if (n.op != Op::Expand) return -1;
+    auto e = std::find(externals.begin(), externals.end(), n.in[0]);
+    if (e == externals.end()) return -1;
+    const Shape& is = g.shape(n.in[0]);
+    if (is.size() > n.shape.size()) return -1;
+    for (size_t d = 0; d < is.size(); ++d)
+      if (is[d] != 1 && is[d] != n.shape[n.shape.size() - is.size() + d]) return -1;
+    return int(e - externals.begin());
+  };
   for (size_t i = 0; i < members.size(); ++i) {
     const Node& n = g.node(members[i]);
     Instr& ins = a->instr[i];
+    if (i + 1 < members.size() && broadcast_of(members[i]) >= 0) {
+      ins = {nullptr, nullptr, 0, {0, 0, 0}};
+      continue;
+    }
     if (op_info(n.op).kind == OpKind::View) {
       if (i + 1 == members.size()) throw Error("fusion: a view cannot be a group's output");
       auto e = std::find(externals.begin(), externals.end(), n.in[0]);
@@ -206,7 +232,11 @@ Launch lower_group(const Graph& g, const std::vector<ValueId>& members,
     ins.nsrc = int(n.in.size());
     for (size_t j = 0; j < n.in.size(); ++j) {
       auto m = std::find(members.begin(), members.end(), n.in[j]);
-      if (m != members.end()) {
+      if (m != members.end() && broadcast_of(*m) >= 0) {
+        int e = broadcast_of(*m);
+        ins.src[j] = -e - 1;
+        read_direct[size_t(e)] = true;
+      } else if (m != members.end()) {
         ins.src[j] = int(m - members.begin());
       } else {
         auto e = std::find(externals.begin(), externals.end(), n.in[j]);

@@ -186,7 +186,91 @@ void scatter_launch(const void* p, ThreadPool& pool) {
   const ScatterArgs& a = *static_cast<const ScatterArgs*>(p);
   pool.run((a.outer + 1023) / 1024, scatter_chunk, p);
 }
+
+// Sum or mean of [A, K, B] over A and B (a batch norm's statistics over N and H x W): each kept
+// k's row is the virtual concatenation of x[a, k, :] over a, reduced exactly as reduce_row
+// reduces a gathered row -- element t of the row goes to lane t % 8 of its 4096-element
+// segment, in increasing t, segments added in order -- without gathering it first.
+struct MiddleArgs {
+  int64_t A, K, B, rows_per_chunk;
+  const void* group;  // a fused elementwise prologue (lower_group's args) computing the input, or null
+  const void* in;
+  void* out;
+  int kind;
+  bool f64;
+};
+template <class T>
+T tree8(const T* l) {
+  return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+}
+template <class T>
+void middle_row_t(const MiddleArgs& m, int64_t k) {
+  alignas(64) static thread_local T buf[kSegment];  // a run of the prologue's values
+  const T* x = static_cast<const T*>(m.in);
+  T lane[8] = {};
+  T total = T(0);
+  int64_t t = 0;
+  for (int64_t a = 0; a < m.A; ++a) {
+    const T* p = x + (a * m.K + k) * m.B;
+    for (int64_t off = 0; off < m.B;) {
+      int64_t n = std::min(m.B - off, kSegment - t % kSegment);
+      const T* q = p + off;
+      if (m.group) {
+        int64_t pos = (a * m.K + k) * m.B + off;
+        group_eval(m.group, pos, pos + n, buf);
+        q = buf;
+      }
+      int64_t i = 0;
+      for (; i < n && (t + i) % 8 != 0; ++i) lane[(t + i) % 8] += q[i];
+      for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; ++j) lane[j] += q[i + j];
+      for (; i < n; ++i) lane[(t + i) % 8] += q[i];
+      t += n, off += n;
+      if (t % kSegment == 0) {
+        total = total + tree8(lane);
+        for (T& l : lane) l = T(0);
+      }
+    }
+  }
+  if (t % kSegment != 0) total = total + tree8(lane);
+  static_cast<T*>(m.out)[k] = m.kind == 2 ? total / T(m.A * m.B) : total;
+}
+void middle_chunk(const void* p, int64_t chunk) {
+  const MiddleArgs& m = *static_cast<const MiddleArgs*>(p);
+  for (int64_t k = chunk * m.rows_per_chunk; k < std::min(m.K, (chunk + 1) * m.rows_per_chunk); ++k)
+    m.f64 ? middle_row_t<double>(m, k) : middle_row_t<float>(m, k);
+}
+void middle_launch(const void* p, ThreadPool& pool) {
+  const MiddleArgs& m = *static_cast<const MiddleArgs*>(p);
+  if (m.group) group_prepare(m.group);
+  pool.run((m.K + m.rows_per_chunk - 1) / m.rows_per_chunk, middle_chunk, p);
+}
+
+// [A, K, B] for a sum or mean whose reduced axes are a leading and a trailing block around the
+// kept ones, or only trailing ones (A = 1): the reductions the middle path runs.
+bool middle_form(const Node& n, const Shape& is, int64_t& A, int64_t& K, int64_t& B) {
+  if (n.op != Op::Sum && n.op != Op::Mean) return false;
+  std::vector<int> axes = opdefs::reduce_axes(n, is);
+  if (axes.empty() || axes.back() != int(is.size()) - 1) return false;
+  std::vector<bool> red(is.size(), false);
+  for (int x : axes) red[size_t(x)] = true;
+  size_t lead = 0, trail = 0;
+  while (lead < is.size() && red[lead]) ++lead;
+  while (trail < is.size() && red[is.size() - 1 - trail]) ++trail;
+  if (lead == is.size()) lead = 0, trail = is.size();  // everything: one row
+  if (lead + trail != axes.size()) return false;
+  A = 1, K = 1, B = 1;
+  for (size_t d = 0; d < is.size(); ++d) (d < lead ? A : d >= is.size() - trail ? B : K) *= is[d];
+  return true;
+}
 }  // namespace
+
+bool reduce_takes_prologue(const Graph& g, ValueId r) {
+  const Node& n = g.node(r);
+  if (n.in.size() != 1 || (n.dtype != DType::F32 && n.dtype != DType::F64) || g.dtype(n.in[0]) != n.dtype) return false;
+  int64_t A, K, B;
+  return middle_form(n, g.shape(n.in[0]), A, K, B);
+}
 
 Launch lower_reduce(LowerCtx& c) {
   const Node& n = c.node;
@@ -200,7 +284,7 @@ Launch lower_reduce(LowerCtx& c) {
   a->f64 = n.dtype == DType::F64;
   a->out = c.out;
   a->outer = 1, a->r = 1, a->inner = 1;
-  if (contiguous_block) {
+  if (contiguous_block && c.pro_members.empty()) {
     for (size_t d = 0; d < is.size(); ++d) {
       if (red[d]) a->r *= is[d];
       else if (axes.empty() || int(d) < axes.front()) a->outer *= is[d];
@@ -209,6 +293,19 @@ Launch lower_reduce(LowerCtx& c) {
     a->in = c.in[0];
     return {reduce_launch, a, c.id};
   }
+  // Reduced axes a leading and a trailing block around the kept ones: no gather. With a fused
+  // prologue, trailing reductions run there too (the same order as reduce_row).
+  int64_t A = 1, K = 1, B = 1;
+  bool pro = !c.pro_members.empty();
+  if ((pro || !contiguous_block) && middle_form(n, is, A, K, B)) {
+    auto* m = c.args<MiddleArgs>();
+    m->A = A, m->K = K, m->B = B;
+    m->rows_per_chunk = std::max<int64_t>(1, kSegment / std::max<int64_t>(1, A * B));
+    m->group = pro ? lower_group(c.g, c.pro_members, c.pro_externals, c.pro_ptrs, nullptr, c.storage).args : nullptr;
+    m->in = c.in[0], m->out = c.out, m->kind = a->kind, m->f64 = a->f64;
+    return {middle_launch, m, c.id};
+  }
+  if (pro) throw Error("reduce: a fused prologue on a reduction without the middle form");
   auto strides = contiguous_strides(is);
   int64_t r_total = 1, kept = 0;
   for (size_t d = 0; d < is.size(); ++d) red[d] ? r_total *= is[d] : ++kept;
