@@ -2,6 +2,7 @@
 // and planned results equal unplanned ones bit for bit.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 
@@ -325,6 +326,35 @@ TEST(MemoryPlan, ReductionPrologueMatchesUnfusedBitForBit) {
       EXPECT_NEAR(hv.get(k), var, 1e-4 * var + 1e-6) << "channel " << k;
     }
   }
+}
+}  // namespace
+}  // namespace synoros
+
+namespace synoros {
+namespace {
+// 2x2 max pooling as reduce_max over scattered axes (the vectorised window path) gives the bits
+// of the same maximum over a contiguous row (reduce_row), NaNs and signed zeros included.
+TEST(MemoryPlan, PoolingWindowMaxMatchesTheRowMaximum) {
+  Shape s{2, 3, 5, 2, 67, 2};
+  Graph g;
+  ValueId x = g.input(DType::F32, s, "x");
+  Attrs pool;
+  pool.ints = {3, 5};
+  ValueId windowed = g.add(Op::ReduceMax, {x}, pool);
+  Attrs last;
+  last.ints = {4};
+  ValueId rows = g.add(Op::ReduceMax, {g.reshape(g.permute(x, {0, 1, 2, 4, 3, 5}), {2, 3, 5, 67, 4})}, last);
+  HostTensor hx = testing::random_tensor({DType::F32, s}, 8);
+  for (int64_t i = 0; i < hx.numel(); i += 7) hx.set(i, i % 3 == 0 ? std::nan("") : (i % 2 ? 0.0 : -0.0));
+  Plan p(g, {windowed, rows});
+  p.set_input(x, hx);
+  p.run();
+  HostTensor a = p.read(windowed), b = p.read(rows);
+  ASSERT_EQ(a.bytes(), b.bytes());
+  EXPECT_EQ(0, std::memcmp(a.buffer->data(), b.buffer->data(), a.bytes()));
+  int nans = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) nans += std::isnan(a.get(i));
+  EXPECT_GT(nans, 0);
 }
 }  // namespace
 }  // namespace synoros

@@ -205,8 +205,14 @@ Launch lower_group(const Graph& g, const std::vector<ValueId>& members,
     if (e == externals.end()) return -1;
     const Shape& is = g.shape(n.in[0]);
     if (is.size() > n.shape.size()) return -1;
+    size_t lead = n.shape.size() - is.size();
     for (size_t d = 0; d < is.size(); ++d)
-      if (is[d] != 1 && is[d] != n.shape[n.shape.size() - is.size() + d]) return -1;
+      if (is[d] != 1 && is[d] != n.shape[lead + d]) return -1;
+    // Broadcast along the innermost dimensions, the runs read in place are that block's size:
+    // short ones (a 2x2 pooling window's) cost a line call each, so those stay gathered.
+    int64_t run = 1;
+    for (size_t d = n.shape.size(); d-- > 0 && (d < lead || is[d - lead] == 1);) run *= n.shape[d];
+    if (run > 1 && run < 16) return -1;
     return int(e - externals.begin());
   };
   for (size_t i = 0; i < members.size(); ++i) {

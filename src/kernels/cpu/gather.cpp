@@ -185,6 +185,22 @@ void gather_range_t(const GatherArgs& a, int64_t begin, int64_t end, E* out) {
     // without recomputing the multi-index for every run.
     if (r >= 2 && inner < 64 && idx[r - 1] == 0 && end - pos >= inner) {
       int64_t rows = std::min(a.shape[r - 2] - idx[r - 2], (end - pos) / inner);
+      if (s_in == 0 && !a.checked && a.ngates == 0) {  // each element repeated inner times (an upsample)
+        E* o = out + (pos - begin);
+        const E* src = in + off;
+        int64_t sr = a.stride[r - 2];
+        for (int64_t row = 0; row < rows; ++row, o += inner) {
+          E v = src[row * sr];
+          for (int64_t i = 0; i < inner; ++i) o[i] = v;
+        }
+        pos += rows * inner;
+        idx[r - 2] += rows;
+        for (int d = r - 2; d > 0 && idx[d] == a.shape[d]; --d) {
+          idx[d] = 0;
+          ++idx[d - 1];
+        }
+        continue;
+      }
       for (int64_t row = 0; row < rows; ++row) {
         int64_t grow[kMaxGates];
         for (int k = 0; k < a.ngates; ++k) grow[k] = gc[k] + row * a.gstride[k][r - 2];
@@ -256,7 +272,8 @@ Launch make_gather(LowerCtx& c, const GatherSpec& s, const void* in, void* out, 
     a->glimit[k] = s.gates[k].limit;
   }
   a->plane = 0;
-  if (a->rank >= 2 && !s.checked && (a->ngates > 0 || a->stride[a->rank - 1] != 1)) {
+  // (A broadcast innermost dimension without gates is a repeat: the row walk below does that.)
+  if (a->rank >= 2 && !s.checked && (a->ngates > 0 || (a->stride[a->rank - 1] != 1 && a->stride[a->rank - 1] != 0))) {
     int r = a->rank;
     bool ok = true;
     for (int k = 0; k < a->ngates; ++k) {

@@ -6,6 +6,9 @@
 // Work is split over output rows only, so the thread count never changes a bit.
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
+
+#include <emmintrin.h>
 
 #include "ir/op_defs.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
@@ -160,6 +163,61 @@ void scatter_chunk_t(const ScatterArgs& a, int64_t chunk) {
     for (int d = 0; d < a.kept_rank; ++d) base += idx[d] * a.kept_stride[d];
     // Along the innermost kept axis the base only advances by its stride.
     int64_t run = std::min(a.kept_shape[last] - idx[last], o1 - o);
+    if (a.r <= 8) {
+      // reduce_row's lane tree for one short segment, over a tile of outputs along the run:
+      // lanes gathered first, then combined output by output in the same tree (vectorisable).
+      constexpr int64_t kTileOut = 64;
+      T id = a.kind == 1 ? T(-INFINITY) : T(0);
+      T l[8][kTileOut];
+      int64_t ks = a.kept_stride[last];
+      for (int64_t i0 = 0; i0 < run; i0 += kTileOut) {
+        int64_t m = std::min(kTileOut, run - i0);
+        const T* xb = x + base + i0 * ks;
+        for (int j = 0; j < 8; ++j) {
+          if (j < a.r) {
+            const T* xj = xb + a.roff[j];
+            for (int64_t i = 0; i < m; ++i) l[j][i] = xj[i * ks];
+          } else {
+            for (int64_t i = 0; i < m; ++i) l[j][i] = id;
+          }
+        }
+        T* yo = y + o + i0;
+        if (a.kind == 1) {
+          // combine(a, b, max) without branches, so the loop vectorises: b where b > a or b is NaN.
+          auto mx = [](T p, T q) {
+            bool t = (q > p) | (q != q);
+            return t ? q : p;
+          };
+          int64_t i = 0;
+          if constexpr (std::is_same_v<T, float>) {  // the same selection, four lanes at a time (SSE2)
+            auto vmx = [](__m128 p, __m128 q) {
+              __m128 t = _mm_or_ps(_mm_cmpgt_ps(q, p), _mm_cmpunord_ps(q, q));
+              return _mm_or_ps(_mm_and_ps(t, q), _mm_andnot_ps(t, p));
+            };
+            __m128 vid = _mm_set1_ps(id);
+            for (; i + 4 <= m; i += 4) {
+              __m128 v[8];
+              for (int j = 0; j < 8; ++j) v[j] = _mm_loadu_ps(&l[j][i]);
+              __m128 t = vmx(vmx(vmx(v[0], v[1]), vmx(v[2], v[3])), vmx(vmx(v[4], v[5]), vmx(v[6], v[7])));
+              _mm_storeu_ps(yo + i, vmx(vid, t));
+            }
+          }
+          for (; i < m; ++i) {
+            T s01 = mx(l[0][i], l[1][i]), s23 = mx(l[2][i], l[3][i]);
+            T s45 = mx(l[4][i], l[5][i]), s67 = mx(l[6][i], l[7][i]);
+            yo[i] = mx(id, mx(mx(s01, s23), mx(s45, s67)));
+          }
+        } else {
+          for (int64_t i = 0; i < m; ++i) {
+            T v = id + (((l[0][i] + l[1][i]) + (l[2][i] + l[3][i])) + ((l[4][i] + l[5][i]) + (l[6][i] + l[7][i])));
+            yo[i] = a.kind == 2 ? v / count : v;
+          }
+        }
+      }
+      o += run;
+      advance_index(run, a.kept_rank, a.kept_shape, idx);
+      continue;
+    }
     for (int64_t i = 0; i < run; ++i, base += a.kept_stride[last]) {
       T v;
       if (a.r <= 8) {  // reduce_row's lane tree for one short segment, written out
