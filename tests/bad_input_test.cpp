@@ -14,6 +14,18 @@ TEST(BadInput, ShapeMismatchWhileBuilding) {
   expect_error([&] { g.matmul(a, b); }, {"einsum", "[3,4]", "[5,4]", "size"});
 }
 
+TEST(BadInput, BatchNormStatisticsOfTheWrongShape) {
+  Graph g;
+  ValueId x = g.input(DType::F32, {8, 3, 4, 4}, "x"), c3 = g.input(DType::F32, {3}, "c3"),
+          c4 = g.input(DType::F32, {4}, "c4"), v = g.input(DType::F32, {8}, "v");
+  Attrs at;
+  at.scalar = 1e-5;
+  expect_error([&] { g.add(Op::BatchNorm, {x, c3, c4, c3, c3}, at); }, {"batchnorm", "var", "[3]", "[8,3,4,4]", "[4]"});
+  expect_error([&] { g.add(Op::BatchNorm, {v, v, v, v, v}, at); }, {"batchnorm", "rank 2", "[8]"});
+  at.scalar = 0;
+  expect_error([&] { g.add(Op::BatchNorm, {x, c3, c3, c3, c3}, at); }, {"batchnorm", "eps"});
+}
+
 TEST(BadInput, DtypeMismatchWhileBuilding) {
   Graph g;
   ValueId a = g.input(DType::F32, {3}, "a"), b = g.input(DType::F64, {3}, "b");

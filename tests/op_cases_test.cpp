@@ -171,6 +171,31 @@ std::vector<OpCase> all_cases() {
   ln.scalar = 1e-5;
   c.push_back(with_attrs("layernorm", Op::LayerNorm, {f32({3, 8})}, ln));
   c.push_back(with_attrs("layernorm affine", Op::LayerNorm, {f32({2, 3, 8}), f32({8}), f32({8})}, ln));
+  // batchnorm with the batch statistics of x, as BatchNorm2d builds it: its gradient is the
+  // total derivative through the statistics, so finite differences see the whole composition.
+  for (Shape xs : {Shape{4, 3, 5, 5}, Shape{6, 2}, Shape{1, 3, 2, 7}}) {
+    int64_t C = xs[1];
+    c.push_back({"batchnorm " + shape_str(xs), {f32(xs), f32({C}, 0.5, 2), f32({C})},
+                 [xs, C](Graph& g, const std::vector<ValueId>& x) {
+                   std::vector<int64_t> axes;
+                   for (size_t d = 0; d < xs.size(); ++d)
+                     if (d != 1) axes.push_back(int64_t(d));
+                   ValueId m = g.mean(x[0], axes, true);
+                   ValueId cen = g.binary(Op::Sub, x[0], g.expand(m, xs));
+                   ValueId v = g.mean(g.binary(Op::Mul, cen, cen), axes, true);
+                   Attrs at;
+                   at.scalar = 1e-5;
+                   return g.add(Op::BatchNorm, {x[0], g.reshape(m, {C}), g.reshape(v, {C}), x[1], x[2]}, at);
+                 }});
+  }
+  {
+    Attrs bn;
+    bn.scalar = 1e-5;
+    OpCase sums = with_attrs("batchnorm_sums", Op::BatchNormSums,
+                             {f32({3, 4, 37, 41}), f32({3, 4, 37, 41}), f32({4}), f32({4}, 0.2, 2)}, bn);
+    sums.differentiable = false;  // a gradient's building block (see vjp_batchnorm)
+    c.push_back(sums);
+  }
   c.push_back(with_attrs("cross_entropy i64", Op::CrossEntropy, {f32({5, 7}, -3, 3), i64({5}, 7)}, {}));
   c.push_back(with_attrs("cross_entropy i32", Op::CrossEntropy,
                          {f32({4, 3}, -3, 3), InputSpec{DType::I32, {4}, 0, 3, 0}}, {}));

@@ -33,7 +33,8 @@ enum class Op : uint8_t {
   // contraction
   Einsum,
   // composites with fused kernels (each has a decomposition the oracle mirrors)
-  Softmax, LogSoftmax, SoftmaxGrad, LogSoftmaxGrad, LayerNorm, LayerNormGrad, CrossEntropy,
+  Softmax, LogSoftmax, SoftmaxGrad, LogSoftmaxGrad, LayerNorm, LayerNormGrad, BatchNorm, BatchNormSums,
+  CrossEntropy,
   CrossEntropyGrad,
   Embedding, EmbeddingGrad, Dropout,
   Count

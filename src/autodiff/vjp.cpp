@@ -306,6 +306,39 @@ void vjp_layernorm(Graph& g, ValueId v, ValueId go, GradIn& gi) {
   gi[1] = g.sum(mul(g, go, xh), lead);
   gi[2] = g.sum(go, lead);
 }
+// batchnorm(x, mean, var, weight, bias) as batch normalisation uses it: mean and var are the batch
+// statistics of x over every axis but 1, so the input gradient is the total derivative through
+// them, dx = r w (g - mean(g) - xh mean(g xh)) with xh = (x - mean) r and r = 1/sqrt(var + eps)
+// (PyTorch's batch-norm backward); the weight gets sum(g xh), the bias sum(g), and nothing flows
+// into the statistics (their dependence on x is in dx already). Two passes: batchnorm_sums reads
+// g and x once for both sums, and dx is one elementwise group -- where differentiating the
+// statistics' graph takes about twice the passes.
+void vjp_batchnorm(Graph& g, ValueId v, ValueId go, GradIn& gi) {
+  Node n = g.node(v);
+  ValueId x = n.in[0], mean = n.in[1], var = n.in[2], w = n.in[3];
+  Shape s = g.shape(x);
+  int64_t C = s[1];
+  Shape cs(s.size(), 1);
+  cs[1] = C;
+  double count = double(numel(s)) / double(std::max<int64_t>(C, 1));
+  auto bc = [&](ValueId t) { return g.expand(g.reshape(t, cs), s); };
+  Attrs eps;
+  eps.scalar = n.attrs.scalar;
+  ValueId sums = g.add(Op::BatchNormSums, {go, x, mean, var}, eps);
+  auto row = [&](int64_t k) {
+    Attrs at;
+    at.ints = {0, k, k + 1};
+    return g.reshape(g.add(Op::Slice, {sums}, at), {C});
+  };
+  ValueId db = row(0), dw = row(1);
+  ValueId r = g.unary(Op::Rsqrt, g.binary(Op::Add, var, sc(g, var, n.attrs.scalar)));
+  ValueId xh = mul(g, sub(g, x, bc(mean)), bc(r));
+  ValueId inv = sc(g, var, count > 0 ? 1.0 / count : 0.0);
+  ValueId centred = sub(g, sub(g, go, bc(mul(g, db, inv))), mul(g, xh, bc(mul(g, dw, inv))));
+  gi[0] = mul(g, bc(mul(g, r, w)), centred);
+  gi[3] = dw;
+  gi[4] = db;
+}
 void vjp_cross_entropy(Graph& g, ValueId v, ValueId go, GradIn& gi) {
   gi[0] = g.add(Op::CrossEntropyGrad, {x0(g, v), x1(g, v), go});
 }

@@ -267,6 +267,40 @@ void infer_layernorm(const Graph& g, Node& n) {
   n.shape = in;
 }
 
+// batchnorm(x, mean, var, weight, bias): x [N, C, ...], the other four [C].
+void infer_batchnorm(const Graph& g, Node& n) {
+  require_float(g, n, 0);
+  const Shape& in = in_shape(g, n, 0);
+  if (in.size() < 2) throw Error("batchnorm needs x of rank 2 or more ([N, C, ...]), got " + shape_str(in));
+  if (!(n.attrs.scalar > 0)) throw Error("batchnorm needs eps > 0");
+  const char* names[] = {"x", "mean", "var", "weight", "bias"};
+  for (size_t k = 1; k < 5; ++k) {
+    if (in_dtype(g, n, k) != in_dtype(g, n, 0))
+      throw Error(std::string("batchnorm: ") + names[k] + " must have x's dtype " + dtype_name(in_dtype(g, n, 0)));
+    if (in_shape(g, n, k) != Shape{in[1]})
+      throw Error(std::string("batchnorm: ") + names[k] + " must be [" + std::to_string(in[1]) + "] for x " +
+                  shape_str(in) + ", got " + shape_str(in_shape(g, n, k)));
+  }
+  n.dtype = in_dtype(g, n, 0);
+  n.shape = in;
+}
+
+// batchnorm_sums(g, x, mean, var) -> [2, C]: per channel sum(g) and sum(g * (x - mean) / sqrt(var + eps)).
+void infer_batchnorm_sums(const Graph& g, Node& n) {
+  require_float(g, n, 0);
+  const Shape& in = in_shape(g, n, 0);
+  if (in.size() < 2) throw Error("batchnorm_sums needs g of rank 2 or more ([N, C, ...]), got " + shape_str(in));
+  if (!(n.attrs.scalar > 0)) throw Error("batchnorm_sums needs eps > 0");
+  if (in_shape(g, n, 1) != in || in_dtype(g, n, 1) != in_dtype(g, n, 0))
+    throw Error("batchnorm_sums: x " + shape_str(in_shape(g, n, 1)) + " must match g " + shape_str(in));
+  for (size_t k = 2; k < 4; ++k)
+    if (in_shape(g, n, k) != Shape{in[1]} || in_dtype(g, n, k) != in_dtype(g, n, 0))
+      throw Error(std::string("batchnorm_sums: ") + (k == 2 ? "mean" : "var") + " must be [" + std::to_string(in[1]) +
+                  "] of g's dtype, got " + shape_str(in_shape(g, n, k)));
+  n.dtype = in_dtype(g, n, 0);
+  n.shape = {2, in[1]};
+}
+
 // layernorm_grad(x, g [, weight]): the input gradient of layernorm(x [, weight, bias]).
 void infer_layernorm_grad(const Graph& g, Node& n) {
   if (n.in.size() < 2) throw Error("layernorm_grad takes x, the upstream gradient and an optional weight");

@@ -69,7 +69,12 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
   Tensor mean = x.mean({0, 2, 3}, true);
   Tensor centered = x - mean;
   Tensor var = (centered * centered).mean({0, 2, 3}, true);
-  Tensor y = centered * (Tensor::apply(Op::Rsqrt, {var + eps}) * w) + b;
+  // The normalisation as one op whose gradient is batch norm's own (two reductions and one
+  // pass; see vjp_batchnorm) rather than the derivative of the statistics' graph. The forward
+  // bits are those of centered * (rsqrt(var + eps) * w) + b.
+  Attrs at;
+  at.scalar = eps;
+  Tensor y = Tensor::apply(Op::BatchNorm, {x, mean.reshape({C}), var.reshape({C}), weight, bias}, at);
   double unbias = n > 1 ? double(n) / double(n - 1) : 1.0;
   running_mean.assign(running_mean * (1 - momentum) + mean.reshape({C}) * momentum);
   running_var.assign(running_var * (1 - momentum) + var.reshape({C}) * (momentum * unbias));

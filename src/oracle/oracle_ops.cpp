@@ -303,6 +303,36 @@ HostTensor oracle_layernorm(const Node& n, const OracleIn& in) {
   return out;
 }
 
+// batchnorm: y = (x - mean[c]) / sqrt(var[c] + eps) * weight[c] + bias[c], c the index along axis 1.
+HostTensor oracle_batchnorm(const Node& n, const OracleIn& in) {
+  HostTensor out = make_out(n);
+  int64_t C = n.shape[1], inner = 1;
+  for (size_t d = 2; d < n.shape.size(); ++d) inner *= n.shape[d];
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    int64_t c = i / std::max<int64_t>(inner, 1) % C;
+    double r = 1.0 / std::sqrt(in[2]->get(c) + n.attrs.scalar);
+    out.set(i, (in[0]->get(i) - in[1]->get(c)) * r * in[3]->get(c) + in[4]->get(c));
+  }
+  return out;
+}
+
+// batchnorm_sums(g, x, mean, var): [sum over all but axis 1 of g, of g * (x - mean) / sqrt(var + eps)].
+HostTensor oracle_batchnorm_sums(const Node& n, const OracleIn& in) {
+  HostTensor out = make_out(n);
+  const Shape& s = in[0]->shape;
+  int64_t C = s[1], inner = 1;
+  for (size_t d = 2; d < s.size(); ++d) inner *= s[d];
+  std::vector<double> s0(size_t(C), 0.0), s1(size_t(C), 0.0);
+  for (int64_t i = 0; i < in[0]->numel(); ++i) {
+    int64_t c = i / std::max<int64_t>(inner, 1) % C;
+    double g = in[0]->get(i), xh = (in[1]->get(i) - in[2]->get(c)) / std::sqrt(in[3]->get(c) + n.attrs.scalar);
+    s0[size_t(c)] += g;
+    s1[size_t(c)] += g * xh;
+  }
+  for (int64_t c = 0; c < C; ++c) out.set(c, s0[size_t(c)]), out.set(C + c, s1[size_t(c)]);
+  return out;
+}
+
 // d/dx of layernorm: with xh = (x - mean) r, r = 1/sqrt(var + eps) and gw = g * weight,
 // dx = r (gw - mean(gw) - xh mean(gw xh)).
 HostTensor oracle_layernorm_grad(const Node& n, const OracleIn& in) {

@@ -298,3 +298,145 @@ Launch lower_embedding_grad(LowerCtx& c) {
 }
 
 }  // namespace synoros::kernels
+
+// ---- batchnorm: y = (x - mean[c]) * (rsqrt(var[c] + eps) * weight[c]) + bias[c], over planes
+// of the elements after axis 1. The operations and their order are those of the same formula
+// written as elementwise ops (add, rsqrt = 1/sqrt, mul; then sub, mul, add per element), so the
+// bits are the unfused graph's. The launch is a fixed list of plane chunks (OutputChunks), so a
+// fused epilogue (the ReLU after it) runs on each chunk while it is in cache.
+namespace synoros::kernels {
+namespace {
+struct BnArgs {
+  int64_t planes, C, inner, planes_per_chunk;
+  const void *x, *mean, *var, *w, *b;
+  void* y;
+  double eps;
+  bool f64;
+};
+template <class T>
+void bn_chunk_t(const BnArgs& a, int64_t chunk) {
+  const T *x = static_cast<const T*>(a.x), *m = static_cast<const T*>(a.mean), *v = static_cast<const T*>(a.var),
+          *w = static_cast<const T*>(a.w), *b = static_cast<const T*>(a.b);
+  T* y = static_cast<T*>(a.y);
+  const T eps = T(a.eps);
+  for (int64_t p = chunk * a.planes_per_chunk; p < std::min(a.planes, (chunk + 1) * a.planes_per_chunk); ++p) {
+    int64_t c = p % a.C;
+    T s = (T(1) / std::sqrt(v[c] + eps)) * w[c], mc = m[c], bc = b[c];
+    const T* xp = x + p * a.inner;
+    T* yp = y + p * a.inner;
+    for (int64_t i = 0; i < a.inner; ++i) {
+      T t = xp[i] - mc;
+      t = t * s;
+      yp[i] = t + bc;
+    }
+  }
+}
+void bn_chunk(const void* p, int64_t chunk) {
+  const BnArgs& a = *static_cast<const BnArgs*>(p);
+  a.f64 ? bn_chunk_t<double>(a, chunk) : bn_chunk_t<float>(a, chunk);
+}
+void bn_launch(const void* p, ThreadPool& pool) {
+  const BnArgs& a = *static_cast<const BnArgs*>(p);
+  pool.run((a.planes + a.planes_per_chunk - 1) / a.planes_per_chunk, bn_chunk, p);
+}
+}  // namespace
+
+Launch lower_batchnorm(LowerCtx& c) {
+  const Node& n = c.node;
+  auto* a = c.args<BnArgs>();
+  a->C = n.shape[1];
+  a->inner = 1;
+  for (size_t d = 2; d < n.shape.size(); ++d) a->inner *= n.shape[d];
+  a->planes = numel(n.shape) / std::max<int64_t>(a->inner, 1);
+  a->planes_per_chunk = std::max<int64_t>(1, 16384 / std::max<int64_t>(a->inner, 1));
+  a->x = c.in[0], a->mean = c.in[1], a->var = c.in[2], a->w = c.in[3], a->b = c.in[4];
+  a->y = c.out;
+  a->eps = n.attrs.scalar;
+  a->f64 = n.dtype == DType::F64;
+  if (a->inner > 0 && a->planes > 0)
+    c.chunks = {bn_chunk, a, (a->planes + a->planes_per_chunk - 1) / a->planes_per_chunk, a->planes_per_chunk * a->inner};
+  return {bn_launch, a, c.id};
+}
+
+}  // namespace synoros::kernels
+
+// ---- batchnorm_sums: per channel c, sum(g) and sum(g * xh) with xh = (x - mean[c]) * r[c],
+// r = 1 / sqrt(var + eps), in one pass over g and x. Each channel's elements, planes in order,
+// form one row reduced like reduce_row (lane t % 8 of each 4096-element segment, segments added
+// in order); channels are split over chunks, so the thread count never changes a bit.
+namespace synoros::kernels {
+namespace {
+constexpr int64_t kBnSegment = 4096;
+struct BnSumsArgs {
+  int64_t N, C, inner;
+  const void *g, *x, *mean, *var;
+  void* out;
+  double eps;
+  bool f64;
+};
+template <class T>
+T bn_tree8(const T* l) {
+  return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+}
+template <class T>
+void bn_sums_channel(const BnSumsArgs& a, int64_t c) {
+  const T *g = static_cast<const T*>(a.g), *x = static_cast<const T*>(a.x);
+  const T m = static_cast<const T*>(a.mean)[c];
+  const T r = T(1) / std::sqrt(static_cast<const T*>(a.var)[c] + T(a.eps));
+  T l0[8] = {}, l1[8] = {}, t0 = T(0), t1 = T(0);
+  int64_t t = 0;
+  for (int64_t n = 0; n < a.N; ++n) {
+    const T* gp = g + (n * a.C + c) * a.inner;
+    const T* xp = x + (n * a.C + c) * a.inner;
+    for (int64_t off = 0; off < a.inner;) {
+      int64_t len = std::min(a.inner - off, kBnSegment - t % kBnSegment);
+      const T *gq = gp + off, *xq = xp + off;
+      int64_t i = 0;
+      auto one = [&](int64_t k) {
+        int j = int((t + k) % 8);
+        T h = (xq[k] - m) * r;
+        l0[j] += gq[k];
+        l1[j] += gq[k] * h;
+      };
+      for (; i < len && (t + i) % 8 != 0; ++i) one(i);
+      for (; i + 8 <= len; i += 8)
+        for (int j = 0; j < 8; ++j) {
+          T h = (xq[i + j] - m) * r;
+          l0[j] += gq[i + j];
+          l1[j] += gq[i + j] * h;
+        }
+      for (; i < len; ++i) one(i);
+      t += len, off += len;
+      if (t % kBnSegment == 0) {
+        t0 = t0 + bn_tree8(l0), t1 = t1 + bn_tree8(l1);
+        for (int j = 0; j < 8; ++j) l0[j] = l1[j] = T(0);
+      }
+    }
+  }
+  if (t % kBnSegment != 0) t0 = t0 + bn_tree8(l0), t1 = t1 + bn_tree8(l1);
+  T* out = static_cast<T*>(a.out);
+  out[c] = t0;
+  out[a.C + c] = t1;
+}
+void bn_sums_chunk(const void* p, int64_t c) {
+  const BnSumsArgs& a = *static_cast<const BnSumsArgs*>(p);
+  a.f64 ? bn_sums_channel<double>(a, c) : bn_sums_channel<float>(a, c);
+}
+void bn_sums_launch(const void* p, ThreadPool& pool) {
+  pool.run(static_cast<const BnSumsArgs*>(p)->C, bn_sums_chunk, p);
+}
+}  // namespace
+
+Launch lower_batchnorm_sums(LowerCtx& c) {
+  const Shape& s = c.in_shape(0);
+  auto* a = c.args<BnSumsArgs>();
+  a->N = s[0], a->C = s[1], a->inner = 1;
+  for (size_t d = 2; d < s.size(); ++d) a->inner *= s[d];
+  a->g = c.in[0], a->x = c.in[1], a->mean = c.in[2], a->var = c.in[3];
+  a->out = c.out;
+  a->eps = c.node.attrs.scalar;
+  a->f64 = c.node.dtype == DType::F64;
+  return {bn_sums_launch, a, c.id};
+}
+
+}  // namespace synoros::kernels
