@@ -185,8 +185,15 @@ std::vector<OpCase> all_cases() {
                    ValueId v = g.mean(g.binary(Op::Mul, cen, cen), axes, true);
                    Attrs at;
                    at.scalar = 1e-5;
+                   at.ints = {1};
                    return g.add(Op::BatchNorm, {x[0], g.reshape(m, {C}), g.reshape(v, {C}), x[1], x[2]}, at);
                  }});
+  }
+  {  // given statistics (running ones, say): every input gets its partial derivative
+    Attrs bn;
+    bn.scalar = 1e-5;
+    c.push_back(with_attrs("batchnorm given statistics", Op::BatchNorm,
+                           {f32({3, 4, 5, 2}), f32({4}), f32({4}, 0.3, 2), f32({4}), f32({4})}, bn));
   }
   {
     Attrs bn;

@@ -306,16 +306,19 @@ void vjp_layernorm(Graph& g, ValueId v, ValueId go, GradIn& gi) {
   gi[1] = g.sum(mul(g, go, xh), lead);
   gi[2] = g.sum(go, lead);
 }
-// batchnorm(x, mean, var, weight, bias) as batch normalisation uses it: mean and var are the batch
-// statistics of x over every axis but 1, so the input gradient is the total derivative through
-// them, dx = r w (g - mean(g) - xh mean(g xh)) with xh = (x - mean) r and r = 1/sqrt(var + eps)
-// (PyTorch's batch-norm backward); the weight gets sum(g xh), the bias sum(g), and nothing flows
-// into the statistics (their dependence on x is in dx already). Two passes: batchnorm_sums reads
-// g and x once for both sums, and dx is one elementwise group -- where differentiating the
-// statistics' graph takes about twice the passes.
+// batchnorm(x, mean, var, weight, bias): y = (x - mean) r w + b with r = 1/sqrt(var + eps).
+// With ints = {1} mean and var are declared the batch statistics of x (over every axis but 1),
+// as BatchNorm2d builds it: the input gradient is then the total derivative through them,
+// dx = r w (g - mean(g) - xh mean(g xh)) with xh = (x - mean) r (PyTorch's batch-norm backward),
+// and nothing flows into the statistics (their dependence on x is in dx already). Otherwise the
+// statistics are ordinary inputs (running statistics, say) and each input gets its partial
+// derivative. Either way batchnorm_sums reads g and x once for sum(g) and sum(g xh), and dx is
+// one elementwise group -- where differentiating the statistics' graph takes about twice the
+// passes. weight gets sum(g xh), bias sum(g).
 void vjp_batchnorm(Graph& g, ValueId v, ValueId go, GradIn& gi) {
   Node n = g.node(v);
   ValueId x = n.in[0], mean = n.in[1], var = n.in[2], w = n.in[3];
+  bool batch_stats = !n.attrs.ints.empty() && n.attrs.ints[0] == 1;
   Shape s = g.shape(x);
   int64_t C = s[1];
   Shape cs(s.size(), 1);
@@ -332,12 +335,19 @@ void vjp_batchnorm(Graph& g, ValueId v, ValueId go, GradIn& gi) {
   };
   ValueId db = row(0), dw = row(1);
   ValueId r = g.unary(Op::Rsqrt, g.binary(Op::Add, var, sc(g, var, n.attrs.scalar)));
+  ValueId rw = mul(g, r, w);
+  gi[3] = dw;
+  gi[4] = db;
+  if (!batch_stats) {
+    gi[0] = mul(g, bc(rw), go);
+    gi[1] = g.unary(Op::Neg, mul(g, db, rw));                            // -sum(g) r w
+    gi[2] = mul(g, mul(g, dw, mul(g, rw, r)), sc(g, var, -0.5));          // -sum(g xh) w r^2 / 2
+    return;
+  }
   ValueId xh = mul(g, sub(g, x, bc(mean)), bc(r));
   ValueId inv = sc(g, var, count > 0 ? 1.0 / count : 0.0);
   ValueId centred = sub(g, sub(g, go, bc(mul(g, db, inv))), mul(g, xh, bc(mul(g, dw, inv))));
-  gi[0] = mul(g, bc(mul(g, r, w)), centred);
-  gi[3] = dw;
-  gi[4] = db;
+  gi[0] = mul(g, bc(rw), centred);
 }
 void vjp_cross_entropy(Graph& g, ValueId v, ValueId go, GradIn& gi) {
   gi[0] = g.add(Op::CrossEntropyGrad, {x0(g, v), x1(g, v), go});

@@ -267,12 +267,15 @@ void infer_layernorm(const Graph& g, Node& n) {
   n.shape = in;
 }
 
-// batchnorm(x, mean, var, weight, bias): x [N, C, ...], the other four [C].
+// batchnorm(x, mean, var, weight, bias): x [N, C, ...], the other four [C]; ints {1} declares mean
+// and var the batch statistics of x (see vjp_batchnorm).
 void infer_batchnorm(const Graph& g, Node& n) {
   require_float(g, n, 0);
   const Shape& in = in_shape(g, n, 0);
   if (in.size() < 2) throw Error("batchnorm needs x of rank 2 or more ([N, C, ...]), got " + shape_str(in));
   if (!(n.attrs.scalar > 0)) throw Error("batchnorm needs eps > 0");
+  if (n.attrs.ints.size() > 1 || (n.attrs.ints.size() == 1 && n.attrs.ints[0] != 0 && n.attrs.ints[0] != 1))
+    throw Error("batchnorm: ints must be empty, {0} or {1} (mean and var are x's batch statistics)");
   const char* names[] = {"x", "mean", "var", "weight", "bias"};
   for (size_t k = 1; k < 5; ++k) {
     if (in_dtype(g, n, k) != in_dtype(g, n, 0))

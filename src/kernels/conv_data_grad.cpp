@@ -87,6 +87,8 @@ Launch lower_conv_data_grad(LowerCtx& c) {
     throw Error("fold: the plan's convolution data-gradient chain does not match the graph");
   std::vector<const Buffer*> params = c.chain_param;
   params.resize(2, nullptr);
+  // The choice is made in the real pass, so both paths get scratch in both: the frame holds the
+  // unfolded gradient even when oneDNN is chosen (the memory the unfused plan used anyway).
   Launch seq = lower_sequence(c.g, *m, c.id, c.storage, c.chain_in, params, c.out, &c.kernel);
   int dy = m->dy;
   ProbeLowering on_probe = [&c, &m, dy](PlanStorage& storage, float* x, float* b, float* y) {

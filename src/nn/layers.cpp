@@ -74,6 +74,7 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
   // bits are those of centered * (rsqrt(var + eps) * w) + b.
   Attrs at;
   at.scalar = eps;
+  at.ints = {1};  // mean and var are x's batch statistics: the gradient to x goes through them
   Tensor y = Tensor::apply(Op::BatchNorm, {x, mean.reshape({C}), var.reshape({C}), weight, bias}, at);
   double unbias = n > 1 ? double(n) / double(n - 1) : 1.0;
   running_mean.assign(running_mean * (1 - momentum) + mean.reshape({C}) * momentum);

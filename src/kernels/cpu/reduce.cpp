@@ -269,15 +269,12 @@ void middle_row_t(const MiddleArgs& m, int64_t k) {
   T total = T(0);
   int64_t t = 0;
   for (int64_t a = 0; a < m.A; ++a) {
-    const T* p = x + (a * m.K + k) * m.B;
+    int64_t row = (a * m.K + k) * m.B;
     for (int64_t off = 0; off < m.B;) {
       int64_t n = std::min(m.B - off, kSegment - t % kSegment);
-      const T* q = p + off;
-      if (m.group) {
-        int64_t pos = (a * m.K + k) * m.B + off;
-        group_eval(m.group, pos, pos + n, buf);
-        q = buf;
-      }
+      const T* q = buf;  // with a prologue the input is never stored (x is null): evaluate it
+      if (m.group) group_eval(m.group, row + off, row + off + n, buf);
+      else q = x + row + off;
       int64_t i = 0;
       for (; i < n && (t + i) % 8 != 0; ++i) lane[(t + i) % 8] += q[i];
       for (; i + 8 <= n; i += 8)
