@@ -174,6 +174,22 @@ void scatter_chunk_t(const ScatterArgs& a, int64_t chunk) {
         int64_t m = std::min(kTileOut, run - i0);
         const T* xb = x + base + i0 * ks;
         for (int j = 0; j < 8; ++j) {
+          if constexpr (std::is_same_v<T, float>) {
+            // A pooling window's adjacent pair (roff j, j + 1 one apart, outputs two apart):
+            // both lanes from one contiguous stream, split into even and odd elements.
+            if (ks == 2 && j + 1 < a.r && a.roff[j + 1] == a.roff[j] + 1) {
+              const T* xj = xb + a.roff[j];
+              int64_t i = 0;
+              for (; i + 4 <= m; i += 4) {
+                __m128 p = _mm_loadu_ps(xj + 2 * i), q = _mm_loadu_ps(xj + 2 * i + 4);
+                _mm_storeu_ps(&l[j][i], _mm_shuffle_ps(p, q, _MM_SHUFFLE(2, 0, 2, 0)));
+                _mm_storeu_ps(&l[j + 1][i], _mm_shuffle_ps(p, q, _MM_SHUFFLE(3, 1, 3, 1)));
+              }
+              for (; i < m; ++i) l[j][i] = xj[2 * i], l[j + 1][i] = xj[2 * i + 1];
+              ++j;
+              continue;
+            }
+          }
           if (j < a.r) {
             const T* xj = xb + a.roff[j];
             for (int64_t i = 0; i < m; ++i) l[j][i] = xj[i * ks];
