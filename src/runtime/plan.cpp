@@ -187,6 +187,9 @@ Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
   if (fuse) fold_views_into_einsums(graph_, needed, launched, observable, fused_away, operand_views);
   // Convolution data gradients fold(fold(einsum(dY, W))) whose einsum and first fold nobody
   // else reads run as one launch of the last fold (kernels::lower_conv_data_grad).
+  std::vector<bool> is_producer(n, false);  // runs inside its group's launch
+  for (ValueId e : producer)
+    if (e != kNoValue) is_producer[size_t(e)] = true;
   std::vector<std::vector<ValueId>> chain_of(n);
   std::vector<int> readers(n, 0);
   std::vector<ValueId> a_reader(n, kNoValue);
@@ -201,9 +204,6 @@ Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
     auto inner = [&](ValueId v) {
       return launched[size_t(v)] && !fused_away[size_t(v)] && !observable[size_t(v)] && readers[size_t(v)] == 1;
     };
-    std::vector<bool> is_producer(n, false);  // runs inside its group's launch
-    for (ValueId e : producer)
-      if (e != kNoValue) is_producer[size_t(e)] = true;
     for (size_t i = 0; i < n; ++i) {
       if (!needed[i] || !launched[i] || (fused_away[i] && !is_producer[i]) || graph_.node(ValueId(i)).op != Op::Fold)
         continue;
@@ -221,7 +221,7 @@ Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
     ValueId x = groups[k].members.back(), r = a_reader[size_t(x)];
     if (producer[k] != kNoValue || observable[size_t(x)] || readers[size_t(x)] != 1 || r == kNoValue) continue;
     if (!launched[size_t(r)] || graph_.node(r).in[0] != x || !kernels::reduce_takes_prologue(graph_, r)) continue;
-    if (fused_away[size_t(r)] && std::find(producer.begin(), producer.end(), r) == producer.end()) continue;
+    if (fused_away[size_t(r)] && !is_producer[size_t(r)]) continue;
     prologue_of[size_t(r)] = int(k);
     fused_away[size_t(x)] = true;
     group_of[size_t(x)] = -1;

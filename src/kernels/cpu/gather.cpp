@@ -187,25 +187,14 @@ void gather_range_t(const GatherArgs& a, int64_t begin, int64_t end, E* out) {
       int64_t rows = std::min(a.shape[r - 2] - idx[r - 2], (end - pos) / inner);
       if (s_in == 0 && !a.checked && a.ngates == 0) {  // each element repeated inner times (an upsample)
         E* o = out + (pos - begin);
-        const E* src = in + off;
-        int64_t sr = a.stride[r - 2];
-        for (int64_t row = 0; row < rows; ++row, o += inner) {
-          E v = src[row * sr];
-          for (int64_t i = 0; i < inner; ++i) o[i] = v;
+        for (int64_t row = 0; row < rows; ++row, o += inner) std::fill(o, o + inner, in[off + row * a.stride[r - 2]]);
+      } else {
+        for (int64_t row = 0; row < rows; ++row) {
+          int64_t grow[kMaxGates];
+          for (int k = 0; k < a.ngates; ++k) grow[k] = gc[k] + row * a.gstride[k][r - 2];
+          emit(out + (pos - begin) + row * inner, off + row * a.stride[r - 2], c + row * a.cstride[r - 2], grow,
+               inner);
         }
-        pos += rows * inner;
-        idx[r - 2] += rows;
-        for (int d = r - 2; d > 0 && idx[d] == a.shape[d]; --d) {
-          idx[d] = 0;
-          ++idx[d - 1];
-        }
-        continue;
-      }
-      for (int64_t row = 0; row < rows; ++row) {
-        int64_t grow[kMaxGates];
-        for (int k = 0; k < a.ngates; ++k) grow[k] = gc[k] + row * a.gstride[k][r - 2];
-        emit(out + (pos - begin) + row * inner, off + row * a.stride[r - 2], c + row * a.cstride[r - 2], grow,
-             inner);
       }
       pos += rows * inner;
       idx[r - 2] += rows;

@@ -277,33 +277,52 @@ template <class T>
 T tree8(const T* l) {
   return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
 }
+// Walks kept index k's row of [A, K, B] in that order: run(pos, n, t) for each piece
+// [pos, pos + n) of the flat input holding row elements [t, t + n), no piece crossing a
+// segment; flush() after each full segment and after the last partial one.
+template <class Run, class Flush>
+void walk_row(int64_t A, int64_t K, int64_t B, int64_t k, Run run, Flush flush) {
+  int64_t t = 0;
+  for (int64_t a = 0; a < A; ++a)
+    for (int64_t off = 0; off < B;) {
+      int64_t n = std::min(B - off, kSegment - t % kSegment);
+      run((a * K + k) * B + off, n, t);
+      t += n, off += n;
+      if (t % kSegment == 0) flush();
+    }
+  if (t % kSegment != 0) flush();
+}
+// Row elements [t, t + n) (values q) into their lanes, t % 8 each, in increasing t.
+// (Accumulated in a local copy: through the pointer the compiler would have to assume the lanes
+// alias q and keep them in memory.)
+template <class T>
+void add_lanes(T* lanes, const T* q, int64_t n, int64_t t) {
+  T lane[8];
+  for (int j = 0; j < 8; ++j) lane[j] = lanes[j];
+  int64_t i = 0;
+  for (; i < n && (t + i) % 8 != 0; ++i) lane[(t + i) % 8] += q[i];
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) lane[j] += q[i + j];
+  for (; i < n; ++i) lane[(t + i) % 8] += q[i];
+  for (int j = 0; j < 8; ++j) lanes[j] = lane[j];
+}
 template <class T>
 void middle_row_t(const MiddleArgs& m, int64_t k) {
   alignas(64) static thread_local T buf[kSegment];  // a run of the prologue's values
   const T* x = static_cast<const T*>(m.in);
-  T lane[8] = {};
-  T total = T(0);
-  int64_t t = 0;
-  for (int64_t a = 0; a < m.A; ++a) {
-    int64_t row = (a * m.K + k) * m.B;
-    for (int64_t off = 0; off < m.B;) {
-      int64_t n = std::min(m.B - off, kSegment - t % kSegment);
-      const T* q = buf;  // with a prologue the input is never stored (x is null): evaluate it
-      if (m.group) group_eval(m.group, row + off, row + off + n, buf);
-      else q = x + row + off;
-      int64_t i = 0;
-      for (; i < n && (t + i) % 8 != 0; ++i) lane[(t + i) % 8] += q[i];
-      for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; ++j) lane[j] += q[i + j];
-      for (; i < n; ++i) lane[(t + i) % 8] += q[i];
-      t += n, off += n;
-      if (t % kSegment == 0) {
+  T lane[8] = {}, total = T(0);
+  walk_row(
+      m.A, m.K, m.B, k,
+      [&](int64_t pos, int64_t n, int64_t t) {
+        const T* q = buf;  // with a prologue the input is never stored (x is null): evaluate it
+        if (m.group) group_eval(m.group, pos, pos + n, buf);
+        else q = x + pos;
+        add_lanes(lane, q, n, t);
+      },
+      [&] {
         total = total + tree8(lane);
         for (T& l : lane) l = T(0);
-      }
-    }
-  }
-  if (t % kSegment != 0) total = total + tree8(lane);
+      });
   static_cast<T*>(m.out)[k] = m.kind == 2 ? total / T(m.A * m.B) : total;
 }
 void middle_chunk(const void* p, int64_t chunk) {
@@ -315,6 +334,46 @@ void middle_launch(const void* p, ThreadPool& pool) {
   const MiddleArgs& m = *static_cast<const MiddleArgs*>(p);
   if (m.group) group_prepare(m.group);
   pool.run((m.K + m.rows_per_chunk - 1) / m.rows_per_chunk, middle_chunk, p);
+}
+
+// batchnorm_sums: per channel c, sum(g) and sum(g * xh) with xh = (x - mean[c]) * r[c] and
+// r = 1 / sqrt(var + eps), in one pass over g and x: two rows of [N, C, inner] walked like the
+// middle path's, so each sum has reduce_row's order; channels are the chunks.
+struct BnSumsArgs {
+  int64_t N, C, inner;
+  const void *g, *x, *mean, *var;
+  void* out;
+  double eps;
+  bool f64;
+};
+template <class T>
+void bn_sums_channel(const BnSumsArgs& a, int64_t c) {
+  alignas(64) static thread_local T gxh[kSegment];
+  const T *g = static_cast<const T*>(a.g), *x = static_cast<const T*>(a.x);
+  const T m = static_cast<const T*>(a.mean)[c];
+  const T r = T(1) / std::sqrt(static_cast<const T*>(a.var)[c] + T(a.eps));
+  T l0[8] = {}, l1[8] = {}, t0 = T(0), t1 = T(0);
+  walk_row(
+      a.N, a.C, a.inner, c,
+      [&](int64_t pos, int64_t n, int64_t t) {
+        for (int64_t i = 0; i < n; ++i) gxh[i] = g[pos + i] * ((x[pos + i] - m) * r);
+        add_lanes(l0, g + pos, n, t);
+        add_lanes(l1, gxh, n, t);
+      },
+      [&] {
+        t0 = t0 + tree8(l0), t1 = t1 + tree8(l1);
+        for (int j = 0; j < 8; ++j) l0[j] = l1[j] = T(0);
+      });
+  T* out = static_cast<T*>(a.out);
+  out[c] = t0;
+  out[a.C + c] = t1;
+}
+void bn_sums_chunk(const void* p, int64_t c) {
+  const BnSumsArgs& a = *static_cast<const BnSumsArgs*>(p);
+  a.f64 ? bn_sums_channel<double>(a, c) : bn_sums_channel<float>(a, c);
+}
+void bn_sums_launch(const void* p, ThreadPool& pool) {
+  pool.run(static_cast<const BnSumsArgs*>(p)->C, bn_sums_chunk, p);
 }
 
 // [A, K, B] for a sum or mean whose reduced axes are a leading and a trailing block around the
@@ -335,6 +394,18 @@ bool middle_form(const Node& n, const Shape& is, int64_t& A, int64_t& K, int64_t
   return true;
 }
 }  // namespace
+
+Launch lower_batchnorm_sums(LowerCtx& c) {
+  const Shape& s = c.in_shape(0);
+  auto* a = c.args<BnSumsArgs>();
+  a->N = s[0], a->C = s[1], a->inner = 1;
+  for (size_t d = 2; d < s.size(); ++d) a->inner *= s[d];
+  a->g = c.in[0], a->x = c.in[1], a->mean = c.in[2], a->var = c.in[3];
+  a->out = c.out;
+  a->eps = c.node.attrs.scalar;
+  a->f64 = c.node.dtype == DType::F64;
+  return {bn_sums_launch, a, c.id};
+}
 
 bool reduce_takes_prologue(const Graph& g, ValueId r) {
   const Node& n = g.node(r);
