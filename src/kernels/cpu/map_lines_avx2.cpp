@@ -1,10 +1,46 @@
 // AVX2 build of the same line kernels; with -ffp-contract=off it gives the scalar build's bits.
+#include <immintrin.h>
+
 #include <cmath>
 #include <cstdint>
 #include "kernels/cpu/line_fn.hpp"
 #include "kernels/cpu/scalar_ops.hpp"
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
+namespace synoros::kernels::avx2 {
+// vec_math.hpp's vector traits: 8 floats, edges through masked loads and stores.
+struct VecF {
+  using R = __m256;
+  using I = __m256i;
+  static constexpr int64_t kLanes = 8;
+  static __m256i edge(int64_t n) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(int(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  }
+  static R load(const float* p) { return _mm256_loadu_ps(p); }
+  static void store(float* p, R v) { _mm256_storeu_ps(p, v); }
+  static R load_n(const float* p, int64_t n) { return _mm256_maskload_ps(p, edge(n)); }
+  static void store_n(float* p, R v, int64_t n) { _mm256_maskstore_ps(p, edge(n), v); }
+  static R set(float v) { return _mm256_set1_ps(v); }
+  static R add(R a, R b) { return _mm256_add_ps(a, b); }
+  static R sub(R a, R b) { return _mm256_sub_ps(a, b); }
+  static R mul(R a, R b) { return _mm256_mul_ps(a, b); }
+  static R div(R a, R b) { return _mm256_div_ps(a, b); }
+  static R neg(R a) { return _mm256_xor_ps(a, _mm256_set1_ps(-0.0f)); }
+  static R fma(R a, R b, R c) { return _mm256_fmadd_ps(a, b, c); }
+  static R min(R a, R b) { return _mm256_min_ps(a, b); }
+  static R max(R a, R b) { return _mm256_max_ps(a, b); }
+  static R zero_where_lt(R x, float c, R y) { return _mm256_andnot_ps(_mm256_cmp_ps(x, set(c), _CMP_LT_OQ), y); }
+  static R keep_nan(R x, R y) { return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q)); }
+  static I trunc(R v) { return _mm256_cvttps_epi32(v); }
+  static I srai1(I v) { return _mm256_srai_epi32(v, 1); }
+  static I isub(I a, I b) { return _mm256_sub_epi32(a, b); }
+  static R pow2(I n) { return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n, _mm256_set1_epi32(127)), 23)); }
+  static R shl23_add(R v, uint32_t k) {
+    return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_slli_epi32(_mm256_castps_si256(v), 23), _mm256_set1_epi32(int(k))));
+  }
+};
+}  // namespace synoros::kernels::avx2
 #define SYNOROS_ISA_NS avx2
+#define SYNOROS_VEC_MATH 1
 #include "kernels/cpu/map_lines_impl.hpp"
 #pragma GCC pop_options

@@ -2,10 +2,14 @@
 // SYNOROS_ISA_NS and sets the target. A line is one run of output along the innermost dimension,
 // with inputs at element strides (0 = broadcast).
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cpu/line_fn.hpp"
 #include "kernels/cpu/scalar_ops.hpp"
 #include "synoros/ir.hpp"
+#ifdef SYNOROS_VEC_MATH
+#include "kernels/cpu/vec_math.hpp"
+#endif
 
 namespace synoros::kernels::SYNOROS_ISA_NS {
 
@@ -51,8 +55,35 @@ void line3(void* out, const void* const* in, const int64_t* s, int64_t n) {
   }
 }
 
+#ifdef SYNOROS_VEC_MATH
+// A float transcendental over contiguous input, written with the ISA's vector traits (VecF,
+// defined by the including file); bit for bit the scalar definition F (vec_math.hpp).
+template <class F, typename VecF::R (*Vf)(typename VecF::R)>
+void vline1(void* out, const void* const* in, const int64_t* s, int64_t n) {
+  if (s[0] != 1) return line1<F, float>(out, in, s, n);
+  float* o = static_cast<float*>(out);
+  const float* a = static_cast<const float*>(in[0]);
+  int64_t i = 0;
+  for (; i + VecF::kLanes <= n; i += VecF::kLanes) VecF::store(o + i, Vf(VecF::load(a + i)));
+  if (i < n) VecF::store_n(o + i, Vf(VecF::load_n(a + i, n - i)), n - i);
+}
+LineFn pick_vec_math(Op op) {
+  switch (op) {
+    case Op::Exp: return vline1<fn::Exp, vmath::exp<VecF>>;
+    case Op::Sigmoid: return vline1<fn::Sigmoid, vmath::sigmoid<VecF>>;
+    case Op::Tanh: return vline1<fn::Tanh, vmath::tanh<VecF>>;
+    case Op::Gelu: return vline1<fn::Gelu, vmath::gelu<VecF>>;
+    default: return nullptr;
+  }
+}
+#else
+LineFn pick_vec_math(Op) { return nullptr; }
+#endif
+
 template <class T>
 LineFn pick_typed(Op op) {
+  if constexpr (std::is_same_v<T, float>)
+    if (LineFn f = pick_vec_math(op)) return f;
   switch (op) {
     case Op::Neg: return line1<fn::Neg, T>;
     case Op::Exp: return line1<fn::Exp, T>;

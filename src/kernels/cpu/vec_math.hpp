@@ -1,0 +1,103 @@
+// exp, sigmoid, tanh and gelu written once over a vector-traits type V, step for step the
+// operations of scalar_ops.hpp's definitions, so each lane gives exactly the scalar function's
+// bits (tests/vector_math_test.cpp compares every lane against it, over all 2^32 inputs when
+// SYNOROS_EXHAUSTIVE=1). Why not let the compiler vectorise the scalar source: it if-converts
+// the clamps (x > c ? c : x) into compares, mask logic and blends, and specialises the clamped
+// path; here each clamp is one min or max with the operand order that keeps the scalar NaN
+// semantics (minps(a, b) = a < b ? a : b, so min(c, x) = x > c ? c : x and a NaN x passes).
+//
+// V provides: R (a register of floats), I (of int32), set, add, sub, mul, div, neg (the sign
+// flipped), fma (one rounding), min, max (the minps/maxps semantics above), zero_where_lt(x, c, y) = x < c ? 0 : y
+// per lane, keep_nan(x, y) = x != x ? x : y, trunc (float to int32, truncating), srai1, isub,
+// pow2 (the float 2^n from n), shl23_add(v, k) (the bits of v shifted left by 23 plus k).
+#pragma once
+
+namespace synoros::kernels::vmath {
+
+template <class V>
+typename V::R exp(typename V::R x) {
+  using R = typename V::R;
+  R xc = V::max(V::set(-104.0f), V::min(V::set(89.0f), x));
+  R n = V::sub(V::fma(xc, V::set(1.44269504088896341f), V::set(12582912.0f)), V::set(12582912.0f));
+  R r = V::fma(n, V::set(-0.693359375f), xc);
+  r = V::fma(n, V::set(2.12194440e-4f), r);
+  R p = V::set(1.9875691500e-4f);
+  p = V::fma(p, r, V::set(1.3981999507e-3f));
+  p = V::fma(p, r, V::set(8.3334519073e-3f));
+  p = V::fma(p, r, V::set(4.1665795894e-2f));
+  p = V::fma(p, r, V::set(1.6666665459e-1f));
+  p = V::fma(p, r, V::set(5.0000001201e-1f));
+  R e = V::add(V::fma(p, V::mul(r, r), r), V::set(1.0f));
+  typename V::I ni = V::trunc(n);
+  typename V::I n1 = V::srai1(ni);
+  return V::mul(V::mul(e, V::pow2(n1)), V::pow2(V::isub(ni, n1)));
+}
+
+template <class V>
+typename V::R sigmoid(typename V::R x) {
+  using R = typename V::R;
+  R xc = V::min(V::set(87.0f), x);
+  R mb = V::fma(xc, V::set(-1.44269504088896341f), V::set(12582912.0f));
+  R m = V::sub(mb, V::set(12582912.0f));
+  R s = V::fma(m, V::set(0.693359375f), xc);
+  s = V::fma(m, V::set(-2.12194440e-4f), s);
+  R s2 = V::mul(s, s);
+  R a = V::fma(V::set(-1.6666665459e-1f), s, V::set(5.0000001201e-1f));
+  R b = V::fma(V::set(-8.3334519073e-3f), s, V::set(4.1665795894e-2f));
+  R c = V::fma(V::set(-1.9875691500e-4f), s, V::set(1.3981999507e-3f));
+  R p = V::fma(V::fma(c, s2, b), s2, a);
+  R e = V::add(V::fma(p, s2, V::neg(s)), V::set(1.0f));
+  R ex = V::mul(e, V::shl23_add(mb, 0x3F800000u));
+  R y = V::div(V::set(1.0f), V::add(V::set(1.0f), ex));
+  return V::zero_where_lt(x, -88.0f, y);
+}
+
+template <class V>
+typename V::R tanh(typename V::R x) {
+  using R = typename V::R;
+  R c = V::max(V::set(-8.7f), V::min(V::set(8.7f), x));
+  R z = V::mul(c, c);
+  R p = V::set(-2.76076847742355e-16f);
+  p = V::fma(p, z, V::set(2.00018790482477e-13f));
+  p = V::fma(p, z, V::set(-8.60467152213735e-11f));
+  p = V::fma(p, z, V::set(5.12229709037114e-08f));
+  p = V::fma(p, z, V::set(1.48572235717979e-05f));
+  p = V::fma(p, z, V::set(6.37261928875436e-04f));
+  p = V::fma(p, z, V::set(4.89352455891786e-03f));
+  p = V::mul(p, c);
+  R q = V::set(1.19825839466702e-06f);
+  q = V::fma(q, z, V::set(1.18534705686654e-04f));
+  q = V::fma(q, z, V::set(2.26843463243900e-03f));
+  q = V::fma(q, z, V::set(4.89352518554385e-03f));
+  return V::div(p, q);
+}
+
+template <class V>
+typename V::R erf(typename V::R x) {
+  using R = typename V::R;
+  R c = V::max(V::set(-4.0f), V::min(V::set(4.0f), x));
+  R z = V::mul(c, c);
+  R p = V::set(-2.72614225801306e-10f);
+  p = V::fma(p, z, V::set(2.77068142495902e-08f));
+  p = V::fma(p, z, V::set(-2.10102402082508e-06f));
+  p = V::fma(p, z, V::set(-5.69250639462346e-05f));
+  p = V::fma(p, z, V::set(-7.34990630326855e-04f));
+  p = V::fma(p, z, V::set(-2.95459980854025e-03f));
+  p = V::fma(p, z, V::set(-1.60960333262415e-02f));
+  p = V::mul(p, c);
+  R q = V::set(-1.45660718464996e-05f);
+  q = V::fma(q, z, V::set(-2.13374055278905e-04f));
+  q = V::fma(q, z, V::set(-1.68282697438203e-03f));
+  q = V::fma(q, z, V::set(-7.37332916720468e-03f));
+  q = V::fma(q, z, V::set(-1.42647390514189e-02f));
+  return V::keep_nan(x, V::div(p, q));
+}
+
+// 0.5 x (1 + erf(x / sqrt 2)), multiplied in the scalar source's order.
+template <class V>
+typename V::R gelu(typename V::R x) {
+  auto e = erf<V>(V::mul(x, V::set(0.70710678118654752440f)));
+  return V::mul(V::mul(V::set(0.5f), x), V::add(V::set(1.0f), e));
+}
+
+}  // namespace synoros::kernels::vmath
