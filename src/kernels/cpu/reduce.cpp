@@ -92,6 +92,18 @@ __attribute__((target("avx512f"))) void sum_columns_avx512(const float* x, int64
   _mm512_mask_storeu_ps(y + 16, m1, a1);
 }
 
+// A float sum or mean tile on the AVX-512 path; false where the portable loops run.
+template <class T>
+bool sum_columns_vec(const ReduceArgs& a, const T* x, int64_t w, T* y) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (a.avx512 && a.kind != 1) {
+      sum_columns_avx512(x, a.r, a.inner, w, y);
+      return true;
+    }
+  }
+  return false;
+}
+
 template <class T>
 void reduce_chunk_t(const ReduceArgs& a, int64_t chunk) {
   const T* x = static_cast<const T*>(a.in);
@@ -122,15 +134,9 @@ void reduce_chunk_t(const ReduceArgs& a, int64_t chunk) {
     }
     for (int64_t i0 = 0; i0 < a.inner; i0 += kTile) {
       int64_t w = std::min(kTile, a.inner - i0);
-      if constexpr (std::is_same_v<T, float>) {
-        if (a.avx512 && a.kind != 1) {
-          sum_columns_avx512(xo + i0, a.r, a.inner, w, yo + i0);
-          if (a.kind == 2)
-            for (int64_t i = 0; i < w; ++i) yo[i0 + i] = yo[i0 + i] / count;
-          continue;
-        }
-      }
-      if (a.kind == 1) {
+      if (sum_columns_vec(a, xo + i0, w, yo + i0)) {
+        // summed; a mean divides below
+      } else if (a.kind == 1) {
         w == kTile ? reduce_columns<T, kTile, 1>(xo + i0, a.r, a.inner, kTile, yo + i0)
                    : reduce_columns<T, 0, 1>(xo + i0, a.r, a.inner, w, yo + i0);
       } else if (w == kTile) {

@@ -14,6 +14,14 @@
 
 namespace synoros::kernels::vmath {
 
+// Horner's scheme in z, highest coefficient first: one fma per step, as the scalar source.
+template <class V, class... C>
+typename V::R poly(typename V::R z, float c0, C... cs) {
+  typename V::R p = V::set(c0);
+  ((p = V::fma(p, z, V::set(cs))), ...);
+  return p;
+}
+
 template <class V>
 typename V::R exp(typename V::R x) {
   using R = typename V::R;
@@ -21,12 +29,8 @@ typename V::R exp(typename V::R x) {
   R n = V::sub(V::fma(xc, V::set(1.44269504088896341f), V::set(12582912.0f)), V::set(12582912.0f));
   R r = V::fma(n, V::set(-0.693359375f), xc);
   r = V::fma(n, V::set(2.12194440e-4f), r);
-  R p = V::set(1.9875691500e-4f);
-  p = V::fma(p, r, V::set(1.3981999507e-3f));
-  p = V::fma(p, r, V::set(8.3334519073e-3f));
-  p = V::fma(p, r, V::set(4.1665795894e-2f));
-  p = V::fma(p, r, V::set(1.6666665459e-1f));
-  p = V::fma(p, r, V::set(5.0000001201e-1f));
+  R p = poly<V>(r, 1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f,
+                 5.0000001201e-1f);
   R e = V::add(V::fma(p, V::mul(r, r), r), V::set(1.0f));
   typename V::I ni = V::trunc(n);
   typename V::I n1 = V::srai1(ni);
@@ -57,18 +61,11 @@ typename V::R tanh(typename V::R x) {
   using R = typename V::R;
   R c = V::max(V::set(-8.7f), V::min(V::set(8.7f), x));
   R z = V::mul(c, c);
-  R p = V::set(-2.76076847742355e-16f);
-  p = V::fma(p, z, V::set(2.00018790482477e-13f));
-  p = V::fma(p, z, V::set(-8.60467152213735e-11f));
-  p = V::fma(p, z, V::set(5.12229709037114e-08f));
-  p = V::fma(p, z, V::set(1.48572235717979e-05f));
-  p = V::fma(p, z, V::set(6.37261928875436e-04f));
-  p = V::fma(p, z, V::set(4.89352455891786e-03f));
-  p = V::mul(p, c);
-  R q = V::set(1.19825839466702e-06f);
-  q = V::fma(q, z, V::set(1.18534705686654e-04f));
-  q = V::fma(q, z, V::set(2.26843463243900e-03f));
-  q = V::fma(q, z, V::set(4.89352518554385e-03f));
+  R p = V::mul(poly<V>(z, -2.76076847742355e-16f, 2.00018790482477e-13f, -8.60467152213735e-11f,
+                       5.12229709037114e-08f, 1.48572235717979e-05f, 6.37261928875436e-04f,
+                       4.89352455891786e-03f),
+               c);
+  R q = poly<V>(z, 1.19825839466702e-06f, 1.18534705686654e-04f, 2.26843463243900e-03f, 4.89352518554385e-03f);
   return V::div(p, q);
 }
 
@@ -77,19 +74,12 @@ typename V::R erf(typename V::R x) {
   using R = typename V::R;
   R c = V::max(V::set(-4.0f), V::min(V::set(4.0f), x));
   R z = V::mul(c, c);
-  R p = V::set(-2.72614225801306e-10f);
-  p = V::fma(p, z, V::set(2.77068142495902e-08f));
-  p = V::fma(p, z, V::set(-2.10102402082508e-06f));
-  p = V::fma(p, z, V::set(-5.69250639462346e-05f));
-  p = V::fma(p, z, V::set(-7.34990630326855e-04f));
-  p = V::fma(p, z, V::set(-2.95459980854025e-03f));
-  p = V::fma(p, z, V::set(-1.60960333262415e-02f));
-  p = V::mul(p, c);
-  R q = V::set(-1.45660718464996e-05f);
-  q = V::fma(q, z, V::set(-2.13374055278905e-04f));
-  q = V::fma(q, z, V::set(-1.68282697438203e-03f));
-  q = V::fma(q, z, V::set(-7.37332916720468e-03f));
-  q = V::fma(q, z, V::set(-1.42647390514189e-02f));
+  R p = V::mul(poly<V>(z, -2.72614225801306e-10f, 2.77068142495902e-08f, -2.10102402082508e-06f,
+                       -5.69250639462346e-05f, -7.34990630326855e-04f, -2.95459980854025e-03f,
+                       -1.60960333262415e-02f),
+               c);
+  R q = poly<V>(z, -1.45660718464996e-05f, -2.13374055278905e-04f, -1.68282697438203e-03f,
+                -7.37332916720468e-03f, -1.42647390514189e-02f);
   return V::keep_nan(x, V::div(p, q));
 }
 
