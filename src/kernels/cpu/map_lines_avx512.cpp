@@ -7,9 +7,11 @@
 #include "kernels/cpu/line_fn.hpp"
 #include "kernels/cpu/scalar_ops.hpp"
 // GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), which -Wmaybe-uninitialized
-// reports as a use of an uninitialised value (a false positive, as in gemm.cpp).
+// (and, in the sanitizer build, -Wuninitialized) reports as a use of an uninitialised value (a
+// false positive, as in gemm.cpp).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512dq,avx512vl,avx512bw,avx2,fma,prefer-vector-width=512")
 namespace synoros::kernels::avx512 {
