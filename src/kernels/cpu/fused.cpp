@@ -32,7 +32,7 @@ struct GroupArgs {
   // > 0: a rank-2 group with rows shorter than a block whose externals are contiguous, scalars
   // or one row broadcast down the rows (a bias): blocks then cover whole runs of rows, the
   // broadcast rows tiled once per chunk, instead of one short run per row.
-  int64_t tile_n;
+  int64_t tile_n, tile_step;  // tile_step: kBlock rounded down to whole rows
   bool row_bcast[kFuseMaxExternals];
   // The tiled copies, owned by the plan and rebuilt by the launch only when the row's bytes
   // change (a bias changes once per optimizer step, not once per launch or chunk): tile[k] holds
@@ -89,14 +89,16 @@ void group_range(const GroupArgs& a, int64_t begin, int64_t end, char* dst = nul
     return;
   }
   if (a.tile_n > 0) {
-    int64_t n = a.tile_n, step = kBlock / n * n;
+    // Steps are whole rows, so every block starts at the same column as the first (computed
+    // once: a 64-bit division per block cost as much as a short block's arithmetic).
+    int64_t step = a.tile_step, col = begin == 0 ? 0 : begin % a.tile_n;
     int64_t s_inner[kFuseMaxExternals];
     for (int k = 0; k < a.n_ext; ++k) s_inner[k] = a.stride[k][1];
     const char* ext[kFuseMaxExternals];
     for (int64_t pos = begin; pos < end; pos += step) {
       int64_t len = std::min(end - pos, step);
       for (int k = 0; k < a.n_ext; ++k)
-        ext[k] = a.row_bcast[k] ? a.tile[k] + (pos % n) * a.esize : a.ext[k] + pos * s_inner[k] * a.esize;
+        ext[k] = a.row_bcast[k] ? a.tile[k] + col * a.esize : a.ext[k] + pos * s_inner[k] * a.esize;
       run_block(a, slots, ext, s_inner, pos, len, at(pos));
     }
     return;
@@ -303,6 +305,7 @@ Launch lower_group(const Graph& g, const std::vector<ValueId>& members,
       // Rows a block can touch: up to one block's elements starting anywhere in a row.
       int64_t n = ms[1], step = std::min(kBlock / n * n, a->total);
       a->tile_n = n;
+      a->tile_step = kBlock / n * n;
       a->tile_bytes = (step + 2 * n - 2) / n * n * a->esize;
       for (size_t k = 0; k < E; ++k) {
         a->tile_valid[k] = false;

@@ -232,43 +232,45 @@ __attribute__((target("avx2,fma"))) void small_gemm_avx2(const GemmShape& s, con
   }
 }
 
-// AVX-512: 32 columns per block in two zmm registers (masked at the edge), up to 8 rows.
-template <int R>
+// AVX-512: 32 columns per block in two zmm registers (masked at the edge), up to 8 rows. W is
+// the number of registers per row (1 or 2): one instantiation per width, so every accumulator is
+// indexed by a constant and GCC keeps all of them in registers (one body for both widths had it
+// store half of them to the stack on every k).
+template <int R, int W>
 __attribute__((target("avx512f,avx512vl,fma"))) void small_block512(
     int64_t K, const float* A, int64_t a_rs, int64_t a_cs, const float* B, int64_t ldb, float* C,
     int64_t c_rs, int64_t cols, bool accumulate) {
-  __mmask16 m0 = __mmask16(cols >= 16 ? 0xFFFF : (1u << cols) - 1);
-  __mmask16 m1 = __mmask16(cols >= 32 ? 0xFFFF : cols <= 16 ? 0 : (1u << (cols - 16)) - 1);
-  __m512 c0[R], c1[R];
+  __mmask16 m[2] = {__mmask16(cols >= 16 ? 0xFFFF : (1u << cols) - 1),
+                    __mmask16(cols >= 32 ? 0xFFFF : cols <= 16 ? 0 : (1u << (cols - 16)) - 1)};
+  __m512 c[R][W];
 #pragma GCC unroll 8
-  for (int i = 0; i < R; ++i) c0[i] = _mm512_setzero_ps(), c1[i] = _mm512_setzero_ps();
-  if (accumulate)  // continue the chains stored in C
+  for (int i = 0; i < R; ++i)
+#pragma GCC unroll 2
+    for (int w = 0; w < W; ++w)  // zero, or the chains stored in C to continue
+      c[i][w] = accumulate ? _mm512_maskz_loadu_ps(m[w], C + i * c_rs + 16 * w) : _mm512_setzero_ps();
+  for (int64_t k = 0; k < K; ++k) {
+    __m512 b[W];
+#pragma GCC unroll 2
+    for (int w = 0; w < W; ++w) b[w] = _mm512_maskz_loadu_ps(m[w], B + k * ldb + 16 * w);
+#pragma GCC unroll 8
     for (int i = 0; i < R; ++i) {
-      c0[i] = _mm512_maskz_loadu_ps(m0, C + i * c_rs);
-      c1[i] = _mm512_maskz_loadu_ps(m1, C + i * c_rs + 16);
-    }
-  if (cols > 16) {
-    for (int64_t k = 0; k < K; ++k) {
-      __m512 b0 = _mm512_maskz_loadu_ps(m0, B + k * ldb), b1 = _mm512_maskz_loadu_ps(m1, B + k * ldb + 16);
-#pragma GCC unroll 8
-      for (int i = 0; i < R; ++i) {
-        __m512 a = _mm512_set1_ps(A[i * a_rs + k * a_cs]);
-        c0[i] = _mm512_fmadd_ps(a, b0, c0[i]);
-        c1[i] = _mm512_fmadd_ps(a, b1, c1[i]);
-      }
-    }
-  } else {
-    for (int64_t k = 0; k < K; ++k) {
-      __m512 b0 = _mm512_maskz_loadu_ps(m0, B + k * ldb);
-#pragma GCC unroll 8
-      for (int i = 0; i < R; ++i) c0[i] = _mm512_fmadd_ps(_mm512_set1_ps(A[i * a_rs + k * a_cs]), b0, c0[i]);
+      __m512 a = _mm512_set1_ps(A[i * a_rs + k * a_cs]);
+#pragma GCC unroll 2
+      for (int w = 0; w < W; ++w) c[i][w] = _mm512_fmadd_ps(a, b[w], c[i][w]);
     }
   }
 #pragma GCC unroll 8
-  for (int i = 0; i < R; ++i) {
-    _mm512_mask_storeu_ps(C + i * c_rs, m0, c0[i]);
-    if (cols > 16) _mm512_mask_storeu_ps(C + i * c_rs + 16, m1, c1[i]);
-  }
+  for (int i = 0; i < R; ++i)
+#pragma GCC unroll 2
+    for (int w = 0; w < W; ++w) _mm512_mask_storeu_ps(C + i * c_rs + 16 * w, m[w], c[i][w]);
+}
+
+template <int R>
+__attribute__((target("avx512f,avx512vl,fma"))) void small_rows512(int64_t K, const float* A, int64_t a_rs,
+                                                                   int64_t a_cs, const float* B, int64_t ldb,
+                                                                   float* C, int64_t c_rs, int64_t cols, bool acc) {
+  if (cols > 16) small_block512<R, 2>(K, A, a_rs, a_cs, B, ldb, C, c_rs, cols, acc);
+  else small_block512<R, 1>(K, A, a_rs, a_cs, B, ldb, C, c_rs, cols, acc);
 }
 
 __attribute__((target("avx512f,avx512vl,fma"))) void small_gemm_avx512(const GemmShape& s, const float* A,
@@ -279,17 +281,17 @@ __attribute__((target("avx512f,avx512vl,fma"))) void small_gemm_avx512(const Gem
     const float* b = B + n0;
     int64_t m0 = 0;
     for (; m0 + 8 <= s.M; m0 += 8)
-      small_block512<8>(s.K, A + m0 * s.a_rs, s.a_rs, s.a_cs, b, ldb, C + m0 * s.c_rs + n0, s.c_rs, cols, acc);
+      small_rows512<8>(s.K, A + m0 * s.a_rs, s.a_rs, s.a_cs, b, ldb, C + m0 * s.c_rs + n0, s.c_rs, cols, acc);
     const float* a = A + m0 * s.a_rs;
     float* c = C + m0 * s.c_rs + n0;
     switch (s.M - m0) {
-      case 1: small_block512<1>(s.K, a, s.a_rs, s.a_cs, b, ldb, c, s.c_rs, cols, acc); break;
-      case 2: small_block512<2>(s.K, a, s.a_rs, s.a_cs, b, ldb, c, s.c_rs, cols, acc); break;
-      case 3: small_block512<3>(s.K, a, s.a_rs, s.a_cs, b, ldb, c, s.c_rs, cols, acc); break;
-      case 4: small_block512<4>(s.K, a, s.a_rs, s.a_cs, b, ldb, c, s.c_rs, cols, acc); break;
-      case 5: small_block512<5>(s.K, a, s.a_rs, s.a_cs, b, ldb, c, s.c_rs, cols, acc); break;
-      case 6: small_block512<6>(s.K, a, s.a_rs, s.a_cs, b, ldb, c, s.c_rs, cols, acc); break;
-      case 7: small_block512<7>(s.K, a, s.a_rs, s.a_cs, b, ldb, c, s.c_rs, cols, acc); break;
+      case 1: small_rows512<1>(s.K, a, s.a_rs, s.a_cs, b, ldb, c, s.c_rs, cols, acc); break;
+      case 2: small_rows512<2>(s.K, a, s.a_rs, s.a_cs, b, ldb, c, s.c_rs, cols, acc); break;
+      case 3: small_rows512<3>(s.K, a, s.a_rs, s.a_cs, b, ldb, c, s.c_rs, cols, acc); break;
+      case 4: small_rows512<4>(s.K, a, s.a_rs, s.a_cs, b, ldb, c, s.c_rs, cols, acc); break;
+      case 5: small_rows512<5>(s.K, a, s.a_rs, s.a_cs, b, ldb, c, s.c_rs, cols, acc); break;
+      case 6: small_rows512<6>(s.K, a, s.a_rs, s.a_cs, b, ldb, c, s.c_rs, cols, acc); break;
+      case 7: small_rows512<7>(s.K, a, s.a_rs, s.a_cs, b, ldb, c, s.c_rs, cols, acc); break;
       default: break;
     }
   }
