@@ -19,6 +19,8 @@ struct Instr {
   const void* gather;  // a folded view: gather args, filling the slot from its input
   int nsrc;
   int src[3];  // >= 0: the slot of member src; < 0: external -(src + 1)
+  StagedLineFn sfn = nullptr;  // set instead of fn when cheap members were folded into operands
+  Stages st;
 };
 
 struct GroupArgs {
@@ -50,7 +52,7 @@ inline void run_block(const GroupArgs& a, char (*slots)[kBlock * 8], const char*
   static constexpr int64_t one[3] = {1, 1, 1};
   for (int i = 0; i < a.n_instr; ++i) {
     const Instr& in = a.instr[i];
-    if (!in.fn && !in.gather) continue;  // a broadcast its readers read in place
+    if (!in.fn && !in.gather && !in.sfn) continue;  // a broadcast read in place, or folded away
     if (in.gather) {
       gather_range(in.gather, pos, pos + len, slots[i]);
       continue;
@@ -67,7 +69,8 @@ inline void run_block(const GroupArgs& a, char (*slots)[kBlock * 8], const char*
       }
     }
     void* dst = i == a.n_instr - 1 ? static_cast<void*>(dst_at) : slots[i];
-    in.fn(dst, src, st, len);
+    if (in.sfn) in.sfn(dst, src, st, len, in.st);
+    else in.fn(dst, src, st, len);
   }
 }
 
@@ -185,6 +188,59 @@ Launch stream_epilogue(PlanStorage& storage, const OutputChunks& producer, Launc
   return {streamed_launch, s, node};
 }
 
+// The stage a member becomes when folded into its reader: a float mul, add or sub with a scalar
+// (one-element) external, or a relu. `base` is the operand that stays.
+bool as_stage(const Graph& g, const Node& n, const Instr& in, const std::vector<ValueId>& externals,
+              const GroupArgs& a, Stage& st, int& base) {
+  if (n.dtype != DType::F32 || !in.fn) return false;
+  if (n.op == Op::Relu) {
+    st = {StageKind::Relu, nullptr};
+    base = 0;
+    return true;
+  }
+  if (n.op != Op::Mul && n.op != Op::Add && n.op != Op::Sub) return false;
+  auto scalar_ext = [&](int src) { return src < 0 && numel(g.shape(externals[size_t(-src - 1)])) == 1; };
+  int c = scalar_ext(in.src[1]) ? 1 : scalar_ext(in.src[0]) ? 0 : -1;
+  if (c < 0) return false;
+  base = 1 - c;
+  static constexpr StageKind kinds[3][2] = {{StageKind::CMul, StageKind::MulC},
+                                            {StageKind::CAdd, StageKind::AddC},
+                                            {StageKind::CSub, StageKind::SubC}};
+  int k = n.op == Op::Mul ? 0 : n.op == Op::Add ? 1 : 2;
+  st = {kinds[k][c], reinterpret_cast<const float*>(a.ext[-in.src[c] - 1])};
+  return true;
+}
+
+// Folds each cheap member (as_stage) that one operand of one later member reads into that
+// operand's stages, when the reader has a staged kernel: a chain of scalar muls, adds and relus
+// then costs no pass over the block of its own. Same operations in the same order, so the same
+// bits as the unfolded group.
+void fold_stages(const Graph& g, const std::vector<ValueId>& members, const std::vector<ValueId>& externals,
+                 GroupArgs& a) {
+  int n = a.n_instr;
+  for (int i = 0; i + 1 < n; ++i) {
+    Instr& in = a.instr[i];
+    Stage stage;
+    int base = 0;
+    if (!as_stage(g, g.node(members[size_t(i)]), in, externals, a, stage, base)) continue;
+    int reader = -1, op = -1, reads = 0;
+    for (int j = i + 1; j < n; ++j)
+      for (int k = 0; k < a.instr[j].nsrc; ++k)
+        if ((a.instr[j].fn || a.instr[j].sfn) && a.instr[j].src[k] == i) reader = j, op = k, ++reads;
+    if (reads != 1 || op > 1) continue;
+    Instr& r = a.instr[reader];
+    StagedLineFn sfn = pick_staged(g.node(members[size_t(reader)]).op, g.dtype(members[size_t(reader)]));
+    int have = in.sfn ? in.st.n[base] : 0;
+    if (!sfn || r.st.n[op] != 0 || have + 1 > kMaxStages || (in.sfn && in.st.n[1 - base] != 0)) continue;
+    for (int k = 0; k < have; ++k) r.st.s[op][k] = in.st.s[base][k];
+    r.st.s[op][have] = stage;
+    r.st.n[op] = have + 1;
+    r.src[op] = in.src[base];
+    r.sfn = sfn;
+    in = Instr{nullptr, nullptr, 0, {0, 0, 0}, nullptr, {}};
+  }
+}
+
 Launch lower_group(const Graph& g, const std::vector<ValueId>& members,
                    const std::vector<ValueId>& externals, const std::vector<void*>& ext_ptrs,
                    void* out, PlanStorage& storage) {
@@ -221,7 +277,7 @@ Launch lower_group(const Graph& g, const std::vector<ValueId>& members,
     const Node& n = g.node(members[i]);
     Instr& ins = a->instr[i];
     if (i + 1 < members.size() && broadcast_of(members[i]) >= 0) {
-      ins = {nullptr, nullptr, 0, {0, 0, 0}};
+      ins = {nullptr, nullptr, 0, {0, 0, 0}, nullptr, {}};
       continue;
     }
     if (op_info(n.op).kind == OpKind::View) {
@@ -229,7 +285,7 @@ Launch lower_group(const Graph& g, const std::vector<ValueId>& members,
       auto e = std::find(externals.begin(), externals.end(), n.in[0]);
       if (e == externals.end()) throw Error("fusion: a folded view must read an external");
       LowerCtx vc{g, members[i], n, {ext_ptrs[size_t(e - externals.begin())]}, nullptr, storage};
-      ins = {nullptr, lower_view(vc).args, 0, {0, 0, 0}};
+      ins = {nullptr, lower_view(vc).args, 0, {0, 0, 0}, nullptr, {}};
       continue;
     }
     DType t = g.dtype(n.in.back());
@@ -315,6 +371,7 @@ Launch lower_group(const Graph& g, const std::vector<ValueId>& members,
       }
     }
   }
+  fold_stages(g, members, externals, *a);
   return {group_launch, a, members.back()};
 }
 

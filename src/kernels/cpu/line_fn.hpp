@@ -15,4 +15,24 @@ namespace avx512 { LineFn pick_line(Op op, DType t); }
 // The active ISA's line kernel for an elementwise op, or nullptr.
 LineFn pick_line(Op op, DType t);
 
+// A cheap float op folded into the operand its consumer reads: the operand passes through up
+// to kMaxStages of them in registers on its way in, each exactly the op it replaces (same
+// operation, same operand order), so a fused chain needs no pass over the block per cheap op.
+enum class StageKind : uint8_t { MulC, CMul, AddC, CAdd, SubC, CSub, Relu };  // C: the scalar's side
+struct Stage {
+  StageKind kind;
+  const float* c;  // the scalar operand, read at run time (null for Relu)
+};
+constexpr int kMaxStages = 4;
+struct Stages {
+  int n[2] = {0, 0};  // per operand
+  Stage s[2][kMaxStages];
+};
+using StagedLineFn = void (*)(void* out, const void* const* in, const int64_t* s, int64_t n, const Stages& st);
+namespace scalar { StagedLineFn pick_staged(Op op, DType t); }
+namespace avx2 { StagedLineFn pick_staged(Op op, DType t); }
+namespace avx512 { StagedLineFn pick_staged(Op op, DType t); }
+// The active ISA's staged line kernel, or nullptr where operands cannot take stages.
+StagedLineFn pick_staged(Op op, DType t);
+
 }  // namespace synoros::kernels

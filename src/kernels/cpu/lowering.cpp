@@ -107,6 +107,14 @@ LineFn pick_line(Op op, DType t) {
   }
   return scalar::pick_line(op, t);
 }
+StagedLineFn pick_staged(Op op, DType t) {
+  switch (active_isa()) {
+    case Isa::Avx512: return avx512::pick_staged(op, t);
+    case Isa::Avx2: return avx2::pick_staged(op, t);
+    case Isa::Scalar: break;
+  }
+  return scalar::pick_staged(op, t);
+}
 
 namespace {
 struct Sequence {

@@ -1,6 +1,7 @@
 // Line kernels for elementwise maps, compiled once per ISA: the including file defines
 // SYNOROS_ISA_NS and sets the target. A line is one run of output along the innermost dimension,
 // with inputs at element strides (0 = broadcast).
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -76,8 +77,139 @@ LineFn pick_vec_math(Op op) {
     default: return nullptr;
   }
 }
+
+// ---- staged lines (line_fn.hpp): operands pass through their stages in registers.
+inline float stage_scalar(float v, const Stage* st, int n) {
+  for (int k = 0; k < n; ++k) {
+    float c = st[k].c ? *st[k].c : 0.0f;
+    switch (st[k].kind) {
+      case StageKind::MulC: v = v * c; break;
+      case StageKind::CMul: v = c * v; break;
+      case StageKind::AddC: v = v + c; break;
+      case StageKind::CAdd: v = c + v; break;
+      case StageKind::SubC: v = v - c; break;
+      case StageKind::CSub: v = c - v; break;
+      case StageKind::Relu: v = fn::Relu::f(v); break;
+    }
+  }
+  return v;
+}
+// B vectors through the stages, one dispatch per stage for all B (per vector, the switch cost
+// more than the pass it saves). maxps(v, 0) = v > 0 ? v : 0, fn::Relu's definition (NaN, -0: +0).
+template <int B>
+[[gnu::always_inline]] inline void stage_vec(VecF::R* v, const Stage* st, int n) {
+  for (int k = 0; k < n; ++k) {
+    VecF::R c = VecF::set(st[k].c ? *st[k].c : 0.0f);
+    switch (st[k].kind) {
+#define SYNOROS_STAGE(K, E) \
+  case StageKind::K:        \
+    _Pragma("GCC unroll 8") for (int j = 0; j < B; ++j) v[j] = E; break;
+      SYNOROS_STAGE(MulC, VecF::mul(v[j], c))
+      SYNOROS_STAGE(CMul, VecF::mul(c, v[j]))
+      SYNOROS_STAGE(AddC, VecF::add(v[j], c))
+      SYNOROS_STAGE(CAdd, VecF::add(c, v[j]))
+      SYNOROS_STAGE(SubC, VecF::sub(v[j], c))
+      SYNOROS_STAGE(CSub, VecF::sub(c, v[j]))
+      SYNOROS_STAGE(Relu, VecF::max(v[j], VecF::set(0.0f)))
+#undef SYNOROS_STAGE
+    }
+  }
+}
+constexpr int kStageBlock = 4;  // vectors staged together
+inline VecF::R vrelu(VecF::R v) { return VecF::max(v, VecF::set(0.0f)); }
+inline VecF::R vadd(VecF::R a, VecF::R b) { return VecF::add(a, b); }
+inline VecF::R vsub(VecF::R a, VecF::R b) { return VecF::sub(a, b); }
+inline VecF::R vmul(VecF::R a, VecF::R b) { return VecF::mul(a, b); }
+
+// Unary F over a staged operand: vectors where the input is contiguous, else element by element
+// (the same operations in scalar form).
+template <class F, VecF::R (*Vf)(VecF::R)>
+void sline1(void* out, const void* const* in, const int64_t* s, int64_t n, const Stages& st) {
+  float* o = static_cast<float*>(out);
+  const float* a = static_cast<const float*>(in[0]);
+  const Stage* s0 = st.s[0];
+  int n0 = st.n[0];
+  if (s[0] != 1) {
+    for (int64_t i = 0; i < n; ++i) o[i] = F::f(stage_scalar(a[i * s[0]], s0, n0));
+    return;
+  }
+  constexpr int B = kStageBlock;
+  constexpr int64_t L = VecF::kLanes;
+  int64_t i = 0;
+  for (; i + B * L <= n; i += B * L) {
+    VecF::R v[B];
+#pragma GCC unroll 8
+    for (int j = 0; j < B; ++j) v[j] = VecF::load(a + i + j * L);
+    stage_vec<B>(v, s0, n0);
+#pragma GCC unroll 8
+    for (int j = 0; j < B; ++j) VecF::store(o + i + j * L, Vf(v[j]));
+  }
+  for (; i < n; i += L) {  // the last vectors, the final one masked
+    int64_t m = std::min<int64_t>(L, n - i);
+    VecF::R v = m == L ? VecF::load(a + i) : VecF::load_n(a + i, m);
+    stage_vec<1>(&v, s0, n0);
+    if (m == L) VecF::store(o + i, Vf(v));
+    else VecF::store_n(o + i, Vf(v), m);
+  }
+}
+
+// Binary F over staged operands, each contiguous or a broadcast scalar (stride 0).
+template <class F, VecF::R (*Vf)(VecF::R, VecF::R)>
+void sline2(void* out, const void* const* in, const int64_t* s, int64_t n, const Stages& st) {
+  float* o = static_cast<float*>(out);
+  const float* a = static_cast<const float*>(in[0]);
+  const float* b = static_cast<const float*>(in[1]);
+  if ((s[0] != 0 && s[0] != 1) || (s[1] != 0 && s[1] != 1)) {
+    for (int64_t i = 0; i < n; ++i)
+      o[i] = F::f(stage_scalar(a[i * s[0]], st.s[0], st.n[0]), stage_scalar(b[i * s[1]], st.s[1], st.n[1]));
+    return;
+  }
+  // A broadcast operand is staged once; a masked load of a contiguous one never reads past n.
+  VecF::R ab = VecF::set(s[0] == 0 ? stage_scalar(a[0], st.s[0], st.n[0]) : 0.0f);
+  VecF::R bb = VecF::set(s[1] == 0 ? stage_scalar(b[0], st.s[1], st.n[1]) : 0.0f);
+  constexpr int B = kStageBlock;
+  constexpr int64_t L = VecF::kLanes;
+  int64_t i = 0;
+  for (; i + B * L <= n; i += B * L) {
+    VecF::R x[B], y[B];
+#pragma GCC unroll 8
+    for (int j = 0; j < B; ++j) {
+      x[j] = s[0] ? VecF::load(a + i + j * L) : ab;
+      y[j] = s[1] ? VecF::load(b + i + j * L) : bb;
+    }
+    if (s[0]) stage_vec<B>(x, st.s[0], st.n[0]);
+    if (s[1]) stage_vec<B>(y, st.s[1], st.n[1]);
+#pragma GCC unroll 8
+    for (int j = 0; j < B; ++j) VecF::store(o + i + j * L, Vf(x[j], y[j]));
+  }
+  for (; i < n; i += L) {  // the last vectors, the final one masked
+    int64_t m = std::min<int64_t>(L, n - i);
+    VecF::R x = !s[0] ? ab : m == L ? VecF::load(a + i) : VecF::load_n(a + i, m);
+    VecF::R y = !s[1] ? bb : m == L ? VecF::load(b + i) : VecF::load_n(b + i, m);
+    if (s[0]) stage_vec<1>(&x, st.s[0], st.n[0]);
+    if (s[1]) stage_vec<1>(&y, st.s[1], st.n[1]);
+    if (m == L) VecF::store(o + i, Vf(x, y));
+    else VecF::store_n(o + i, Vf(x, y), m);
+  }
+}
+
+StagedLineFn pick_staged(Op op, DType t) {
+  if (t != DType::F32) return nullptr;
+  switch (op) {
+    case Op::Exp: return sline1<fn::Exp, vmath::exp<VecF>>;
+    case Op::Sigmoid: return sline1<fn::Sigmoid, vmath::sigmoid<VecF>>;
+    case Op::Tanh: return sline1<fn::Tanh, vmath::tanh<VecF>>;
+    case Op::Gelu: return sline1<fn::Gelu, vmath::gelu<VecF>>;
+    case Op::Relu: return sline1<fn::Relu, vrelu>;
+    case Op::Add: return sline2<fn::Add, vadd>;
+    case Op::Sub: return sline2<fn::Sub, vsub>;
+    case Op::Mul: return sline2<fn::Mul, vmul>;
+    default: return nullptr;
+  }
+}
 #else
 LineFn pick_vec_math(Op) { return nullptr; }
+StagedLineFn pick_staged(Op, DType) { return nullptr; }
 #endif
 
 template <class T>
