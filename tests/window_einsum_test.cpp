@@ -51,6 +51,9 @@ std::vector<Case> cases() {
        [](Graph& g, ValueId x, ValueId w) { return g.einsum("nchwy,ocy->nohw", {unfold(g, x, 3, 3), w}); }, false},
       {"matrix_vector_rows", {3, 40, 21}, {40},
        [](Graph& g, ValueId x, ValueId w) { return g.einsum("nkw,k->nw", {x, w}); }, true},
+      // One long output row: latency-bound here, the GEMM providers take it.
+      {"vector_times_matrix_not_taken", {40, 100}, {1, 40},
+       [](Graph& g, ValueId x, ValueId w) { return g.einsum("kn,mk->mn", {x, w}); }, false},
       {"weights_first", {7, 3, 3}, {2, 7, 6, 18},
        [](Graph& g, ValueId w, ValueId x) { return g.einsum("cxy,nchwxy->nchw", {w, unfold(g, unfold(g, x, 2, 3), 3, 3)}); },
        true},

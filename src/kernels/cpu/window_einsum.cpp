@@ -367,6 +367,12 @@ std::optional<Launch> lower_window_einsum(LowerCtx& c, const EinsumSpec& e) {
   for (char q : lw)
     if (!has(lo, q) && !has(lx, q)) return std::nullopt;
   if (w_cols > 1 || nred > kMaxReduce || nred < 1 || lo.size() - 1 > size_t(kMaxOuter)) return std::nullopt;
+  // Fewer than 4 output rows longer than 64 (a vector times a matrix, 1 x K @ K x N): the
+  // general form's blocks of rows would run one or two FMA chains at a time, latency-bound
+  // (32.6 us for 1x512x512, where the GEMM providers, many columns' chains in flight, take 12).
+  int64_t outer_rows = 1;
+  for (size_t d = 0; d + 1 < lo.size(); ++d) outer_rows *= e.size[int(lo[d])];
+  if (outer_rows < 4 && len > 64) return std::nullopt;
 
   auto* a = c.args<WindowArgs>();
   a->x = static_cast<const float*>(c.in[size_t(xi)]);
