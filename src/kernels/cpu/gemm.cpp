@@ -113,24 +113,26 @@ void micro_scalar(int64_t kc, const float* a, const float* b, float* c, int64_t 
 // AVX-512: a 14 x 32 tile in 28 zmm accumulators; A broadcast straight from memory, from the
 // packed panel ([kc][14]) or, with Rows, from A's own rows (a[i * lda + k]): a row-major A needs
 // no packing (its 16 x 16 transposes had cost 6% of a 512^3 product).
-template <bool Rows>
+// R < 14: the first R rows only (an edge panel, still packed 14 wide), so its FMAs are all
+// useful work.
+template <bool Rows, int R = kMR512>
 __attribute__((target("avx512f,fma"))) void micro_avx512_t(int64_t kc, const float* a, int64_t lda, const float* b,
                                                             float* c, int64_t ldc, bool load) {
-  __m512 c0[kMR512], c1[kMR512];
+  __m512 c0[R], c1[R];
   if (load) {
 #pragma GCC unroll 14
-    for (int i = 0; i < kMR512; ++i) {
+    for (int i = 0; i < R; ++i) {
       c0[i] = _mm512_loadu_ps(c + i * ldc);
       c1[i] = _mm512_loadu_ps(c + i * ldc + 16);
     }
   } else {
 #pragma GCC unroll 14
-    for (int i = 0; i < kMR512; ++i) c0[i] = _mm512_setzero_ps(), c1[i] = _mm512_setzero_ps();
+    for (int i = 0; i < R; ++i) c0[i] = _mm512_setzero_ps(), c1[i] = _mm512_setzero_ps();
   }
   for (int64_t k = 0; k < kc; ++k) {
     __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
 #pragma GCC unroll 14
-    for (int i = 0; i < kMR512; ++i) {
+    for (int i = 0; i < R; ++i) {
       __m512 x = _mm512_set1_ps(Rows ? a[i * lda] : a[i]);
       c0[i] = _mm512_fmadd_ps(x, b0, c0[i]);
       c1[i] = _mm512_fmadd_ps(x, b1, c1[i]);
@@ -139,7 +141,7 @@ __attribute__((target("avx512f,fma"))) void micro_avx512_t(int64_t kc, const flo
     b += kNR512;
   }
 #pragma GCC unroll 14
-  for (int i = 0; i < kMR512; ++i) {
+  for (int i = 0; i < R; ++i) {
     _mm512_storeu_ps(c + i * ldc, c0[i]);
     _mm512_storeu_ps(c + i * ldc + 16, c1[i]);
   }
@@ -147,6 +149,17 @@ __attribute__((target("avx512f,fma"))) void micro_avx512_t(int64_t kc, const flo
 
 void micro_avx512(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bool load) {
   micro_avx512_t<false>(kc, a, 0, b, c, ldc, load);
+}
+// The first `rows` (< 14) rows of a packed panel's tile.
+void micro_avx512_edge(int64_t rows, int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bool load) {
+  switch (rows) {
+#define SYNOROS_EDGE(R) \
+  case R: return micro_avx512_t<false, R>(kc, a, 0, b, c, ldc, load);
+    SYNOROS_EDGE(1) SYNOROS_EDGE(2) SYNOROS_EDGE(3) SYNOROS_EDGE(4) SYNOROS_EDGE(5) SYNOROS_EDGE(6) SYNOROS_EDGE(7)
+    SYNOROS_EDGE(8) SYNOROS_EDGE(9) SYNOROS_EDGE(10) SYNOROS_EDGE(11) SYNOROS_EDGE(12) SYNOROS_EDGE(13)
+#undef SYNOROS_EDGE
+    default: return micro_avx512(kc, a, b, c, ldc, load);
+  }
 }
 
 __attribute__((target("avx2,fma"))) void micro_avx2(int64_t kc, const float* a, const float* b,
@@ -381,6 +394,10 @@ void compute_chunk(const void* p, int64_t pa) {
     float* c = j.C + m0 * s.c_rs + n0;
     if (rows == j.mr && cols == j.nr) {
       run_micro(j, a, b, c, s.c_rs, load, lda);
+      continue;
+    }
+    if (j.isa >= 2 && cols == j.nr) {  // an edge panel's full-width tile: its rows only, in place
+      micro_avx512_edge(rows, j.kc, a, b, c, s.c_rs, load);
       continue;
     }
     alignas(64) float acc[kMR512 * kNR512];
