@@ -19,7 +19,7 @@ struct Instr {
   const void* gather;  // a folded view: gather args, filling the slot from its input
   int nsrc;
   int src[3];  // >= 0: the slot of member src; < 0: external -(src + 1)
-  StagedLineFn sfn = nullptr;  // set instead of fn when cheap members were folded into operands
+  StagedLineFn sfn = nullptr;  // run instead of fn (kept set) when members were folded into operands
   Stages st;
 };
 
@@ -52,7 +52,7 @@ inline void run_block(const GroupArgs& a, char (*slots)[kBlock * 8], const char*
   static constexpr int64_t one[3] = {1, 1, 1};
   for (int i = 0; i < a.n_instr; ++i) {
     const Instr& in = a.instr[i];
-    if (!in.fn && !in.gather && !in.sfn) continue;  // a broadcast read in place, or folded away
+    if (!in.fn && !in.gather) continue;  // a broadcast read in place, or folded away
     if (in.gather) {
       gather_range(in.gather, pos, pos + len, slots[i]);
       continue;
@@ -226,7 +226,7 @@ void fold_stages(const Graph& g, const std::vector<ValueId>& members, const std:
     int reader = -1, op = -1, reads = 0;
     for (int j = i + 1; j < n; ++j)
       for (int k = 0; k < a.instr[j].nsrc; ++k)
-        if ((a.instr[j].fn || a.instr[j].sfn) && a.instr[j].src[k] == i) reader = j, op = k, ++reads;
+        if (a.instr[j].fn && a.instr[j].src[k] == i) reader = j, op = k, ++reads;
     if (reads != 1 || op > 1) continue;
     Instr& r = a.instr[reader];
     StagedLineFn sfn = pick_staged(g.node(members[size_t(reader)]).op, g.dtype(members[size_t(reader)]));
@@ -359,9 +359,10 @@ Launch lower_group(const Graph& g, const std::vector<ValueId>& members,
     }
     if (ok) {
       // Rows a block can touch: up to one block's elements starting anywhere in a row.
-      int64_t n = ms[1], step = std::min(kBlock / n * n, a->total);
+      int64_t n = ms[1];
       a->tile_n = n;
       a->tile_step = kBlock / n * n;
+      int64_t step = std::min(a->tile_step, a->total);
       a->tile_bytes = (step + 2 * n - 2) / n * n * a->esize;
       for (size_t k = 0; k < E; ++k) {
         a->tile_valid[k] = false;

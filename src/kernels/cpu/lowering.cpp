@@ -99,21 +99,19 @@ const char* isa_name(Isa isa) {
   return isa == Isa::Avx512 ? "avx512" : isa == Isa::Avx2 ? "avx2" : "scalar";
 }
 
-LineFn pick_line(Op op, DType t) {
+// The active ISA's build of a per-ISA picker.
+template <class Pick>
+Pick for_active_isa(Pick avx512_pick, Pick avx2_pick, Pick scalar_pick) {
   switch (active_isa()) {
-    case Isa::Avx512: return avx512::pick_line(op, t);
-    case Isa::Avx2: return avx2::pick_line(op, t);
+    case Isa::Avx512: return avx512_pick;
+    case Isa::Avx2: return avx2_pick;
     case Isa::Scalar: break;
   }
-  return scalar::pick_line(op, t);
+  return scalar_pick;
 }
+LineFn pick_line(Op op, DType t) { return for_active_isa(avx512::pick_line, avx2::pick_line, scalar::pick_line)(op, t); }
 StagedLineFn pick_staged(Op op, DType t) {
-  switch (active_isa()) {
-    case Isa::Avx512: return avx512::pick_staged(op, t);
-    case Isa::Avx2: return avx2::pick_staged(op, t);
-    case Isa::Scalar: break;
-  }
-  return scalar::pick_staged(op, t);
+  return for_active_isa(avx512::pick_staged, avx2::pick_staged, scalar::pick_staged)(op, t);
 }
 
 namespace {
