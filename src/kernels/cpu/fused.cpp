@@ -52,7 +52,7 @@ inline void run_block(const GroupArgs& a, char (*slots)[kBlock * 8], const char*
   static constexpr int64_t one[3] = {1, 1, 1};
   for (int i = 0; i < a.n_instr; ++i) {
     const Instr& in = a.instr[i];
-    if (!in.fn && !in.gather) continue;  // a broadcast read in place, or folded away
+    if (!in.fn && !in.gather && !in.sfn) continue;  // a broadcast read in place, or folded away
     if (in.gather) {
       gather_range(in.gather, pos, pos + len, slots[i]);
       continue;
