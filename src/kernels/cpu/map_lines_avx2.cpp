@@ -11,7 +11,6 @@ namespace synoros::kernels::avx2 {
 // vec_math.hpp's vector traits: 8 floats, edges through masked loads and stores.
 struct VecF {
   using R = __m256;
-  using I = __m256i;
   static constexpr int64_t kLanes = 8;
   static __m256i edge(int64_t n) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(int(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
@@ -25,18 +24,27 @@ struct VecF {
   static R sub(R a, R b) { return _mm256_sub_ps(a, b); }
   static R mul(R a, R b) { return _mm256_mul_ps(a, b); }
   static R div(R a, R b) { return _mm256_div_ps(a, b); }
-  static R neg(R a) { return _mm256_xor_ps(a, _mm256_set1_ps(-0.0f)); }
   static R fma(R a, R b, R c) { return _mm256_fmadd_ps(a, b, c); }
+  static R fms(R a, R b, R c) { return _mm256_fmsub_ps(a, b, c); }
   static R min(R a, R b) { return _mm256_min_ps(a, b); }
   static R max(R a, R b) { return _mm256_max_ps(a, b); }
-  static R zero_where_lt(R x, float c, R y) { return _mm256_andnot_ps(_mm256_cmp_ps(x, set(c), _CMP_LT_OQ), y); }
+  static R clamp_abs(R x, float c) { return max(set(-c), min(set(c), x)); }
   static R keep_nan(R x, R y) { return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q)); }
-  static I trunc(R v) { return _mm256_cvttps_epi32(v); }
-  static I srai1(I v) { return _mm256_srai_epi32(v, 1); }
-  static I isub(I a, I b) { return _mm256_sub_epi32(a, b); }
-  static R pow2(I n) { return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n, _mm256_set1_epi32(127)), 23)); }
-  static R shl23_add(R v, uint32_t k) {
-    return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_slli_epi32(_mm256_castps_si256(v), 23), _mm256_set1_epi32(int(k))));
+  static R pow2(__m256i n) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n, _mm256_set1_epi32(127)), 23));
+  }
+  static R ldexp(R e, R n) {
+    __m256i ni = _mm256_cvttps_epi32(n);
+    __m256i n1 = _mm256_srai_epi32(ni, 1);
+    return mul(mul(e, pow2(n1)), pow2(_mm256_sub_epi32(ni, n1)));
+  }
+  // 2^m from the low bits of mb = m + 1.5 * 2^23: shifted into the exponent field, plus 127's.
+  static R ldexp_small(R e, R, R mb) {
+    return mul(e, _mm256_castsi256_ps(
+                      _mm256_add_epi32(_mm256_slli_epi32(_mm256_castps_si256(mb), 23), _mm256_set1_epi32(0x3F800000))));
+  }
+  static R recip_unless_lt(R x, float c, R b) {
+    return _mm256_andnot_ps(_mm256_cmp_ps(x, set(c), _CMP_LT_OQ), div(set(1.0f), b));
   }
 };
 }  // namespace synoros::kernels::avx2

@@ -18,7 +18,6 @@ namespace synoros::kernels::avx512 {
 // vec_math.hpp's vector traits: 16 floats, edges through masks.
 struct VecF {
   using R = __m512;
-  using I = __m512i;
   static constexpr int64_t kLanes = 16;
   static R load(const float* p) { return _mm512_loadu_ps(p); }
   static void store(float* p, R v) { _mm512_storeu_ps(p, v); }
@@ -29,18 +28,18 @@ struct VecF {
   static R sub(R a, R b) { return _mm512_sub_ps(a, b); }
   static R mul(R a, R b) { return _mm512_mul_ps(a, b); }
   static R div(R a, R b) { return _mm512_div_ps(a, b); }
-  static R neg(R a) { return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(a), _mm512_set1_epi32(INT32_MIN))); }
   static R fma(R a, R b, R c) { return _mm512_fmadd_ps(a, b, c); }
+  static R fms(R a, R b, R c) { return _mm512_fmsub_ps(a, b, c); }
   static R min(R a, R b) { return _mm512_min_ps(a, b); }
   static R max(R a, R b) { return _mm512_max_ps(a, b); }
-  static R zero_where_lt(R x, float c, R y) { return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, set(c), _CMP_NLT_UQ), y); }
+  // vrangeps, imm 2: the smaller magnitude with x's sign, so |x| > c gives c with x's sign (a
+  // NaN x gives c).
+  static R clamp_abs(R x, float c) { return _mm512_range_ps(x, set(c), 2); }
   static R keep_nan(R x, R y) { return _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x); }
-  static I trunc(R v) { return _mm512_cvttps_epi32(v); }
-  static I srai1(I v) { return _mm512_srai_epi32(v, 1); }
-  static I isub(I a, I b) { return _mm512_sub_epi32(a, b); }
-  static R pow2(I n) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n, _mm512_set1_epi32(127)), 23)); }
-  static R shl23_add(R v, uint32_t k) {
-    return _mm512_castsi512_ps(_mm512_add_epi32(_mm512_slli_epi32(_mm512_castps_si512(v), 23), _mm512_set1_epi32(int(k))));
+  static R ldexp(R e, R n) { return _mm512_scalef_ps(e, n); }
+  static R ldexp_small(R e, R m, R) { return _mm512_scalef_ps(e, m); }
+  static R recip_unless_lt(R x, float c, R b) {
+    return _mm512_maskz_div_ps(_mm512_cmp_ps_mask(x, set(c), _CMP_NLT_UQ), set(1.0f), b);
   }
 };
 }  // namespace synoros::kernels::avx512

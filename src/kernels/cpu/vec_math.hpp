@@ -6,10 +6,16 @@
 // path; here each clamp is one min or max with the operand order that keeps the scalar NaN
 // semantics (minps(a, b) = a < b ? a : b, so min(c, x) = x > c ? c : x and a NaN x passes).
 //
-// V provides: R (a register of floats), I (of int32), set, add, sub, mul, div, neg (the sign
-// flipped), fma (one rounding), min, max (the minps/maxps semantics above), zero_where_lt(x, c, y) = x < c ? 0 : y
-// per lane, keep_nan(x, y) = x != x ? x : y, trunc (float to int32, truncating), srai1, isub,
-// pow2 (the float 2^n from n), shl23_add(v, k) (the bits of v shifted left by 23 plus k).
+// V provides: R (a register of floats), set, add, sub, mul, div, fma (one rounding), fms(a, b, c)
+// = fma(a, b, -c), min, max (the minps/maxps semantics above), clamp_abs(x, c) = max(-c, min(c, x)) for
+// non-NaN x (a NaN may come out as NaN or as +-c: erf restores it with keep_nan),
+// keep_nan(x, y) = x != x ? x : y, and three steps each ISA may spell its own way as long as the
+// bits stay those of the formula: ldexp(e, n) = e * 2^(n>>1) * 2^(n - (n>>1)) for an integral
+// float n in [-150, 128] (two multiplies, so only the second can round); ldexp_small(e, m, mb) =
+// e * 2^m for an integral float m in [-126, 127] given mb = m + 1.5 * 2^23 (one multiply); and
+// recip_unless_lt(x, c, b) = x < c ? 0 : 1 / b. AVX-512 does each of them in one instruction
+// (vscalefps multiplies by 2^floor(n) with one rounding, which is the formula's rounding here;
+// a zero-masked vdivps), AVX2 with the integer bit tricks.
 #pragma once
 
 namespace synoros::kernels::vmath {
@@ -32,9 +38,7 @@ typename V::R exp(typename V::R x) {
   R p = poly<V>(r, 1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f,
                  5.0000001201e-1f);
   R e = V::add(V::fma(p, V::mul(r, r), r), V::set(1.0f));
-  typename V::I ni = V::trunc(n);
-  typename V::I n1 = V::srai1(ni);
-  return V::mul(V::mul(e, V::pow2(n1)), V::pow2(V::isub(ni, n1)));
+  return V::ldexp(e, n);
 }
 
 template <class V>
@@ -50,10 +54,9 @@ typename V::R sigmoid(typename V::R x) {
   R b = V::fma(V::set(-8.3334519073e-3f), s, V::set(4.1665795894e-2f));
   R c = V::fma(V::set(-1.9875691500e-4f), s, V::set(1.3981999507e-3f));
   R p = V::fma(V::fma(c, s2, b), s2, a);
-  R e = V::add(V::fma(p, s2, V::neg(s)), V::set(1.0f));
-  R ex = V::mul(e, V::shl23_add(mb, 0x3F800000u));
-  R y = V::div(V::set(1.0f), V::add(V::set(1.0f), ex));
-  return V::zero_where_lt(x, -88.0f, y);
+  R e = V::add(V::fms(p, s2, s), V::set(1.0f));
+  R ex = V::ldexp_small(e, m, mb);
+  return V::recip_unless_lt(x, -88.0f, V::add(V::set(1.0f), ex));
 }
 
 template <class V>
@@ -72,7 +75,7 @@ typename V::R tanh(typename V::R x) {
 template <class V>
 typename V::R erf(typename V::R x) {
   using R = typename V::R;
-  R c = V::max(V::set(-4.0f), V::min(V::set(4.0f), x));
+  R c = V::clamp_abs(x, 4.0f);
   R z = V::mul(c, c);
   R p = V::mul(poly<V>(z, -2.72614225801306e-10f, 2.77068142495902e-08f, -2.10102402082508e-06f,
                        -5.69250639462346e-05f, -7.34990630326855e-04f, -2.95459980854025e-03f,
