@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <tuple>
 #include <sstream>
 
 #include "kernels/kernel_api.hpp"
@@ -43,8 +44,16 @@ struct Forced {
 
 bool uses_onednn_conv(Plan& p) {
   for (const LaunchInfo& li : p.launch_info())
-    if (li.kernel == "onednn-conv" || li.kernel == "onednn-conv-data") return true;
+    if (li.kernel.rfind("onednn-conv", 0) == 0 || li.kernel.rfind("onednn-wino", 0) == 0) return true;
   return false;
+}
+
+// The kernels of a plan's oneDNN convolutions, joined with ';'.
+std::string onednn_kernels(Plan& p) {
+  std::string k;
+  for (const LaunchInfo& li : p.launch_info())
+    if (li.kernel.rfind("onednn", 0) == 0) k += li.kernel + ";";
+  return k;
 }
 
 // Compiles conv(x) * scale for the geometry; returns the output and whether oneDNN's lowering ran.
@@ -72,12 +81,16 @@ HostTensor at_one_and_two_threads(F compute, bool need_onednn = true) {
   return a;
 }
 
-class OneDnnConv : public ::testing::TestWithParam<Geo> {
+// A geometry and the oneDNN algorithm forced for it ("onednn-wino" falls back to the direct one
+// where Winograd does not apply).
+class OneDnnConv : public ::testing::TestWithParam<std::tuple<Geo, const char*>> {
  protected:
   void SetUp() override {
     if (kernels::strict_kernels() || kernels::active_isa() != kernels::best_isa())
       GTEST_SKIP() << "oneDNN's convolution is offered only outside strict mode at the CPU's own ISA";
   }
+  static Geo geo() { return std::get<0>(GetParam()); }
+  static const char* lowering() { return std::get<1>(GetParam()); }
 };
 
 // The weight gradient of loss = sum(conv(x) * r), compiled; whether oneDNN's lowering ran for it.
@@ -94,8 +107,8 @@ HostTensor weight_grad(const HostTensor& x, const HostTensor& r, nn::Conv2d& con
 }
 
 TEST_P(OneDnnConv, ForcedWeightGradientMatchesFloat64AndIgnoresTheThreadCount) {
-  Geo g = GetParam();
-  Forced f("onednn-conv");
+  Geo g = geo();
+  Forced f(lowering());
   nn::Conv2d conv(g.C, g.O, g.k, 5, g.s, g.p, g.d, 1, false);
   HostTensor x = synoros::testing::random_tensor({DType::F32, {g.N, g.C, g.H, g.W}}, 9);
   int64_t Ho = (g.H + 2 * g.p - g.d * (g.k - 1) - 1) / g.s + 1, Wo = (g.W + 2 * g.p - g.d * (g.k - 1) - 1) / g.s + 1;
@@ -141,8 +154,8 @@ HostTensor data_grad(const HostTensor& x, const HostTensor& r, nn::Conv2d& conv,
 int64_t out_size(int64_t n, const Geo& g) { return (n + 2 * g.p - g.d * (g.k - 1) - 1) / g.s + 1; }
 
 TEST_P(OneDnnConv, ForcedDataGradientMatchesFloat64AndIgnoresTheThreadCount) {
-  Geo g = GetParam();
-  Forced f("onednn-conv");
+  Geo g = geo();
+  Forced f(lowering());
   nn::Conv2d conv(g.C, g.O, g.k, 5, g.s, g.p, g.d, 1, false);
   HostTensor x = synoros::testing::random_tensor({DType::F32, {g.N, g.C, g.H, g.W}}, 9);
   int64_t Ho = out_size(g.H, g), Wo = out_size(g.W, g);
@@ -191,8 +204,8 @@ TEST(OneDnnConvSelection, DataGradientChainKeepsTheBitsOfTheUnfusedPlan) {
 }
 
 TEST_P(OneDnnConv, ForcedLoweringMatchesFloat64AndIgnoresTheThreadCount) {
-  Geo g = GetParam();
-  Forced f("onednn-conv");
+  Geo g = geo();
+  Forced f(lowering());
   nn::Conv2d conv(g.C, g.O, g.k, 5, g.s, g.p, g.d, 1, false);
   HostTensor x = synoros::testing::random_tensor({DType::F32, {g.N, g.C, g.H, g.W}}, 9);
   HostTensor y1 = at_one_and_two_threads([&](bool& onednn) { return run_conv(g, x, conv, onednn); });
@@ -207,7 +220,7 @@ TEST_P(OneDnnConv, ForcedLoweringMatchesFloat64AndIgnoresTheThreadCount) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Geometries, OneDnnConv,
-                         ::testing::Values(Geo{2, 3, 8, 8, 4, 3, 1, 1, 1},     // same 3x3
+                         ::testing::Combine(::testing::Values(Geo{2, 3, 8, 8, 4, 3, 1, 1, 1},     // same 3x3
                                            Geo{3, 4, 9, 7, 6, 3, 2, 1, 1},     // stride 2, odd sizes
                                            Geo{1, 2, 10, 10, 3, 3, 1, 2, 2},   // dilation 2
                                            Geo{2, 3, 7, 7, 5, 1, 2, 0, 1},     // 1x1 stride 2
@@ -216,7 +229,8 @@ INSTANTIATE_TEST_SUITE_P(Geometries, OneDnnConv,
                                            Geo{2, 3, 11, 11, 4, 7, 2, 3, 1},   // 7x7 stride 2
                                            Geo{9, 16, 14, 14, 16, 3, 1, 1, 1},   // one chunk of 9
                                            Geo{5, 32, 28, 28, 32, 3, 1, 1, 1},   // 2+2+1 image chunks
-                                           Geo{100, 1, 28, 28, 16, 3, 1, 1, 1}));  // many chunks
+                                           Geo{100, 1, 28, 28, 16, 3, 1, 1, 1}),  // many chunks
+                                            ::testing::Values("onednn-conv", "onednn-wino")));
 
 // Blocked weights are kept between runs (redone only when the weights change), so they must not
 // live where other launches write between runs: a two-layer network run twice gives the same
@@ -242,6 +256,33 @@ TEST(OneDnnConvSelection, KeptWeightsSurviveOtherLaunchesBetweenRuns) {
     ASSERT_EQ(0, std::memcmp(a[0].buffer->data(), a[size_t(i)].buffer->data(), a[0].bytes())) << "run " << i;
   for (int64_t i = 0; i < ref[0].numel(); ++i)
     ASSERT_NEAR(a[0].get(i), ref[0].get(i), 1e-4 * (1 + std::fabs(ref[0].get(i)))) << "element " << i;
+}
+
+// Forced Winograd runs where it applies (3x3, stride 1, no dilation), forward and both gradients,
+// and the direct algorithm elsewhere.
+TEST(OneDnnConvSelection, WinogradTakesThreeByThreeStrideOneOnly) {
+  if (kernels::strict_kernels() || kernels::active_isa() != kernels::best_isa())
+    GTEST_SKIP() << "oneDNN's convolution is offered only outside strict mode at the CPU's own ISA";
+  Forced f("onednn-wino");
+  for (int64_t stride : {1, 2}) {
+    nn::Conv2d conv(16, 16, 3, 5, stride, 1, 1, 1, false);
+    Tensor x = Tensor::from(synoros::testing::random_tensor({DType::F32, {4, 16, 12, 12}}, 4)).requires_grad();
+    CompiledStep step = compile(
+        [&](const std::vector<Tensor>& a) {
+          Tensor loss = (conv(x) * a[0]).sum();
+          loss.backward();
+          return std::vector<Tensor>{x.grad(), conv.weight.grad()};
+        },
+        {{DType::F32, {4, 16, 12 / stride, 12 / stride}}});
+    std::string k = onednn_kernels(step.plan());
+    if (stride == 1) {
+      EXPECT_EQ(k.find("onednn-conv"), std::string::npos) << k;
+      EXPECT_NE(k.find("onednn-wino"), std::string::npos) << k;
+    } else {
+      EXPECT_EQ(k.find("onednn-wino"), std::string::npos) << k;
+      EXPECT_NE(k.find("onednn-conv"), std::string::npos) << k;
+    }
+  }
 }
 
 TEST(OneDnnConvSelection, AnUnknownLoweringIsAnError) {
@@ -273,7 +314,9 @@ TEST(OneDnnConvSelection, ChoiceIsMeasuredOnceAndCached) {
   size_t at = text.str().find(key);
   ASSERT_NE(at, std::string::npos) << "no convolution choice in the tuning cache";
   std::string line = text.str().substr(at, text.str().find('\n', at) - at);
-  EXPECT_EQ(first, line.find("\tonednn-conv\t") != std::string::npos) << line;
+  EXPECT_EQ(first, line.find("\tonednn-conv\t") != std::string::npos ||
+                       line.find("\tonednn-wino\t") != std::string::npos)
+      << line;
   // As a new process would: another plan with the same convolution reads the choice from the file.
   kernels::reload_tuning_cache();
   HostTensor y2 = run_conv(g, x, conv, second, 2.0);

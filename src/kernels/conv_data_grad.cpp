@@ -99,7 +99,7 @@ Launch lower_conv_data_grad(LowerCtx& c) {
   };
   Launch l = select_onednn(c, m->g, static_cast<const float*>(c.chain_in[size_t(dy)]),
                            static_cast<const float*>(c.chain_in[size_t(1 - dy)]), seq, on_probe);
-  if (c.kernel == "onednn-conv") c.kernel = "onednn-conv-data";
+  if (c.kernel == "onednn-conv" || c.kernel == "onednn-wino") c.kernel += "-data";
   return l;
 }
 

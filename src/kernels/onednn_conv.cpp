@@ -1,4 +1,4 @@
-// oneDNN direct convolution (Debian's libdnnl 2.6, C API) as a lowering of a convolution
+// oneDNN's convolution (Debian's libdnnl 2.6, C API; direct or Winograd) as a lowering of a convolution
 // contraction. oneDNN wants its own blocked layouts (nChw16c activations, blocked weights), so a
 // launch reorders the input in, convolves and reorders the output back, one fixed chunk of images
 // per single-threaded call spread over the engine's pool: the chunking depends only on the batch,
@@ -26,16 +26,22 @@ namespace synoros::kernels {
 namespace {
 // Images per oneDNN call: as many as keep one call's input and output within ~512 KiB (they stay
 // in L2 between the reorders and the convolution; measured: 1 image of 32x28x28 -> 64x28x28 is
-// as fast as 4 and faster than 8). Depends only on the shape, never on the thread count.
+// as fast as 4 and faster than 8). A divisor of the batch down to half that size is preferred:
+// one minibatch size means one primitive and one copy of the blocked weights (Winograd's weight
+// transform costs up to ~1 ms a copy). Depends only on the shape, never on the thread count.
 int64_t chunk_images(const ConvGeom& g) {
   int64_t per_image = (g.C * g.H * g.W + g.O * g.OH * g.OW) * 4;
-  return std::clamp<int64_t>((int64_t(512) << 10) / std::max<int64_t>(per_image, 1), 1, g.N);
+  int64_t mb = std::clamp<int64_t>((int64_t(512) << 10) / std::max<int64_t>(per_image, 1), 1, g.N);
+  for (int64_t d = mb; 2 * d >= mb; --d)
+    if (g.N % d == 0) return d;
+  return mb;
 }
 
-// SYNOROS_CONV_LOWERING=gemm|onednn-conv forces one lowering (for comparisons); unset: measured.
+// SYNOROS_CONV_LOWERING=gemm|onednn-conv|onednn-wino forces one lowering (for comparisons);
+// unset: measured.
 std::string checked_lowering(const std::string& v, const char* from) {
-  if (v.empty() || v == "gemm" || v == "onednn-conv") return v;
-  throw Error(std::string(from) + ": unknown convolution lowering '" + v + "' (gemm or onednn-conv)");
+  if (v.empty() || v == "gemm" || v == "onednn-conv" || v == "onednn-wino") return v;
+  throw Error(std::string(from) + ": unknown convolution lowering '" + v + "' (gemm, onednn-conv or onednn-wino)");
 }
 std::string& forced() {
   static std::string f = [] {
@@ -83,6 +89,7 @@ struct ConvState {
   dnnl_engine_t eng = nullptr;
   Prims full, last;  // last: the remainder chunk when the batch is not a multiple
   int64_t chunks = 0;
+  int64_t slots = 1;  // scratch slots: the engine's thread count when compiled, at most one per chunk
   std::vector<Chunk> ch;
   // Forward: the weights, user (plain oihw) and blocked copies per minibatch size, redone when the
   // weights' bytes change (compared with a copy: cheap next to the convolution, and right however
@@ -92,6 +99,8 @@ struct ConvState {
   const float* w_ptr = nullptr;
   std::vector<float> w_copy;
   bool w_valid = false;
+  bool plain_w = false;        // the weights [O, C, KW, KH] go through w_plain [O, C, KH, KW]
+  std::vector<float> w_plain;
   // Weight gradient over several chunks: per-chunk partial sums, added in chunk order.
   float* out = nullptr;
   std::vector<float*> partial;
@@ -134,7 +143,8 @@ int64_t blocked_bytes(const dnnl_memory_desc_t& prim, const dnnl_memory_desc_t& 
 // Descriptors and sizes for minibatch mb; the primitives too unless only sizing. The slots: src is
 // what each chunk reads (x forward and for the weight gradient, dY for the data gradient), b the
 // second input (weights, or dY for the weight gradient), out the result (y, dW or dX).
-void init_prims(Prims& p, const ConvGeom& g, int64_t mb, dnnl_engine_t eng, bool create) {
+void init_prims(Prims& p, const ConvGeom& g, int64_t mb, dnnl_engine_t eng, bool create, dnnl_alg_kind_t alg,
+                bool plain_w) {
   p.mb = mb;
   bool bww = g.kind == ConvKind::BwdWeights, bwd = g.kind == ConvKind::BwdData;
   dnnl_dims_t src_dims = {mb, g.C, g.H, g.W}, w_dims = {g.O, g.C, g.KH, g.KW}, dst_dims = {mb, g.O, g.OH, g.OW};
@@ -144,7 +154,7 @@ void init_prims(Prims& p, const ConvGeom& g, int64_t mb, dnnl_engine_t eng, bool
   ok(dnnl_memory_desc_init_by_tag(&any_w, 4, w_dims, dnnl_f32, dnnl_format_tag_any), "weights desc");
   ok(dnnl_memory_desc_init_by_tag(&any_dst, 4, dst_dims, dnnl_f32, dnnl_format_tag_any), "dst desc");
   ok(dnnl_memory_desc_init_by_tag(&usrc, 4, src_dims, dnnl_f32, dnnl_nchw), "src desc");
-  if (g.kswap) {
+  if (g.kswap && !plain_w) {
     dnnl_dims_t ws = {g.C * g.KH * g.KW, g.KH * g.KW, 1, g.KH};
     ok(dnnl_memory_desc_init_by_strides(&uw, 4, w_dims, dnnl_f32, ws), "weights desc");
   } else {
@@ -157,15 +167,15 @@ void init_prims(Prims& p, const ConvGeom& g, int64_t mb, dnnl_engine_t eng, bool
   dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
   dnnl_convolution_desc_t fd;
   dnnl_status_t st = dnnl_dilated_convolution_forward_desc_init(
-      &fd, g.kind == ConvKind::Forward ? dnnl_forward_inference : dnnl_forward_training, dnnl_convolution_direct,
+      &fd, g.kind == ConvKind::Forward ? dnnl_forward_inference : dnnl_forward_training, alg,
       &any_src, &any_w, nullptr, &any_dst, strides, dil, pl, pr);
   dnnl_primitive_desc_t fpd = nullptr, pd = nullptr;
   if (st == dnnl_success) st = dnnl_primitive_desc_create(&fpd, &fd, g.kind == ConvKind::Forward ? attr : nullptr, eng, nullptr);
   if (st == dnnl_success && g.kind != ConvKind::Forward) {
     dnnl_convolution_desc_t bd;
-    st = bww ? dnnl_dilated_convolution_backward_weights_desc_init(&bd, dnnl_convolution_direct, &any_src, &any_w,
+    st = bww ? dnnl_dilated_convolution_backward_weights_desc_init(&bd, alg, &any_src, &any_w,
                                                                   nullptr, &any_dst, strides, dil, pl, pr)
-             : dnnl_dilated_convolution_backward_data_desc_init(&bd, dnnl_convolution_direct, &any_src, &any_w,
+             : dnnl_dilated_convolution_backward_data_desc_init(&bd, alg, &any_src, &any_w,
                                                                &any_dst, strides, dil, pl, pr);
     if (st == dnnl_success) st = dnnl_primitive_desc_create(&pd, &bd, attr, eng, fpd);
     dnnl_primitive_desc_destroy(fpd);
@@ -211,37 +221,62 @@ void init_prims(Prims& p, const ConvGeom& g, int64_t mb, dnnl_engine_t eng, bool
 int64_t in_per_image(const ConvGeom& g) { return g.kind == ConvKind::BwdData ? g.O * g.OH * g.OW : g.C * g.H * g.W; }
 int64_t out_per_image(const ConvGeom& g) { return g.kind == ConvKind::BwdData ? g.C * g.H * g.W : g.O * g.OH * g.OW; }
 
-// Per-chunk scratch: blocked src, blocked dY (weight gradient), blocked output, a plain partial
-// dW (weight gradient over several chunks) and the scratchpad.
-int64_t chunk_bytes(const ConvState& s, const Prims& p) {
-  bool bww = s.g.kind == ConvKind::BwdWeights;
-  int64_t partial = bww && s.chunks > 1 ? s.g.O * s.g.C * s.g.KH * s.g.KW * 4 : 0;
-  int64_t b = bww ? p.b_bytes : 0;
-  return align64(p.src_bytes) + align64(b) + align64(p.out_bytes) + align64(partial) + align64(p.pad_bytes);
+// A slot's scratch, used by one chunk at a time: blocked src, blocked dY (weight gradient),
+// blocked output and the scratchpad.
+int64_t slot_bytes(const ConvState& s, const Prims& p) {
+  int64_t b = s.g.kind == ConvKind::BwdWeights ? p.b_bytes : 0;
+  return align64(p.src_bytes) + align64(b) + align64(p.out_bytes) + align64(p.pad_bytes);
 }
 
+// The plain partial dW of each chunk (a weight gradient over several chunks).
+int64_t partial_bytes(const ConvState& s) {
+  return s.g.kind == ConvKind::BwdWeights && s.chunks > 1 ? align64(s.g.O * s.g.C * s.g.KH * s.g.KW * 4) : 0;
+}
+
+// Scratch: `slots` slots (chunk i uses slot i % slots, and the chunks of one slot run one after
+// another on one thread, so its blocked buffers stay in cache from chunk to chunk; measured: a
+// 5-image 16 -> 16 channel 28x28 Winograd call took 167 us with fresh buffers per chunk, ~100 us
+// with reused ones), then the per-chunk partials.
 struct Layout {
-  int64_t chunks, chunk_bytes, w_bytes;
-  int64_t scratch() const { return std::max<int64_t>(chunks * chunk_bytes, 64); }  // per run
+  int64_t slots, slot_bytes, chunks, partial_bytes, w_bytes;
+  int64_t scratch() const { return std::max<int64_t>(slots * slot_bytes + chunks * partial_bytes, 64); }  // per run
   int64_t weights() const { return std::max<int64_t>(w_bytes, 64); }  // kept between runs
 };
 
-std::unique_ptr<ConvState> make_state(const ConvGeom& g, bool create) {
+std::unique_ptr<ConvState> make_state(const ConvGeom& g, bool create, dnnl_alg_kind_t alg) {
   one_omp_thread();
   auto s = std::make_unique<ConvState>();
   s->g = g;
   ok(dnnl_engine_create(&s->eng, dnnl_cpu, 0), "engine");
   int64_t mb = chunk_images(g);
   s->chunks = (g.N + mb - 1) / mb;
-  init_prims(s->full, g, mb, s->eng, create);
-  if (g.N % mb != 0) init_prims(s->last, g, g.N % mb, s->eng, create);
+  s->slots = std::clamp<int64_t>(num_threads(), 1, s->chunks);
+  // oneDNN has no reorder from the swapped weights' strides into Winograd's layout: those are
+  // transposed to plain [O, C, KH, KW] first (see run_state).
+  s->plain_w = g.kswap && alg == dnnl_convolution_winograd;
+  init_prims(s->full, g, mb, s->eng, create, alg, s->plain_w);
+  if (g.N % mb != 0) init_prims(s->last, g, g.N % mb, s->eng, create, alg, s->plain_w);
   return s;
 }
 
+// oneDNN's two algorithms, each a candidate of its own. Winograd (F(4x4, 3x3) on AVX-512 in
+// oneDNN 2.6) does 3x3 stride-1 convolutions in fewer multiplications and with a different
+// rounding than the direct sum, which the float64 gate bounds like any other candidate's.
+struct Algorithm {
+  const char* name;
+  dnnl_alg_kind_t alg;
+};
+constexpr Algorithm kAlgorithms[] = {{"onednn-conv", dnnl_convolution_direct}, {"onednn-wino", dnnl_convolution_winograd}};
+constexpr int kNumAlgorithms = 2;
+
+bool algorithm_applies(const ConvGeom& g, int a) {
+  return a == 0 || (g.KH == 3 && g.KW == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1);
+}
+
 Layout layout_of(const ConvState& s) {
-  int64_t cb = std::max(chunk_bytes(s, s.full), s.last.mb ? chunk_bytes(s, s.last) : 0);
+  int64_t sb = std::max(slot_bytes(s, s.full), s.last.mb ? slot_bytes(s, s.last) : 0);
   int64_t wb = s.g.kind == ConvKind::BwdWeights ? 0 : align64(s.full.b_bytes) + align64(s.last.mb ? s.last.b_bytes : 0);
-  return {s.chunks, cb, wb};
+  return {s.slots, sb, s.chunks, partial_bytes(s), wb};
 }
 
 dnnl_memory_t mem(const dnnl_memory_desc_t& md, dnnl_engine_t eng, const void* ptr) {
@@ -261,7 +296,8 @@ void bind(ConvState& s, const float* x, const float* b, float* y, char* scratch,
   bool bww = g.kind == ConvKind::BwdWeights;
   if (!bww) {
     char* wbuf = wstore;
-    s.uw = mem(s.full.ub, s.eng, b);
+    if (s.plain_w) s.w_plain.assign(size_t(g.O * g.C * g.KH * g.KW), 0.0f);
+    s.uw = mem(s.full.ub, s.eng, s.plain_w ? s.w_plain.data() : b);
     s.pw_full = s.full.b_bytes ? mem(s.full.pb, s.eng, wbuf) : nullptr;
     if (s.last.mb && s.last.b_bytes) s.pw_last = mem(s.last.pb, s.eng, wbuf + align64(s.full.b_bytes));
     ok(dnnl_stream_create(&s.wstream, s.eng, dnnl_stream_default_flags), "stream");
@@ -279,7 +315,7 @@ void bind(ConvState& s, const float* x, const float* b, float* y, char* scratch,
     c.p = is_last ? &s.last : &s.full;
     const Prims& p = *c.p;
     int64_t n0 = i * s.full.mb;
-    char* at = scratch + i * lay.chunk_bytes;
+    char* at = scratch + (i % lay.slots) * lay.slot_bytes;
     auto take = [&](int64_t bytes) {
       char* r = at;
       at += align64(bytes);
@@ -300,7 +336,7 @@ void bind(ConvState& s, const float* x, const float* b, float* y, char* scratch,
     if (bww) {
       uout = y;
       if (s.chunks > 1) {
-        uout = reinterpret_cast<float*>(take(g.O * g.C * g.KH * g.KW * 4));
+        uout = reinterpret_cast<float*>(scratch + lay.slots * lay.slot_bytes + i * lay.partial_bytes);
         s.partial.push_back(uout);
       }
     }
@@ -335,15 +371,17 @@ void conv_chunk_or_throw(const ConvState& s, int64_t i) {
   if (pr.out_re) exec(pr.out_re, c.stream, {{DNNL_ARG_FROM, c.pout}, {DNNL_ARG_TO, c.uout}});
 }
 
-// On a pool thread an exception would end the process: a failed chunk is recorded instead and
-// reported by run_state once every chunk has finished.
-void conv_chunk(const void* p, int64_t i) {
+// The chunks of slot t, one after another. On a pool thread an exception would end the process:
+// a failed chunk is recorded instead and reported by run_state once every chunk has finished.
+void conv_slot(const void* p, int64_t t) {
   one_omp_thread();
   const ConvState& s = *static_cast<const ConvState*>(p);
-  try {
-    conv_chunk_or_throw(s, i);
-  } catch (const std::exception&) {
-    s.failed[size_t(i)] = 1;
+  for (int64_t i = t; i < s.chunks; i += s.slots) {
+    try {
+      conv_chunk_or_throw(s, i);
+    } catch (const std::exception&) {
+      s.failed[size_t(i)] = 1;
+    }
   }
 }
 
@@ -351,13 +389,20 @@ void run_state(ConvState& s, ThreadPool& pool) {
   one_omp_thread();
   size_t wb = s.w_copy.size() * sizeof(float);
   if (s.g.kind != ConvKind::BwdWeights && (!s.w_valid || std::memcmp(s.w_copy.data(), s.w_ptr, wb) != 0)) {
+    if (s.plain_w) {
+      const ConvGeom& g = s.g;
+      for (int64_t oc = 0; oc < g.O * g.C; ++oc)
+        for (int64_t i = 0; i < g.KH; ++i)
+          for (int64_t j = 0; j < g.KW; ++j)
+            s.w_plain[size_t((oc * g.KH + i) * g.KW + j)] = s.w_ptr[(oc * g.KW + j) * g.KH + i];
+    }
     if (s.full.b_re) exec(s.full.b_re, s.wstream, {{DNNL_ARG_FROM, s.uw}, {DNNL_ARG_TO, s.pw_full}});
     if (s.last.mb && s.last.b_re) exec(s.last.b_re, s.wstream, {{DNNL_ARG_FROM, s.uw}, {DNNL_ARG_TO, s.pw_last}});
     std::memcpy(s.w_copy.data(), s.w_ptr, wb);
     s.w_valid = true;
   }
   std::fill(s.failed.begin(), s.failed.end(), 0);
-  pool.run(s.chunks, conv_chunk, &s);
+  pool.run(s.slots, conv_slot, &s);
   for (int64_t i = 0; i < s.chunks; ++i)
     if (s.failed[size_t(i)]) throw Error("onednn conv: executing chunk " + std::to_string(i) + " failed");
   if (!s.partial.empty()) {  // the weight gradient: chunk partials added in chunk order
@@ -444,7 +489,7 @@ Probe make_probe(const ConvGeom& g) {
 }
 
 // Checks the corners and a random sample of the outputs in p.y against float64; "" or why not.
-std::string oracle_check(const ConvGeom& g, const Probe& p) {
+std::string oracle_check(const ConvGeom& g, const Probe& p, const Floats& y, const char* name) {
   std::mt19937 rng(99);
   double eps = std::numeric_limits<float>::epsilon();
   double klen = double(g.kind == ConvKind::BwdWeights ? g.N * g.OH * g.OW
@@ -459,10 +504,10 @@ std::string oracle_check(const ConvGeom& g, const Probe& p) {
       flat = flat * p.out[size_t(d)] + at[d];
     }
     double mag = 0, ref = reference(g, p.x, p.b, at, mag);
-    double got = p.y[size_t(flat)];
+    double got = y[size_t(flat)];
     if (!(std::fabs(got - ref) <= 4 * eps * (std::sqrt(klen) + 2) * mag + 1e-30)) {
       std::ostringstream m;
-      m << "onednn-conv: " << what << at[0] << "," << at[1] << "," << at[2] << "," << at[3] << "] = " << got
+      m << name << ": " << what << at[0] << "," << at[1] << "," << at[2] << "," << at[3] << "] = " << got
         << ", float64 says " << ref;
       return m.str();
     }
@@ -472,18 +517,42 @@ std::string oracle_check(const ConvGeom& g, const Probe& p) {
 
 thread_local bool probing = false;  // lowering the alternative on probe buffers: no conv there
 
-// Runs oneDNN's convolution on a probe, checks it against float64 and times it against the
-// alternative lowering on the same probe. Returns "" and sets faster, or why it failed.
-std::string check_and_time(const ConvGeom& g, const ProbeLowering& alt, bool time, bool& faster) {
+// Runs each of oneDNN's algorithms in `algs` (states, or null where it does not apply) on one
+// probe and checks it against float64 (why[a]: "" or why it failed); when `time`, times those
+// that passed against the alternative lowering on the same probe. Each timed run prepares the
+// weights again: the plan cannot tell a training step's parameters (updated every run) from
+// constant ones, nor computed weights (such as a data gradient's flipped ones) from either, and
+// Winograd's weight transform costs as much as its gain on small images (64 channels at 7x7:
+// ~1 ms against ~0.8 ms saved); constant weights may thus pass over Winograd where it would win.
+// Returns the fastest algorithm, or -1 for the alternative.
+int check_and_time(const ConvGeom& g, const ProbeLowering& alt, bool time, std::vector<std::string>& why) {
   Probe p = make_probe(g);
-  auto st = make_state(g, true);
-  Layout lay = layout_of(*st);
-  Buffer scratch(size_t(lay.scratch())), wstore(size_t(lay.weights()));
-  bind(*st, p.x.data(), p.b.data(), p.y.data(), static_cast<char*>(scratch.data()), static_cast<char*>(wstore.data()));
   ThreadPool& pool = default_pool();
-  run_state(*st, pool);
-  std::string why = oracle_check(g, p);
-  if (!why.empty() || !time) return why;
+  struct Run {
+    std::unique_ptr<ConvState> st;
+    std::unique_ptr<Buffer> scratch, wstore;
+    Floats y;
+  };
+  std::vector<Run> runs;
+  std::vector<int> which;
+  for (int a = 0; a < kNumAlgorithms; ++a) {
+    if (why[size_t(a)] != "") continue;  // not a candidate here
+    try {
+      Run r{make_state(g, true, kAlgorithms[a].alg), nullptr, nullptr, Floats(p.y.size)};
+      Layout lay = layout_of(*r.st);
+      r.scratch = std::make_unique<Buffer>(size_t(lay.scratch()));
+      r.wstore = std::make_unique<Buffer>(size_t(lay.weights()));
+      std::fill(r.y.data(), r.y.data() + r.y.size, std::numeric_limits<float>::quiet_NaN());
+      bind(*r.st, p.x.data(), p.b.data(), r.y.data(), static_cast<char*>(r.scratch->data()),
+           static_cast<char*>(r.wstore->data()));
+      run_state(*r.st, pool);
+      why[size_t(a)] = oracle_check(g, p, r.y, kAlgorithms[a].name);
+      if (why[size_t(a)].empty()) runs.push_back(std::move(r)), which.push_back(a);
+    } catch (const Error& err) {
+      why[size_t(a)] = std::string(kAlgorithms[a].name) + ": failed: " + err.what();
+    }
+  }
+  if (runs.empty() || !time) return which.empty() ? -1 : which[0];
   // The alternative on the probe: sized first, then for real.
   Floats y2(p.y.size);
   auto lower_on = [&](PlanStorage& storage) {
@@ -501,9 +570,16 @@ std::string check_and_time(const ConvGeom& g, const ProbeLowering& alt, bool tim
   PlanStorage real;
   real.begin_frame(static_cast<char*>(frame.data()));
   Launch other = lower_on(real);
-  std::vector<double> ns = best_times_interleaved({[&] { run_state(*st, pool); }, [&] { other.fn(other.args, pool); }});
-  faster = ns[0] < ns[1];
-  return "";
+  std::vector<std::function<void()>> fns;
+  for (Run& r : runs)
+    fns.push_back([&r, &pool] {
+      r.st->w_valid = false;  // the weights blocked (or transformed) again, as after an update
+      run_state(*r.st, pool);
+    });
+  fns.push_back([&] { other.fn(other.args, pool); });
+  std::vector<double> ns = best_times_interleaved(fns);
+  size_t best = size_t(std::min_element(ns.begin(), ns.end()) - ns.begin());
+  return best == runs.size() ? -1 : which[best];
 }
 
 std::string key_of(const ConvGeom& g) {
@@ -511,7 +587,7 @@ std::string key_of(const ConvGeom& g) {
   o << (g.kind == ConvKind::BwdWeights ? "conv2d-dweights" : g.kind == ConvKind::BwdData ? "conv2d-ddata" : "conv2d")
     << " N=" << g.N << " C=" << g.C << " H=" << g.H << " W=" << g.W << " O=" << g.O << " k=" << g.KH << "x" << g.KW
     << (g.kswap ? "T" : "") << " s=" << g.sh << "," << g.sw << " d=" << g.dh << "," << g.dw << " p=" << g.pt << ","
-    << g.pl << "," << g.pb << "," << g.pr;
+    << g.pl << "," << g.pb << "," << g.pr << " algorithms=direct,winograd";  // re-measured when the set grows
   return tuning_key(o.str(), false);
 }
 
@@ -634,47 +710,54 @@ bool alternative_only() { return probing || strict_kernels() || active_isa() != 
 Launch select_onednn(LowerCtx& c, const ConvGeom& g, const float* x, const float* b, Launch alt,
                      const ProbeLowering& alt_on_probe) {
   if (alternative_only()) return alt;
-  std::unique_ptr<ConvState> st;
-  try {
-    st = make_state(g, !c.storage.sizing());
-  } catch (const Error&) {
-    return alt;  // a geometry this oneDNN does not implement
+  // The algorithms oneDNN implements for this geometry (why: "" for a candidate).
+  std::unique_ptr<ConvState> st[kNumAlgorithms];
+  std::vector<std::string> why(kNumAlgorithms, "not applicable");
+  int64_t scratch_bytes = 0;
+  for (int a = 0; a < kNumAlgorithms; ++a) {
+    if (!algorithm_applies(g, a) || (forced() == "onednn-conv" && a != 0)) continue;
+    try {
+      st[a] = make_state(g, !c.storage.sizing(), kAlgorithms[a].alg);
+      scratch_bytes = std::max(scratch_bytes, layout_of(*st[a]).scratch());
+      why[size_t(a)] = "";
+    } catch (const Error&) {
+      // a geometry this oneDNN does not implement with this algorithm
+    }
   }
-  // Both lowerings get scratch in both passes, so the frame is the same whichever is chosen.
-  char* scratch = static_cast<char*>(c.storage.scratch(size_t(layout_of(*st).scratch())));
+  if (forced() == "onednn-wino" && st[1]) why[0] = "not applicable", st[0].reset();
+  if (!st[0] && !st[1]) return alt;
+  // Every lowering gets the same scratch in both passes, so the frame is the same whichever is chosen.
+  char* scratch = static_cast<char*>(c.storage.scratch(size_t(scratch_bytes)));
   if (c.storage.sizing()) return alt;
   std::string key = key_of(g), name, version;
   if (!forced().empty() || !cached_choice(key, name, version)) {
-    bool faster = false;
-    std::string why;
+    int pick = -1;
     try {
-      why = check_and_time(g, alt_on_probe, forced().empty(), faster);
+      pick = check_and_time(g, alt_on_probe, forced().empty(), why);
     } catch (const Error& err) {
-      why = std::string("onednn-conv: failed: ") + err.what();
+      why.assign(kNumAlgorithms, std::string("onednn conv: failed: ") + err.what());
     }
-    if (!why.empty()) {
-      if (!forced().empty()) throw Error("onednn conv: failed the float64 oracle: " + why);
-      record_rejection(key, why);
+    for (int a = 0; a < kNumAlgorithms; ++a) {
+      if (!st[a] || why[size_t(a)].empty()) continue;
+      if (!forced().empty()) throw Error("onednn conv: failed the float64 oracle: " + why[size_t(a)]);
+      record_rejection(key, why[size_t(a)]);
     }
-    if (forced().empty()) {
-      name = why.empty() && faster ? "onednn-conv" : "gemm";
-      version = name == "onednn-conv" ? onednn_version() : "1";
-      store_choice(key, name, version);
-    } else {
-      name = "onednn-conv", version = onednn_version();
-    }
+    name = pick < 0 ? "gemm" : kAlgorithms[pick].name;
+    version = pick < 0 ? "1" : onednn_version();
+    if (forced().empty()) store_choice(key, name, version);
   }
-  if (name != "onednn-conv" || version != onednn_version()) return alt;
-  char* wstore = static_cast<char*>(c.storage.persistent(size_t(layout_of(*st).weights())));
+  int a = name == kAlgorithms[0].name ? 0 : name == kAlgorithms[1].name ? 1 : -1;
+  if (a < 0 || !st[a] || version != onednn_version()) return alt;
+  char* wstore = static_cast<char*>(c.storage.persistent(size_t(layout_of(*st[a]).weights())));
   try {
-    bind(*st, x, b, static_cast<float*>(c.out), scratch, wstore);
+    bind(*st[a], x, b, static_cast<float*>(c.out), scratch, wstore);
   } catch (const Error&) {
     if (!forced().empty()) throw;
     return alt;
   }
   auto* args = c.args<ConvArgs>();
-  args->state = c.storage.own(std::move(st));
-  c.kernel = "onednn-conv";
+  args->state = c.storage.own(std::move(st[a]));
+  c.kernel = kAlgorithms[a].name;
   return {conv_launch, args, c.id};
 }
 

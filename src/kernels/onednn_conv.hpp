@@ -1,8 +1,8 @@
-// oneDNN's direct convolution as an alternative lowering of the two 2-D convolution
+// oneDNN's convolution (direct, and Winograd for 3x3 stride-1) as alternative lowerings of the two 2-D convolution
 // contractions over a padded, strided, dilated unfold view U of an [N, C, H, W] buffer: the
 // forward "nchwxy,ocxy->nohw" (U, weights) and the weight gradient "nohw,nchwxy->ocxy" (dY, U).
 // Like every provider it is checked against float64 on probe inputs first, then timed against
-// the gather + GEMM lowering on the same probe; the faster one is kept and the choice cached.
+// the gather + GEMM lowering on the same probe; the fastest is kept and the choice cached.
 // Not canonical: strict mode never takes it.
 #pragma once
 
@@ -60,8 +60,9 @@ std::optional<ConvDataChain> match_conv_data_grad(const Graph& g, ValueId f2);
 // selection picks.
 Launch lower_conv_data_grad(LowerCtx& c);
 
-// Tests: "onednn-conv" or "gemm" forces that lowering for every matched convolution (after the
-// oracle check); empty restores measured selection.
+// Tests: "onednn-conv", "onednn-wino" or "gemm" forces that lowering for every matched convolution
+// (after the oracle check; "onednn-wino" takes the direct algorithm where Winograd does not
+// apply); empty restores measured selection.
 void force_conv_lowering(const std::string& name);
 const std::string& forced_conv_lowering();  // "" when measured
 
