@@ -302,6 +302,7 @@ struct MiddleArgs {
   void* out;
   int kind;
   bool f64;
+  bool avx2;
 };
 template <class T>
 T tree8(const T* l) {
@@ -325,8 +326,23 @@ void walk_row(int64_t A, int64_t K, int64_t B, int64_t k, Run run, Flush flush) 
 // Row elements [t, t + n) (values q) into their lanes, t % 8 each, in increasing t.
 // (Accumulated in a local copy: through the pointer the compiler would have to assume the lanes
 // alias q and keep them in memory.)
+//
+// AVX2 (float): the 8 lanes are one register once t + i is a multiple of 8 (lane j then gets the
+// element whose t % 8 is j), so each lane sees the same additions in the same order: the same
+// bits. (Without it GCC built the generic loop for SSE2 with shuffles, at ~12 GB/s.)
+__attribute__((target("avx2"))) void add_lanes_avx2(float* lanes, const float* q, int64_t n, int64_t t) {
+  int64_t i = 0;
+  for (; i < n && (t + i) % 8 != 0; ++i) lanes[(t + i) % 8] += q[i];
+  __m256 l = _mm256_loadu_ps(lanes);
+  for (; i + 8 <= n; i += 8) l = _mm256_add_ps(l, _mm256_loadu_ps(q + i));
+  _mm256_storeu_ps(lanes, l);
+  for (; i < n; ++i) lanes[(t + i) % 8] += q[i];
+}
 template <class T>
-void add_lanes(T* lanes, const T* q, int64_t n, int64_t t) {
+void add_lanes(T* lanes, const T* q, int64_t n, int64_t t, bool avx2 = false) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (avx2) return add_lanes_avx2(lanes, q, n, t);
+  }
   T lane[8];
   for (int j = 0; j < 8; ++j) lane[j] = lanes[j];
   int64_t i = 0;
@@ -336,29 +352,44 @@ void add_lanes(T* lanes, const T* q, int64_t n, int64_t t) {
   for (; i < n; ++i) lane[(t + i) % 8] += q[i];
   for (int j = 0; j < 8; ++j) lanes[j] = lane[j];
 }
+// Rows [k0, k0 + nk) together, piece by piece, each row's sum in walk_row's order. With a
+// prologue, whole-row pieces of adjacent rows are adjacent in memory, so one group_eval call
+// computes them all (on 7x7 images the per-row calls had cost more than the arithmetic).
+constexpr int64_t kMaxGroupRows = 64;
 template <class T>
-void middle_row_t(const MiddleArgs& m, int64_t k) {
+void middle_rows_t(const MiddleArgs& m, int64_t k0, int64_t nk) {
   alignas(64) static thread_local T buf[kSegment];  // a run of the prologue's values
   const T* x = static_cast<const T*>(m.in);
-  T lane[8] = {}, total = T(0);
+  T lane[kMaxGroupRows][8] = {}, total[kMaxGroupRows] = {};
   walk_row(
-      m.A, m.K, m.B, k,
+      m.A, m.K, m.B, k0,
       [&](int64_t pos, int64_t n, int64_t t) {
-        const T* q = buf;  // with a prologue the input is never stored (x is null): evaluate it
-        if (m.group) group_eval(m.group, pos, pos + n, buf);
-        else q = x + pos;
-        add_lanes(lane, q, n, t);
+        // with a prologue the input is never stored (x is null): evaluate it
+        bool whole = m.group && n == m.B && nk * n <= kSegment;
+        if (whole) group_eval(m.group, pos, pos + nk * n, buf);
+        for (int64_t j = 0; j < nk; ++j, pos += m.B) {
+          const T* q = buf + (whole ? j * n : 0);
+          if (!m.group) q = x + pos;
+          else if (!whole) group_eval(m.group, pos, pos + n, buf);
+          add_lanes(lane[j], q, n, t, m.avx2);
+        }
       },
       [&] {
-        total = total + tree8(lane);
-        for (T& l : lane) l = T(0);
+        for (int64_t j = 0; j < nk; ++j) {
+          total[j] = total[j] + tree8(lane[j]);
+          for (T& l : lane[j]) l = T(0);
+        }
       });
-  static_cast<T*>(m.out)[k] = m.kind == 2 ? total / T(m.A * m.B) : total;
+  for (int64_t j = 0; j < nk; ++j) static_cast<T*>(m.out)[k0 + j] = m.kind == 2 ? total[j] / T(m.A * m.B) : total[j];
 }
 void middle_chunk(const void* p, int64_t chunk) {
   const MiddleArgs& m = *static_cast<const MiddleArgs*>(p);
-  for (int64_t k = chunk * m.rows_per_chunk; k < std::min(m.K, (chunk + 1) * m.rows_per_chunk); ++k)
-    m.f64 ? middle_row_t<double>(m, k) : middle_row_t<float>(m, k);
+  int64_t end = std::min(m.K, (chunk + 1) * m.rows_per_chunk);
+  int64_t group = std::clamp<int64_t>(kSegment / std::max<int64_t>(m.B, 1), 1, kMaxGroupRows);
+  for (int64_t k = chunk * m.rows_per_chunk; k < end; k += group) {
+    int64_t nk = std::min(group, end - k);
+    m.f64 ? middle_rows_t<double>(m, k, nk) : middle_rows_t<float>(m, k, nk);
+  }
 }
 void middle_launch(const void* p, ThreadPool& pool) {
   const MiddleArgs& m = *static_cast<const MiddleArgs*>(p);
@@ -375,35 +406,67 @@ struct BnSumsArgs {
   void* out;
   double eps;
   bool f64;
+  bool avx2;
 };
+// One piece of a channel: l0 += g, l1 += g * ((x - m) * r), lane by lane as add_lanes.
+__attribute__((target("avx2"))) void bn_piece_avx2(const float* g, const float* x, float m, float r, float* l0,
+                                                   float* l1, int64_t n, int64_t t) {
+  int64_t i = 0;
+  for (; i < n && (t + i) % 8 != 0; ++i) l0[(t + i) % 8] += g[i], l1[(t + i) % 8] += g[i] * ((x[i] - m) * r);
+  __m256 a = _mm256_loadu_ps(l0), b = _mm256_loadu_ps(l1), vm = _mm256_set1_ps(m), vr = _mm256_set1_ps(r);
+  for (; i + 8 <= n; i += 8) {
+    __m256 gv = _mm256_loadu_ps(g + i);
+    a = _mm256_add_ps(a, gv);
+    b = _mm256_add_ps(b, _mm256_mul_ps(gv, _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm), vr)));
+  }
+  _mm256_storeu_ps(l0, a);
+  _mm256_storeu_ps(l1, b);
+  for (; i < n; ++i) l0[(t + i) % 8] += g[i], l1[(t + i) % 8] += g[i] * ((x[i] - m) * r);
+}
+// Channels [c0, c0 + n) together, piece by piece (each channel's own sums in reduce_row's order):
+// several streams in flight instead of one, whose restarts at every image's rows (a new page)
+// had left the pass at about half the memory bandwidth.
+constexpr int64_t kBnGroup = 4;
 template <class T>
-void bn_sums_channel(const BnSumsArgs& a, int64_t c) {
+void bn_sums_channels(const BnSumsArgs& a, int64_t c0, int64_t nc) {
   alignas(64) static thread_local T gxh[kSegment];
   const T *g = static_cast<const T*>(a.g), *x = static_cast<const T*>(a.x);
-  const T m = static_cast<const T*>(a.mean)[c];
-  const T r = T(1) / std::sqrt(static_cast<const T*>(a.var)[c] + T(a.eps));
-  T l0[8] = {}, l1[8] = {}, t0 = T(0), t1 = T(0);
+  T m[kBnGroup], r[kBnGroup], l0[kBnGroup][8] = {}, l1[kBnGroup][8] = {}, t0[kBnGroup] = {}, t1[kBnGroup] = {};
+  for (int64_t j = 0; j < nc; ++j) {
+    m[j] = static_cast<const T*>(a.mean)[c0 + j];
+    r[j] = T(1) / std::sqrt(static_cast<const T*>(a.var)[c0 + j] + T(a.eps));
+  }
   walk_row(
-      a.N, a.C, a.inner, c,
+      a.N, a.C, a.inner, c0,
       [&](int64_t pos, int64_t n, int64_t t) {
-        for (int64_t i = 0; i < n; ++i) gxh[i] = g[pos + i] * ((x[pos + i] - m) * r);
-        add_lanes(l0, g + pos, n, t);
-        add_lanes(l1, gxh, n, t);
+        for (int64_t j = 0; j < nc; ++j, pos += a.inner) {
+          if constexpr (std::is_same_v<T, float>) {
+            if (a.avx2) {
+              bn_piece_avx2(g + pos, x + pos, m[j], r[j], l0[j], l1[j], n, t);
+              continue;
+            }
+          }
+          for (int64_t i = 0; i < n; ++i) gxh[i] = g[pos + i] * ((x[pos + i] - m[j]) * r[j]);
+          add_lanes(l0[j], g + pos, n, t);
+          add_lanes(l1[j], gxh, n, t);
+        }
       },
       [&] {
-        t0 = t0 + tree8(l0), t1 = t1 + tree8(l1);
-        for (int j = 0; j < 8; ++j) l0[j] = l1[j] = T(0);
+        for (int64_t j = 0; j < nc; ++j) {
+          t0[j] = t0[j] + tree8(l0[j]), t1[j] = t1[j] + tree8(l1[j]);
+          for (int k = 0; k < 8; ++k) l0[j][k] = l1[j][k] = T(0);
+        }
       });
   T* out = static_cast<T*>(a.out);
-  out[c] = t0;
-  out[a.C + c] = t1;
+  for (int64_t j = 0; j < nc; ++j) out[c0 + j] = t0[j], out[a.C + c0 + j] = t1[j];
 }
-void bn_sums_chunk(const void* p, int64_t c) {
+void bn_sums_chunk(const void* p, int64_t chunk) {
   const BnSumsArgs& a = *static_cast<const BnSumsArgs*>(p);
-  a.f64 ? bn_sums_channel<double>(a, c) : bn_sums_channel<float>(a, c);
+  int64_t c0 = chunk * kBnGroup, nc = std::min(kBnGroup, a.C - c0);
+  a.f64 ? bn_sums_channels<double>(a, c0, nc) : bn_sums_channels<float>(a, c0, nc);
 }
 void bn_sums_launch(const void* p, ThreadPool& pool) {
-  pool.run(static_cast<const BnSumsArgs*>(p)->C, bn_sums_chunk, p);
+  pool.run((static_cast<const BnSumsArgs*>(p)->C + kBnGroup - 1) / kBnGroup, bn_sums_chunk, p);
 }
 
 // [A, K, B] for a sum or mean whose reduced axes are a leading and a trailing block around the
@@ -434,6 +497,7 @@ Launch lower_batchnorm_sums(LowerCtx& c) {
   a->out = c.out;
   a->eps = c.node.attrs.scalar;
   a->f64 = c.node.dtype == DType::F64;
+  a->avx2 = active_isa() >= Isa::Avx2;
   return {bn_sums_launch, a, c.id};
 }
 
@@ -473,9 +537,13 @@ Launch lower_reduce(LowerCtx& c) {
   if ((pro || !contiguous_block) && middle_form(n, is, A, K, B)) {
     auto* m = c.args<MiddleArgs>();
     m->A = A, m->K = K, m->B = B;
-    m->rows_per_chunk = std::max<int64_t>(1, kSegment / std::max<int64_t>(1, A * B));
+    // At least a segment's work per chunk; short rows (B small) also in groups of up to 8 chunks'
+    // worth, so middle_chunk can evaluate a prologue for several rows at once.
+    m->rows_per_chunk = std::max(std::max<int64_t>(1, kSegment / std::max<int64_t>(1, A * B)),
+                                 std::min(kSegment / std::max<int64_t>(1, B), (K + 7) / 8));
     m->group = pro ? lower_group(c.g, c.pro_members, c.pro_externals, c.pro_ptrs, nullptr, c.storage).args : nullptr;
     m->in = c.in[0], m->out = c.out, m->kind = a->kind, m->f64 = a->f64;
+    m->avx2 = active_isa() >= Isa::Avx2;
     return {middle_launch, m, c.id};
   }
   if (pro) throw Error("reduce: a fused prologue on a reduction without the middle form");
