@@ -223,7 +223,7 @@ void scatter_chunk_t(const ScatterArgs& a, int64_t chunk) {
           if (j < a.r) {
             const T* xj = xb + a.roff[j];
             for (int64_t i = 0; i < m; ++i) l[j][i] = xj[i * ks];
-          } else {
+          } else if (a.kind != 1 || a.r > 4) {  // a max over <= 4 never reads lanes 4..7 (below)
             for (int64_t i = 0; i < m; ++i) l[j][i] = id;
           }
         }
@@ -241,6 +241,16 @@ void scatter_chunk_t(const ScatterArgs& a, int64_t chunk) {
               return _mm_or_ps(_mm_and_ps(t, q), _mm_andnot_ps(t, p));
             };
             __m128 vid = _mm_set1_ps(id);
+            // Up to 4 elements (a 2x2 pooling window): lanes 4..7 hold the identity -inf, and
+            // max(x, -inf) selects x for every x (a NaN included), so the tree's right half
+            // drops out: the same selections without it.
+            if (a.r <= 4)
+              for (; i + 4 <= m; i += 4) {
+                __m128 v[4];
+                for (int j = 0; j < 4; ++j) v[j] = _mm_loadu_ps(&l[j][i]);
+                for (int j = a.r; j < 4; ++j) v[j] = vid;
+                _mm_storeu_ps(yo + i, vmx(vid, vmx(vmx(v[0], v[1]), vmx(v[2], v[3]))));
+              }
             for (; i + 4 <= m; i += 4) {
               __m128 v[8];
               for (int j = 0; j < 8; ++j) v[j] = _mm_loadu_ps(&l[j][i]);
@@ -249,8 +259,9 @@ void scatter_chunk_t(const ScatterArgs& a, int64_t chunk) {
             }
           }
           for (; i < m; ++i) {
-            T s01 = mx(l[0][i], l[1][i]), s23 = mx(l[2][i], l[3][i]);
-            T s45 = mx(l[4][i], l[5][i]), s67 = mx(l[6][i], l[7][i]);
+            auto lane = [&](int j) { return j < a.r || a.r > 4 ? l[j][i] : id; };
+            T s01 = mx(lane(0), lane(1)), s23 = mx(lane(2), lane(3));
+            T s45 = mx(lane(4), lane(5)), s67 = mx(lane(6), lane(7));
             yo[i] = mx(id, mx(mx(s01, s23), mx(s45, s67)));
           }
         } else {
@@ -289,6 +300,50 @@ void scatter_chunk(const void* p, int64_t chunk) {
 void scatter_launch(const void* p, ThreadPool& pool) {
   const ScatterArgs& a = *static_cast<const ScatterArgs*>(p);
   pool.run((a.outer + 1023) / 1024, scatter_chunk, p);
+}
+
+// The max of 2x2 tiles: [rows, 2, wo, 2] -> [rows, wo] (max_pool2d's reshape reduced over its
+// axes 3 and 5), row by row from contiguous input. The scatter path's selections exactly: the
+// window's elements in reduced-index order (kh, kw) as lanes 0..3 of the 8-lane tree, whose
+// -inf lanes 4..7 drop out, then max(-inf, .).
+struct Pool2Args {
+  int64_t rows, wo;
+  const void* in;
+  void* out;
+  bool f64;
+};
+template <class T>
+void pool2_chunk_t(const Pool2Args& a, int64_t chunk) {
+  auto mx = [](T p, T q) { return ((q > p) | (q != q)) ? q : p; };
+  const T id = T(-INFINITY);
+  for (int64_t r = chunk * 64; r < std::min(a.rows, chunk * 64 + 64); ++r) {
+    const T* x0 = static_cast<const T*>(a.in) + r * 4 * a.wo;
+    const T* x1 = x0 + 2 * a.wo;
+    T* y = static_cast<T*>(a.out) + r * a.wo;
+    int64_t i = 0;
+    if constexpr (std::is_same_v<T, float>) {
+      auto vmx = [](__m128 p, __m128 q) {
+        __m128 t = _mm_or_ps(_mm_cmpgt_ps(q, p), _mm_cmpunord_ps(q, q));
+        return _mm_or_ps(_mm_and_ps(t, q), _mm_andnot_ps(t, p));
+      };
+      __m128 vid = _mm_set1_ps(id);
+      for (; i + 4 <= a.wo; i += 4) {
+        __m128 p0 = _mm_loadu_ps(x0 + 2 * i), q0 = _mm_loadu_ps(x0 + 2 * i + 4);
+        __m128 p1 = _mm_loadu_ps(x1 + 2 * i), q1 = _mm_loadu_ps(x1 + 2 * i + 4);
+        __m128 s01 = vmx(_mm_shuffle_ps(p0, q0, _MM_SHUFFLE(2, 0, 2, 0)), _mm_shuffle_ps(p0, q0, _MM_SHUFFLE(3, 1, 3, 1)));
+        __m128 s23 = vmx(_mm_shuffle_ps(p1, q1, _MM_SHUFFLE(2, 0, 2, 0)), _mm_shuffle_ps(p1, q1, _MM_SHUFFLE(3, 1, 3, 1)));
+        _mm_storeu_ps(y + i, vmx(vid, vmx(s01, s23)));
+      }
+    }
+    for (; i < a.wo; ++i) y[i] = mx(id, mx(mx(x0[2 * i], x0[2 * i + 1]), mx(x1[2 * i], x1[2 * i + 1])));
+  }
+}
+void pool2_chunk(const void* p, int64_t chunk) {
+  const Pool2Args& a = *static_cast<const Pool2Args*>(p);
+  a.f64 ? pool2_chunk_t<double>(a, chunk) : pool2_chunk_t<float>(a, chunk);
+}
+void pool2_launch(const void* p, ThreadPool& pool) {
+  pool.run((static_cast<const Pool2Args*>(p)->rows + 63) / 64, pool2_chunk, p);
 }
 
 // Sum or mean of [A, K, B] over A and B (a batch norm's statistics over N and H x W): each kept
@@ -547,6 +602,15 @@ Launch lower_reduce(LowerCtx& c) {
     return {middle_launch, m, c.id};
   }
   if (pro) throw Error("reduce: a fused prologue on a reduction without the middle form");
+  size_t rk = is.size();
+  if (a->kind == 1 && rk >= 3 && axes.size() == 2 && axes[0] == int(rk) - 3 && axes[1] == int(rk) - 1 &&
+      is[rk - 3] == 2 && is[rk - 1] == 2 && numel(is) > 0) {
+    auto* pa = c.args<Pool2Args>();
+    pa->wo = is[rk - 2];
+    pa->rows = numel(is) / (4 * pa->wo);
+    pa->in = c.in[0], pa->out = c.out, pa->f64 = a->f64;
+    return {pool2_launch, pa, c.id};
+  }
   auto strides = contiguous_strides(is);
   int64_t r_total = 1, kept = 0;
   for (size_t d = 0; d < is.size(); ++d) red[d] ? r_total *= is[d] : ++kept;
