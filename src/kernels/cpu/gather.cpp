@@ -187,7 +187,22 @@ void gather_range_t(const GatherArgs& a, int64_t begin, int64_t end, E* out) {
       int64_t rows = std::min(a.shape[r - 2] - idx[r - 2], (end - pos) / inner);
       if (s_in == 0 && !a.checked && a.ngates == 0) {  // each element repeated inner times (an upsample)
         E* o = out + (pos - begin);
-        for (int64_t row = 0; row < rows; ++row, o += inner) std::fill(o, o + inner, in[off + row * a.stride[r - 2]]);
+        const E* src = in + off;
+        int64_t sr = a.stride[r - 2];
+        if (inner == 2) {  // a 2x2 pooling window's broadcast: pairs, no fill loop per element
+          for (int64_t row = 0; row < rows; ++row) o[2 * row] = o[2 * row + 1] = src[row * sr];
+        } else {
+          for (int64_t row = 0; row < rows; ++row, o += inner) std::fill(o, o + inner, src[row * sr]);
+        }
+        // A broadcast dimension above (the window's other axis): the block just written repeats.
+        if (r >= 3 && rows == a.shape[r - 2] && a.stride[r - 3] == 0 && idx[r - 3] + 1 < a.shape[r - 3]) {
+          int64_t block = rows * inner;
+          int64_t reps = std::min(a.shape[r - 3] - idx[r - 3] - 1, (end - pos) / block - 1);
+          E* first = out + (pos - begin);
+          for (int64_t k = 1; k <= reps; ++k) std::memcpy(first + k * block, first, size_t(block) * sizeof(E));
+          pos += reps * block;
+          idx[r - 3] += reps;
+        }
       } else {
         for (int64_t row = 0; row < rows; ++row) {
           int64_t grow[kMaxGates];
