@@ -110,21 +110,24 @@ TEST(Nn, ConvGradientsMatchFiniteDifferences) {
   check(wh, conv.weight.grad().value(), false);
 }
 
-// The 2x2 max-pool kernel (a [.., 2, wo, 2] tile reduced over both 2s) gives the bits of the
-// general reduction (the reduced axes moved last): NaN, -inf, signed-zero ties, rows with a
-// vector part and a tail.
-TEST(Nn, TwoByTwoMaxPoolKernelGivesTheGeneralReductionsBits) {
+// The 2x2 pooling kernel (a [.., 2, wo, 2] tile reduced over both 2s: max, sum, mean) gives the
+// bits of the general reduction (the reduced axes moved last): NaN, -inf, signed-zero ties, rows
+// with a vector part and a tail.
+TEST(Nn, TwoByTwoPoolKernelGivesTheGeneralReductionsBits) {
   HostTensor x = synoros::testing::random_tensor({DType::F32, {2, 3, 4, 18}}, 5);
   const float specials[] = {std::nanf(""), -INFINITY, INFINITY, -0.0f, 0.0f, -0.0f, 1e-40f};
   for (int64_t i = 0; i < x.numel(); i += 5) x.set(i, specials[(i / 5) % 7]);
   Tensor t = Tensor::from(x).reshape({2, 3, 2, 2, 9, 2});
-  HostTensor fast = t.max({3, 5}).value();
-  HostTensor general = t.permute({0, 1, 2, 4, 3, 5}).max({4, 5}).value();
-  ASSERT_EQ(fast.shape, general.shape);
-  for (int64_t i = 0; i < fast.numel(); ++i) {
-    float a = float(fast.get(i)), b = float(general.get(i));
-    if (std::isnan(b)) EXPECT_TRUE(std::isnan(a)) << i;
-    else EXPECT_EQ(std::bit_cast<uint32_t>(a), std::bit_cast<uint32_t>(b)) << i << ": " << a << " vs " << b;
+  Tensor moved = t.permute({0, 1, 2, 4, 3, 5});
+  for (int kind = 0; kind < 3; ++kind) {
+    HostTensor fast = (kind == 0 ? t.max({3, 5}) : kind == 1 ? t.sum({3, 5}) : t.mean({3, 5})).value();
+    HostTensor general = (kind == 0 ? moved.max({4, 5}) : kind == 1 ? moved.sum({4, 5}) : moved.mean({4, 5})).value();
+    ASSERT_EQ(fast.shape, general.shape);
+    for (int64_t i = 0; i < fast.numel(); ++i) {
+      float a = float(fast.get(i)), b = float(general.get(i));
+      if (std::isnan(b)) EXPECT_TRUE(std::isnan(a)) << kind << " at " << i;
+      else EXPECT_EQ(std::bit_cast<uint32_t>(a), std::bit_cast<uint32_t>(b)) << kind << " at " << i << ": " << a << " vs " << b;
+    }
   }
 }
 

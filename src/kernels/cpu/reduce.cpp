@@ -302,25 +302,35 @@ void scatter_launch(const void* p, ThreadPool& pool) {
   pool.run((a.outer + 1023) / 1024, scatter_chunk, p);
 }
 
-// The max of 2x2 tiles: [rows, 2, wo, 2] -> [rows, wo] (max_pool2d's reshape reduced over its
-// axes 3 and 5), row by row from contiguous input. The scatter path's selections exactly: the
-// window's elements in reduced-index order (kh, kw) as lanes 0..3 of the 8-lane tree, whose
-// -inf lanes 4..7 drop out, then max(-inf, .).
+// Sum, max or mean of 2x2 tiles: [rows, 2, wo, 2] -> [rows, wo] (a 2x2 pooling reshape reduced
+// over its axes 3 and 5), row by row from contiguous input, with the scatter path's operations
+// exactly: the window's elements in reduced-index order (kh, kw) as lanes 0..3 of the 8-lane
+// tree, lanes 4..7 the identity. A max drops them (max(x, -inf) selects x, a NaN included); a
+// sum keeps their + 0 (it turns -0 into +0), then id + tree, then / 4 for a mean.
 struct Pool2Args {
   int64_t rows, wo;
   const void* in;
   void* out;
+  int kind;
   bool f64;
 };
 template <class T>
 void pool2_chunk_t(const Pool2Args& a, int64_t chunk) {
   auto mx = [](T p, T q) { return ((q > p) | (q != q)) ? q : p; };
-  const T id = T(-INFINITY);
+  const T id = a.kind == 1 ? T(-INFINITY) : T(0);
+  auto sum4 = [&](T l0, T l1, T l2, T l3) {
+    T v = id + (((l0 + l1) + (l2 + l3)) + ((id + id) + (id + id)));
+    return a.kind == 2 ? v / T(4) : v;
+  };
   for (int64_t r = chunk * 64; r < std::min(a.rows, chunk * 64 + 64); ++r) {
     const T* x0 = static_cast<const T*>(a.in) + r * 4 * a.wo;
     const T* x1 = x0 + 2 * a.wo;
     T* y = static_cast<T*>(a.out) + r * a.wo;
     int64_t i = 0;
+    if (a.kind != 1) {
+      for (; i < a.wo; ++i) y[i] = sum4(x0[2 * i], x0[2 * i + 1], x1[2 * i], x1[2 * i + 1]);
+      continue;
+    }
     if constexpr (std::is_same_v<T, float>) {
       auto vmx = [](__m128 p, __m128 q) {
         __m128 t = _mm_or_ps(_mm_cmpgt_ps(q, p), _mm_cmpunord_ps(q, q));
@@ -603,12 +613,12 @@ Launch lower_reduce(LowerCtx& c) {
   }
   if (pro) throw Error("reduce: a fused prologue on a reduction without the middle form");
   size_t rk = is.size();
-  if (a->kind == 1 && rk >= 3 && axes.size() == 2 && axes[0] == int(rk) - 3 && axes[1] == int(rk) - 1 &&
+  if (rk >= 3 && axes.size() == 2 && axes[0] == int(rk) - 3 && axes[1] == int(rk) - 1 &&
       is[rk - 3] == 2 && is[rk - 1] == 2 && numel(is) > 0) {
     auto* pa = c.args<Pool2Args>();
     pa->wo = is[rk - 2];
     pa->rows = numel(is) / (4 * pa->wo);
-    pa->in = c.in[0], pa->out = c.out, pa->f64 = a->f64;
+    pa->in = c.in[0], pa->out = c.out, pa->kind = a->kind, pa->f64 = a->f64;
     return {pool2_launch, pa, c.id};
   }
   auto strides = contiguous_strides(is);
