@@ -1,8 +1,9 @@
 // Vendor GEMM providers from Debian: OpenBLAS's cblas_sgemm, oneDNN's dnnl_sgemm (JIT
 // AVX-512/AVX2 kernels, strongest on mid-sized and large shapes) and libxsmm's JIT small-matrix
 // kernels (strongest below ~128). None follows the engine's canonical reduction order, so strict
-// mode leaves them out. Every vendor call runs single-threaded (oneDNN's large problems as fixed
-// column strips spread over the pool): their bits never depend on a thread count.
+// mode leaves them out. Every vendor call runs single-threaded, large problems as fixed strips
+// spread over the pool (OpenBLAS and oneDNN by columns, libxsmm by rows): their bits never
+// depend on a thread count.
 #include "kernels/vendor_gemm.hpp"
 
 #include <cblas.h>
@@ -42,6 +43,30 @@ std::optional<BlasLayout> blas_layout(const GemmShape& shape) {
   return BlasLayout{!a_n, !b_n, a_n ? s.a_rs : s.a_cs, b_n ? s.b_rs : s.b_cs, s.c_rs};
 }
 
+// Large problems split into column strips of a fixed width, one single-threaded vendor call
+// each (Call(c, layout, n0, n)), spread over the engine's pool: the split depends only on the
+// shape, never on the thread count, so neither do the bits. (Without it a provider chosen with
+// one thread ran a 2048^3 product on one core with two: 0.51x PyTorch.)
+constexpr int64_t kStrip = 256;
+int64_t column_strips(const GemmShape& s) {
+  return s.M * s.N * s.K >= (int64_t(1) << 18) ? (s.N + kStrip - 1) / kStrip : 1;
+}
+template <void (*Call)(const GemmCall&, const BlasLayout&, int64_t, int64_t)>
+void column_strip(const void* p, int64_t i) {
+  const GemmCall& c = *static_cast<const GemmCall*>(p);
+  int64_t width = column_strips(c.shape) == 1 ? c.shape.N : kStrip;
+  int64_t n0 = i * width;
+  Call(c, *blas_layout(c.shape), n0, std::min(width, c.shape.N - n0));
+}
+template <void (*Call)(const GemmCall&, const BlasLayout&, int64_t, int64_t)>
+void run_column_strips(const GemmCall& c, ThreadPool& pool) {
+  int64_t strips = column_strips(c.shape);
+  if (strips == 1) return column_strip<Call>(&c, 0);
+  pool.run(strips, column_strip<Call>, &c);
+}
+// Column n0 of B: n0 rows down a transposed B, n0 elements along a plain one.
+const float* b_column(const GemmCall& c, const BlasLayout& l, int64_t n0) { return c.B + n0 * (l.tb ? l.ldb : 1); }
+
 // OpenBLAS (Debian's libopenblas), single-threaded so its bits never depend on a thread count.
 class OpenBlasGemm : public GemmProvider {
  public:
@@ -50,13 +75,17 @@ class OpenBlasGemm : public GemmProvider {
   bool canonical() const override { return false; }
   bool supports(const GemmShape& s) const override { return blas_layout(s).has_value(); }
   size_t scratch_floats(const GemmShape&) const override { return 0; }
-  void run(const GemmCall& c, ThreadPool&) const override {
+  void run(const GemmCall& c, ThreadPool& pool) const override {
     static std::once_flag once;
     std::call_once(once, [] { openblas_set_num_threads(1); });
+    run_column_strips<strip>(c, pool);
+  }
+
+ private:
+  static void strip(const GemmCall& c, const BlasLayout& l, int64_t n0, int64_t n) {
     const GemmShape& s = c.shape;
-    BlasLayout l = *blas_layout(s);
-    cblas_sgemm(CblasRowMajor, l.ta ? CblasTrans : CblasNoTrans, l.tb ? CblasTrans : CblasNoTrans, int(s.M),
-                int(s.N), int(s.K), 1.0f, c.A, int(l.lda), c.B, int(l.ldb), c.accumulate ? 1.0f : 0.0f, c.C,
+    cblas_sgemm(CblasRowMajor, l.ta ? CblasTrans : CblasNoTrans, l.tb ? CblasTrans : CblasNoTrans, int(s.M), int(n),
+                int(s.K), 1.0f, c.A, int(l.lda), b_column(c, l, n0), int(l.ldb), c.accumulate ? 1.0f : 0.0f, c.C + n0,
                 int(l.ldc));
   }
 };
@@ -68,33 +97,17 @@ class OneDnnGemm : public GemmProvider {
   bool canonical() const override { return false; }
   bool supports(const GemmShape& s) const override { return blas_layout(s).has_value(); }
   size_t scratch_floats(const GemmShape&) const override { return 0; }
-  // Large problems split into column strips of a fixed width, one single-threaded dnnl_sgemm
-  // each, spread over the engine's pool: the split depends only on the shape, never on the
-  // thread count, so neither do the bits.
-  void run(const GemmCall& c, ThreadPool& pool) const override {
-    int64_t strips = strips_of(c.shape);
-    if (strips == 1) return strip(&c, 0);
-    pool.run(strips, strip, &c);
-  }
+  // Column strips (run_column_strips), one single-threaded dnnl_sgemm each.
+  void run(const GemmCall& c, ThreadPool& pool) const override { run_column_strips<strip>(c, pool); }
 
  private:
-  static constexpr int64_t kStrip = 256;
-  static int64_t strips_of(const GemmShape& s) {
-    return s.M * s.N * s.K >= (int64_t(1) << 18) ? (s.N + kStrip - 1) / kStrip : 1;
-  }
-  static void strip(const void* p, int64_t i) {
+  static void strip(const GemmCall& c, const BlasLayout& l, int64_t n0, int64_t n) {
     // oneDNN parallelises with OpenMP: one thread per call, set once per calling thread.
     thread_local bool single = (omp_set_num_threads(1), true);
     (void)single;
-    const GemmCall& c = *static_cast<const GemmCall*>(p);
     const GemmShape& s = c.shape;
-    BlasLayout l = *blas_layout(s);
-    int64_t width = strips_of(s) == 1 ? s.N : kStrip;
-    int64_t n0 = i * width, n = std::min(width, s.N - n0);
-    // Column n0 of B: n0 rows down a transposed B, n0 elements along a plain one.
-    const float* b = c.B + n0 * (l.tb ? l.ldb : 1);
-    dnnl_status_t st = dnnl_sgemm(l.ta ? 'T' : 'N', l.tb ? 'T' : 'N', s.M, n, s.K, 1.0f, c.A, l.lda, b, l.ldb,
-                                  c.accumulate ? 1.0f : 0.0f, c.C + n0, l.ldc);
+    dnnl_status_t st = dnnl_sgemm(l.ta ? 'T' : 'N', l.tb ? 'T' : 'N', s.M, n, s.K, 1.0f, c.A, l.lda,
+                                  b_column(c, l, n0), l.ldb, c.accumulate ? 1.0f : 0.0f, c.C + n0, l.ldc);
     if (st != dnnl_success)
       throw Error("onednn: dnnl_sgemm failed with status " + std::to_string(int(st)) + " for M=" +
                   std::to_string(s.M) + " N=" + std::to_string(s.N) + " K=" + std::to_string(s.K));
