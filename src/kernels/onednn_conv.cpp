@@ -472,15 +472,14 @@ double reference(const ConvGeom& g, const Floats& x, const Floats& b, const int6
 // never on the plan's buffers (running a launch while compiling must not touch the plan).
 struct Probe {
   Shape out;
-  Floats x, b, y;
+  Floats x, b;
 };
 Probe make_probe(const ConvGeom& g) {
   Shape out = g.kind == ConvKind::BwdWeights ? Shape{g.O, g.C, g.KH, g.KW}
               : g.kind == ConvKind::BwdData  ? Shape{g.N, g.C, g.H, g.W}
                                              : Shape{g.N, g.O, g.OH, g.OW};
   int64_t dy = g.N * g.O * g.OH * g.OW, w = g.O * g.C * g.KH * g.KW;
-  Probe p{out, Floats(g.N * in_per_image(g)), Floats(g.kind == ConvKind::BwdWeights ? dy : w), Floats(numel(out))};
-  std::fill(p.y.data(), p.y.data() + p.y.size, std::numeric_limits<float>::quiet_NaN());
+  Probe p{out, Floats(g.N * in_per_image(g)), Floats(g.kind == ConvKind::BwdWeights ? dy : w)};
   std::mt19937 rng(4242);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   for (const Floats* f : {&p.x, &p.b})
@@ -488,7 +487,8 @@ Probe make_probe(const ConvGeom& g) {
   return p;
 }
 
-// Checks the corners and a random sample of the outputs in p.y against float64; "" or why not.
+// Checks the corners and a random sample of the outputs y (of the probe p) against float64; ""
+// or why not.
 std::string oracle_check(const ConvGeom& g, const Probe& p, const Floats& y, const char* name) {
   std::mt19937 rng(99);
   double eps = std::numeric_limits<float>::epsilon();
@@ -517,8 +517,8 @@ std::string oracle_check(const ConvGeom& g, const Probe& p, const Floats& y, con
 
 thread_local bool probing = false;  // lowering the alternative on probe buffers: no conv there
 
-// Runs each of oneDNN's algorithms in `algs` (states, or null where it does not apply) on one
-// probe and checks it against float64 (why[a]: "" or why it failed); when `time`, times those
+// Runs each of oneDNN's algorithms whose why[a] is "" (the candidates) on one probe and checks it
+// against float64 (why[a]: then "" or why it failed); when `time`, times those
 // that passed against the alternative lowering on the same probe. Each timed run prepares the
 // weights again: the plan cannot tell a training step's parameters (updated every run) from
 // constant ones, nor computed weights (such as a data gradient's flipped ones) from either, and
@@ -538,7 +538,7 @@ int check_and_time(const ConvGeom& g, const ProbeLowering& alt, bool time, std::
   for (int a = 0; a < kNumAlgorithms; ++a) {
     if (why[size_t(a)] != "") continue;  // not a candidate here
     try {
-      Run r{make_state(g, true, kAlgorithms[a].alg), nullptr, nullptr, Floats(p.y.size)};
+      Run r{make_state(g, true, kAlgorithms[a].alg), nullptr, nullptr, Floats(numel(p.out))};
       Layout lay = layout_of(*r.st);
       r.scratch = std::make_unique<Buffer>(size_t(lay.scratch()));
       r.wstore = std::make_unique<Buffer>(size_t(lay.weights()));
@@ -554,7 +554,7 @@ int check_and_time(const ConvGeom& g, const ProbeLowering& alt, bool time, std::
   }
   if (runs.empty() || !time) return which.empty() ? -1 : which[0];
   // The alternative on the probe: sized first, then for real.
-  Floats y2(p.y.size);
+  Floats y2(numel(p.out));
   auto lower_on = [&](PlanStorage& storage) {
     struct Probing {  // reset even when the lowering throws
       Probing() { probing = true; }

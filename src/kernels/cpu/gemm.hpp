@@ -31,7 +31,6 @@ inline GemmShape dense_unit_strides(GemmShape s) {
 constexpr int64_t kGemmMR = 6;
 constexpr int64_t kGemmNR = 16;
 constexpr int64_t kGemmKC = 256;
-constexpr int64_t kGemmNC = 512;
 
 // Scratch sgemm needs in `mode` (see sgemm), in floats.
 size_t gemm_scratch_floats(const GemmShape& s, int mode = 0);

@@ -223,7 +223,7 @@ void scatter_chunk_t(const ScatterArgs& a, int64_t chunk) {
           if (j < a.r) {
             const T* xj = xb + a.roff[j];
             for (int64_t i = 0; i < m; ++i) l[j][i] = xj[i * ks];
-          } else if (a.kind != 1 || a.r > 4) {  // a max over <= 4 never reads lanes 4..7 (below)
+          } else {
             for (int64_t i = 0; i < m; ++i) l[j][i] = id;
           }
         }
@@ -241,16 +241,6 @@ void scatter_chunk_t(const ScatterArgs& a, int64_t chunk) {
               return _mm_or_ps(_mm_and_ps(t, q), _mm_andnot_ps(t, p));
             };
             __m128 vid = _mm_set1_ps(id);
-            // Up to 4 elements (a 2x2 pooling window): lanes 4..7 hold the identity -inf, and
-            // max(x, -inf) selects x for every x (a NaN included), so the tree's right half
-            // drops out: the same selections without it.
-            if (a.r <= 4)
-              for (; i + 4 <= m; i += 4) {
-                __m128 v[4];
-                for (int j = 0; j < 4; ++j) v[j] = _mm_loadu_ps(&l[j][i]);
-                for (int j = a.r; j < 4; ++j) v[j] = vid;
-                _mm_storeu_ps(yo + i, vmx(vid, vmx(vmx(v[0], v[1]), vmx(v[2], v[3]))));
-              }
             for (; i + 4 <= m; i += 4) {
               __m128 v[8];
               for (int j = 0; j < 8; ++j) v[j] = _mm_loadu_ps(&l[j][i]);
@@ -259,9 +249,8 @@ void scatter_chunk_t(const ScatterArgs& a, int64_t chunk) {
             }
           }
           for (; i < m; ++i) {
-            auto lane = [&](int j) { return j < a.r || a.r > 4 ? l[j][i] : id; };
-            T s01 = mx(lane(0), lane(1)), s23 = mx(lane(2), lane(3));
-            T s45 = mx(lane(4), lane(5)), s67 = mx(lane(6), lane(7));
+            T s01 = mx(l[0][i], l[1][i]), s23 = mx(l[2][i], l[3][i]);
+            T s45 = mx(l[4][i], l[5][i]), s67 = mx(l[6][i], l[7][i]);
             yo[i] = mx(id, mx(mx(s01, s23), mx(s45, s67)));
           }
         } else {
