@@ -247,7 +247,47 @@ void gather_launch(const void* p, ThreadPool& pool) {
 }
 }  // namespace
 
-Launch make_gather(LowerCtx& c, const GatherSpec& s, const void* in, void* out, size_t esize) {
+namespace {
+// The same gather with its size-1 dimensions dropped and each dimension merged into the one above
+// it where every stride (the offset's, the checked coordinate's, every gate's) continues across the
+// boundary: the elements, their order and their sources stay the same, the runs get longer. A
+// convolution's 1x1 window otherwise ends every layout in size-1 dimensions: runs of one element,
+// each with its own multi-index walk (a 1x1 stride-2 convolution's gather took 17 ns an element).
+GatherSpec normalized(const GatherSpec& in) {
+  GatherSpec s = in;
+  s.shape.clear(), s.stride.clear(), s.cstride.clear();
+  for (auto& g : s.gates) g.cstride.clear();
+  auto cst = [&](size_t d) { return in.cstride.empty() ? int64_t(0) : in.cstride[d]; };
+  for (size_t d = 0; d < in.shape.size(); ++d) {
+    if (in.shape[d] == 1) continue;
+    if (!s.shape.empty()) {
+      int64_t n = in.shape[d];
+      bool merge = s.stride.back() == in.stride[d] * n && s.cstride.back() == cst(d) * n;
+      for (size_t k = 0; k < s.gates.size() && merge; ++k)
+        merge = s.gates[k].cstride.back() == in.gates[k].cstride[d] * n;
+      if (merge) {
+        s.shape.back() *= n;
+        s.stride.back() = in.stride[d], s.cstride.back() = cst(d);
+        for (size_t k = 0; k < s.gates.size(); ++k) s.gates[k].cstride.back() = in.gates[k].cstride[d];
+        continue;
+      }
+    }
+    s.shape.push_back(in.shape[d]);
+    s.stride.push_back(in.stride[d]);
+    s.cstride.push_back(cst(d));
+    for (size_t k = 0; k < s.gates.size(); ++k) s.gates[k].cstride.push_back(in.gates[k].cstride[d]);
+  }
+  if (s.shape.empty() && numel(in.shape) == 1) {  // one element: keep a rank-1 spec
+    s.shape = {1}, s.stride = {0}, s.cstride = {0};
+    for (auto& g : s.gates) g.cstride = {0};
+  }
+  if (numel(in.shape) == 0) return in;
+  return s;
+}
+}  // namespace
+
+Launch make_gather(LowerCtx& c, const GatherSpec& spec, const void* in, void* out, size_t esize) {
+  const GatherSpec s = normalized(spec);
   if (s.shape.size() > size_t(kMaxRank))
     throw Error(std::string(op_name(c.node.op)) + ": rank " + std::to_string(s.shape.size()) +
                 " exceeds the gather kernel's limit");
