@@ -7,6 +7,7 @@
 #include <cstring>
 #include <functional>
 #include <set>
+#include <tuple>
 
 #include "test_util.hpp"
 
@@ -202,6 +203,18 @@ std::vector<OpCase> all_cases() {
                              {f32({3, 4, 37, 41}), f32({3, 4, 37, 41}), f32({4}), f32({4}, 0.2, 2)}, bn);
     sums.differentiable = false;  // a gradient's building block (see vjp_batchnorm)
     c.push_back(sums);
+  }
+  // reduce_max_grad(x, max(x), g): pooling tiles (the tile form) and axes that need the general one.
+  for (auto [shape, axes, gshape] : std::vector<std::tuple<Shape, std::vector<int64_t>, Shape>>{
+           {{2, 3, 4, 2, 5, 2}, {3, 5}, {2, 3, 4, 5}}, {{3, 4, 5, 6}, {0, 2}, {4, 6}}}) {
+    OpCase mg{"reduce_max_grad " + shape_str(shape), {f32(shape), f32(gshape)},
+              [axes](Graph& g, const std::vector<ValueId>& x) {
+                Attrs a;
+                a.ints = axes;
+                return g.add(Op::ReduceMaxGrad, {x[0], g.add(Op::ReduceMax, {x[0]}, a), x[1]}, a);
+              }};
+    mg.differentiable = false;  // a gradient's building block (see vjp_reduce_max)
+    c.push_back(mg);
   }
   c.push_back(with_attrs("cross_entropy i64", Op::CrossEntropy, {f32({5, 7}, -3, 3), i64({5}, 7)}, {}));
   c.push_back(with_attrs("cross_entropy i32", Op::CrossEntropy,

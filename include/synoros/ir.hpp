@@ -36,7 +36,7 @@ enum class Op : uint8_t {
   Softmax, LogSoftmax, SoftmaxGrad, LogSoftmaxGrad, LayerNorm, LayerNormGrad, BatchNorm, BatchNormSums,
   CrossEntropy,
   CrossEntropyGrad,
-  Embedding, EmbeddingGrad, Dropout,
+  Embedding, EmbeddingGrad, Dropout, ReduceMaxGrad,
   Count
 };
 constexpr size_t kOpCount = size_t(Op::Count);

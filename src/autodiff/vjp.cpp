@@ -121,14 +121,9 @@ void vjp_mean(Graph& g, ValueId v, ValueId go, GradIn& gi) {
 void vjp_reduce_max(Graph& g, ValueId v, ValueId go, GradIn& gi) {
   Node n = g.node(v);
   ValueId x = n.in[0];
-  Shape in = g.shape(x);
-  ValueId ymax = unreduce(g, v, n, in);
-  ValueId mask = g.binary(Op::CmpEq, x, ymax);
-  Attrs at = n.attrs;
-  at.keepdim = true;
-  ValueId count = g.add(Op::Sum, {mask}, at);  // ties share the gradient evenly
-  ValueId share = g.binary(Op::Div, g.reshape(go, g.shape(count)), count);
-  gi[0] = mul(g, mask, g.expand(share, in));
+  // Ties share the gradient evenly: (x == max) * g / count, as one op (one pass per window)
+  // with the bits of that composite.
+  gi[0] = g.add(Op::ReduceMaxGrad, {x, v, go}, n.attrs);
 }
 
 void vjp_reshape(Graph& g, ValueId v, ValueId go, GradIn& gi) {

@@ -110,6 +110,8 @@ constexpr OpInfo kOps[] = {
      oracle_embedding_grad, cost_map<1>},
     {Op::Dropout, "dropout", 1, OpKind::Composite, infer_dropout, vjp_dropout, oracle_dropout,
      cost_map<12>},
+    {Op::ReduceMaxGrad, "reduce_max_grad", 3, OpKind::Composite, infer_reduce_max_grad, nullptr,
+     oracle_reduce_max_grad, cost_map<3>},
 };
 
 // Adding an op to the enum without a row here (or out of order) fails to compile.

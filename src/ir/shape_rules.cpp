@@ -304,6 +304,26 @@ void infer_batchnorm_sums(const Graph& g, Node& n) {
   n.shape = {2, in[1]};
 }
 
+// reduce_max_grad(x, y, g) with a max's attrs (axes, keepdim), y = max(x) and g its upstream
+// gradient, both of the max's shape -> x's shape: the max's input gradient, ties sharing evenly.
+void infer_reduce_max_grad(const Graph& g, Node& n) {
+  require_float(g, n, 0);
+  const Shape& in = in_shape(g, n, 0);
+  std::vector<int> axes = reduce_axes(n, in);
+  Shape red;
+  for (size_t i = 0; i < in.size(); ++i) {
+    bool r = std::find(axes.begin(), axes.end(), int(i)) != axes.end();
+    if (!r) red.push_back(in[i]);
+    else if (n.attrs.keepdim) red.push_back(1);
+  }
+  for (size_t k = 1; k < 3; ++k)
+    if (in_shape(g, n, k) != red || in_dtype(g, n, k) != in_dtype(g, n, 0))
+      throw Error(std::string("reduce_max_grad: ") + (k == 1 ? "the max" : "its gradient") + " must be " +
+                  shape_str(red) + " of x's dtype, got " + shape_str(in_shape(g, n, k)));
+  n.dtype = in_dtype(g, n, 0);
+  n.shape = in;
+}
+
 // layernorm_grad(x, g [, weight]): the input gradient of layernorm(x [, weight, bias]).
 void infer_layernorm_grad(const Graph& g, Node& n) {
   if (n.in.size() < 2) throw Error("layernorm_grad takes x, the upstream gradient and an optional weight");

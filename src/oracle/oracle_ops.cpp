@@ -1,6 +1,7 @@
 // The float64 oracle: the plainest possible definition of every op, written with multi-index
 // loops and no cleverness. It shares no code with the kernels except the dropout RNG, which is
 // part of the op's definition.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -330,6 +331,32 @@ HostTensor oracle_batchnorm_sums(const Node& n, const OracleIn& in) {
     s1[size_t(c)] += g * xh;
   }
   for (int64_t c = 0; c < C; ++c) out.set(c, s0[size_t(c)]), out.set(C + c, s1[size_t(c)]);
+  return out;
+}
+
+// reduce_max_grad(x, y, g): (x == y) * g / count, count the window's elements equal to its max.
+HostTensor oracle_reduce_max_grad(const Node& n, const OracleIn& in) {
+  const Shape& is = in[0]->shape;
+  std::vector<int> axes = reduce_axes(n, is);
+  Shape kept;
+  for (size_t i = 0; i < is.size(); ++i)
+    kept.push_back(std::find(axes.begin(), axes.end(), int(i)) != axes.end() ? 1 : is[i]);
+  auto window = [&](int64_t i) {
+    auto idx = unravel(i, is);
+    for (int a : axes) idx[size_t(a)] = 0;
+    return ravel(idx, kept);
+  };
+  std::vector<double> count(size_t(numel(kept)), 0.0);
+  for (int64_t i = 0; i < in[0]->numel(); ++i) {
+    int64_t w = window(i);
+    count[size_t(w)] += in[0]->get(i) == in[1]->get(w) ? 1.0 : 0.0;
+  }
+  HostTensor out = make_out(n);
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    int64_t w = window(i);
+    double mask = in[0]->get(i) == in[1]->get(w) ? 1.0 : 0.0;
+    out.set(i, mask * (in[2]->get(w) / count[size_t(w)]));
+  }
   return out;
 }
 

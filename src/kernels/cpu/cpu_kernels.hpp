@@ -25,6 +25,7 @@ void group_prepare(const void* group_args);
 Launch lower_cast(LowerCtx& c);
 Launch lower_dropout(LowerCtx& c);
 Launch lower_reduce(LowerCtx& c);    // sum, max, mean
+Launch lower_reduce_max_grad(LowerCtx& c);  // a max's input gradient, one pass per window
 // Whether reduction r can take a fused elementwise prologue (LowerCtx::pro_members): a sum or
 // mean over trailing axes, or over a leading and a trailing block.
 bool reduce_takes_prologue(const Graph& g, ValueId r);

@@ -43,7 +43,7 @@ constexpr Row kRows[] = {
     {Op::BatchNormSums, lower_batchnorm_sums},
     {Op::CrossEntropy, lower_cross_entropy}, {Op::CrossEntropyGrad, lower_cross_entropy_grad},
     {Op::Embedding, lower_embedding}, {Op::EmbeddingGrad, lower_embedding_grad},
-    {Op::Dropout, lower_dropout},
+    {Op::Dropout, lower_dropout},    {Op::ReduceMaxGrad, lower_reduce_max_grad},
 };
 static_assert(std::size(kRows) == kOpCount, "every op needs a CPU lowering row");
 constexpr bool rows_in_order() {
