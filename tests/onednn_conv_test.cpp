@@ -44,7 +44,9 @@ struct Forced {
 
 bool uses_onednn_conv(Plan& p) {
   for (const LaunchInfo& li : p.launch_info())
-    if (li.kernel.rfind("onednn-conv", 0) == 0 || li.kernel.rfind("onednn-wino", 0) == 0) return true;
+    if (li.kernel.rfind("onednn-conv", 0) == 0 || li.kernel.rfind("onednn-wino", 0) == 0 ||
+        li.kernel.rfind("onednn-bwd", 0) == 0)
+      return true;
   return false;
 }
 
@@ -81,8 +83,8 @@ HostTensor at_one_and_two_threads(F compute, bool need_onednn = true) {
   return a;
 }
 
-// A geometry and the oneDNN algorithm forced for it ("onednn-wino" falls back to the direct one
-// where Winograd does not apply).
+// A geometry and the oneDNN algorithm forced for it ("onednn-wino" and "onednn-bwd" fall back to
+// the direct one where they do not apply).
 class OneDnnConv : public ::testing::TestWithParam<std::tuple<Geo, const char*>> {
  protected:
   void SetUp() override {
@@ -230,7 +232,7 @@ INSTANTIATE_TEST_SUITE_P(Geometries, OneDnnConv,
                                            Geo{9, 16, 14, 14, 16, 3, 1, 1, 1},   // one chunk of 9
                                            Geo{5, 32, 28, 28, 32, 3, 1, 1, 1},   // 2+2+1 image chunks
                                            Geo{100, 1, 28, 28, 16, 3, 1, 1, 1}),  // many chunks
-                                            ::testing::Values("onednn-conv", "onednn-wino")));
+                                            ::testing::Values("onednn-conv", "onednn-wino", "onednn-bwd")));
 
 // Blocked weights are kept between runs (redone only when the weights change), so they must not
 // live where other launches write between runs: a two-layer network run twice gives the same
@@ -285,6 +287,45 @@ TEST(OneDnnConvSelection, WinogradTakesThreeByThreeStrideOneOnly) {
   }
 }
 
+// The transposed lowering (a stride-1 forward convolution as oneDNN's backward-data convolution
+// with flipped weights) runs for the stride-1 forward convolution and for the stride-1 data
+// gradient, which autodiff writes as a forward convolution; the strided gradient and the weight
+// gradient keep the direct algorithm. The values are checked against float64 by the parametrized
+// tests above; here, that it is taken where it applies, and that the plan's gradient matches the
+// GEMM lowering's.
+TEST(OneDnnConvSelection, TransposedLoweringTakesStrideOneForwardConvolutionsOnly) {
+  if (kernels::strict_kernels() || kernels::active_isa() != kernels::best_isa())
+    GTEST_SKIP() << "oneDNN's convolution is offered only outside strict mode at the CPU's own ISA";
+  for (int64_t stride : {1, 2}) {
+    nn::Conv2d conv(6, 16, 5, 5, stride, 0, 1, 1, false);
+    HostTensor xh = synoros::testing::random_tensor({DType::F32, {4, 6, 14, 14}}, 4);
+    int64_t o = stride == 1 ? 10 : 5;
+    HostTensor r = synoros::testing::random_tensor({DType::F32, {4, 16, o, o}}, 6);
+    auto grads = [&](const char* lowering, std::string& k) {
+      Forced f(lowering);
+      Tensor x = Tensor::from(xh).requires_grad();
+      CompiledStep step = compile(
+          [&](const std::vector<Tensor>& a) {
+            Tensor loss = (conv(x) * a[0]).sum();
+            loss.backward();
+            return std::vector<Tensor>{x.grad()};
+          },
+          {{DType::F32, r.shape}});
+      k = onednn_kernels(step.plan());
+      return step({r})[0];
+    };
+    std::string k, kg;
+    HostTensor dx = grads("onednn-bwd", k), ref = grads("gemm", kg);
+    if (stride == 1) {
+      EXPECT_NE(k.find("onednn-bwd"), std::string::npos) << k;
+    } else {
+      EXPECT_EQ(k.find("onednn-bwd"), std::string::npos) << k;
+    }
+    for (int64_t i = 0; i < dx.numel(); ++i)
+      ASSERT_NEAR(dx.get(i), ref.get(i), 1e-4 * (1 + std::fabs(ref.get(i)))) << "stride " << stride << " element " << i;
+  }
+}
+
 TEST(OneDnnConvSelection, AnUnknownLoweringIsAnError) {
   EXPECT_THROW(kernels::force_conv_lowering("off"), Error);
   EXPECT_NO_THROW(kernels::force_conv_lowering(""));
@@ -315,7 +356,8 @@ TEST(OneDnnConvSelection, ChoiceIsMeasuredOnceAndCached) {
   ASSERT_NE(at, std::string::npos) << "no convolution choice in the tuning cache";
   std::string line = text.str().substr(at, text.str().find('\n', at) - at);
   EXPECT_EQ(first, line.find("\tonednn-conv\t") != std::string::npos ||
-                       line.find("\tonednn-wino\t") != std::string::npos)
+                       line.find("\tonednn-wino\t") != std::string::npos ||
+                       line.find("\tonednn-bwd\t") != std::string::npos)
       << line;
   // As a new process would: another plan with the same convolution reads the choice from the file.
   kernels::reload_tuning_cache();

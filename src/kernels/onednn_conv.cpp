@@ -37,11 +37,12 @@ int64_t chunk_images(const ConvGeom& g) {
   return mb;
 }
 
-// SYNOROS_CONV_LOWERING=gemm|onednn-conv|onednn-wino forces one lowering (for comparisons);
+// SYNOROS_CONV_LOWERING=gemm|onednn-conv|onednn-wino|onednn-bwd forces one lowering (for comparisons);
 // unset: measured.
 std::string checked_lowering(const std::string& v, const char* from) {
-  if (v.empty() || v == "gemm" || v == "onednn-conv" || v == "onednn-wino") return v;
-  throw Error(std::string(from) + ": unknown convolution lowering '" + v + "' (gemm, onednn-conv or onednn-wino)");
+  if (v.empty() || v == "gemm" || v == "onednn-conv" || v == "onednn-wino" || v == "onednn-bwd") return v;
+  throw Error(std::string(from) + ": unknown convolution lowering '" + v +
+              "' (gemm, onednn-conv, onednn-wino or onednn-bwd)");
 }
 std::string& forced() {
   static std::string f = [] {
@@ -100,6 +101,11 @@ struct ConvState {
   std::vector<float> w_copy;
   bool w_valid = false;
   bool plain_w = false;        // the weights [O, C, KW, KH] go through w_plain [O, C, KH, KW]
+  // A stride-1 forward convolution run as the backward-data convolution of the transposed
+  // problem: w_plain holds its weights, transposed and flipped from the forward ones (see
+  // transposed_problem), whose geometry `fwd` is.
+  bool flip_fwd = false;
+  ConvGeom fwd{};
   std::vector<float> w_plain;
   // Weight gradient over several chunks: per-chunk partial sums, added in chunk order.
   float* out = nullptr;
@@ -243,17 +249,19 @@ struct Layout {
   int64_t weights() const { return std::max<int64_t>(w_bytes, 64); }  // kept between runs
 };
 
-std::unique_ptr<ConvState> make_state(const ConvGeom& g, bool create, dnnl_alg_kind_t alg) {
+std::unique_ptr<ConvState> make_state(const ConvGeom& g, bool create, dnnl_alg_kind_t alg,
+                                      const ConvGeom* flipped_from = nullptr) {
   one_omp_thread();
   auto s = std::make_unique<ConvState>();
   s->g = g;
+  if (flipped_from) s->flip_fwd = true, s->fwd = *flipped_from;
   ok(dnnl_engine_create(&s->eng, dnnl_cpu, 0), "engine");
   int64_t mb = chunk_images(g);
   s->chunks = (g.N + mb - 1) / mb;
   s->slots = std::clamp<int64_t>(num_threads(), 1, s->chunks);
   // oneDNN has no reorder from the swapped weights' strides into Winograd's layout: those are
   // transposed to plain [O, C, KH, KW] first (see run_state).
-  s->plain_w = g.kswap && alg == dnnl_convolution_winograd;
+  s->plain_w = (g.kswap && alg == dnnl_convolution_winograd) || s->flip_fwd;
   init_prims(s->full, g, mb, s->eng, create, alg, s->plain_w);
   if (g.N % mb != 0) init_prims(s->last, g, g.N % mb, s->eng, create, alg, s->plain_w);
   return s;
@@ -266,11 +274,40 @@ struct Algorithm {
   const char* name;
   dnnl_alg_kind_t alg;
 };
-constexpr Algorithm kAlgorithms[] = {{"onednn-conv", dnnl_convolution_direct}, {"onednn-wino", dnnl_convolution_winograd}};
-constexpr int kNumAlgorithms = 2;
+// The third, "onednn-bwd", runs a stride-1 forward convolution as oneDNN's backward-data
+// convolution of the transposed problem (below): the data gradient of a convolution with few input
+// channels, which autodiff writes as a forward convolution over dY with the flipped weights,
+// then runs through oneDNN's kernels for that case (LeNet's second layer: 6 channels).
+constexpr Algorithm kAlgorithms[] = {{"onednn-conv", dnnl_convolution_direct},
+                                     {"onednn-wino", dnnl_convolution_winograd},
+                                     {"onednn-bwd", dnnl_convolution_direct}};
+constexpr int kNumAlgorithms = 3;
+
+// y = conv(x, K) with stride 1 and dilation 1 is the backward-data convolution whose dY is x,
+// whose dX is y and whose weights are W[c, o, i, j] = K[o, c, KH-1-i, KW-1-j], with padding
+// K-1-p on each side (the transposed convolution's definition, read backwards).
+bool transposable(const ConvGeom& g) {
+  return g.kind == ConvKind::Forward && g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 && g.pt < g.KH &&
+         g.pb < g.KH && g.pl < g.KW && g.pr < g.KW;
+}
+ConvGeom transposed_problem(const ConvGeom& g) {
+  ConvGeom t = g;
+  t.kind = ConvKind::BwdData, t.kswap = false;
+  t.C = g.O, t.H = g.OH, t.W = g.OW;  // dX: the forward output
+  t.O = g.C, t.OH = g.H, t.OW = g.W;  // dY: the forward input
+  t.pt = g.KH - 1 - g.pt, t.pb = g.KH - 1 - g.pb, t.pl = g.KW - 1 - g.pl, t.pr = g.KW - 1 - g.pr;
+  return t;
+}
 
 bool algorithm_applies(const ConvGeom& g, int a) {
+  if (a == 2) return transposable(g);
   return a == 0 || (g.KH == 3 && g.KW == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1);
+}
+
+// The state of candidate a for the convolution g.
+std::unique_ptr<ConvState> make_candidate(const ConvGeom& g, int a, bool create) {
+  if (a == 2) return make_state(transposed_problem(g), create, kAlgorithms[a].alg, &g);
+  return make_state(g, create, kAlgorithms[a].alg);
 }
 
 Layout layout_of(const ConvState& s) {
@@ -389,7 +426,17 @@ void run_state(ConvState& s, ThreadPool& pool) {
   one_omp_thread();
   size_t wb = s.w_copy.size() * sizeof(float);
   if (s.g.kind != ConvKind::BwdWeights && (!s.w_valid || std::memcmp(s.w_copy.data(), s.w_ptr, wb) != 0)) {
-    if (s.plain_w) {
+    if (s.flip_fwd) {  // W[c, o, i, j] = K[o, c, KH-1-i, KW-1-j], K's window swapped when kswap
+      const ConvGeom& f = s.fwd;
+      for (int64_t o = 0; o < f.O; ++o)
+        for (int64_t c = 0; c < f.C; ++c)
+          for (int64_t i = 0; i < f.KH; ++i)
+            for (int64_t j = 0; j < f.KW; ++j) {
+              int64_t ki = f.KH - 1 - i, kj = f.KW - 1 - j;
+              int64_t from = (o * f.C + c) * f.KH * f.KW + (f.kswap ? kj * f.KH + ki : ki * f.KW + kj);
+              s.w_plain[size_t(((c * f.O + o) * f.KH + i) * f.KW + j)] = s.w_ptr[from];
+            }
+    } else if (s.plain_w) {
       const ConvGeom& g = s.g;
       for (int64_t oc = 0; oc < g.O * g.C; ++oc)
         for (int64_t i = 0; i < g.KH; ++i)
@@ -538,7 +585,7 @@ int check_and_time(const ConvGeom& g, const ProbeLowering& alt, bool time, std::
   for (int a = 0; a < kNumAlgorithms; ++a) {
     if (why[size_t(a)] != "") continue;  // not a candidate here
     try {
-      Run r{make_state(g, true, kAlgorithms[a].alg), nullptr, nullptr, Floats(numel(p.out))};
+      Run r{make_candidate(g, a, true), nullptr, nullptr, Floats(numel(p.out))};
       Layout lay = layout_of(*r.st);
       r.scratch = std::make_unique<Buffer>(size_t(lay.scratch()));
       r.wstore = std::make_unique<Buffer>(size_t(lay.weights()));
@@ -587,7 +634,7 @@ std::string key_of(const ConvGeom& g) {
   o << (g.kind == ConvKind::BwdWeights ? "conv2d-dweights" : g.kind == ConvKind::BwdData ? "conv2d-ddata" : "conv2d")
     << " N=" << g.N << " C=" << g.C << " H=" << g.H << " W=" << g.W << " O=" << g.O << " k=" << g.KH << "x" << g.KW
     << (g.kswap ? "T" : "") << " s=" << g.sh << "," << g.sw << " d=" << g.dh << "," << g.dw << " p=" << g.pt << ","
-    << g.pl << "," << g.pb << "," << g.pr << " algorithms=direct,winograd";  // re-measured when the set grows
+    << g.pl << "," << g.pb << "," << g.pr << " algorithms=direct,winograd,bwd";  // re-measured when the set grows
   return tuning_key(o.str(), false);
 }
 
@@ -717,15 +764,21 @@ Launch select_onednn(LowerCtx& c, const ConvGeom& g, const float* x, const float
   for (int a = 0; a < kNumAlgorithms; ++a) {
     if (!algorithm_applies(g, a) || (forced() == "onednn-conv" && a != 0)) continue;
     try {
-      st[a] = make_state(g, !c.storage.sizing(), kAlgorithms[a].alg);
+      st[a] = make_candidate(g, a, !c.storage.sizing());
       scratch_bytes = std::max(scratch_bytes, layout_of(*st[a]).scratch());
       why[size_t(a)] = "";
     } catch (const Error&) {
       // a geometry this oneDNN does not implement with this algorithm
     }
   }
-  if (forced() == "onednn-wino" && st[1]) why[0] = "not applicable", st[0].reset();
-  if (!st[0] && !st[1]) return alt;
+  // A forced Winograd or transposed lowering takes the direct one where it does not apply.
+  for (int only : {1, 2})
+    if (forced() == kAlgorithms[only].name) {
+      int keep = st[only] ? only : 0;
+      for (int a = 0; a < kNumAlgorithms; ++a)
+        if (a != keep) why[size_t(a)] = "not applicable", st[a].reset();
+    }
+  if (!st[0] && !st[1] && !st[2]) return alt;
   // Every lowering gets the same scratch in both passes, so the frame is the same whichever is chosen.
   char* scratch = static_cast<char*>(c.storage.scratch(size_t(scratch_bytes)));
   if (c.storage.sizing()) return alt;
@@ -746,7 +799,9 @@ Launch select_onednn(LowerCtx& c, const ConvGeom& g, const float* x, const float
     version = pick < 0 ? "1" : onednn_version();
     if (forced().empty()) store_choice(key, name, version);
   }
-  int a = name == kAlgorithms[0].name ? 0 : name == kAlgorithms[1].name ? 1 : -1;
+  int a = -1;
+  for (int k = 0; k < kNumAlgorithms; ++k)
+    if (name == kAlgorithms[k].name) a = k;
   if (a < 0 || !st[a] || version != onednn_version()) return alt;
   char* wstore = static_cast<char*>(c.storage.persistent(size_t(layout_of(*st[a]).weights())));
   try {

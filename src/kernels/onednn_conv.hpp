@@ -60,7 +60,7 @@ std::optional<ConvDataChain> match_conv_data_grad(const Graph& g, ValueId f2);
 // selection picks.
 Launch lower_conv_data_grad(LowerCtx& c);
 
-// Tests: "onednn-conv", "onednn-wino" or "gemm" forces that lowering for every matched convolution
+// Tests: "onednn-conv", "onednn-wino", "onednn-bwd" or "gemm" forces that lowering for every matched convolution
 // (after the oracle check; "onednn-wino" takes the direct algorithm where Winograd does not
 // apply); empty restores measured selection.
 void force_conv_lowering(const std::string& name);
