@@ -38,6 +38,31 @@ struct MaxGradArgs {
 };
 
 template <class T>
+struct Buffers {
+  const T* x;
+  const T* y;
+  const T* g;
+  T* out;
+};
+template <class T>
+Buffers<T> buffers(const MaxGradArgs& p) {
+  return {static_cast<const T*>(p.x), static_cast<const T*>(p.y), static_cast<const T*>(p.g), static_cast<T*>(p.out)};
+}
+
+// Row a of the tile form (float): x and out at its first element, y and g at its first window.
+struct TileRow {
+  const float* x;
+  const float* y;
+  const float* g;
+  float* out;
+};
+inline TileRow tile_row(const MaxGradArgs& p, int64_t a) {
+  auto [x, y, g, out] = buffers<float>(p);
+  int64_t first = a * p.KH * p.W * p.KW;
+  return {x + first, y + a * p.W, g + a * p.W, out + first};
+}
+
+template <class T>
 inline void window_scalar(const T* x, T y, T g, T* out, const int64_t* off, int64_t n) {
   T count = T(0);
   for (int64_t r = 0; r < n; ++r) count += x[off[r]] == y ? T(1) : T(0);
@@ -48,10 +73,7 @@ inline void window_scalar(const T* x, T y, T g, T* out, const int64_t* off, int6
 // Tile form, rows a of one chunk, scalar: windows (a, w) with elements (i, j).
 template <class T>
 void tile_rows_scalar(const MaxGradArgs& p, int64_t a, int64_t w0) {
-  const T* x = static_cast<const T*>(p.x);
-  const T* y = static_cast<const T*>(p.y);
-  const T* g = static_cast<const T*>(p.g);
-  T* out = static_cast<T*>(p.out);
+  auto [x, y, g, out] = buffers<T>(p);
   const int64_t row = p.W * p.KW;  // x elements per (a, i)
   for (int64_t w = w0; w < p.W; ++w) {
     T yv = y[a * p.W + w], count = T(0);
@@ -67,10 +89,7 @@ void tile_rows_scalar(const MaxGradArgs& p, int64_t a, int64_t w0) {
 
 // KW = 1: eight windows side by side along w, one row of x per i. Returns where it stopped.
 __attribute__((target("avx2,fma"))) int64_t tile_kw1_avx2(const MaxGradArgs& p, int64_t a) {
-  const float* x = static_cast<const float*>(p.x) + a * p.KH * p.W;
-  const float* y = static_cast<const float*>(p.y) + a * p.W;
-  const float* g = static_cast<const float*>(p.g) + a * p.W;
-  float* out = static_cast<float*>(p.out) + a * p.KH * p.W;
+  auto [x, y, g, out] = tile_row(p, a);
   const __m256 one = _mm256_set1_ps(1.0f);
   int64_t w = 0;
   for (; w + 8 <= p.W; w += 8) {
@@ -90,10 +109,7 @@ __attribute__((target("avx2,fma"))) int64_t tile_kw1_avx2(const MaxGradArgs& p, 
 // in two adjacent lanes. Returns where it stopped.
 __attribute__((target("avx2,fma"))) int64_t tile_kw2_avx2(const MaxGradArgs& p, int64_t a) {
   const int64_t row = p.W * 2;
-  const float* x = static_cast<const float*>(p.x) + a * p.KH * row;
-  const float* y = static_cast<const float*>(p.y) + a * p.W;
-  const float* g = static_cast<const float*>(p.g) + a * p.W;
-  float* out = static_cast<float*>(p.out) + a * p.KH * row;
+  auto [x, y, g, out] = tile_row(p, a);
   const __m256 one = _mm256_set1_ps(1.0f);
   const __m256i dup = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
   int64_t w = 0;
@@ -124,10 +140,7 @@ __attribute__((target("avx2,fma"))) int64_t tile_kw2_avx2(const MaxGradArgs& p, 
 // and stores are as cheap as plain ones there). KW = 2: eight windows per vector.
 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl"))) void tile_kw2_avx512(const MaxGradArgs& p, int64_t a) {
   const int64_t row = p.W * 2;
-  const float* x = static_cast<const float*>(p.x) + a * p.KH * row;
-  const float* y = static_cast<const float*>(p.y) + a * p.W;
-  const float* g = static_cast<const float*>(p.g) + a * p.W;
-  float* out = static_cast<float*>(p.out) + a * p.KH * row;
+  auto [x, y, g, out] = tile_row(p, a);
   const __m512 one = _mm512_set1_ps(1.0f), zero = _mm512_setzero_ps();
   const __m512i dup = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
   const __m512i swap = _mm512_setr_epi32(1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14);
@@ -153,10 +166,7 @@ __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl"))) void tile_kw2_avx5
 
 // KW = 1: sixteen windows per vector.
 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl"))) void tile_kw1_avx512(const MaxGradArgs& p, int64_t a) {
-  const float* x = static_cast<const float*>(p.x) + a * p.KH * p.W;
-  const float* y = static_cast<const float*>(p.y) + a * p.W;
-  const float* g = static_cast<const float*>(p.g) + a * p.W;
-  float* out = static_cast<float*>(p.out) + a * p.KH * p.W;
+  auto [x, y, g, out] = tile_row(p, a);
   const __m512 one = _mm512_set1_ps(1.0f), zero = _mm512_setzero_ps();
   for (int64_t w = 0; w < p.W; w += 16) {
     int64_t n = std::min<int64_t>(16, p.W - w);
@@ -178,10 +188,7 @@ __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl"))) void tile_kw1_avx5
 
 template <class T>
 void general_windows(const MaxGradArgs& p, int64_t w0, int64_t w1) {
-  const T* x = static_cast<const T*>(p.x);
-  const T* y = static_cast<const T*>(p.y);
-  const T* g = static_cast<const T*>(p.g);
-  T* out = static_cast<T*>(p.out);
+  auto [x, y, g, out] = buffers<T>(p);
   int64_t idx[kMaxRank] = {};
   int64_t rest = w0, base = 0;
   for (int d = p.n_kept - 1; d >= 0; --d) {
