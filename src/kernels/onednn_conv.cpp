@@ -101,11 +101,10 @@ struct ConvState {
   std::vector<float> w_copy;
   bool w_valid = false;
   bool plain_w = false;        // the weights [O, C, KW, KH] go through w_plain [O, C, KH, KW]
-  // A stride-1 forward convolution run as the backward-data convolution of the transposed
-  // problem: w_plain holds its weights, transposed and flipped from the forward ones (see
-  // transposed_problem), whose geometry `fwd` is.
-  bool flip_fwd = false;
-  ConvGeom fwd{};
+  // Set for a stride-1 forward convolution run as the backward-data convolution of the
+  // transposed problem (see transposed_problem): the forward geometry, whose weights w_plain
+  // holds transposed and flipped.
+  std::optional<ConvGeom> flipped_from;
   std::vector<float> w_plain;
   // Weight gradient over several chunks: per-chunk partial sums, added in chunk order.
   float* out = nullptr;
@@ -254,14 +253,14 @@ std::unique_ptr<ConvState> make_state(const ConvGeom& g, bool create, dnnl_alg_k
   one_omp_thread();
   auto s = std::make_unique<ConvState>();
   s->g = g;
-  if (flipped_from) s->flip_fwd = true, s->fwd = *flipped_from;
+  if (flipped_from) s->flipped_from = *flipped_from;
   ok(dnnl_engine_create(&s->eng, dnnl_cpu, 0), "engine");
   int64_t mb = chunk_images(g);
   s->chunks = (g.N + mb - 1) / mb;
   s->slots = std::clamp<int64_t>(num_threads(), 1, s->chunks);
   // oneDNN has no reorder from the swapped weights' strides into Winograd's layout: those are
   // transposed to plain [O, C, KH, KW] first (see run_state).
-  s->plain_w = (g.kswap && alg == dnnl_convolution_winograd) || s->flip_fwd;
+  s->plain_w = (g.kswap && alg == dnnl_convolution_winograd) || s->flipped_from;
   init_prims(s->full, g, mb, s->eng, create, alg, s->plain_w);
   if (g.N % mb != 0) init_prims(s->last, g, g.N % mb, s->eng, create, alg, s->plain_w);
   return s;
@@ -426,8 +425,8 @@ void run_state(ConvState& s, ThreadPool& pool) {
   one_omp_thread();
   size_t wb = s.w_copy.size() * sizeof(float);
   if (s.g.kind != ConvKind::BwdWeights && (!s.w_valid || std::memcmp(s.w_copy.data(), s.w_ptr, wb) != 0)) {
-    if (s.flip_fwd) {  // W[c, o, i, j] = K[o, c, KH-1-i, KW-1-j], K's window swapped when kswap
-      const ConvGeom& f = s.fwd;
+    if (s.flipped_from) {  // W[c, o, i, j] = K[o, c, KH-1-i, KW-1-j], K's window swapped when kswap
+      const ConvGeom& f = *s.flipped_from;
       for (int64_t o = 0; o < f.O; ++o)
         for (int64_t c = 0; c < f.C; ++c)
           for (int64_t i = 0; i < f.KH; ++i)

@@ -254,6 +254,7 @@ namespace {
 // convolution's 1x1 window otherwise ends every layout in size-1 dimensions: runs of one element,
 // each with its own multi-index walk (a 1x1 stride-2 convolution's gather took 17 ns an element).
 GatherSpec normalized(const GatherSpec& in) {
+  if (numel(in.shape) == 0) return in;
   GatherSpec s = in;
   s.shape.clear(), s.stride.clear(), s.cstride.clear();
   for (auto& g : s.gates) g.cstride.clear();
@@ -281,7 +282,6 @@ GatherSpec normalized(const GatherSpec& in) {
     s.shape = {1}, s.stride = {0}, s.cstride = {0};
     for (auto& g : s.gates) g.cstride = {0};
   }
-  if (numel(in.shape) == 0) return in;
   return s;
 }
 }  // namespace

@@ -28,12 +28,13 @@ struct MaxGradArgs {
   // or over a middle one). Otherwise the general form below.
   bool tile;
   int64_t A, KH, W, KW;
-  // General form: windows in y's order; window w's elements sit at base(w) + roff[r] in x, with
-  // base(w) from the kept dimensions' x strides.
-  int n_kept;
-  int64_t kept_size[kMaxRank], kept_stride[kMaxRank];
+  // A window's elements at roff[r] from its first, r < nred (both forms).
   int64_t nred;
   const int64_t* roff;
+  // General form: windows in y's order, window w's first element at base(w) from the kept
+  // dimensions' x strides.
+  int n_kept;
+  int64_t kept_size[kMaxRank], kept_stride[kMaxRank];
   int64_t windows, per_chunk;
 };
 
@@ -70,20 +71,13 @@ inline void window_scalar(const T* x, T y, T g, T* out, const int64_t* off, int6
   for (int64_t r = 0; r < n; ++r) out[off[r]] = (x[off[r]] == y ? T(1) : T(0)) * share;
 }
 
-// Tile form, rows a of one chunk, scalar: windows (a, w) with elements (i, j).
+// Tile form, row a from window w0 on, scalar.
 template <class T>
 void tile_rows_scalar(const MaxGradArgs& p, int64_t a, int64_t w0) {
   auto [x, y, g, out] = buffers<T>(p);
-  const int64_t row = p.W * p.KW;  // x elements per (a, i)
   for (int64_t w = w0; w < p.W; ++w) {
-    T yv = y[a * p.W + w], count = T(0);
-    const T* xb = x + a * p.KH * row + w * p.KW;
-    T* ob = out + a * p.KH * row + w * p.KW;
-    for (int64_t i = 0; i < p.KH; ++i)
-      for (int64_t j = 0; j < p.KW; ++j) count += xb[i * row + j] == yv ? T(1) : T(0);
-    T share = g[a * p.W + w] / count;
-    for (int64_t i = 0; i < p.KH; ++i)
-      for (int64_t j = 0; j < p.KW; ++j) ob[i * row + j] = (xb[i * row + j] == yv ? T(1) : T(0)) * share;
+    int64_t first = a * p.KH * p.W * p.KW + w * p.KW;
+    window_scalar<T>(x + first, y[a * p.W + w], g[a * p.W + w], out + first, p.roff, p.nred);
   }
 }
 
@@ -263,7 +257,10 @@ Launch lower_reduce_max_grad(LowerCtx& c) {
   p->W = p->tile ? t[2].second : 0;
   p->KW = p->tile ? t[3].second : 0;
   int64_t total = numel(is);
+  // The reduced dimensions (the tile's KH and KW) and their x strides, first one outermost.
+  std::vector<int64_t> rsize, rstride;
   if (p->tile) {
+    rsize = {p->KH, p->KW}, rstride = {p->W * p->KW, 1};
     p->windows = p->A;  // chunks count rows a of W windows each
     int64_t per_row = std::max<int64_t>(1, p->KH * p->W * p->KW);
     p->per_chunk = std::max<int64_t>(1, (int64_t(1) << 14) / per_row);
@@ -272,7 +269,6 @@ Launch lower_reduce_max_grad(LowerCtx& c) {
     std::vector<int64_t> st(is.size(), 1);
     for (size_t d = is.size(); d-- > 1;) st[d - 1] = st[d] * is[d];
     p->n_kept = 0;
-    std::vector<int64_t> rsize, rstride;
     for (size_t d = 0; d < is.size(); ++d) {
       if (red[d]) {
         rsize.push_back(is[d]), rstride.push_back(st[d]);
@@ -281,21 +277,23 @@ Launch lower_reduce_max_grad(LowerCtx& c) {
         p->kept_stride[p->n_kept++] = st[d];
       }
     }
-    p->nred = 1;
-    for (int64_t s : rsize) p->nred *= s;
-    auto* roff = static_cast<int64_t*>(c.storage.persistent(size_t(std::max<int64_t>(p->nred, 1)) * 8));
-    for (int64_t r = 0; r < p->nred; ++r) {  // the reduced dimensions' offsets, first one outermost
-      int64_t rest = r, off = 0;
-      for (size_t k = rsize.size(); k-- > 0;) {
-        off += rest % rsize[k] * rstride[k];
-        rest /= rsize[k];
-      }
-      roff[r] = off;
+    c.kernel = "max-grad";
+  }
+  p->nred = 1;
+  for (int64_t s : rsize) p->nred *= s;
+  auto* roff = static_cast<int64_t*>(c.storage.persistent(size_t(std::max<int64_t>(p->nred, 1)) * 8));
+  for (int64_t r = 0; r < p->nred; ++r) {  // row-major over the reduced dimensions
+    int64_t rest = r, off = 0;
+    for (size_t k = rsize.size(); k-- > 0;) {
+      off += rest % rsize[k] * rstride[k];
+      rest /= rsize[k];
     }
-    p->roff = roff;
+    roff[r] = off;
+  }
+  p->roff = roff;
+  if (!p->tile) {
     p->windows = p->nred > 0 ? total / p->nred : 0;
     p->per_chunk = std::max<int64_t>(1, (int64_t(1) << 14) / std::max<int64_t>(1, p->nred));
-    c.kernel = "max-grad";
   }
   if (total == 0) p->windows = 0;
   return {max_grad_launch, p, c.id};
