@@ -45,8 +45,7 @@ class MaxGrad : public ::testing::TestWithParam<kernels::Isa> {};
 TEST_P(MaxGrad, OneOpGivesTheCompositesBits) {
   kernels::Isa isa = GetParam();
   if (int(isa) > int(kernels::best_isa())) GTEST_SKIP() << "this CPU lacks " << kernels::isa_name(isa);
-  kernels::Isa saved = kernels::active_isa();
-  kernels::set_isa(isa);
+  synoros::testing::IsaScope at_isa(isa);
   const Case cases[] = {
       {{3, 5, 6, 2, 7, 2}, {3, 5}, false, "max-grad-tile"},  // 2x2 pooling tiles, 7 windows a row: 4 + 3
       {{2, 3, 4, 2, 9, 2}, {3, 5}, true, "max-grad-tile"},
@@ -92,7 +91,6 @@ TEST_P(MaxGrad, OneOpGivesTheCompositesBits) {
     for (int64_t i = 0; i < a.numel(); ++i)
       ASSERT_EQ(pa[i], pb[i]) << at << " element " << i << ": " << a.get(i) << " vs " << b.get(i);
   }
-  kernels::set_isa(saved);
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryIsa, MaxGrad,

@@ -303,16 +303,8 @@ TEST(OneDnnConvSelection, TransposedLoweringTakesStrideOneForwardConvolutionsOnl
     HostTensor r = synoros::testing::random_tensor({DType::F32, {4, 16, o, o}}, 6);
     auto grads = [&](const char* lowering, std::string& k) {
       Forced f(lowering);
-      Tensor x = Tensor::from(xh).requires_grad();
-      CompiledStep step = compile(
-          [&](const std::vector<Tensor>& a) {
-            Tensor loss = (conv(x) * a[0]).sum();
-            loss.backward();
-            return std::vector<Tensor>{x.grad()};
-          },
-          {{DType::F32, r.shape}});
-      k = onednn_kernels(step.plan());
-      return step({r})[0];
+      bool onednn = false;
+      return data_grad(xh, r, conv, onednn, &k);
     };
     std::string k, kg;
     HostTensor dx = grads("onednn-bwd", k), ref = grads("gemm", kg);

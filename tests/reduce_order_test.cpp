@@ -45,8 +45,7 @@ class ReduceOrder : public ::testing::TestWithParam<kernels::Isa> {};
 TEST_P(ReduceOrder, ChannelSumsFollowTheDocumentedLaneOrder) {
   kernels::Isa isa = GetParam();
   if (int(isa) > int(kernels::best_isa())) GTEST_SKIP() << "this CPU lacks " << kernels::isa_name(isa);
-  kernels::Isa saved = kernels::active_isa();
-  kernels::set_isa(isa);
+  synoros::testing::IsaScope at_isa(isa);
   for (Shape s : {Shape{3, 9, 7, 7}, Shape{3, 5, 37, 41}}) {
     int64_t N = s[0], C = s[1], inner = s[2] * s[3];
     std::string at = std::string(kernels::isa_name(isa)) + " " + shape_str(s);
@@ -78,7 +77,6 @@ TEST_P(ReduceOrder, ChannelSumsFollowTheDocumentedLaneOrder) {
                   at + " sum(g x^) c" + std::to_string(c));
     }
   }
-  kernels::set_isa(saved);
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryIsa, ReduceOrder,

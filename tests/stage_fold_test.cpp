@@ -51,8 +51,7 @@ class StageFold : public ::testing::TestWithParam<kernels::Isa> {};
 TEST_P(StageFold, ChainsOfScalarOpsGiveTheUnfusedBits) {
   kernels::Isa isa = GetParam();
   if (int(isa) > int(kernels::best_isa())) GTEST_SKIP() << "this CPU lacks " << kernels::isa_name(isa);
-  kernels::Isa saved = kernels::active_isa();
-  kernels::set_isa(isa);
+  synoros::testing::IsaScope at_isa(isa);
   for (int64_t n : {1, 15, 16, 17, 63, 64, 65, 100, 257, 1000}) {
     std::string at = std::string(kernels::isa_name(isa)) + " n=" + std::to_string(n);
     // The chain, constants on the right: tanh((sigmoid(relu(1.5x + 0.5) x) - 0.25) 2).
@@ -93,7 +92,6 @@ TEST_P(StageFold, ChainsOfScalarOpsGiveTheUnfusedBits) {
     ValueId z = h.unary(Op::Tanh, h.binary(Op::Add, h.binary(Op::Mul, p, h.scalar(-1.25)), h.scalar(0.5)));
     expect_same_bits(h, z, {{xt, special_tensor({cols, 9}, 5)}}, "transposed cols=" + std::to_string(cols));
   }
-  kernels::set_isa(saved);
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryIsa, StageFold,

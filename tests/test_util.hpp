@@ -15,6 +15,17 @@
 
 namespace synoros::testing {
 
+// Runs the rest of a test's scope at instruction set `isa` and restores the active one when the
+// scope ends, a failed ASSERT's early return included. Callers skip ISAs the CPU lacks first:
+//   if (int(isa) > int(kernels::best_isa())) GTEST_SKIP() << ...;
+struct IsaScope {
+  explicit IsaScope(kernels::Isa isa) : saved(kernels::active_isa()) { kernels::set_isa(isa); }
+  ~IsaScope() { kernels::set_isa(saved); }
+  IsaScope(const IsaScope&) = delete;
+  IsaScope& operator=(const IsaScope&) = delete;
+  kernels::Isa saved;
+};
+
 struct InputSpec {
   DType dtype = DType::F32;
   Shape shape;
