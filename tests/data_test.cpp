@@ -128,13 +128,9 @@ TEST(DataFashionMnist, ReadsRealTrainSplitPrefix) {
 TEST(DataFashionMnist, EnvironmentOverridesDirectory) {
   TempDir dir("env");
   write_split(dir, "t10k", 12);
-  const char* old = std::getenv("SYNOROS_DATA_DIR");
-  std::string saved = old ? old : "";
-  ::setenv("SYNOROS_DATA_DIR", dir.path.c_str(), 1);
+  config::ScopedOverride env("SYNOROS_DATA_DIR", dir.path.c_str());
   EXPECT_EQ(default_fashion_mnist_dir(), dir.path.string());
   ImageDataset ds = load_fashion_mnist("", Split::Test);
-  if (old) ::setenv("SYNOROS_DATA_DIR", saved.c_str(), 1);
-  else ::unsetenv("SYNOROS_DATA_DIR");
   EXPECT_EQ(ds.n, 12);
   EXPECT_EQ(ds.pixels, synthetic_pixels(12));
   EXPECT_EQ(ds.labels[11], 1);

@@ -30,10 +30,8 @@ class WrongGemm : public GemmProvider {
 
 struct TempCache {
   std::string path = ::testing::TempDir() + "synoros-selection-test.txt";
-  TempCache() {
-    setenv("SYNOROS_TUNING_CACHE", path.c_str(), 1);
-    clear_tuning_cache();
-  }
+  config::ScopedOverride env{"SYNOROS_TUNING_CACHE", path.c_str()};
+  TempCache() { clear_tuning_cache(); }
   ~TempCache() { clear_tuning_cache(); }
 };
 

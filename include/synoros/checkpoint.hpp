@@ -55,6 +55,14 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
                       const Metadata& metadata = {});
 Metadata load_into(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& targets);
 
+// Typed reads of a checkpoint's metadata: a missing key or a value that is not an integer in
+// [lo, hi] is an Error naming the file, the key and the value.
+const std::string& metadata_text(const Metadata& md, const std::string& key, const std::string& path);
+int64_t metadata_int(const Metadata& md, const std::string& key, const std::string& path, int64_t lo, int64_t hi);
+// Resuming: every key of `expected` that the checkpoint's metadata also has must hold the same
+// value (older checkpoints lack some keys); otherwise an Error naming the field and both values.
+void check_same_run(const Metadata& have, const Metadata& expected, const std::string& path);
+
 // safetensors' dtype names: "F32", "F64", "I32", "I64".
 const char* safetensors_dtype(DType t);
 

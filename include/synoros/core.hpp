@@ -27,6 +27,10 @@ const char* dtype_name(DType t);
 using Shape = std::vector<int64_t>;
 
 int64_t numel(const Shape& s);
+// Checks that a shape is usable: no negative dimension, and its element count and byte size (at
+// dtype t) fit in 63 bits. Throws Error naming `what` and the shape. Every shape that enters the
+// engine (leaves, graph nodes, host tensors) passes through here, so numel() never wraps.
+void check_shape(const Shape& s, DType t, const std::string& what);
 std::string shape_str(const Shape& s);
 // Row-major strides in elements.
 std::vector<int64_t> contiguous_strides(const Shape& s);
@@ -40,6 +44,14 @@ struct Device {
   int index = 0;
   bool operator==(const Device&) const = default;
 };
+
+// The most bytes the engine's live buffers may hold together (SYNOROS_MAX_MEMORY_BYTES; default
+// 3/4 of physical memory). An allocation past it is an Error naming the sizes, not a crash or a
+// visit from the out-of-memory killer.
+size_t memory_limit();
+void set_memory_limit(size_t bytes);
+size_t default_memory_limit();  // 3/4 of physical memory (SIZE_MAX when unknown)
+size_t live_buffer_bytes();
 
 // A 64-byte aligned, owned allocation on one device.
 class Buffer {

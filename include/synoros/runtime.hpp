@@ -30,6 +30,7 @@ class ThreadPool {
 
  private:
   void worker_loop();
+  void stop_workers();
   void work(uint64_t gen);
   void wait_done(int64_t chunks);
 

@@ -54,6 +54,14 @@ int64_t spatial_footprint(const synth::Spec& spec, const synth::Operator& op);
 struct Latency {
   double b1_t1 = 0, b64_t1 = 0, b1_t2 = 0, b64_t2 = 0;  // ms per forward pass (eval mode), medians
 };
+// How the functions below time a compiled plan (ms per run). Unset (the default): each plan is
+// run and timed with a steady clock. A set timer replaces every measurement, so a search's
+// outcome can be made independent of the machine's load (tests, dry runs).
+using PlanTimer = std::function<double(const Plan&)>;
+void set_plan_timer(PlanTimer timer);
+// A deterministic estimate: every op's FLOPs and bytes at fixed rates (100 GFLOP/s, 20 GB/s).
+double cost_model_ms(const Plan& plan);
+
 // Times the compiled inference plan of `net` at batch 1 and 64 on one and two threads.
 Latency measure_latency(nn::Module& net, int repeats = 5);
 // Forward times (ms, medians; batch 64 and one thread unless told) of two networks, run

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "synoros/autodiff.hpp"
+#include "synoros/config.hpp"
 #include "synoros/core.hpp"
 #include "synoros/ir.hpp"
 #include "synoros/oracle.hpp"

@@ -87,11 +87,15 @@ class Tensor {
   // call buffer->mark_modified(). Assigned leaves are stateful automatically.
   Tensor& stateful();
 
-  // Realization.
+  // Realization. Reading a value does not cut the gradient path (as in PyTorch): a later
+  // backward() still reaches the leaves behind this tensor.
   HostTensor value() const;
+  // The same values as a new leaf outside the graph: no gradient flows through it.
+  Tensor detach() const;
   std::vector<float> to_vector() const;
   double item() const;
-  bool realized() const;
+  bool realized() const;  // holds its value
+  bool is_leaf() const;   // no inputs: created from data, or realized outside any gradient path
 
   TensorImpl* impl() const { return impl_.get(); }
   const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }

@@ -2,6 +2,7 @@
 // language model, with the step (forward, backward, optimizer update) captured once.
 #pragma once
 
+#include <map>
 #include <string>
 
 #include "synoros/nn.hpp"
@@ -45,6 +46,9 @@ struct ClassifierConfig {
   uint64_t seed = 1;
   int64_t train_limit = 0, test_limit = 0;  // 0: the whole split
   std::string data_dir;                       // "": the default Fashion-MNIST directory
+  int64_t steps = 0;                          // > 0: the schedule's length in steps (else epochs)
+  // Saved with checkpoints and checked on resume, e.g. the searched operator a model was built with.
+  std::map<std::string, std::string> extra;
 };
 
 struct EpochStats {
@@ -69,14 +73,17 @@ class ClassifierTrainer {
   std::pair<double, double> evaluate();
   int64_t step() const { return step_; }
   int64_t steps_per_epoch() const;
-  int64_t total_steps() const { return steps_per_epoch() * cfg_.epochs; }
+  int64_t total_steps() const { return cfg_.steps > 0 ? cfg_.steps : steps_per_epoch() * cfg_.epochs; }
   nn::Module& model() { return *model_; }
   optim::Optimizer& optimizer() { return *opt_; }
   const ClassifierConfig& config() const { return cfg_; }
-  // Model, optimizer state and progress in one safetensors file (written atomically); load
-  // checks names, shapes and the model kind.
+  // Model, optimizer state, progress and the run's configuration in one safetensors file
+  // (written atomically). load checks names, shapes and the model kind; with `resume` it also
+  // refuses a checkpoint whose configuration (batch, seed, data, schedule, ...) differs from this
+  // trainer's, naming the field, since the continued run would not be the one it claims to be.
   void save(const std::string& path);
-  void load(const std::string& path);
+  void load(const std::string& path, bool resume = true);
+  std::map<std::string, std::string> run_metadata() const;
   // Running means over the steps since the last reset.
   double mean_loss() const { return seen_ ? loss_sum_ / double(seen_) : 0; }
   double mean_acc() const { return seen_ ? double(correct_) / double(seen_) : 0; }
@@ -125,7 +132,10 @@ class LmTrainer {
   optim::Optimizer& optimizer() { return *opt_; }
   const LmConfig& config() const { return cfg_; }
   void save(const std::string& path);
-  void load(const std::string& path);
+  // With `resume`, refuses a checkpoint of another configuration (naming the field); without,
+  // only the model's shape must agree (evaluation).
+  void load(const std::string& path, bool resume = true);
+  std::map<std::string, std::string> run_metadata() const;
 
  private:
   LmConfig cfg_;

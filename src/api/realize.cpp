@@ -42,6 +42,10 @@ Lowered lower_dag(const std::vector<std::shared_ptr<TensorImpl>>& roots) {
       if (t->placeholder < 0) throw Error("tensor: a leaf without a value");
       v = low.g.input(t->dtype, t->shape, "arg" + std::to_string(t->placeholder));
     } else {
+      for (const auto& [buf, version] : t->leaf_versions)
+        if (buf->version() != version)
+          throw Error("tensor: a value read earlier is used again, but a tensor it was computed from has been "
+                      "modified in place since (an optimizer step, say); detach() it before the change");
       std::vector<ValueId> in;
       for (const auto& x : t->in) in.push_back(low.ids.at(x.get()));
       v = low.g.add(t->op, in, t->attrs, t->dtype);
@@ -52,6 +56,28 @@ Lowered lower_dag(const std::vector<std::shared_ptr<TensorImpl>>& roots) {
   }
   for (const auto& r : roots) low.outputs.push_back(low.ids.at(r.get()));
   return low;
+}
+
+bool depends_on_grad(const TensorImpl& root, std::unordered_map<const TensorImpl*, bool>& memo) {
+  // Post-order without recursion: an eager loop can build chains deeper than the stack.
+  std::vector<std::pair<const TensorImpl*, bool>> stack{{&root, false}};
+  while (!stack.empty()) {
+    auto [t, expanded] = stack.back();
+    stack.pop_back();
+    if (memo.count(t)) continue;
+    if (t->in.empty()) {
+      memo[t] = t->requires_grad;
+    } else if (!expanded) {
+      stack.push_back({t, true});
+      for (const auto& x : t->in)
+        if (!memo.count(x.get())) stack.push_back({x.get(), false});
+    } else {
+      bool any = false;
+      for (const auto& x : t->in) any = any || memo.at(x.get());
+      memo[t] = any;
+    }
+  }
+  return memo.at(&root);
 }
 
 std::vector<Tensor> raise(const Lowered& low, const std::vector<ValueId>& ids) {
@@ -143,21 +169,49 @@ size_t plan_cache_size() { return cache().plans.size(); }
 size_t plan_cache_bytes() { return cache().bytes; }
 void set_plan_cache_limit(size_t bytes) { plan_cache_limit() = bytes; }
 
-void realize(const std::vector<Tensor>& ts) {
+void realize(const std::vector<Tensor>& ts) { realize(ts, true); }
+
+void realize(const std::vector<Tensor>& ts, bool keep_graph) {
   if (trace_state().active) throw Error("realize: values cannot be read while compile() is tracing");
   std::vector<std::shared_ptr<TensorImpl>> roots;
   for (const Tensor& t : ts) {
     if (!t.defined()) throw Error("realize: undefined tensor");
-    if (!t.realized()) roots.push_back(t.impl_ptr());
+    if (!t.realized()) {
+      roots.push_back(t.impl_ptr());
+    } else if (!keep_graph) {  // already read, graph kept: cut it now
+      t.impl()->in.clear();
+      t.impl()->leaf_versions.clear();
+    }
   }
   if (roots.empty()) return;
   Lowered low = lower_dag(roots);
   std::shared_ptr<Plan> plan = cached_plan(low);
   for (const auto& [impl, id] : low.feeds) plan->set_input(id, *impl->value);
   plan->run();
+  // Reading a value does not detach it (PyTorch's rule): a tensor that depends on a leaf
+  // requiring a gradient keeps its inputs, so a later backward() still reaches that leaf. One that
+  // does not becomes a leaf, and the DAG behind it can be freed; detach() is the explicit cut.
+  std::unordered_map<const TensorImpl*, bool> memo;
   for (size_t i = 0; i < roots.size(); ++i) {
     roots[i]->value = std::make_shared<HostTensor>(plan->read(low.outputs[i]));
-    roots[i]->in.clear();  // now a leaf: the DAG behind it can be freed
+    if (!keep_graph || !depends_on_grad(*roots[i], memo)) {
+      roots[i]->in.clear();
+      continue;
+    }
+    // Every leaf this value depends on, with the version it had: see lower_dag.
+    std::vector<const TensorImpl*> stack{roots[i].get()};
+    std::unordered_map<const TensorImpl*, bool> seen;
+    while (!stack.empty()) {
+      const TensorImpl* t = stack.back();
+      stack.pop_back();
+      if (seen[t]) continue;
+      seen[t] = true;
+      if (t->in.empty()) {
+        if (t->value && t->value->buffer) roots[i]->leaf_versions.push_back({t->value->buffer, t->value->buffer->version()});
+      } else {
+        for (const auto& x : t->in) stack.push_back(x.get());
+      }
+    }
   }
 }
 

@@ -69,7 +69,8 @@ Tensor Tensor::uniform(Shape shape, uint64_t seed, double bound) {
 
 const Shape& Tensor::shape() const { return need(*this).shape; }
 DType Tensor::dtype() const { return need(*this).dtype; }
-bool Tensor::realized() const { return need(*this).value != nullptr && need(*this).in.empty(); }
+bool Tensor::realized() const { return need(*this).value != nullptr; }
+bool Tensor::is_leaf() const { return need(*this).in.empty(); }
 
 Tensor Tensor::apply(Op op, const std::vector<Tensor>& in, const Attrs& attrs, DType cast_to) {
   // Shape and dtype come from the op table's own rules, on a scratch graph of the inputs.
@@ -192,6 +193,7 @@ HostTensor Tensor::value() const {
   if (!realized()) realize({*this});
   return *need(*this).value;
 }
+Tensor Tensor::detach() const { return from(value()); }
 std::vector<float> Tensor::to_vector() const {
   HostTensor h = value();
   std::vector<float> v(size_t(h.numel()));
@@ -225,7 +227,7 @@ void Tensor::backward() const {
     params[i]->grad = gsum.impl_ptr();
     to_realize.push_back(gsum);
   }
-  if (!trace_state().active) realize(to_realize);
+  if (!trace_state().active) realize(to_realize, false);  // gradients are leaves, as in PyTorch
 }
 
 Tensor& Tensor::stateful() {
@@ -246,7 +248,10 @@ void Tensor::assign(const Tensor& v) {
     trace_state().updates.push_back({impl_, v.impl_ptr()});
     return;
   }
-  HostTensor nv = v.value();
+  // An in-place update consumes the value: it is realized as a leaf (as under PyTorch's no_grad),
+  // so it stays readable after the storage it was computed from changes.
+  realize({v}, false);
+  const HostTensor& nv = *need(v).value;
   std::memcpy(t.value->buffer->data(), nv.buffer->data(), nv.bytes());
   t.value->buffer->mark_modified();
 }

@@ -23,6 +23,9 @@ struct TensorImpl : std::enable_shared_from_this<TensorImpl> {
   bool stateful = false;                         // storage rewritten between runs: read in place
   std::shared_ptr<TensorImpl> grad;
   int placeholder = -1;                          // argument slot while tracing compile()
+  // A realized value that kept its inputs (it lies on a gradient path): the versions of the leaf
+  // buffers it was computed from. A later use recomputes it, which is only right while they hold.
+  std::vector<std::pair<std::shared_ptr<Buffer>, uint64_t>> leaf_versions;
 };
 
 struct TraceState {
@@ -42,6 +45,11 @@ struct Lowered {
   std::vector<std::shared_ptr<TensorImpl>> by_id;
 };
 Lowered lower_dag(const std::vector<std::shared_ptr<TensorImpl>>& roots);
+// Whether a leaf requiring a gradient lies behind `t` (memoised over one walk).
+bool depends_on_grad(const TensorImpl& t, std::unordered_map<const TensorImpl*, bool>& memo);
+// Realizes `ts`; with keep_graph, those on a gradient path keep their inputs (value() reading a
+// value does not detach it); without, every one becomes a leaf (gradients after backward()).
+void realize(const std::vector<Tensor>& ts, bool keep_graph);
 // Lazy tensors for tape values appended after lowering (gradients).
 std::vector<Tensor> raise(const Lowered& low, const std::vector<ValueId>& ids);
 // The cached plan for a lowered tape.

@@ -298,8 +298,11 @@ void vjp_layernorm(Graph& g, ValueId v, ValueId go, GradIn& gi) {
   Shape s = g.shape(x);
   std::vector<int64_t> lead;
   for (size_t d = 0; d + 1 < s.size(); ++d) lead.push_back(int64_t(d));
-  gi[1] = g.sum(mul(g, go, xh), lead);
-  gi[2] = g.sum(go, lead);
+  // A rank-1 x has no leading axes: the weight and bias gradients are the products themselves
+  // (an empty axis list would mean "sum over every axis").
+  auto over_lead = [&](ValueId t) { return lead.empty() ? t : g.sum(t, lead); };
+  gi[1] = over_lead(mul(g, go, xh));
+  gi[2] = over_lead(go);
 }
 // batchnorm(x, mean, var, weight, bias): y = (x - mean) r w + b with r = 1/sqrt(var + eps).
 // With ints = {1} mean and var are declared the batch statistics of x (over every axis but 1),

@@ -1,18 +1,35 @@
+// The commands of the synoros tool: each one's flag table (cli/command_table.cpp) and entry point.
 #pragma once
 
+#include <vector>
+
+#include "cli/args.hpp"
+
 namespace synoros::cli {
-int train_mlp(int argc, char** argv);
-int print_plan(int argc, char** argv);
-int gpt_memory();
-int profile_model(int argc, char** argv);
-int info();
-int peak();
-int tune();
-int train_cmd(int argc, char** argv);
-int eval_cmd(int argc, char** argv);
-int synth(int argc, char** argv);
-int search_cmd(int argc, char** argv);
-int search_worker_cmd(int argc, char** argv);
-int export_cmd(int argc, char** argv);
-int latency_cmd(int argc, char** argv);
+
+struct Command {
+  CommandSpec spec;
+  int (*run)(const Args&);
+};
+// Every command, in the order `synoros help` lists them.
+const std::vector<Command>& commands();
+
+int train_mlp(const Args&);
+int print_plan(const Args&);
+int gpt_memory(const Args&);
+int profile_model(const Args&);
+int info(const Args&);
+int peak(const Args&);
+int tune(const Args&);
+int train_cmd(const Args&);
+int eval_cmd(const Args&);
+int synth(const Args&);
+int search_cmd(const Args&);
+int search_worker_cmd(const Args&);
+int export_cmd(const Args&);
+int latency_cmd(const Args&);
+
+// --threads N: the engine's pool for this process (validated; an Error names the cause).
+void apply_threads(const Args& a);
+
 }  // namespace synoros::cli

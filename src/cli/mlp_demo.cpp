@@ -13,37 +13,21 @@
 
 namespace synoros::cli {
 
-namespace {
-double parse_number(const char* flag, const char* v) {
-  char* end = nullptr;
-  double d = std::strtod(v, &end);
-  if (!v[0] || *end) throw Error(std::string(flag) + ": '" + v + "' is not a number");
-  return d;
-}
-}  // namespace
-
-int train_mlp(int argc, char** argv) {
-  int steps = 500;
-  double lr = 0.05;
-  for (int i = 0; i < argc; ++i) {
-    std::string a = argv[i];
-    if ((a == "--steps" || a == "--lr") && i + 1 >= argc) throw Error(a + ": missing value");
-    if (a == "--steps") steps = int(parse_number("--steps", argv[++i]));
-    else if (a == "--lr") lr = parse_number("--lr", argv[++i]);
-    else throw Error("train-mlp: unknown option '" + a + "'");
-  }
-  if (steps < 1) throw Error("--steps must be >= 1");
+int train_mlp(const Args& a) {
+  apply_threads(a);
+  int64_t steps = a.integer("steps");
+  double lr = a.real("lr");
   TinyTask task(42);
   TinyMLP m(7);
   CompiledStep step = compile_tiny_mlp_sgd(m, lr);
   std::cout << "tiny MLP 16-32-8, MSE on a fixed synthetic regression task, SGD lr=" << lr << ", "
             << steps << " steps, " << num_threads() << " thread(s)\n";
   std::vector<double> losses;
-  for (int i = 0; i < steps; ++i) losses.push_back(step({task.x, task.target})[0].get(0));
+  for (int64_t i = 0; i < steps; ++i) losses.push_back(step({task.x, task.target})[0].get(0));
   double hi = *std::max_element(losses.begin(), losses.end());
-  int stride = std::max(1, steps / 20);
+  int64_t stride = std::max<int64_t>(1, steps / 20);
   std::cout << "loss curve (every " << stride << " steps):\n";
-  for (int i = 0; i < steps; i += stride) {
+  for (int64_t i = 0; i < steps; i += stride) {
     int bar = int(std::lround(60.0 * losses[size_t(i)] / hi));
     std::cout << std::setw(6) << i << "  " << std::fixed << std::setprecision(5) << losses[size_t(i)]
               << "  " << std::string(size_t(bar), '#') << "\n";
@@ -53,14 +37,10 @@ int train_mlp(int argc, char** argv) {
   return losses.back() < losses.front() ? 0 : 1;
 }
 
-int print_plan(int argc, char** argv) {
+int print_plan(const Args& a) {
   CompileOptions opts;
-  for (int i = 0; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--no-fusion") opts.fuse = false;
-    else if (a == "--no-plan") opts.plan_memory = false;
-    else throw Error("plan: unknown option '" + a + "'");
-  }
+  opts.fuse = !a.has("no-fusion");
+  opts.plan_memory = !a.has("no-plan");
   TinyMLP m(7);
   CompiledStep step = compile_tiny_mlp_sgd(m, 0.05);
   Plan p(step.plan().graph(), step.plan().outputs(), opts);
@@ -68,7 +48,7 @@ int print_plan(int argc, char** argv) {
   return 0;
 }
 
-int gpt_memory() {
+int gpt_memory(const Args&) {
   Gpt m(GptConfig{}, 1);
   CompiledStep step = compile_gpt_grad(m);
   const Plan& p = step.plan();
@@ -80,7 +60,8 @@ int gpt_memory() {
   return 0;
 }
 
-int info() {
+int info(const Args& a) {
+  apply_threads(a);
   std::cout << "isa " << kernels::isa_name(kernels::active_isa()) << ", threads " << num_threads() << "\n";
   return 0;
 }

@@ -11,32 +11,23 @@
 
 namespace synoros::cli {
 
-int profile_model(int argc, char** argv) {
-  std::string model = "mlp", trace, describe, actions;
-  unsigned mask = 7;
-  int iterations = 200;
-  bool inference = false;
-  for (int i = 0; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--inference") {
-      inference = true;
-      continue;
-    }
-    if ((a == "--model" || a == "--iterations" || a == "--trace" || a == "--describe" || a == "--operator" ||
-         a == "--mask") && i + 1 >= argc)
-      throw Error(a + ": missing value");
-    if (a == "--describe") {
-      describe = argv[++i];
-      continue;
-    }
-    if (a == "--operator") actions = argv[++i], model = "resnet-mini", inference = true;
-    else if (a == "--mask") mask = unsigned(std::atoi(argv[++i]));
-    else if (a == "--model") model = argv[++i];
-    else if (a == "--iterations") iterations = std::atoi(argv[++i]);
-    else if (a == "--trace") trace = argv[++i];
-    else throw Error("profile: unknown option '" + a + "'");
+int profile_model(const Args& a) {
+  apply_threads(a);
+  std::string model = a.str("model"), trace = a.str("trace"), describe = a.str("describe"), actions = a.str("operator");
+  unsigned mask = unsigned(a.integer("mask"));
+  int iterations = int(a.integer("iterations"));
+  bool inference = a.has("inference");
+  if (!actions.empty()) {  // resnet-mini with a synthesized operator, inference
+    if (a.has("model") && model != "resnet-mini")
+      throw UsageError("profile: --operator replaces resnet-mini's convolutions, not " + model + "'s");
+    model = "resnet-mini", inference = true;
+  } else {
+    a.refuse("mask", "goes with --operator");
   }
-  if (iterations < 1) throw Error("profile: --iterations must be >= 1");
+  if (inference && model != "mlp-classifier" && model != "lenet" && model != "resnet-mini")
+    throw UsageError("profile: --inference applies to the classifiers (mlp-classifier, lenet, resnet-mini)");
+  if (!describe.empty() && (model == "mlp" || model == "gpt" || inference))
+    throw UsageError("profile: --describe applies to the classifiers' training step");
   MachinePeak peak = measure_peak();
   Profile prof;
   if (model == "mlp") {
@@ -63,7 +54,7 @@ int profile_model(int argc, char** argv) {
     }
     if (inference) {  // the eval-mode forward pass at batch 64 (what the operator search times)
       m->eval();
-      CompiledStep fwd = compile([&m](const std::vector<Tensor>& a) { return std::vector<Tensor>{m->forward(a[0])}; },
+      CompiledStep fwd = compile([&m](const std::vector<Tensor>& in) { return std::vector<Tensor>{m->forward(in[0])}; },
                                  {{DType::F32, {64, 1, 28, 28}}});
       fwd.plan().set_input("arg0", Tensor::randn({64, 1, 28, 28}, 3).value());
       prof = profile(fwd.plan(), std::min(iterations, 20), peak);
@@ -77,9 +68,11 @@ int profile_model(int argc, char** argv) {
     step.plan().set_input("arg0", Tensor::randn({64, 1, 28, 28}, 3).value());
     step.plan().set_input("arg1", y);
     prof = profile(step.plan(), std::min(iterations, 5), peak);
-    if (!describe.empty()) std::ofstream(describe) << step.plan().describe() << step.plan().graph().to_string();
-  } else {
-    throw Error("profile: unknown model '" + model + "' (mlp, gpt, mlp-classifier, lenet, resnet-mini)");
+    if (!describe.empty()) {
+      std::ofstream f(describe);
+      if (!(f << step.plan().describe() << step.plan().graph().to_string()))
+        throw Error("profile: cannot write '" + describe + "'");
+    }
   }
   std::cout << prof.table();
   if (!trace.empty()) {
@@ -91,7 +84,7 @@ int profile_model(int argc, char** argv) {
   return 0;
 }
 
-int peak() {
+int peak(const Args&) {
   MachinePeak p = measure_peak();
   std::cout << "{\"gflops\": " << p.gflops << ", \"gbps\": " << p.gbps << ", \"isa\": \"" << p.isa << "\"}\n";
   return 0;
@@ -99,7 +92,8 @@ int peak() {
 
 // Compiles the built-in models and the benchmark shapes once, so every kernel choice is measured
 // now and stored in the tuning cache; prints the choices.
-int tune() {
+int tune(const Args& a) {
+  apply_threads(a);
   std::cout << "tuning cache: " << kernels::tuning_cache_path() << "\n";
   auto show = [](const char* what, const Plan& p) {
     for (size_t k = 0; k < p.launch_info().size(); ++k) {

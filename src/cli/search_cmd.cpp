@@ -25,30 +25,29 @@ std::string self_exe() {
 }
 }  // namespace
 
-int search_cmd(int argc, char** argv) {
-  Args a("search", argc, argv,
-         {"width", "depth", "iterations", "screen", "candidates", "rounds", "latency-target", "latency-weight",
-          "workers", "train-images", "test-images", "epochs", "lr", "seed", "report", "threads"},
-         {"inline", "augment", "enumerate"});
-  if (a.has("threads")) setenv("SYNOROS_NUM_THREADS", std::to_string(a.integer("threads", 1, 1)).c_str(), 1);
+int search_cmd(const Args& a) {
+  apply_threads(a);
+  // Worker processes read the thread count from their environment.
+  if (a.has("threads")) setenv("SYNOROS_NUM_THREADS", std::to_string(a.integer("threads")).c_str(), 1);
+  if (a.str("timer") == "cost-model") search::set_plan_timer(search::cost_model_ms);
   search::SearchConfig c;
-  c.width = a.integer("width", 16, 1);
-  c.depth = int(a.integer("depth", 6, 1));
-  c.mcts_iterations = uint64_t(a.integer("iterations", 3000, 1));
-  c.screened = a.integer("screen", 24, 1);
+  c.width = a.integer("width");
+  c.depth = int(a.integer("depth"));
+  c.mcts_iterations = uint64_t(a.integer("iterations"));
+  c.screened = a.integer("screen");
   c.enumerate = a.has("enumerate");
-  c.candidates = a.integer("candidates", 6, 1);
-  c.rounds = a.integer("rounds", 2, 1);
-  c.latency_target = 1.0 / a.real("latency-target", 1.5);
-  c.latency_weight = a.real("latency-weight", 0.1);
-  c.workers = int(a.integer("workers", 2, 1));
-  c.proxy.train_images = a.integer("train-images", 4096, 64);
-  c.proxy.test_images = a.integer("test-images", 2000, 1);
-  c.proxy.epochs = a.integer("epochs", 1, 1);
-  c.proxy.lr = a.real("lr", 0.05);
+  c.candidates = a.integer("candidates");
+  c.rounds = a.integer("rounds");
+  c.latency_target = 1.0 / a.real("latency-target");
+  c.latency_weight = a.real("latency-weight");
+  c.workers = int(a.integer("workers"));
+  c.proxy.train_images = a.integer("train-images");
+  c.proxy.test_images = a.integer("test-images");
+  c.proxy.epochs = a.integer("epochs");
+  c.proxy.lr = a.real("lr");
   c.proxy.augment = a.has("augment");
-  c.seed = c.proxy.seed = uint64_t(a.integer("seed", 1, 0));
-  c.dir = a.str("report", "search-report");
+  c.seed = c.proxy.seed = uint64_t(a.integer("seed"));
+  c.dir = a.str("report");
   if (!a.has("inline")) c.worker_exe = self_exe();
   c.log = [](const std::string& s) {
     std::cout << s << std::endl;
@@ -94,20 +93,19 @@ int search_cmd(int argc, char** argv) {
   return 0;
 }
 
-int export_cmd(int argc, char** argv) {
-  Args a("export", argc, argv, {"operator", "mask", "batch", "out", "stem", "width"}, {});
+int export_cmd(const Args& a) {
   if (!a.has("operator")) throw Error("export: --operator ACTIONS is required (an action path from a search report)");
-  int64_t width = a.integer("width", 16, 1);
+  int64_t width = a.integer("width");
   synth::Spec spec = search::resnet_conv_spec(width);
   synth::Options so;
   so.max_depth = 12;
   synth::Synthesizer syn(spec, so);
-  synth::Operator op = synth::build_from_actions(syn, search::parse_actions(a.str("operator", "")));
-  std::string dir = a.str("out", ".");
+  synth::Operator op = synth::build_from_actions(syn, search::parse_actions(a.str("operator")));
+  std::string dir = a.str("out");
   std::filesystem::create_directories(dir);
   std::cout << synth::formula(spec, op) << "\n";
-  for (const std::string& f : search::export_layer_modules(spec, op, unsigned(a.integer("mask", 7, 1)),
-                                                           a.integer("batch", 64, 1), dir, a.str("stem", "op")))
+  for (const std::string& f : search::export_layer_modules(spec, op, unsigned(a.integer("mask")),
+                                                           a.integer("batch"), dir, a.str("stem")))
     std::cout << "wrote " << f << "\n";
   return 0;
 }
@@ -115,14 +113,13 @@ int export_cmd(int argc, char** argv) {
 // A searched operator's network against the convolutional baseline: forward latency at batch 64
 // and 1 on one and two threads, each pair timed interleaved (ABBA) in several rounds, the
 // rounds' medians and ratios printed (and the spread over rounds: this VM is noisy).
-int latency_cmd(int argc, char** argv) {
-  Args a("latency", argc, argv, {"operator", "mask", "rounds", "repeats", "width", "json"}, {});
+int latency_cmd(const Args& a) {
   if (!a.has("operator")) throw Error("latency: --operator ACTIONS is required (an action path from a search report)");
-  int64_t width = a.integer("width", 16, 1);
-  unsigned mask = unsigned(a.integer("mask", 7, 1));
-  int rounds = int(a.integer("rounds", 3, 1)), repeats = int(a.integer("repeats", 7, 1));
+  int64_t width = a.integer("width");
+  unsigned mask = unsigned(a.integer("mask"));
+  int rounds = int(a.integer("rounds")), repeats = int(a.integer("repeats"));
   auto base = search::make_network(search::resnet_conv_spec(width), nullptr, 0, 1, width);
-  auto cand = search::network_from_actions(a.str("operator", ""), mask, 1, width);
+  auto cand = search::network_from_actions(a.str("operator"), mask, 1, width);
   std::printf("%-7s %-7s %-22s %-22s %s\n", "batch", "threads", "baseline ms", "operator ms", "speedup (rounds)");
   std::string json = "[";
   for (int64_t batch : {int64_t(64), int64_t(1)})
@@ -149,40 +146,37 @@ int latency_cmd(int argc, char** argv) {
     }
   json += "]\n";
   if (a.has("json")) {
-    std::string path = a.str("json", "latency.json");
+    std::string path = a.str("json");
     io::write_file_atomic(path, "latency", [&](const io::ByteSink& sink) { sink(json.data(), json.size()); });
   }
   return 0;
 }
 
-int search_worker_cmd(int argc, char** argv) {
-  Args a("search-worker", argc, argv,
-         {"width", "mask", "epochs", "train-images", "test-images", "lr", "seed", "out", "actions", "depth"},
-         {"augment"});
-  int64_t width = a.integer("width", 16, 1);
+int search_worker_cmd(const Args& a) {
+  int64_t width = a.integer("width");
   set_plan_memory_limit(std::min<size_t>(plan_memory_limit(), size_t(2) << 30));
   synth::Spec spec = search::resnet_conv_spec(width);
   search::ProxyConfig p;
-  p.epochs = a.integer("epochs", 1, 1);
-  p.train_images = a.integer("train-images", 4096, 1);
-  p.test_images = a.integer("test-images", 2000, 1);
-  p.lr = a.real("lr", 0.05);
-  p.seed = uint64_t(a.integer("seed", 1, 0));
+  p.epochs = a.integer("epochs");
+  p.train_images = a.integer("train-images");
+  p.test_images = a.integer("test-images");
+  p.lr = a.real("lr");
+  p.seed = uint64_t(a.integer("seed"));
   p.augment = a.has("augment");
   p.width = width;
   search::Evaluation e;
   if (a.has("actions")) {
     synth::Options so;
-    so.max_depth = int(a.integer("depth", 6, 1));
+    so.max_depth = int(a.integer("depth"));
     synth::Synthesizer syn(spec, so);
-    synth::Operator op = synth::build_from_actions(syn, search::parse_actions(a.str("actions", "")));
-    e = search::evaluate(spec, &op, unsigned(a.integer("mask", 7, 0)), p);
+    synth::Operator op = synth::build_from_actions(syn, search::parse_actions(a.str("actions")));
+    e = search::evaluate(spec, &op, unsigned(a.integer("mask")), p);
   } else {
     e = search::evaluate(spec, nullptr, 0, p);
   }
   e.latency = {};  // measured by the searching process, one candidate at a time
   std::string line = search::to_json(e) + "\n";
-  io::write_file_atomic(a.str("out", "worker.json"), "evaluation",
+  io::write_file_atomic(a.str("out"), "evaluation",
                         [&](const io::ByteSink& sink) { sink(line.data(), line.size()); });
   return 0;
 }

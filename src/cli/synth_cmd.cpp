@@ -14,42 +14,12 @@
 namespace synoros::cli {
 
 namespace {
-const char* kSynthUsage =
-    "usage: synoros synth [spec] [options]\n"
-    "spec (one of):\n"
-    "  --conv2d | --conv2d-same        the built-in conv2d spec (C_in->C_out, or C->C)\n"
-    "  --spec 'input: N, C_in, H, W; output: N, C_out, H, W; coef: k=3:4, g=8:3; bind: N=2, C_in=32, ...'\n"
-    "  --spec-file FILE                the same text in a file (clauses per line or ';')\n"
-    "options:\n"
-    "  --mode enumerate|sample|mcts|random|beam   (default enumerate)\n"
-    "  --depth N          maximum primitives (default 6)\n"
-    "  --limit N          operators to print (default 10)\n"
-    "  --iterations N     MCTS iterations / random samples (default 2000) ; --width N beam width\n"
-    "  --seed S           seed (default 1)\n"
-    "  --reward flops|hash  flops: FLOPs window vs a 3x3 conv (default); hash: constant-time\n"
-    "                     pseudo reward (to time the search alone)\n"
-    "  --checkpoint FILE  MCTS state file: resumed if it exists, saved every 500 iterations\n"
-    "  --raw              also count with the canonicalization rules off (enumerate)\n"
-    "  --export DIR       write each printed operator as a PyTorch module DIR/op<i>.py\n"
-    "  --max-weights N --max-reductions N --no-shift --no-stride\n";
-
 std::string read_file(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw Error("synth: cannot read spec file '" + path + "'");
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
-}
-
-int64_t to_int(const std::string& flag, const char* v) {
-  try {
-    size_t pos = 0;
-    long long x = std::stoll(v, &pos);
-    if (pos != std::string(v).size() || x < 0) throw 0;
-    return x;
-  } catch (...) {
-    throw Error("synth: " + flag + " needs a non-negative integer, got '" + v + "'");
-  }
 }
 
 void print_ops(const synth::Spec& spec, const std::vector<synth::Operator>& ops, const std::vector<double>* scores,
@@ -72,50 +42,26 @@ void print_ops(const synth::Spec& spec, const std::vector<synth::Operator>& ops,
 }
 }  // namespace
 
-int synth(int argc, char** argv) {
-  std::string spec_text, mode = "enumerate", reward_kind = "flops", checkpoint, export_dir;
-  bool conv = false, conv_same = false, raw = false;
+int synth(const Args& a) {
   synth::Options opt;
-  opt.max_depth = 6;
-  size_t limit = 10, width = 8;
-  uint64_t iterations = 2000, seed = 1;
-  for (int i = 0; i < argc; ++i) {
-    std::string a = argv[i];
-    auto next = [&]() -> const char* {
-      if (i + 1 >= argc) throw Error("synth: " + a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--conv2d") conv = true;
-    else if (a == "--conv2d-same") conv_same = true;
-    else if (a == "--spec") spec_text = next();
-    else if (a == "--spec-file") spec_text = read_file(next());
-    else if (a == "--mode") mode = next();
-    else if (a == "--depth") opt.max_depth = int(to_int(a, next()));
-    else if (a == "--limit") limit = size_t(to_int(a, next()));
-    else if (a == "--iterations") iterations = uint64_t(to_int(a, next()));
-    else if (a == "--width") width = size_t(to_int(a, next()));
-    else if (a == "--seed") seed = uint64_t(to_int(a, next()));
-    else if (a == "--reward") reward_kind = next();
-    else if (a == "--checkpoint") checkpoint = next();
-    else if (a == "--export") export_dir = next();
-    else if (a == "--raw") raw = true;
-    else if (a == "--max-weights") opt.max_weights = int(to_int(a, next()));
-    else if (a == "--max-reductions") opt.max_reductions = int(to_int(a, next()));
-    else if (a == "--no-shift") opt.allow_shift = false;
-    else if (a == "--no-stride") opt.allow_stride = false;
-    else if (a == "-h" || a == "--help") {
-      std::cout << kSynthUsage;
-      return 0;
-    } else {
-      std::cerr << kSynthUsage;
-      throw Error("synth: unknown option '" + a + "'");
-    }
-  }
-  if (mode != "enumerate" && mode != "sample" && mode != "mcts" && mode != "random" && mode != "beam")
-    throw Error("synth: unknown mode '" + mode + "' (enumerate, sample, mcts, random, beam)");
-  if (reward_kind != "flops" && reward_kind != "hash") throw Error("synth: unknown reward '" + reward_kind + "' (flops or hash)");
-  if (int(conv) + int(conv_same) + int(!spec_text.empty()) != 1)
-    throw Error("synth: give exactly one spec (--conv2d, --conv2d-same, --spec or --spec-file)");
+  opt.max_depth = int(a.integer("depth"));
+  if (a.has("max-weights")) opt.max_weights = int(a.integer("max-weights"));
+  if (a.has("max-reductions")) opt.max_reductions = int(a.integer("max-reductions"));
+  opt.allow_shift = !a.has("no-shift");
+  opt.allow_stride = !a.has("no-stride");
+  std::string mode = a.str("mode"), reward_kind = a.str("reward"), checkpoint = a.str("checkpoint"),
+              export_dir = a.str("export");
+  std::string spec_text = a.has("spec") ? a.str("spec") : a.has("spec-file") ? read_file(a.str("spec-file")) : "";
+  bool conv = a.has("conv2d"), conv_same = a.has("conv2d-same"), raw = a.has("raw");
+  size_t limit = size_t(a.integer("limit")), width = size_t(a.integer("width"));
+  uint64_t iterations = uint64_t(a.integer("iterations")), seed = uint64_t(a.integer("seed"));
+  if (raw && mode != "enumerate") throw UsageError("synth: --raw applies to --mode enumerate");
+  if (mode != "beam") a.refuse("width", "applies to --mode beam");
+  if (mode != "mcts" && mode != "random") a.refuse("iterations", "applies to --mode mcts and random");
+  if (mode == "enumerate") a.refuse("seed", "does not apply to --mode enumerate");
+  if (!checkpoint.empty() && mode != "mcts") throw UsageError("synth: --checkpoint applies to --mode mcts");
+  if (int(conv) + int(conv_same) + int(a.has("spec")) + int(a.has("spec-file")) != 1)
+    throw UsageError("synth: give exactly one spec (--conv2d, --conv2d-same, --spec or --spec-file)");
   synth::Spec spec = conv ? synth::conv2d_spec(false) : conv_same ? synth::conv2d_spec(true) : synth::parse_spec(spec_text);
   synth::Synthesizer syn(spec, opt);
   syn.require_reachable();

@@ -1,6 +1,10 @@
 // synoros train / synoros eval: Fashion-MNIST classifiers and the fortunes language model, with a
 // progress bar, per-epoch metrics, CSV and JSON logs, curves as SVG and atomic checkpoints.
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -11,8 +15,8 @@
 
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
-#include "synoros/search.hpp"
 #include "io/atomic_file.hpp"
+#include "synoros/search.hpp"
 #include "synoros/synoros.hpp"
 
 namespace synoros::cli {
@@ -69,59 +73,136 @@ std::string json_num(double v) {
   return b;
 }
 
-void set_threads(const Args& a) {
-  if (a.has("threads")) setenv("SYNOROS_NUM_THREADS", std::to_string(a.integer("threads", 1, 1)).c_str(), 1);
+// Creates `dir` (and its parents) and checks that files can be written there, before any work.
+void writable_dir(const std::string& dir, const std::string& what) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw Error(what + " '" + dir + "' cannot be created: " + ec.message());
+  if (!std::filesystem::is_directory(dir, ec)) throw Error(what + " '" + dir + "' is not a directory");
+  if (::access(dir.c_str(), W_OK | X_OK) != 0)
+    throw Error(what + " '" + dir + "' is not writable: " + std::strerror(errno));
+}
+void writable_file(const std::string& path, const std::string& what) {
+  std::filesystem::path p(path);
+  if (std::filesystem::is_directory(p)) throw Error(what + " '" + path + "' is a directory");
+  writable_dir(p.has_parent_path() ? p.parent_path().string() : ".", what + "'s directory for");
 }
 
-std::shared_ptr<nn::Module> operator_network(const Args& a, const std::string& model, uint64_t seed) {
-  if (model != "resnet-mini") throw Error("--operator replaces resnet-mini's 3x3 convolutions, not " + model + "'s layers");
-  return search::network_from_actions(a.str("operator", ""), unsigned(a.integer("mask", 7, 1)), seed);
+// A run's history: rows of numbers under named columns, kept as log.csv and log.json. A resumed
+// run reads the rows its checkpoint had reached back from log.csv and appends, so the logs and
+// curves always cover the whole run.
+class RunLog {
+ public:
+  RunLog(std::string dir, std::vector<std::string> columns) : dir_(std::move(dir)), columns_(std::move(columns)) {}
+  // Keeps the rows of an earlier log.csv whose step (column `step_col`) is at most `step`.
+  void resume(int64_t step, size_t step_col) {
+    std::ifstream in(dir_ + "/log.csv");
+    std::string line;
+    if (!in || !std::getline(in, line) || line != header()) return;  // no log, or another kind of run's
+    while (std::getline(in, line)) {
+      std::vector<double> row;
+      std::stringstream ss(line);
+      std::string cell;
+      while (std::getline(ss, cell, ',')) row.push_back(std::strtod(cell.c_str(), nullptr));
+      if (row.size() == columns_.size() && row[step_col] <= double(step)) rows_.push_back(row);
+    }
+  }
+  void add(std::vector<double> row) { rows_.push_back(std::move(row)); }
+  const std::vector<std::vector<double>>& rows() const { return rows_; }
+  std::vector<double> column(size_t c) const {
+    std::vector<double> v;
+    for (const auto& r : rows_) v.push_back(r[c]);
+    return v;
+  }
+  void write() const {
+    std::ostringstream csv, json;
+    csv << header() << "\n";
+    json << "[";
+    for (size_t i = 0; i < rows_.size(); ++i) {
+      json << (i ? "," : "") << "{";
+      for (size_t c = 0; c < columns_.size(); ++c) {
+        csv << (c ? "," : "") << json_num(rows_[i][c]);
+        json << (c ? "," : "") << "\"" << columns_[c] << "\":" << json_num(rows_[i][c]);
+      }
+      csv << "\n";
+      json << "}";
+    }
+    write_text(dir_ + "/log.csv", csv.str());
+    write_text(dir_ + "/log.json", json.str() + "]\n");
+  }
+
+ private:
+  std::string header() const {
+    std::string h;
+    for (const std::string& c : columns_) h += (h.empty() ? "" : ",") + c;
+    return h;
+  }
+  std::string dir_;
+  std::vector<std::string> columns_;
+  std::vector<std::vector<double>> rows_;
+};
+
+const char* kOperatorKey = "operator";
+const char* kMaskKey = "operator_mask";
+
+std::shared_ptr<nn::Module> operator_network(const std::string& actions, int64_t mask, uint64_t seed) {
+  return search::network_from_actions(actions, unsigned(mask), seed);
 }
 
 int train_classifier(const Args& a, const std::string& model) {
   train::ClassifierConfig c;
   c.model = model;
-  c.optimizer = a.str("optimizer", "sgd");
-  c.epochs = a.integer("epochs", 10, 1);
-  c.batch = a.integer("batch", 64, 1);
+  c.optimizer = a.str("optimizer");
+  if (a.has("epochs") && a.has("steps")) throw UsageError("train: give --epochs or --steps, not both");
+  if (c.optimizer != "sgd") a.refuse("momentum", "applies to sgd only");
+  c.epochs = a.integer("epochs");
+  c.steps = a.integer("steps", 0);
+  c.batch = a.integer("batch", 64);
   c.lr = a.real("lr", c.optimizer == "sgd" ? 0.05 : 2e-3);
-  c.momentum = a.real("momentum", 0.9);
+  c.momentum = a.real("momentum");
   c.weight_decay = a.real("weight-decay", 5e-4);
   c.clip = a.real("clip", 0);
-  c.warmup_steps = a.integer("warmup", 0, 0);
+  c.warmup_steps = a.integer("warmup", 0);
   c.augment = a.has("augment");
-  c.seed = uint64_t(a.integer("seed", 1, 0));
-  c.train_limit = a.integer("train-limit", 0, 0);
-  c.test_limit = a.integer("test-limit", 0, 0);
+  c.seed = uint64_t(a.integer("seed"));
+  c.train_limit = a.integer("train-limit", 0);
+  c.test_limit = a.integer("test-limit", 0);
   c.data_dir = a.str("data-dir", "");
-  std::string out = a.str("out", "runs/" + model);
-  std::filesystem::create_directories(out);
+  if (!a.has("operator")) a.refuse("mask", "goes with --operator");
+  if (a.has("operator")) {
+    if (model != "resnet-mini") throw UsageError("train: --operator replaces resnet-mini's 3x3 convolutions, not " + model + "'s layers");
+    c.extra = {{kOperatorKey, a.str("operator")}, {kMaskKey, std::to_string(a.integer("mask"))}};
+  }
+  std::string out = a.str("out", "runs/" + model), save = a.str("save", out + "/checkpoint.safetensors");
+  writable_dir(out, "run directory");
+  writable_file(save, "checkpoint");
+  if (a.has("save-init")) writable_file(a.str("save-init"), "checkpoint");
   bool progress = !a.has("no-progress");
   // --operator ACTIONS [--mask M]: resnet-mini with a synthesized operator from a search report.
   std::unique_ptr<train::ClassifierTrainer> tp =
-      a.has("operator") ? std::make_unique<train::ClassifierTrainer>(c, operator_network(a, model, c.seed))
-                        : std::make_unique<train::ClassifierTrainer>(c);
+      a.has("operator")
+          ? std::make_unique<train::ClassifierTrainer>(c, operator_network(a.str("operator"), a.integer("mask"), c.seed))
+          : std::make_unique<train::ClassifierTrainer>(c);
   train::ClassifierTrainer& t = *tp;
+  RunLog log(out, {"epoch", "step", "train_loss", "train_acc", "test_loss", "test_acc", "seconds"});
   if (a.has("resume")) {
-    t.load(a.str("resume", ""));
-    std::cout << "resumed from " << a.str("resume", "") << " at step " << t.step() << "\n";
+    t.load(a.str("resume"));
+    log.resume(t.step(), 1);
+    std::cout << "resumed from " << a.str("resume") << " at step " << t.step() << "\n";
   }
-  if (a.has("save-init")) t.save(a.str("save-init", ""));  // the initial weights, for side-by-side runs
-  std::cout << "model " << model << ": " << t.model().parameter_count() << " parameters, " << t.steps_per_epoch()
-            << " steps per epoch, batch " << c.batch << ", " << c.optimizer << " lr " << c.lr << "\n";
-  std::ostringstream csv, json;
-  csv << "epoch,step,train_loss,train_acc,test_loss,test_acc,seconds\n";
-  json << "[";
-  io::Panel loss_panel{"loss", "epoch", "cross-entropy", {{"train", {}, {}}, {"test", {}, {}}}};
-  io::Panel acc_panel{"accuracy", "epoch", "accuracy", {{"train", {}, {}}, {"test", {}, {}}}};
+  if (a.has("save-init")) t.save(a.str("save-init"));  // the initial weights, for side-by-side runs
+  int64_t spe = t.steps_per_epoch(), total = t.total_steps(), epochs = (total + spe - 1) / spe;
+  std::cout << "model " << model << ": " << t.model().parameter_count() << " parameters, " << spe
+            << " steps per epoch, " << total << " steps, batch " << c.batch << ", " << c.optimizer << " lr " << c.lr
+            << "\n";
   double total_seconds = 0, last_test_acc = 0;
-  int64_t spe = t.steps_per_epoch();
-  for (int64_t epoch = t.step() / spe; epoch < c.epochs; ++epoch) {
-    Progress bar(progress, "epoch " + std::to_string(epoch + 1) + "/" + std::to_string(c.epochs), spe);
+  for (int64_t epoch = t.step() / spe; epoch < epochs; ++epoch) {
+    int64_t end = std::min((epoch + 1) * spe, total);
+    Progress bar(progress, "epoch " + std::to_string(epoch + 1) + "/" + std::to_string(epochs), end - epoch * spe);
     t.reset_means();
     auto t0 = Clock::now();
     int64_t begin = t.step();
-    t.train_steps((epoch + 1) * spe - t.step(),
+    t.train_steps(end - t.step(),
                   [&](int64_t s, double) { bar.update(s - epoch * spe, t.mean_loss(), t.mean_acc(), "acc"); });
     double secs = seconds_since(t0);
     bar.finish();
@@ -132,55 +213,58 @@ int train_classifier(const Args& a, const std::string& model) {
     std::printf("epoch %lld  train loss %.4f acc %.4f  test loss %.4f acc %.4f  %.1f s (%.1f steps/s)\n", (long long)e,
                 t.mean_loss(), t.mean_acc(), test_loss, test_acc, secs, double(t.step() - begin) / secs);
     std::fflush(stdout);
-    csv << e << "," << t.step() << "," << t.mean_loss() << "," << t.mean_acc() << "," << test_loss << "," << test_acc
-        << "," << secs << "\n";
-    json << (json.tellp() > 1 ? "," : "") << "{\"epoch\":" << e << ",\"step\":" << t.step()
-         << ",\"train_loss\":" << json_num(t.mean_loss()) << ",\"train_acc\":" << json_num(t.mean_acc())
-         << ",\"test_loss\":" << json_num(test_loss) << ",\"test_acc\":" << json_num(test_acc)
-         << ",\"seconds\":" << json_num(secs) << "}";
-    for (auto* p : {&loss_panel, &acc_panel}) {
-      p->series[0].x.push_back(double(e)), p->series[1].x.push_back(double(e));
-    }
-    loss_panel.series[0].y.push_back(t.mean_loss()), loss_panel.series[1].y.push_back(test_loss);
-    acc_panel.series[0].y.push_back(t.mean_acc()), acc_panel.series[1].y.push_back(test_acc);
-    write_text(out + "/log.csv", csv.str());
-    write_text(out + "/log.json", json.str() + "]\n");
-    io::write_svg_chart(out + "/curves.svg", {loss_panel, acc_panel});
-    t.save(a.str("save", out + "/checkpoint.safetensors"));
+    log.add({double(e), double(t.step()), t.mean_loss(), t.mean_acc(), test_loss, test_acc, secs});
+    log.write();
+    std::vector<double> x = log.column(0);
+    io::write_svg_chart(out + "/curves.svg",
+                        {{"loss", "epoch", "cross-entropy", {{"train", x, log.column(2)}, {"test", x, log.column(4)}}},
+                         {"accuracy", "epoch", "accuracy", {{"train", x, log.column(3)}, {"test", x, log.column(5)}}}});
+    t.save(save);
   }
-  std::cout << "checkpoint " << a.str("save", out + "/checkpoint.safetensors") << ", curves " << out
-            << "/curves.svg, logs " << out << "/log.{csv,json}\n";
+  std::cout << "checkpoint " << save << ", curves " << out << "/curves.svg, logs " << out << "/log.{csv,json}\n";
   if (a.has("json"))
-    std::cout << "{\"model\":\"" << model << "\",\"epochs\":" << c.epochs << ",\"train_seconds\":" << total_seconds
-              << ",\"seconds_per_epoch\":" << total_seconds / double(c.epochs) << ",\"test_acc\":" << last_test_acc
-              << "}\n";
+    std::cout << "{\"model\":\"" << model << "\",\"epochs\":" << epochs << ",\"steps\":" << total
+              << ",\"train_seconds\":" << total_seconds << ",\"seconds_per_epoch\":" << total_seconds / double(epochs)
+              << ",\"test_acc\":" << last_test_acc << "}\n";
   return 0;
 }
 
-int train_lm(const Args& a) {
+train::LmConfig lm_config(const Args& a) {
   train::LmConfig c;
-  c.model.context = a.integer("context", 64, 2);
-  c.model.width = a.integer("width", 128, 1);
-  c.model.layers = a.integer("layers", 2, 1);
-  c.model.heads = a.integer("heads", 4, 1);
-  c.batch = a.integer("batch", 16, 1);
-  c.steps = a.integer("steps", 1000, 1);
+  c.model.context = a.integer("context");
+  c.model.width = a.integer("width");
+  c.model.layers = a.integer("layers");
+  c.model.heads = a.integer("heads");
+  if (c.model.width % c.model.heads)
+    throw UsageError("train: --heads " + std::to_string(c.model.heads) + " does not divide --width " +
+                     std::to_string(c.model.width));
+  return c;
+}
+
+int train_lm(const Args& a) {
+  train::LmConfig c = lm_config(a);
+  c.batch = a.integer("batch", 16);
+  c.steps = a.integer("steps", 1000);
   c.lr = a.real("lr", 3e-3);
   c.weight_decay = a.real("weight-decay", 0.01);
   c.clip = a.real("clip", 1.0);
-  c.warmup_steps = a.integer("warmup", 50, 0);
-  c.seed = uint64_t(a.integer("seed", 1, 0));
+  c.warmup_steps = a.integer("warmup", 50);
+  c.seed = uint64_t(a.integer("seed"));
   c.data_dir = a.str("data-dir", "");
-  std::string out = a.str("out", "runs/gpt-tiny");
-  std::filesystem::create_directories(out);
+  std::string out = a.str("out", "runs/gpt-tiny"), save = a.str("save", out + "/checkpoint.safetensors");
+  writable_dir(out, "run directory");
+  writable_file(save, "checkpoint");
   train::LmTrainer t(c);
-  if (a.has("resume")) t.load(a.str("resume", ""));
-  int64_t every = a.integer("eval-every", 200, 1);
+  RunLog log(out, {"step", "train_loss", "val_loss", "seconds"});
+  if (a.has("resume")) {
+    t.load(a.str("resume"));
+    log.resume(t.step(), 0);
+    std::cout << "resumed from " << a.str("resume") << " at step " << t.step() << "\n";
+  }
+  int64_t every = a.integer("eval-every");
   std::cout << "gpt-tiny: " << t.model().parameter_count() << " parameters; unigram baseline "
             << t.unigram_baseline() << " nats/byte\n";
-  io::Panel panel{"gpt-tiny on fortunes", "step", "nats per byte", {{"train", {}, {}}, {"validation", {}, {}}, {"unigram", {}, {}}}};
-  std::ostringstream csv;
-  csv << "step,train_loss,val_loss,seconds\n";
+  double done_seconds = log.rows().empty() ? 0 : log.rows().back()[3];
   auto t0 = Clock::now();
   while (t.step() < c.steps) {
     Progress bar(!a.has("no-progress"), "steps", std::min(c.steps, t.step() + every) - t.step());
@@ -193,73 +277,82 @@ int train_lm(const Args& a) {
     });
     bar.finish();
     double val = t.validation_loss();
+    double secs = done_seconds + seconds_since(t0);
     std::printf("step %lld  train loss %.4f  val loss %.4f  (unigram %.4f)  %.1f s\n", (long long)t.step(),
-                sum / double(n), val, t.unigram_baseline(), seconds_since(t0));
+                sum / double(n), val, t.unigram_baseline(), secs);
     std::fflush(stdout);
-    csv << t.step() << "," << sum / double(n) << "," << val << "," << seconds_since(t0) << "\n";
-    panel.series[0].x.push_back(double(t.step())), panel.series[0].y.push_back(sum / double(n));
-    panel.series[1].x.push_back(double(t.step())), panel.series[1].y.push_back(val);
-    panel.series[2].x.push_back(double(t.step())), panel.series[2].y.push_back(t.unigram_baseline());
-    write_text(out + "/log.csv", csv.str());
-    io::write_svg_chart(out + "/curves.svg", {panel});
-    t.save(a.str("save", out + "/checkpoint.safetensors"));
+    log.add({double(t.step()), sum / double(n), val, secs});
+    log.write();
+    std::vector<double> x = log.column(0);
+    io::write_svg_chart(out + "/curves.svg",
+                        {{"gpt-tiny on fortunes", "step", "nats per byte",
+                          {{"train", x, log.column(1)},
+                           {"validation", x, log.column(2)},
+                           {"unigram", x, std::vector<double>(x.size(), t.unigram_baseline())}}}});
+    t.save(save);
   }
-  std::string sample = t.generate(a.str("prompt", "The "), a.integer("sample", 300, 0), 0.8, c.seed);
-  std::cout << "sample (temperature 0.8):\n" << a.str("prompt", "The ") << sample << "\n";
+  std::string prompt = a.str("prompt", "The ");
+  std::cout << "sample (temperature 0.8):\n" << prompt << t.generate(prompt, a.integer("sample"), 0.8, c.seed) << "\n";
   return 0;
 }
-
-const std::set<std::string> kTrainOptions = {
-    "model", "data", "epochs", "batch", "lr", "optimizer", "momentum", "weight-decay", "clip", "warmup", "seed",
-    "train-limit", "test-limit", "data-dir", "out", "save", "resume", "save-init", "threads", "steps", "context",
-    "width", "layers", "heads", "eval-every", "prompt", "sample", "operator", "mask"};
 }  // namespace
 
-int train_cmd(int argc, char** argv) {
-  Args a("train", argc, argv, kTrainOptions, {"augment", "no-progress", "json"});
-  set_threads(a);
-  std::string model = a.str("model", "resnet-mini");
-  std::string data = a.str("data", model == "gpt-tiny" ? "fortunes" : "fashion-mnist");
-  if (model == "gpt-tiny") {
-    if (data != "fortunes") throw Error("train: gpt-tiny trains on --data fortunes, not '" + data + "'");
-    return train_lm(a);
-  }
-  if (data != "fashion-mnist") throw Error("train: " + model + " trains on --data fashion-mnist, not '" + data + "'");
-  return train_classifier(a, model);
+int train_cmd(const Args& a) {
+  apply_threads(a);
+  std::string model = a.str("model");
+  bool lm = model == "gpt-tiny";
+  a.require_scope(lm ? "lm" : "classifier", model);
+  std::string data = a.str("data", lm ? "fortunes" : "fashion-mnist");
+  if (lm && data != "fortunes") throw UsageError("train: gpt-tiny trains on --data fortunes, not '" + data + "'");
+  if (!lm && data != "fashion-mnist")
+    throw UsageError("train: " + model + " trains on --data fashion-mnist, not '" + data + "'");
+  return lm ? train_lm(a) : train_classifier(a, model);
 }
 
-int eval_cmd(int argc, char** argv) {
-  std::set<std::string> options = kTrainOptions;
-  options.insert("checkpoint");  // eval's own: train saves with --save and resumes with --resume
-  Args a("eval", argc, argv, options, {"no-progress"});
-  set_threads(a);
-  std::string model = a.str("model", "resnet-mini");
-  if (!a.has("checkpoint") && !a.has("resume")) throw Error("eval: --checkpoint PATH is required");
-  std::string path = a.str("checkpoint", a.str("resume", ""));
-  if (model == "gpt-tiny") {
+// The model, optimizer and configuration come from the checkpoint's metadata.
+int eval_cmd(const Args& a) {
+  apply_threads(a);
+  if (!a.has("checkpoint")) throw UsageError("eval: --checkpoint PATH is required");
+  std::string path = a.str("checkpoint");
+  io::Metadata md = io::load_safetensors(path).metadata;
+  std::string model = io::metadata_text(md, "model", path);
+  if (a.has("model") && a.str("model") != model)
+    throw Error("eval: checkpoint '" + path + "' holds a " + model + ", not a " + a.str("model"));
+  bool lm = model == "gpt-tiny";
+  a.require_scope(lm ? "lm" : "classifier", model);
+  if (lm) {
     train::LmConfig c;
-    c.model.context = a.integer("context", 64, 2);
-    c.model.width = a.integer("width", 128, 1);
-    c.model.layers = a.integer("layers", 2, 1);
-    c.model.heads = a.integer("heads", 4, 1);
+    c.model.context = io::metadata_int(md, "context", path, 2, 1 << 16);
+    c.model.width = io::metadata_int(md, "width", path, 1, 1 << 16);
+    c.model.layers = io::metadata_int(md, "layers", path, 1, 1024);
+    c.model.heads = io::metadata_int(md, "heads", path, 1, 1024);
+    c.data_dir = a.str("data-dir", "");
     train::LmTrainer t(c);
-    t.load(path);
+    t.load(path, false);
     std::cout << "validation loss " << t.validation_loss(64) << " nats/byte (unigram baseline " << t.unigram_baseline()
               << ")\n";
-    std::cout << a.str("prompt", "The ") << t.generate(a.str("prompt", "The "), a.integer("sample", 200, 0), 0.8, 1) << "\n";
+    std::string prompt = a.str("prompt", "The ");
+    std::cout << prompt << t.generate(prompt, a.integer("sample"), 0.8, 1) << "\n";
     return 0;
   }
+  if (model != "mlp" && model != "lenet" && model != "resnet-mini")
+    throw Error("eval: checkpoint '" + path + "' holds an unknown model '" + model + "'");
   train::ClassifierConfig c;
   c.model = model;
-  c.optimizer = a.str("optimizer", "sgd");
-  c.train_limit = c.batch = 64;
-  c.test_limit = a.integer("test-limit", 0, 0);
-  c.seed = uint64_t(a.integer("seed", 1, 0));
-  std::unique_ptr<train::ClassifierTrainer> tp =
-      a.has("operator") ? std::make_unique<train::ClassifierTrainer>(c, operator_network(a, model, c.seed))
-                        : std::make_unique<train::ClassifierTrainer>(c);
+  c.optimizer = io::metadata_text(md, "optimizer", path);
+  c.train_limit = c.batch = 64;  // the trainer wants a training set; evaluation never reads it
+  c.test_limit = a.integer("test-limit", 0);
+  c.seed = 1;
+  c.data_dir = a.str("data-dir", "");
+  std::unique_ptr<train::ClassifierTrainer> tp;
+  if (md.count(kOperatorKey)) {
+    int64_t mask = io::metadata_int(md, kMaskKey, path, 1, 255);
+    tp = std::make_unique<train::ClassifierTrainer>(c, operator_network(md.at(kOperatorKey), mask, c.seed));
+  } else {
+    tp = std::make_unique<train::ClassifierTrainer>(c);
+  }
   train::ClassifierTrainer& t = *tp;
-  t.load(path);
+  t.load(path, false);
   auto [loss, acc] = t.evaluate();
   std::printf("%s at step %lld: test loss %.4f, test accuracy %.4f\n", model.c_str(), (long long)t.step(), loss, acc);
   return 0;

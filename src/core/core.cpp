@@ -1,9 +1,15 @@
 #include "synoros/core.hpp"
 
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <new>
 #include <sstream>
+
+#include "synoros/config.hpp"
 
 namespace synoros {
 
@@ -21,6 +27,17 @@ int64_t numel(const Shape& s) {
   int64_t n = 1;
   for (int64_t d : s) n *= d;
   return n;
+}
+
+void check_shape(const Shape& s, DType t, const std::string& what) {
+  int64_t n = 1;
+  for (int64_t d : s) {
+    if (d < 0) throw Error(what + ": negative dimension in shape " + shape_str(s));
+    if (__builtin_mul_overflow(n, d, &n)) throw Error(what + ": shape " + shape_str(s) + " has more than 2^63 elements");
+  }
+  int64_t bytes = 0;
+  if (__builtin_mul_overflow(n, int64_t(dtype_size(t)), &bytes))
+    throw Error(what + ": shape " + shape_str(s) + " of " + dtype_name(t) + " needs more than 2^63 bytes");
 }
 
 std::string shape_str(const Shape& s) {
@@ -51,20 +68,56 @@ int normalize_axis(int64_t axis, size_t rank, const char* op, const Shape& shape
   return int(a);
 }
 
+namespace {
+std::atomic<size_t> g_live_bytes{0};
+size_t& limit_slot() {
+  static size_t limit = [] {
+    if (auto v = config::integer("SYNOROS_MAX_MEMORY_BYTES")) return size_t(*v);
+    return default_memory_limit();
+  }();
+  return limit;
+}
+std::string gib(size_t b) {
+  char s[32];
+  std::snprintf(s, sizeof s, "%.2f GiB", double(b) / double(size_t(1) << 30));
+  return s;
+}
+}  // namespace
+
+size_t default_memory_limit() {
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? size_t(pages) * size_t(page) / 4 * 3 : SIZE_MAX;
+}
+size_t memory_limit() { return limit_slot(); }
+void set_memory_limit(size_t bytes) { limit_slot() = bytes; }
+size_t live_buffer_bytes() { return g_live_bytes.load(std::memory_order_relaxed); }
+
 Buffer::Buffer(size_t bytes, Device device) : bytes_(bytes), device_(device) {
   if (device.kind != Device::Kind::CPU) throw Error("Buffer: only CPU buffers can be allocated here");
+  if (bytes > SIZE_MAX - 64) throw Error("out of memory: cannot allocate " + std::to_string(bytes) + " bytes");
   size_t rounded = (bytes + 63) / 64 * 64;
   if (rounded == 0) rounded = 64;
+  size_t live = g_live_bytes.fetch_add(rounded, std::memory_order_relaxed) + rounded;
+  if (live > memory_limit() || live < rounded) {
+    g_live_bytes.fetch_sub(rounded, std::memory_order_relaxed);
+    throw Error("out of memory: a buffer of " + gib(rounded) + " would bring the engine's memory to " + gib(live) +
+                ", above its limit of " + gib(memory_limit()) + " (SYNOROS_MAX_MEMORY_BYTES)");
+  }
   data_ = std::aligned_alloc(64, rounded);
-  if (!data_) throw std::bad_alloc();
+  if (!data_) {
+    g_live_bytes.fetch_sub(rounded, std::memory_order_relaxed);
+    throw Error("out of memory: cannot allocate " + gib(rounded));
+  }
   std::memset(data_, 0, rounded);
 }
 
-Buffer::~Buffer() { std::free(data_); }
+Buffer::~Buffer() {
+  std::free(data_);
+  g_live_bytes.fetch_sub(bytes_ == 0 ? 64 : (bytes_ + 63) / 64 * 64, std::memory_order_relaxed);
+}
 
 HostTensor::HostTensor(DType t, Shape s) : dtype(t), shape(std::move(s)) {
-  for (int64_t d : shape)
-    if (d < 0) throw Error("HostTensor: negative dimension in shape " + shape_str(shape));
+  check_shape(shape, dtype, "HostTensor");
   buffer = std::make_shared<Buffer>(bytes());
 }
 

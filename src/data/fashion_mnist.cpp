@@ -2,13 +2,13 @@
 #include <cstdlib>
 #include <string>
 
+#include "synoros/config.hpp"
 #include "synoros/data.hpp"
 
 namespace synoros::data {
 
 std::string default_fashion_mnist_dir() {
-  const char* env = std::getenv("SYNOROS_DATA_DIR");
-  if (env && *env) return env;
+  if (std::string env = config::text("SYNOROS_DATA_DIR"); !env.empty()) return env;
   return "/usr/share/datasets/fashion-mnist";
 }
 

@@ -2,6 +2,7 @@
 #include "io/atomic_file.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -47,8 +48,29 @@ void fsync_directory(const std::string& path, const std::string& what) {
 
 }  // namespace
 
+void remove_stale_temporaries(const std::string& path) {
+  namespace fs = std::filesystem;
+  fs::path target(path);
+  fs::path dir = target.parent_path().empty() ? fs::path(".") : target.parent_path();
+  const std::string prefix = target.filename().string() + ".tmp.";
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::string name = it->path().filename().string();
+    if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
+    std::string pid = name.substr(prefix.size());
+    if (pid.find_first_not_of("0123456789") != std::string::npos || pid.size() > 9) continue;
+    pid_t p = pid_t(std::stol(pid));
+    // A live writer (this process included) keeps its temporary; one whose process is gone was
+    // killed mid-save and left it behind.
+    if (p == ::getpid() || ::kill(p, 0) == 0 || errno != ESRCH) continue;
+    std::error_code rm;
+    fs::remove(it->path(), rm);
+  }
+}
+
 void write_file_atomic(const std::string& path, const std::string& what,
                        const std::function<void(const ByteSink&)>& produce) {
+  remove_stale_temporaries(path);
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (fd.get() < 0) throw Error(what + " " + path + ": cannot create " + tmp + ": " + errno_text(errno));

@@ -13,7 +13,11 @@ using ByteSink = std::function<void(const void* data, size_t bytes)>;
 
 // Calls `produce` with a sink writing into the temporary, then commits it as `path`. What
 // produce throws propagates after the temporary is removed. Errors name `what` and the path.
+// Temporaries of earlier writes of `path` that were killed mid-save are removed first.
 void write_file_atomic(const std::string& path, const std::string& what,
                        const std::function<void(const ByteSink&)>& produce);
+
+// Removes "<path>.tmp.<pid>" files whose process no longer exists.
+void remove_stale_temporaries(const std::string& path);
 
 }  // namespace synoros::io

@@ -40,8 +40,8 @@ void panel(std::ostringstream& s, const Panel& p, double ox) {
       y0 = std::min(y0, se.y[i]), y1 = std::max(y1, se.y[i]);
     }
   if (!(x0 <= x1)) x0 = 0, x1 = 1, y0 = 0, y1 = 1;
-  if (x1 == x0) x1 = x0 + 1;
-  if (y1 == y0) y1 = y0 + 1;
+  if (x1 == x0) x0 -= 0.5, x1 += 0.5;  // one point sits in the middle
+  if (y1 == y0) y0 -= 0.5, y1 += 0.5;
   double pad = (y1 - y0) * 0.05;
   y0 -= pad, y1 += pad;
   double pw = kW - kLeft - kRight, ph = kH - kTop - kBottom;
@@ -66,7 +66,9 @@ void panel(std::ostringstream& s, const Panel& p, double ox) {
   for (size_t k = 0; k < p.series.size(); ++k) {
     const Series& se = p.series[k];
     const char* col = kColors[k % 6];
-    if (se.points) {
+    size_t finite = 0;
+    for (size_t i = 0; i < se.x.size() && i < se.y.size(); ++i) finite += std::isfinite(se.x[i]) && std::isfinite(se.y[i]);
+    if (se.points || finite == 1) {  // a line through one point would draw nothing: a marker
       for (size_t i = 0; i < se.x.size() && i < se.y.size(); ++i)
         if (std::isfinite(se.x[i]) && std::isfinite(se.y[i]))
           s << "<circle cx='" << X(se.x[i]) << "' cy='" << Y(se.y[i]) << "' r='3' fill='" << col << "'/>\n";

@@ -21,7 +21,7 @@ Metadata load_into(const std::string& path, const std::vector<std::pair<std::str
   std::vector<HostTensor> views;
   views.reserve(targets.size());
   for (const auto& [name, t] : targets) {
-    if (!t.defined() || !t.realized())
+    if (!t.defined() || !t.realized() || !t.is_leaf())
       throw Error("load_into " + path + ": target '" + name + "' is not a realized leaf tensor");
     views.push_back(t.value());  // shares the leaf's buffer
   }

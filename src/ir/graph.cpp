@@ -24,8 +24,7 @@ std::string op_context(const Graph& g, Op op, const std::vector<ValueId>& in) {
 }  // namespace
 
 ValueId Graph::input(DType t, Shape s, std::string name) {
-  for (int64_t d : s)
-    if (d < 0) throw Error("input '" + name + "': negative dimension in shape " + shape_str(s));
+  check_shape(s, t, "input '" + name + "'");
   Node n;
   n.op = Op::Input;
   n.dtype = t;
@@ -85,6 +84,7 @@ ValueId Graph::add(Op op, std::vector<ValueId> in, Attrs attrs, DType cast_to) {
   n.dtype = cast_to;
   try {
     info.infer(*this, n);
+    check_shape(n.shape, n.dtype, "result");
   } catch (const Error& e) {
     throw Error(op_context(*this, op, n.in) + ": " + e.what());
   }

@@ -4,6 +4,7 @@
 // per single-threaded call spread over the engine's pool: the chunking depends only on the batch,
 // so the bits never depend on the thread count. The blocked weights are kept between runs and
 // redone only when the weights change.
+#include "synoros/config.hpp"
 #include "kernels/onednn_conv.hpp"
 
 #include <omp.h>
@@ -45,10 +46,7 @@ std::string checked_lowering(const std::string& v, const char* from) {
               "' (gemm, onednn-conv, onednn-wino or onednn-bwd)");
 }
 std::string& forced() {
-  static std::string f = [] {
-    const char* v = std::getenv("SYNOROS_CONV_LOWERING");
-    return checked_lowering(v ? v : "", "SYNOROS_CONV_LOWERING");
-  }();
+  static std::string f = config::text("SYNOROS_CONV_LOWERING");
   return f;
 }
 

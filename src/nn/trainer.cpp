@@ -1,6 +1,8 @@
 // The Fashion-MNIST classifier trainer: data order, schedule and checkpoints.
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <limits>
 
 #include "synoros/checkpoint.hpp"
 #include "synoros/data.hpp"
@@ -109,32 +111,57 @@ std::pair<double, double> ClassifierTrainer::evaluate() {
   return {loss / double(n), double(correct) / double(n)};
 }
 
+namespace {
+std::string exact(double v) {
+  char b[40];
+  std::snprintf(b, sizeof b, "%.17g", v);
+  return b;
+}
+}  // namespace
+
+// What decides the run's bits besides the weights: a resumed run must agree on all of it.
+io::Metadata ClassifierTrainer::run_metadata() const {
+  io::Metadata md{{"model", cfg_.model},
+                  {"optimizer", cfg_.optimizer},
+                  {"seed", std::to_string(cfg_.seed)},
+                  {"batch", std::to_string(cfg_.batch)},
+                  {"total_steps", std::to_string(total_steps())},
+                  {"lr", exact(cfg_.lr)},
+                  {"momentum", cfg_.optimizer == "sgd" ? exact(cfg_.momentum) : "-"},
+                  {"weight_decay", exact(cfg_.weight_decay)},
+                  {"clip", exact(cfg_.clip)},
+                  {"warmup", std::to_string(cfg_.warmup_steps)},
+                  {"augment", cfg_.augment ? "1" : "0"},
+                  {"train_limit", std::to_string(cfg_.train_limit)}};
+  for (const auto& [k, v] : cfg_.extra) md[k] = v;
+  return md;
+}
+
 void ClassifierTrainer::save(const std::string& path) {
   std::vector<std::pair<std::string, Tensor>> all;
   for (auto& [name, t] : model_->state_dict()) all.emplace_back("model." + name, t);
   for (auto& [name, t] : opt_->state()) all.emplace_back("optim." + name, t);
-  io::Metadata md{{io::kFormatKey, io::kFormatVersion},   {"model", cfg_.model},
-                  {"optimizer", cfg_.optimizer},          {"step", std::to_string(step_)},
-                  {"seed", std::to_string(cfg_.seed)},    {"batch", std::to_string(cfg_.batch)}};
+  io::Metadata md = run_metadata();
+  md[io::kFormatKey] = io::kFormatVersion;
+  md["step"] = std::to_string(step_);
   io::save_safetensors(path, all, md);
 }
 
-void ClassifierTrainer::load(const std::string& path) {
+void ClassifierTrainer::load(const std::string& path, bool resume) {
   io::Checkpoint head = io::load_safetensors(path);
-  auto meta = [&](const char* k) {
-    auto it = head.metadata.find(k);
-    if (it == head.metadata.end()) throw Error("checkpoint '" + path + "': metadata has no '" + k + "'");
-    return it->second;
-  };
-  if (meta("model") != cfg_.model)
-    throw Error("checkpoint '" + path + "' holds a " + meta("model") + ", not a " + cfg_.model);
-  if (meta("optimizer") != cfg_.optimizer)
-    throw Error("checkpoint '" + path + "' was trained with " + meta("optimizer") + ", not " + cfg_.optimizer);
+  const io::Metadata& md = head.metadata;
+  const std::string& model = io::metadata_text(md, "model", path);
+  const std::string& optimizer = io::metadata_text(md, "optimizer", path);
+  if (model != cfg_.model) throw Error("checkpoint '" + path + "' holds a " + model + ", not a " + cfg_.model);
+  if (optimizer != cfg_.optimizer)
+    throw Error("checkpoint '" + path + "' was trained with " + optimizer + ", not " + cfg_.optimizer);
+  int64_t step = io::metadata_int(md, "step", path, 0, std::numeric_limits<int64_t>::max());
+  if (resume) io::check_same_run(md, run_metadata(), path);
   std::vector<std::pair<std::string, Tensor>> all;
   for (auto& [name, t] : model_->state_dict()) all.emplace_back("model." + name, t);
   for (auto& [name, t] : opt_->state()) all.emplace_back("optim." + name, t);
   io::load_into(path, all);
-  step_ = std::stoll(meta("step"));
+  step_ = step;
   opt_->restore_steps(step_);
 }
 

@@ -1,5 +1,7 @@
 // The byte-level language-model trainer over the fortunes corpus.
 #include <cmath>
+#include <cstdio>
+#include <limits>
 
 #include "synoros/checkpoint.hpp"
 #include "synoros/data.hpp"
@@ -88,22 +90,55 @@ std::string LmTrainer::generate(const std::string& prompt, int64_t n, double tem
   return text.substr(prompt.empty() ? 1 : prompt.size());
 }
 
+namespace {
+std::string exact(double v) {
+  char b[40];
+  std::snprintf(b, sizeof b, "%.17g", v);
+  return b;
+}
+}  // namespace
+
+std::map<std::string, std::string> LmTrainer::run_metadata() const {
+  const nn::GptTinyConfig& m = cfg_.model;
+  return {{"model", "gpt-tiny"},
+          {"vocab", std::to_string(m.vocab)},
+          {"context", std::to_string(m.context)},
+          {"width", std::to_string(m.width)},
+          {"heads", std::to_string(m.heads)},
+          {"layers", std::to_string(m.layers)},
+          {"batch", std::to_string(cfg_.batch)},
+          {"seed", std::to_string(cfg_.seed)},
+          {"total_steps", std::to_string(cfg_.steps)},
+          {"lr", exact(cfg_.lr)},
+          {"weight_decay", exact(cfg_.weight_decay)},
+          {"clip", exact(cfg_.clip)},
+          {"warmup", std::to_string(cfg_.warmup_steps)}};
+}
+
 void LmTrainer::save(const std::string& path) {
   std::vector<std::pair<std::string, Tensor>> all;
   for (auto& [name, t] : model_->state_dict()) all.emplace_back("model." + name, t);
   for (auto& [name, t] : opt_->state()) all.emplace_back("optim." + name, t);
-  io::save_safetensors(path, all, {{io::kFormatKey, io::kFormatVersion}, {"model", "gpt-tiny"}, {"step", std::to_string(step_)}});
+  io::Metadata md = run_metadata();
+  md[io::kFormatKey] = io::kFormatVersion;
+  md["step"] = std::to_string(step_);
+  io::save_safetensors(path, all, md);
 }
 
-void LmTrainer::load(const std::string& path) {
+void LmTrainer::load(const std::string& path, bool resume) {
   io::Checkpoint head = io::load_safetensors(path);
-  auto it = head.metadata.find("model");
-  if (it == head.metadata.end() || it->second != "gpt-tiny") throw Error("checkpoint '" + path + "' does not hold a gpt-tiny");
+  const io::Metadata& md = head.metadata;
+  if (io::metadata_text(md, "model", path) != "gpt-tiny") throw Error("checkpoint '" + path + "' does not hold a gpt-tiny");
+  int64_t step = io::metadata_int(md, "step", path, 0, std::numeric_limits<int64_t>::max());
+  io::Metadata expected = run_metadata();
+  if (!resume)  // evaluation: only the model's shape must agree
+    for (const char* k : {"batch", "seed", "total_steps", "lr", "weight_decay", "clip", "warmup"}) expected.erase(k);
+  io::check_same_run(md, expected, path);
   std::vector<std::pair<std::string, Tensor>> all;
   for (auto& [name, t] : model_->state_dict()) all.emplace_back("model." + name, t);
   for (auto& [name, t] : opt_->state()) all.emplace_back("optim." + name, t);
   io::load_into(path, all);
-  step_ = std::stoll(head.metadata.at("step"));
+  step_ = step;
   opt_->restore_steps(step_);
 }
 

@@ -14,6 +14,7 @@
 #include "passes/fusion.hpp"
 #include "passes/memory_plan.hpp"
 #include "passes/views.hpp"
+#include "synoros/config.hpp"
 #include "synoros/runtime.hpp"
 
 namespace synoros {
@@ -33,10 +34,7 @@ struct Plan::Impl {
 };
 
 namespace {
-bool env_flag(const char* name) {
-  const char* v = std::getenv(name);
-  return v && std::string(v) == "1";
-}
+bool env_flag(const char* name) { return config::flag(name); }
 }  // namespace
 
 // Marks affine view chains whose every reader is an einsum (directly or through further such
@@ -113,22 +111,17 @@ void fold_views_into_einsums(const Graph& g, const std::vector<bool>& needed,
 }
 
 namespace {
-size_t& memory_limit() {
+size_t& plan_limit_slot() {
   static size_t limit = [] {
-    if (const char* s = std::getenv("SYNOROS_MAX_PLAN_BYTES")) {
-      char* end = nullptr;
-      unsigned long long v = std::strtoull(s, &end, 10);
-      if (end != s && *end == 0 && v > 0) return size_t(v);
-    }
-    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-    return pages > 0 && page > 0 ? size_t(pages) * size_t(page) / 4 * 3 : SIZE_MAX;
+    if (auto v = config::integer("SYNOROS_MAX_PLAN_BYTES")) return size_t(*v);
+    return default_memory_limit();
   }();
   return limit;
 }
 }  // namespace
 
-size_t plan_memory_limit() { return memory_limit(); }
-void set_plan_memory_limit(size_t bytes) { memory_limit() = bytes; }
+size_t plan_memory_limit() { return plan_limit_slot(); }
+void set_plan_memory_limit(size_t bytes) { plan_limit_slot() = bytes; }
 
 Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
     : graph_(g), outputs_(std::move(outputs)), pool_(opts.pool), check_finite_(opts.check_finite),

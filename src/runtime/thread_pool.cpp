@@ -1,5 +1,9 @@
+#include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <system_error>
+
+#include "synoros/config.hpp"
 
 #include "synoros/runtime.hpp"
 
@@ -7,10 +11,17 @@ namespace synoros {
 
 ThreadPool::ThreadPool(int threads) {
   if (threads < 1) throw Error("ThreadPool: thread count must be >= 1, got " + std::to_string(threads));
-  for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { worker_loop(); });
+  try {
+    for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { worker_loop(); });
+  } catch (const std::system_error& e) {
+    stop_workers();  // the threads already started are joined, not left to std::terminate
+    throw Error("threads: cannot start " + std::to_string(threads) + " threads: " + e.what());
+  }
 }
 
-ThreadPool::~ThreadPool() {
+ThreadPool::~ThreadPool() { stop_workers(); }
+
+void ThreadPool::stop_workers() {
   {
     std::lock_guard<std::mutex> lk(mu_);
     stop_ = true;
@@ -95,21 +106,26 @@ void ThreadPool::run(int64_t chunks, void (*fn)(const void*, int64_t), const voi
 
 namespace {
 int env_threads() {
-  if (const char* s = std::getenv("SYNOROS_NUM_THREADS")) {
-    int n = std::atoi(s);
-    if (n >= 1) return n;
-  }
+  if (auto n = config::integer("SYNOROS_NUM_THREADS")) return int(*n);
   unsigned hc = std::thread::hardware_concurrency();
-  return hc ? int(hc) : 1;
+  return hc ? int(std::min<unsigned>(hc, unsigned(config::kMaxThreads))) : 1;
+}
+std::unique_ptr<ThreadPool> make_pool(int n) {
+  if (n < 1 || n > config::kMaxThreads)
+    throw Error("threads: " + std::to_string(n) + " is out of range (1 to " + std::to_string(config::kMaxThreads) + ")");
+  return std::make_unique<ThreadPool>(n);
 }
 std::unique_ptr<ThreadPool>& pool_slot() {
-  static std::unique_ptr<ThreadPool> p = std::make_unique<ThreadPool>(env_threads());
+  static std::unique_ptr<ThreadPool> p = make_pool(env_threads());
   return p;
 }
 }  // namespace
 
 ThreadPool& default_pool() { return *pool_slot(); }
-void set_num_threads(int n) { pool_slot() = std::make_unique<ThreadPool>(n); }
+void set_num_threads(int n) {
+  std::unique_ptr<ThreadPool> p = make_pool(n);  // the old pool stays if this throws
+  pool_slot() = std::move(p);
+}
 int num_threads() { return default_pool().size(); }
 
 }  // namespace synoros

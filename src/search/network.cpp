@@ -101,8 +101,30 @@ std::shared_ptr<nn::ResNetMini> make_network(const synth::Spec& spec, const synt
   return std::make_shared<nn::ResNetMini>(10, width, 1, seed, f);
 }
 
+double cost_model_ms(const Plan& plan) {
+  // Fixed rates (a 100 GFLOP/s core, 20 GB/s of memory), not this machine's: the estimate must
+  // not depend on where or when it is computed.
+  constexpr double kFlopsPerMs = 100e6, kBytesPerMs = 20e6;
+  const Graph& g = plan.graph();
+  double ms = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    const Node& n = g.node(ValueId(i));
+    const OpInfo& info = op_info(n.op);
+    if (info.kind == OpKind::Leaf || !info.cost) continue;
+    Cost c = info.cost(g, n);
+    ms += std::max(c.flops / kFlopsPerMs, c.bytes / kBytesPerMs);
+  }
+  return ms;
+}
+
 namespace {
+PlanTimer& timer_slot() {
+  static PlanTimer t;
+  return t;
+}
+
 double run_ms(CompiledStep& step) {
+  if (const PlanTimer& timer = timer_slot()) return timer(step.plan());
   auto t0 = std::chrono::steady_clock::now();
   step.run();
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -135,6 +157,8 @@ CompiledStep forward_step(nn::Module& m, Shape in) {
   return s;
 }
 }  // namespace
+
+void set_plan_timer(PlanTimer timer) { timer_slot() = std::move(timer); }
 
 Latency measure_latency(nn::Module& net, int repeats) {
   ThreadPool one(1), two(2);

@@ -2,6 +2,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "synoros/config.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
 #include "kernels/onednn_conv.hpp"
 #include "kernels/cpu/line_fn.hpp"
@@ -62,10 +63,11 @@ Isa detect_isa() {
 }
 Isa& isa_slot() {
   static Isa isa = [] {
+    // A cap: asking for more than the CPU has gives what it has.
     Isa best = detect_isa();
-    const char* env = std::getenv("SYNOROS_ISA");
-    if (env && std::strcmp(env, "scalar") == 0) return Isa::Scalar;
-    if (env && std::strcmp(env, "avx2") == 0 && best != Isa::Scalar) return Isa::Avx2;
+    std::string env = config::text("SYNOROS_ISA");
+    if (env == "scalar") return Isa::Scalar;
+    if (env == "avx2" && best != Isa::Scalar) return Isa::Avx2;
     return best;
   }();
   return isa;
@@ -75,10 +77,7 @@ Isa& isa_slot() {
 Isa active_isa() { return isa_slot(); }
 namespace {
 bool& strict_slot() {
-  static bool s = [] {
-    const char* e = std::getenv("SYNOROS_STRICT");
-    return e && std::strcmp(e, "1") == 0;
-  }();
+  static bool s = config::flag("SYNOROS_STRICT");
   return s;
 }
 }  // namespace

@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "synoros/config.hpp"
 #include "ir/einsum_spec.hpp"
 #include "kernels/cpu/window_einsum.hpp"
 
@@ -325,10 +326,7 @@ void window_launch(const void* p, ThreadPool& pool) {
 bool has(const std::string& s, char l) { return s.find(l) != std::string::npos; }
 
 bool& enabled_slot() {
-  static bool on = [] {
-    const char* v = std::getenv("SYNOROS_WINDOW_EINSUM");
-    return !(v && std::string(v) == "0");
-  }();
+  static bool on = config::flag("SYNOROS_WINDOW_EINSUM", true);
   return on;
 }
 }  // namespace

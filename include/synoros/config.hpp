@@ -1,0 +1,57 @@
+// The engine's settings from the environment: every SYNOROS_* variable, with its type, default and
+// meaning, in one table. Values are read once, on first use, and checked there: a bad value is an
+// Error naming the variable and the values it accepts, never a silent fallback.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace synoros::config {
+
+enum class Kind : uint8_t { Flag, Integer, Bytes, Choice, Path };
+
+struct Variable {
+  const char* name;
+  Kind kind;
+  const char* accepts;  // Choice: values separated by '|'; Integer: "min..max"; otherwise a description
+  const char* fallback;  // what applies when unset
+  const char* doc;
+};
+
+// The table: every variable the engine and the command-line tool read.
+const std::vector<Variable>& variables();
+// The table as aligned text (for `synoros help env` and the README).
+std::string describe_variables();
+
+// Reads and checks every variable now (the CLI calls this at start-up, so a bad value stops the
+// command before any work). Throws Error naming the first bad variable.
+void check_environment();
+
+// Typed values; each throws Error when the variable is set to a value its kind does not accept,
+// and returns nothing / false / "" when it is unset (or set to the empty string).
+bool flag(const char* name, bool fallback = false);  // Flag: "0" or "1"
+std::optional<int64_t> integer(const char* name);  // Integer within its range, or Bytes (K/M/G suffixes)
+std::string text(const char* name);               // Choice or Path
+
+// Replaces a variable's value for the lifetime of the object (tests; nullptr: unset). Only
+// settings read at use time see it; those cached at first use (the ISA, the thread count, strict
+// mode) have setters of their own.
+class ScopedOverride {
+ public:
+  ScopedOverride(const char* name, const char* value);
+  ~ScopedOverride();
+  ScopedOverride(const ScopedOverride&) = delete;
+  ScopedOverride& operator=(const ScopedOverride&) = delete;
+
+ private:
+  std::string name_;
+  std::optional<std::string> saved_;
+};
+
+// The most threads a pool may have: a typo such as 100000 is refused instead of exhausting the
+// process's thread limit.
+constexpr int kMaxThreads = 1024;
+
+}  // namespace synoros::config

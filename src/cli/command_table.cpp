@@ -1,0 +1,239 @@
+// Every command's flags: type, range, default and meaning. Parsing and `--help` both read this.
+#include <limits>
+
+#include "cli/commands.hpp"
+#include "synoros/config.hpp"
+#include "synoros/runtime.hpp"
+
+namespace synoros::cli {
+
+namespace {
+constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+constexpr double kRMax = std::numeric_limits<double>::max();
+// Large enough for any real run, small enough that a typo fails at once instead of looping for
+// years or allocating the machine away.
+constexpr int64_t kMaxSteps = 1'000'000'000, kMaxEpochs = 1'000'000, kMaxImages = 100'000'000;
+
+Opt threads_opt() {
+  return integer_words("threads", "all cores, or SYNOROS_NUM_THREADS", 1, config::kMaxThreads, "engine threads");
+}
+
+CommandSpec train_spec() {
+  CommandSpec s{"train",
+                "train a classifier on Fashion-MNIST or gpt-tiny on fortunes: progress, metrics, logs, curves, "
+                "checkpoints",
+                "The run directory (--out) gets log.csv, log.json, curves.svg and checkpoint.safetensors; a\n"
+                "resumed run (--resume) appends to the logs and continues bit for bit. --resume refuses a\n"
+                "checkpoint whose model, data or schedule differ from the command's.",
+                {},
+                {{"classifier", "mlp, lenet and resnet-mini"}, {"lm", "gpt-tiny"}}};
+  s.opts = {
+      choice("model", "resnet-mini", "mlp|lenet|resnet-mini|gpt-tiny", "the model to train"),
+      choice("data", "fashion-mnist (classifiers), fortunes (gpt-tiny)", "fashion-mnist|fortunes", "the data set"),
+      path("data-dir", "SYNOROS_DATA_DIR / SYNOROS_FORTUNES_DIR, else the Debian package's", "where the data set lies"),
+      integer("epochs", 10, 1, kMaxEpochs, "passes over the training set", "classifier"),
+      integer_words("steps", "epochs x steps per epoch (classifiers), 1000 (gpt-tiny)", 1, kMaxSteps,
+                    "training steps in all (classifiers: ends the schedule early, within the last epoch)"),
+      integer_words("batch", "64 (classifiers), 16 (gpt-tiny)", 1, 1 << 20, "batch size"),
+      real("lr", "0.05 (sgd), 2e-3 (adamw), 3e-3 (gpt-tiny)", 1e-12, 100, "peak learning rate"),
+      choice("optimizer", "sgd", "sgd|adamw", "optimizer", "classifier"),
+      real("momentum", "0.9", 0, 0.999999, "SGD momentum (sgd only)", "classifier"),
+      real("weight-decay", "5e-4 (classifiers), 0.01 (gpt-tiny)", 0, 10, "weight decay"),
+      real("clip", "0 (classifiers: off), 1 (gpt-tiny)", 0, 1e12, "gradient clipping norm (0: off)"),
+      integer_words("warmup", "0 (classifiers), 50 (gpt-tiny)", 0, kMaxSteps, "linear warmup steps"),
+      integer("seed", 1, 0, kMax, "seed of initialisation and data order"),
+      integer_words("train-limit", "0 (all)", 0, kMaxImages, "use only the first N training images", "classifier"),
+      integer_words("test-limit", "0 (all)", 0, kMaxImages, "use only the first N test images", "classifier"),
+      flag("augment", "random crops (pad 2) and horizontal flips", "classifier"),
+      path("out", "runs/MODEL", "run directory"),
+      path("save", "OUT/checkpoint.safetensors", "checkpoint path"),
+      path("resume", "", "continue from this checkpoint"),
+      path("save-init", "", "also save the initial weights here (for side-by-side runs)", "classifier"),
+      threads_opt(),
+      integer("context", 64, 2, 1 << 16, "context length", "lm"),
+      integer("width", 128, 1, 1 << 16, "model width", "lm"),
+      integer("layers", 2, 1, 1024, "transformer blocks", "lm"),
+      integer("heads", 4, 1, 1024, "attention heads (must divide the width)", "lm"),
+      integer("eval-every", 200, 1, kMaxSteps, "steps between validations and checkpoints", "lm"),
+      text("prompt", "'The '", "prompt of the sample printed at the end", "lm"),
+      integer("sample", 300, 0, 1 << 20, "bytes to sample at the end", "lm"),
+      text("operator", "", "an action path from a search report: resnet-mini with that operator", "classifier"),
+      integer("mask", 7, 1, 255, "layer classes that take --operator (bit i: class i)", "classifier"),
+      flag("no-progress", "no progress bar"),
+      flag("json", "print a JSON summary at the end", "classifier"),
+  };
+  return s;
+}
+
+CommandSpec eval_spec() {
+  CommandSpec s{"eval",
+                "evaluate a checkpoint: test accuracy (classifiers) or validation loss and a sample (gpt-tiny)",
+                "The model, optimizer and configuration are read from the checkpoint's metadata.",
+                {},
+                {{"classifier", "mlp, lenet and resnet-mini"}, {"lm", "gpt-tiny"}}};
+  s.opts = {
+      path("checkpoint", "", "the checkpoint to evaluate (required)"),
+      choice("model", "the checkpoint's", "mlp|lenet|resnet-mini|gpt-tiny",
+             "expected model (an error when the checkpoint holds another)"),
+      path("data-dir", "SYNOROS_DATA_DIR / SYNOROS_FORTUNES_DIR, else the Debian package's", "where the data set lies"),
+      integer_words("test-limit", "0 (all)", 0, kMaxImages, "use only the first N test images", "classifier"),
+      text("prompt", "'The '", "prompt of the sample", "lm"),
+      integer("sample", 200, 0, 1 << 20, "bytes to sample", "lm"),
+      threads_opt(),
+  };
+  return s;
+}
+
+CommandSpec profile_spec() {
+  CommandSpec s{"profile", "time every launch of one training step (or an inference pass)", "", {}, {}};
+  s.opts = {
+      choice("model", "mlp", "mlp|gpt|mlp-classifier|lenet|resnet-mini", "the model"),
+      flag("inference", "the eval-mode forward pass at batch 64 (classifiers)"),
+      integer("iterations", 200, 1, 1'000'000, "timed runs (at most 5 for the larger models, 20 for inference)"),
+      path("trace", "", "also write a Chrome trace here"),
+      path("describe", "", "also write the plan's description here (classifiers)"),
+      text("operator", "", "resnet-mini with a searched operator (an action path), inference"),
+      integer("mask", 7, 1, 255, "layer classes that take --operator"),
+      threads_opt(),
+  };
+  return s;
+}
+
+CommandSpec search_spec() {
+  CommandSpec s{"search",
+                "operator search: synthesized operators replace resnet-mini's 3x3 convolutions, each trained "
+                "and timed",
+                "Under mpirun -np N, rank 0 searches and the other ranks train candidates.",
+                {},
+                {}};
+  s.opts = {
+      integer("width", 16, 1, 4096, "network width"),
+      integer("depth", 6, 1, 16, "most primitives per operator"),
+      integer("iterations", 3000, 1, kMaxSteps, "MCTS iterations"),
+      integer("screen", 24, 1, 1'000'000, "operators screened by latency"),
+      flag("enumerate", "enumerate the space instead of MCTS"),
+      integer("candidates", 6, 1, 100'000, "candidates trained per round"),
+      integer("rounds", 2, 1, 10'000, "rounds"),
+      real("latency-target", "1.5", 1e-6, 1e6, "target speedup"),
+      real("latency-weight", "0.1", 0, 1e6, "weight of latency in the reward"),
+      integer("workers", 2, 1, 1024, "worker processes"),
+      integer("train-images", 4096, 64, kMaxImages, "proxy training images"),
+      integer("test-images", 2000, 1, kMaxImages, "proxy test images"),
+      integer("epochs", 1, 1, kMaxEpochs, "proxy epochs"),
+      real("lr", "0.05", 1e-12, 100, "proxy learning rate"),
+      flag("augment", "augment the proxy training"),
+      integer("seed", 1, 0, kMax, "seed"),
+      path("report", "search-report", "report directory"),
+      flag("inline", "train candidates in this process (no worker processes)"),
+      choice("timer", "measured", "measured|cost-model",
+             "latency: measured, or a FLOP-and-byte estimate at fixed rates (deterministic; tests, dry runs)"),
+      threads_opt(),
+  };
+  return s;
+}
+
+CommandSpec search_worker_spec() {
+  CommandSpec s{"search-worker", "one candidate's proxy training, for search (internal)", "", {}, {}};
+  s.hidden = true;
+  s.opts = {
+      integer("width", 16, 1, 4096, "network width"),
+      integer("mask", 7, 0, 255, "layer classes that take the operator"),
+      integer("epochs", 1, 1, kMaxEpochs, "proxy epochs"),
+      integer("train-images", 4096, 1, kMaxImages, "proxy training images"),
+      integer("test-images", 2000, 1, kMaxImages, "proxy test images"),
+      real("lr", "0.05", 1e-12, 100, "proxy learning rate"),
+      integer("seed", 1, 0, kMax, "seed"),
+      path("out", "worker.json", "result file"),
+      text("actions", "", "the operator's action path (none: the baseline)"),
+      integer("depth", 6, 1, 16, "most primitives"),
+      flag("augment", "augment the proxy training"),
+  };
+  return s;
+}
+
+CommandSpec synth_spec() {
+  CommandSpec s{"synth", "enumerate, sample or search operators for a layer spec",
+                "Give exactly one spec: --conv2d, --conv2d-same, --spec or --spec-file. A spec reads\n"
+                "  'input: N, C_in, H, W; output: N, C_out, H, W; coef: k=3:4, g=8:3; bind: N=2, C_in=32, ...'",
+                {},
+                {}};
+  s.opts = {
+      flag("conv2d", "the built-in conv2d spec (C_in -> C_out)"),
+      flag("conv2d-same", "the built-in conv2d spec with C_in = C_out"),
+      text("spec", "", "a spec as text"),
+      path("spec-file", "", "a spec in a file (clauses per line or ';')"),
+      choice("mode", "enumerate", "enumerate|sample|mcts|random|beam", "what to do"),
+      integer("depth", 6, 1, 16, "most primitives"),
+      integer("limit", 10, 0, 1'000'000, "operators to print"),
+      integer("iterations", 2000, 0, kMaxSteps, "MCTS iterations / random samples"),
+      integer("width", 8, 1, 1'000'000, "beam width"),
+      integer("seed", 1, 0, kMax, "seed"),
+      choice("reward", "flops", "flops|hash",
+             "flops: FLOPs window against a 3x3 convolution; hash: constant-time pseudo reward"),
+      path("checkpoint", "", "MCTS state file: resumed if it exists, saved every 500 iterations"),
+      flag("raw", "also count with the canonicalization rules off (enumerate)"),
+      path("export", "", "write each printed operator as a PyTorch module DIR/op<i>.py"),
+      integer_words("max-weights", "the synthesizer's", 0, 16, "most weight tensors"),
+      integer_words("max-reductions", "the synthesizer's", 0, 64, "most reductions"),
+      flag("no-shift", "no shift primitives"),
+      flag("no-stride", "no stride primitives"),
+  };
+  return s;
+}
+
+CommandSpec operator_spec(const char* name, const char* summary, std::vector<Opt> extra) {
+  CommandSpec s{name, summary, "", {}, {}};
+  s.opts = {text("operator", "", "an action path from a search report (required)"),
+            integer("mask", 7, 1, 255, "layer classes that take the operator (bit i: class i)"),
+            integer("width", 16, 1, 4096, "network width")};
+  for (Opt& o : extra) s.opts.push_back(std::move(o));
+  return s;
+}
+}  // namespace
+
+void apply_threads(const Args& a) {
+  if (a.has("threads")) set_num_threads(int(a.integer("threads")));
+}
+
+const std::vector<Command>& commands() {
+  static const std::vector<Command> table = {
+      {train_spec(), train_cmd},
+      {eval_spec(), eval_cmd},
+      {CommandSpec{"train-mlp",
+                   "train the tiny MLP on a synthetic regression task and print its loss curve",
+                   "",
+                   {integer("steps", 500, 1, kMaxSteps, "training steps"),
+                    real("lr", "0.05", 1e-12, 100, "learning rate"), threads_opt()},
+                   {}},
+       train_mlp},
+      {CommandSpec{"plan",
+                   "print the compiled plan of one tiny-MLP SGD step",
+                   "",
+                   {flag("no-fusion", "switch fusion off"), flag("no-plan", "switch memory planning off")},
+                   {}},
+       print_plan},
+      {CommandSpec{"memory", "peak bytes of one GPT training step (JSON)", "", {}, {}}, gpt_memory},
+      {profile_spec(), profile_model},
+      {CommandSpec{"info", "instruction set and thread count in use", "", {threads_opt()}, {}}, info},
+      {CommandSpec{"peak", "measured one-core FMA rate and memory bandwidth (JSON)", "", {}, {}}, peak},
+      {CommandSpec{"tune", "select and cache kernels for the built-in models and benchmark shapes", "",
+                   {threads_opt()}, {}},
+       tune},
+      {search_spec(), search_cmd},
+      {search_worker_spec(), search_worker_cmd},
+      {operator_spec("export", "a searched operator as PyTorch modules, one per replaced layer class",
+                     {integer("batch", 64, 1, 1 << 20, "batch size of the example input"),
+                      path("out", ".", "output directory"), text("stem", "op", "file name stem")}),
+       export_cmd},
+      {operator_spec("latency",
+                     "a searched operator's network against the convolutional one, timed interleaved (batch 64 "
+                     "and 1, 1 and 2 threads)",
+                     {integer("rounds", 3, 1, 1000, "rounds"), integer("repeats", 7, 1, 100000, "runs per round"),
+                      path("json", "", "also write the results as JSON here")}),
+       latency_cmd},
+      {synth_spec(), synth},
+  };
+  return table;
+}
+
+}  // namespace synoros::cli

@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# Bad invocations and files for every command: each gives the expected exit status (1: failure,
+# 2: usage) and a message naming the cause, and none dies by a signal. Then the behaviours that
+# used to be silently wrong: flags honoured, history kept on resume, help that does no work.
+set -uo pipefail
+synoros=$1
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+export SYNOROS_TUNING_CACHE="$dir/tuning.txt"
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# expect STATUS FRAGMENT [VAR=VALUE ...] -- ARGS...
+expect() {
+  local want=$1 fragment=$2
+  shift 2
+  local envs=()
+  while [ "$1" != "--" ]; do envs+=("$1"); shift; done
+  shift
+  local out rc
+  out=$(env "${envs[@]}" timeout 300 "$synoros" "$@" 2>&1)
+  rc=$?
+  if [ "$rc" -ge 124 ]; then fail "synoros $* died or hung (status $rc): $out"; return; fi
+  [ "$rc" -eq "$want" ] || { fail "synoros $*: status $rc, expected $want: $out"; return; }
+  grep -qF -- "$fragment" <<< "$out" || fail "synoros $*: no '$fragment' in: $out"
+}
+
+small=(--train-limit 256 --test-limit 256 --no-progress)
+touch "$dir/a-file"
+
+# Usage mistakes: exit 2, before any work.
+expect 2 "unknown command 'nope'" -- nope
+expect 2 "unknown option '--lr'" -- eval --checkpoint x --lr 0.1
+expect 2 "unknown option '--frobnicate'" -- train --frobnicate
+expect 2 "--steps needs a value" -- train --steps
+expect 2 "--steps expects an integer, got 'ten'" -- train --steps ten
+expect 2 "--threads 100000 is out of range (1 to 1024)" -- train --threads 100000
+expect 2 "--momentum must be a finite number, got 'nan'" -- train --momentum nan
+expect 2 "--lr must be a finite number, got 'inf'" -- train --lr inf
+expect 2 "--epochs 99999999999999999999 is out of range" -- train --epochs 99999999999999999999
+expect 2 "--epochs does not apply to gpt-tiny" -- train --model gpt-tiny --epochs 3
+expect 2 "--context does not apply to mlp" -- train --model mlp --context 32
+expect 2 "give --epochs or --steps, not both" -- train --model mlp --epochs 1 --steps 3
+expect 2 "--momentum applies to sgd only" -- train --model mlp --optimizer adamw --momentum 0.5
+expect 2 "--model 'vgg' is not one of" -- train --model vgg
+expect 2 "gpt-tiny trains on --data fortunes" -- train --model gpt-tiny --data fashion-mnist
+expect 2 "--heads 3 does not divide --width 128" -- train --model gpt-tiny --heads 3
+expect 2 "--mask goes with --operator" -- train --model resnet-mini --mask 3
+expect 2 "--steps is given twice" -- train-mlp --steps 3 --steps 4
+expect 2 "--checkpoint PATH is required" -- eval
+expect 2 "--iterations 0 is out of range" -- profile --iterations 0
+expect 2 "--raw applies to --mode enumerate" -- synth --conv2d --mode mcts --raw
+expect 2 "give exactly one spec" -- synth --conv2d --conv2d-same
+expect 2 "--width applies to --mode beam" -- synth --conv2d --width 3
+expect 2 "unexpected argument 'stray'" -- info stray
+
+# Failures: exit 1 with the cause.
+expect 1 "run directory '$dir/a-file/x' cannot be created" -- train --model mlp --out "$dir/a-file/x" "${small[@]}"
+expect 1 "SYNOROS_NUM_THREADS='100000' is not valid" SYNOROS_NUM_THREADS=100000 -- info
+expect 1 "SYNOROS_ISA='avx3' is not valid: expected scalar|avx2|avx512" SYNOROS_ISA=avx3 -- info
+expect 1 "SYNOROS_MAX_PLAN_BYTES='lots' is not valid" SYNOROS_MAX_PLAN_BYTES=lots -- info
+expect 1 "SYNOROS_STRICT='yes' is not valid: expected 0|1" SYNOROS_STRICT=yes -- plan
+expect 1 "out of memory" -- train --model gpt-tiny --width 60000 --heads 1 --steps 1 --no-progress --out "$dir/w"
+expect 1 "cannot open" -- eval --checkpoint "$dir/absent.safetensors"
+expect 1 "cannot read spec file" -- synth --spec-file "$dir/absent.txt"
+
+# A checkpoint to resume and evaluate, and damaged copies of its metadata.
+run="$dir/run"
+expect 0 "checkpoint $run/checkpoint.safetensors" -- train --model mlp --epochs 2 "${small[@]}" --out "$run"
+ck="$run/checkpoint.safetensors"
+[ "$(grep -c . "$run/log.csv")" -eq 3 ] || fail "two epochs should log two rows: $(cat "$run/log.csv")"
+# eval reads model and optimizer from the checkpoint; --data-dir is honoured.
+expect 0 "mlp at step 8" -- eval --checkpoint "$ck" --test-limit 256
+expect 1 "holds a mlp, not a lenet" -- eval --checkpoint "$ck" --model lenet
+expect 1 "$dir/no-data" -- eval --checkpoint "$ck" --data-dir "$dir/no-data"
+expect 2 "--sample does not apply to mlp" -- eval --checkpoint "$ck" --sample 5
+# Resume refuses another configuration, naming the field.
+expect 1 "batch = 64, this command has 32" -- train --model mlp --epochs 2 "${small[@]}" --out "$run" --resume "$ck" --batch 32
+expect 1 "seed = 1, this command has 2" -- train --model mlp --epochs 2 "${small[@]}" --out "$run" --resume "$ck" --seed 2
+expect 1 "total_steps = 8, this command has 12" -- train --model mlp --epochs 3 "${small[@]}" --out "$run" --resume "$ck"
+# Metadata a user (or a tool) wrote wrong.
+rewrite() {  # rewrite SRC DST KEY VALUE: a copy of a safetensors file with one metadata value changed
+  python3 - "$@" <<'PY'
+import json, struct, sys
+src, dst, key, value = sys.argv[1:]
+raw = open(src, 'rb').read()
+n = struct.unpack('<Q', raw[:8])[0]
+head = json.loads(raw[8:8 + n])
+head['__metadata__'][key] = value
+text = json.dumps(head).encode()
+text += b' ' * ((8 - len(text) % 8) % 8)
+open(dst, 'wb').write(struct.pack('<Q', len(text)) + text + raw[8 + n:])
+PY
+}
+for v in abc 99999999999999999999 -5 3.5; do
+  rewrite "$ck" "$dir/bad.safetensors" step "$v"
+  expect 1 "metadata 'step' is '$v'" -- eval --checkpoint "$dir/bad.safetensors"
+  expect 1 "metadata 'step' is '$v'" -- train --model mlp --epochs 2 "${small[@]}" --out "$dir/r" --resume "$dir/bad.safetensors"
+done
+
+# Resume keeps the history: a checkpoint rewound to step 4 continues into the same run
+# directory, keeps the first epoch's row and appends the second.
+first=$(sed -n 2p "$run/log.csv")
+rewrite "$ck" "$dir/at4.safetensors" step 4
+expect 0 "resumed from" -- train --model mlp --epochs 2 "${small[@]}" --out "$run" --resume "$dir/at4.safetensors"
+[ "$(grep -c . "$run/log.csv")" -eq 3 ] || fail "the resumed run should keep one row and add one: $(cat "$run/log.csv")"
+[ "$(sed -n 2p "$run/log.csv")" = "$first" ] || fail "the resumed run rewrote the first epoch's row"
+grep -q '"epoch":1,' "$run/log.json" || fail "log.json lost the first epoch"
+grep -q "<polyline" "$run/curves.svg" || fail "two epochs should draw lines"
+
+# --steps is honoured by the classifiers; a one-epoch run draws markers, not a blank chart.
+expect 0 "3 steps" -- train --model mlp --steps 3 "${small[@]}" --out "$dir/s3"
+grep -q "^1,3," "$dir/s3/log.csv" || fail "--steps 3 should end at step 3: $(cat "$dir/s3/log.csv")"
+grep -q "<circle" "$dir/s3/curves.svg" || fail "a one-point curve should draw a marker"
+
+# A stale temporary of a killed save is removed by the next save.
+dead=4194000
+while kill -0 "$dead" 2> /dev/null; do dead=$((dead + 1)); done
+echo partial > "$dir/s3/checkpoint.safetensors.tmp.$dead"
+expect 0 "3 steps" -- train --model mlp --steps 3 "${small[@]}" --out "$dir/s3"
+[ ! -e "$dir/s3/checkpoint.safetensors.tmp.$dead" ] || fail "a stale temporary was left behind"
+
+# Help: every command has it, it lists the flags the parser reads, and it never does work.
+for cmd in $("$synoros" help | awk '/^commands:/ {on = 1; next} on && /^  [a-z]/ {print $1}'); do
+  [ "$cmd" = help ] && continue
+  expect 0 "usage: synoros $cmd" -- "$cmd" --help
+done
+expect 0 "--momentum X" -- help train
+expect 0 "SYNOROS_MAX_MEMORY_BYTES" -- help env
+expect 0 "usage: synoros tune" -- tune --help
+[ ! -e "$SYNOROS_TUNING_CACHE" ] || fail "tune --help wrote the tuning cache"
+
+if [ "$failures" -ne 0 ]; then
+  echo "$failures failure(s)"
+  exit 1
+fi
+echo "ok"
