@@ -59,6 +59,8 @@ Metadata load_into(const std::string& path, const std::vector<std::pair<std::str
 // [lo, hi] is an Error naming the file, the key and the value.
 const std::string& metadata_text(const Metadata& md, const std::string& key, const std::string& path);
 int64_t metadata_int(const Metadata& md, const std::string& key, const std::string& path, int64_t lo, int64_t hi);
+// A real written so that it reads back exactly (17 significant digits).
+std::string metadata_real(double v);
 // Resuming: every key of `expected` that the checkpoint's metadata also has must hold the same
 // value (older checkpoints lack some keys); otherwise an Error naming the field and both values.
 void check_same_run(const Metadata& have, const Metadata& expected, const std::string& path);

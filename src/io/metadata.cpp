@@ -1,5 +1,6 @@
 // Typed reads and comparisons of checkpoint metadata.
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 
 #include "synoros/checkpoint.hpp"
@@ -21,6 +22,12 @@ int64_t metadata_int(const Metadata& md, const std::string& key, const std::stri
     throw Error("checkpoint '" + path + "': metadata '" + key + "' is '" + v + "', not an integer from " +
                 std::to_string(lo) + " to " + std::to_string(hi));
   return x;
+}
+
+std::string metadata_real(double v) {
+  char b[40];
+  std::snprintf(b, sizeof b, "%.17g", v);
+  return b;
 }
 
 void check_same_run(const Metadata& have, const Metadata& expected, const std::string& path) {

@@ -111,14 +111,6 @@ std::pair<double, double> ClassifierTrainer::evaluate() {
   return {loss / double(n), double(correct) / double(n)};
 }
 
-namespace {
-std::string exact(double v) {
-  char b[40];
-  std::snprintf(b, sizeof b, "%.17g", v);
-  return b;
-}
-}  // namespace
-
 // What decides the run's bits besides the weights: a resumed run must agree on all of it.
 io::Metadata ClassifierTrainer::run_metadata() const {
   io::Metadata md{{"model", cfg_.model},
@@ -126,10 +118,10 @@ io::Metadata ClassifierTrainer::run_metadata() const {
                   {"seed", std::to_string(cfg_.seed)},
                   {"batch", std::to_string(cfg_.batch)},
                   {"total_steps", std::to_string(total_steps())},
-                  {"lr", exact(cfg_.lr)},
-                  {"momentum", cfg_.optimizer == "sgd" ? exact(cfg_.momentum) : "-"},
-                  {"weight_decay", exact(cfg_.weight_decay)},
-                  {"clip", exact(cfg_.clip)},
+                  {"lr", io::metadata_real(cfg_.lr)},
+                  {"momentum", cfg_.optimizer == "sgd" ? io::metadata_real(cfg_.momentum) : "-"},
+                  {"weight_decay", io::metadata_real(cfg_.weight_decay)},
+                  {"clip", io::metadata_real(cfg_.clip)},
                   {"warmup", std::to_string(cfg_.warmup_steps)},
                   {"augment", cfg_.augment ? "1" : "0"},
                   {"train_limit", std::to_string(cfg_.train_limit)}};

@@ -90,14 +90,6 @@ std::string LmTrainer::generate(const std::string& prompt, int64_t n, double tem
   return text.substr(prompt.empty() ? 1 : prompt.size());
 }
 
-namespace {
-std::string exact(double v) {
-  char b[40];
-  std::snprintf(b, sizeof b, "%.17g", v);
-  return b;
-}
-}  // namespace
-
 std::map<std::string, std::string> LmTrainer::run_metadata() const {
   const nn::GptTinyConfig& m = cfg_.model;
   return {{"model", "gpt-tiny"},
@@ -109,9 +101,9 @@ std::map<std::string, std::string> LmTrainer::run_metadata() const {
           {"batch", std::to_string(cfg_.batch)},
           {"seed", std::to_string(cfg_.seed)},
           {"total_steps", std::to_string(cfg_.steps)},
-          {"lr", exact(cfg_.lr)},
-          {"weight_decay", exact(cfg_.weight_decay)},
-          {"clip", exact(cfg_.clip)},
+          {"lr", io::metadata_real(cfg_.lr)},
+          {"weight_decay", io::metadata_real(cfg_.weight_decay)},
+          {"clip", io::metadata_real(cfg_.clip)},
           {"warmup", std::to_string(cfg_.warmup_steps)}};
 }
 
