@@ -66,6 +66,39 @@ TEST(Determinism, EveryIsaGivesTheSameBitsInStrictMode) {
   kernels::set_isa(saved);
 }
 
+// Fusion and memory planning change which launches run, never the bits, in strict mode: a
+// LeNet training step (convolutions, pooling, views folded into contractions) gives the same
+// bytes with SYNOROS_NO_FUSION=1 and SYNOROS_NO_PLAN=1. (Outside strict mode an unfused view can
+// change a GEMM operand's layout and so the provider chosen; see the determinism contract.)
+TEST(Determinism, FusionAndPlanningKeepTheBitsInStrictMode) {
+  testing::StrictKernels strict;
+  auto step_bytes = [] {
+    auto m = train::make_classifier("lenet", 10, 3);
+    optim::SGD opt(m->parameters(), 0.05, 0.9, 5e-4);
+    CompiledStep step = train::compile_classifier_train(*m, opt, 16);
+    HostTensor y(DType::I64, {16});
+    for (int64_t i = 0; i < 16; ++i) y.set(i, double(i % 10));
+    HostTensor x = Tensor::randn({16, 1, 28, 28}, 5).value();
+    for (int i = 0; i < 2; ++i) step({x, y});
+    std::vector<uint8_t> bytes;
+    for (const Tensor& p : m->parameters()) {
+      HostTensor v = p.value();
+      auto* b = static_cast<const uint8_t*>(v.buffer->data());
+      bytes.insert(bytes.end(), b, b + v.bytes());
+    }
+    return bytes;
+  };
+  std::vector<uint8_t> ref = step_bytes();
+  {
+    config::ScopedOverride off("SYNOROS_NO_FUSION", "1");
+    EXPECT_EQ(step_bytes(), ref) << "without fusion";
+  }
+  {
+    config::ScopedOverride off("SYNOROS_NO_PLAN", "1");
+    EXPECT_EQ(step_bytes(), ref) << "without memory planning";
+  }
+}
+
 TEST(Determinism, LargeParallelKernelsIgnoreThreadCount) {
   // Shapes big enough that GEMM, reductions and maps split into many chunks.
   auto run = [] {
