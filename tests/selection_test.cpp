@@ -51,7 +51,10 @@ TEST(Selection, AWrongProviderIsRejectedAndTheResultStaysCorrect) {
   Graph g = matmul_graph(33, 47, 29, a, b, c);
   CompileOptions keep;
   keep.keep_intermediates = true;
+  ::testing::internal::CaptureStderr();
   Plan p(g, {c}, keep);
+  // The rejection is recorded for the profile, not printed: in normal use it is no error.
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
   provs.erase(provs.begin());
   EXPECT_NE(p.launch_info()[0].kernel, "wrong-but-fast");
   auto rej = selection_rejections();
@@ -62,6 +65,21 @@ TEST(Selection, AWrongProviderIsRejectedAndTheResultStaysCorrect) {
   p.run();
   VerifyResult r = verify(p);
   EXPECT_TRUE(r.ok) << r.report;
+}
+
+TEST(Selection, RejectionsArePrintedOnlyWhenVerbose) {
+  TempCache tc;
+  config::ScopedOverride verbose("SYNOROS_VERBOSE", "1");
+  auto& provs = gemm_providers();
+  provs.insert(provs.begin(), std::make_shared<WrongGemm>());
+  ValueId a, b, c;
+  Graph g = matmul_graph(31, 45, 27, a, b, c);
+  ::testing::internal::CaptureStderr();
+  Plan p(g, {c});
+  std::string err = ::testing::internal::GetCapturedStderr();
+  provs.erase(provs.begin());
+  EXPECT_NE(err.find("rejected kernel"), std::string::npos) << err;
+  EXPECT_NE(err.find("wrong-but-fast"), std::string::npos) << err;
 }
 
 TEST(Selection, ChoicesPersistAndAreReusedWithoutMeasuring) {

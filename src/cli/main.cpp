@@ -21,7 +21,7 @@ void usage(std::ostream& o) {
     std::string name = "  " + c.spec.name;
     o << name << std::string(name.size() < 14 ? 14 - name.size() : 1, ' ') << c.spec.summary << "\n";
   }
-  o << "  help          this list; help CMD: a command's options; help env: the environment variables\n";
+  o << "  help        this list; help CMD: a command's options; help env: the environment variables\n";
 }
 
 const Command* find(const std::string& name) {

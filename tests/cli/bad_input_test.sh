@@ -60,6 +60,7 @@ expect 1 "SYNOROS_NUM_THREADS='100000' is not valid" SYNOROS_NUM_THREADS=100000 
 expect 1 "SYNOROS_ISA='avx3' is not valid: expected scalar|avx2|avx512" SYNOROS_ISA=avx3 -- info
 expect 1 "SYNOROS_MAX_PLAN_BYTES='lots' is not valid" SYNOROS_MAX_PLAN_BYTES=lots -- info
 expect 1 "SYNOROS_STRICT='yes' is not valid: expected 0|1" SYNOROS_STRICT=yes -- plan
+expect 2 "--width 100000000 is out of range" -- train --model gpt-tiny --width 100000000
 expect 1 "out of memory" -- train --model gpt-tiny --width 60000 --heads 1 --steps 1 --no-progress --out "$dir/w"
 expect 1 "cannot open" -- eval --checkpoint "$dir/absent.safetensors"
 expect 1 "cannot read spec file" -- synth --spec-file "$dir/absent.txt"
