@@ -321,11 +321,16 @@ int eval_cmd(const Args& a) {
   bool lm = model == "gpt-tiny";
   a.require_scope(lm ? "lm" : "classifier", model);
   if (lm) {
+    // The model's shape; checkpoints written before it was recorded were trained with the defaults
+    // as far as anyone can tell (a different shape fails the load, naming the tensor).
     train::LmConfig c;
-    c.model.context = io::metadata_int(md, "context", path, 2, 1 << 16);
-    c.model.width = io::metadata_int(md, "width", path, 1, 1 << 16);
-    c.model.layers = io::metadata_int(md, "layers", path, 1, 1024);
-    c.model.heads = io::metadata_int(md, "heads", path, 1, 1024);
+    auto shape = [&](const char* key, int64_t fallback, int64_t lo, int64_t hi) {
+      return md.count(key) ? io::metadata_int(md, key, path, lo, hi) : fallback;
+    };
+    c.model.context = shape("context", c.model.context, 2, 1 << 16);
+    c.model.width = shape("width", c.model.width, 1, 1 << 16);
+    c.model.layers = shape("layers", c.model.layers, 1, 1024);
+    c.model.heads = shape("heads", c.model.heads, 1, 1024);
     c.data_dir = a.str("data-dir", "");
     train::LmTrainer t(c);
     t.load(path, false);

@@ -99,6 +99,13 @@ for v in abc 99999999999999999999 -5 3.5; do
   expect 1 "metadata 'step' is '$v'" -- train --model mlp --epochs 2 "${small[@]}" --out "$dir/r" --resume "$dir/bad.safetensors"
 done
 
+# gpt-tiny's shape travels in its checkpoint: eval needs no flags for it.
+lm=(--model gpt-tiny --steps 2 --eval-every 2 --width 32 --heads 2 --layers 1 --context 16 --batch 4 --sample 4 --no-progress)
+expect 0 "sample" -- train "${lm[@]}" --out "$dir/lm"
+expect 0 "validation loss" -- eval --checkpoint "$dir/lm/checkpoint.safetensors" --sample 4
+expect 2 "--test-limit does not apply to gpt-tiny" -- eval --checkpoint "$dir/lm/checkpoint.safetensors" --test-limit 5
+expect 1 "width = 32, this command has 64" -- train "${lm[@]/#32/64}" --out "$dir/lm" --resume "$dir/lm/checkpoint.safetensors"
+
 # Resume keeps the history: a checkpoint rewound to step 4 continues into the same run
 # directory, keeps the first epoch's row and appends the second.
 first=$(sed -n 2p "$run/log.csv")
