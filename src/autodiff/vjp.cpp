@@ -86,17 +86,22 @@ void vjp_pow(Graph& g, ValueId v, ValueId go, GradIn& gi) {
 }
 namespace {
 // Routes go to a where `b_wins` is 0 and to b where it is 1 (ties were decided by the forward).
-void route(Graph& g, ValueId v, ValueId b_wins, ValueId go, GradIn& gi) {
-  ValueId zero = sc(g, go, 0.0);
-  gi[0] = g.sum_to(g.add(Op::Where, {b_wins, zero, go}), g.shape(x0(g, v)));
-  gi[1] = g.sum_to(g.add(Op::Where, {b_wins, go, zero}), g.shape(x1(g, v)));
+// PyTorch's rule for maximum and minimum: a tie gives each operand half the gradient, the
+// operand that loses gets none, and where either is NaN (no comparison holds) both get all of it.
+void route(Graph& g, ValueId v, ValueId a_loses, ValueId b_loses, ValueId go, GradIn& gi) {
+  ValueId a = x0(g, v), b = x1(g, v), zero = sc(g, go, 0.0);
+  ValueId share = g.add(Op::Where, {g.binary(Op::CmpEq, a, b), g.binary(Op::Mul, go, sc(g, go, 0.5)), go});
+  gi[0] = g.sum_to(g.add(Op::Where, {a_loses, zero, share}), g.shape(a));
+  gi[1] = g.sum_to(g.add(Op::Where, {b_loses, zero, share}), g.shape(b));
 }
 }  // namespace
 void vjp_max(Graph& g, ValueId v, ValueId go, GradIn& gi) {
-  route(g, v, g.binary(Op::CmpLt, x0(g, v), x1(g, v)), go, gi);
+  ValueId a = x0(g, v), b = x1(g, v);
+  route(g, v, g.binary(Op::CmpLt, a, b), g.binary(Op::CmpLt, b, a), go, gi);
 }
 void vjp_min(Graph& g, ValueId v, ValueId go, GradIn& gi) {
-  route(g, v, g.binary(Op::CmpLt, x1(g, v), x0(g, v)), go, gi);
+  ValueId a = x0(g, v), b = x1(g, v);
+  route(g, v, g.binary(Op::CmpLt, b, a), g.binary(Op::CmpLt, a, b), go, gi);
 }
 void vjp_where(Graph& g, ValueId v, ValueId go, GradIn& gi) {
   const Node& n = g.node(v);

@@ -36,6 +36,68 @@ Cost cost_einsum(const Graph& g, const Node& n) {
   return {2 * iters, in_bytes(g, n) + out_bytes(n)};
 }
 
+// ---- Special values: what each op gives for NaN, infinities, signed zeros and denormals.
+//
+// PyTorch's rules (CPU, float32). Every kernel path (scalar, AVX2, AVX-512, fused or not, every
+// reduction form) and the float64 oracle follow them; tests/nan_rules_test.cpp checks them
+// against PyTorch's own results (tests/torch_special_values.py). Rules for all ops:
+//  * A NaN in gives NaN out unless the table says otherwise. A NaN's sign and payload are not
+//    part of any rule.
+//  * Arithmetic the table does not spell out is IEEE 754's: inf - inf, 0 * inf, 0 / 0 and
+//    inf / inf give NaN, x / +-0 gives +-inf, x + (-0) gives x.
+//  * Denormals are numbers like any other, never flushed to zero. (Below the smallest normal
+//    float, exp, sigmoid, tanh and pow are accurate to 2^-126 absolute rather than to ulps.)
+//  * Where PyTorch's element-by-element kernels and its vectorised ones disagree (noted "PyTorch
+//    differs"), the rule is the element-by-element result.
+//
+//  op               rule
+//  neg              -x: -(+-inf) = -+inf, -(+-0) = -+0
+//  exp              exp(inf) = inf, exp(-inf) = +0, exp(+-0) = 1
+//  log              x < 0 (-inf, -denormals included): NaN; log(+-0) = -inf; log(inf) = inf
+//  sqrt             x < 0: NaN; sqrt(-0) = -0; sqrt(inf) = inf
+//  rsqrt            1 / sqrt(x): x < 0: NaN; rsqrt(+-0) = +-inf; rsqrt(inf) = +0
+//  abs              abs(-0) = +0, abs(-inf) = inf
+//  relu             x < 0 ? +0 : x: relu(NaN) = NaN, relu(-0) = -0, relu(-inf) = +0
+//  gelu             x/2 (1 + erf(x / sqrt 2)): gelu(inf) = inf, gelu(-inf) = NaN (-inf * 0);
+//                   the result has x's sign on the whole line: x < 0 gives a negative number or
+//                   -0, gelu(-0) = -0 (PyTorch differs: its vectorised path gives +0 for -0 and
+//                   for the far tail)
+//  sigmoid          sigmoid(inf) = 1, sigmoid(-inf) = +0, sigmoid(+-0) = 0.5
+//  tanh             tanh(+-inf) = +-1, tanh(+-0) = +-0
+//  cast             float32 <-> float64 keeps NaN, +-inf, -0 and denormals; float -> integer of
+//                   NaN, +-inf or an out-of-range value is not defined
+//  add sub mul div  IEEE 754
+//  pow              C99's pow (Annex F): pow(x, +-0) = 1 and pow(1, y) = 1 even for a NaN x or y,
+//                   pow(-1, +-inf) = 1, pow(x < 0, non-integer y) = NaN, pow(-0, odd y < 0) =
+//                   -inf, pow(+-0, y < 0) = inf otherwise, pow(-inf, odd y > 0) = -inf
+//  max min          NaN if either operand is NaN (torch.maximum, torch.minimum); equal operands,
+//                   +0 and -0 included, give the first (PyTorch differs: its vectorised path
+//                   gives the second)
+//  cmp_lt cmp_eq    a comparison with NaN is false: 0; -0 == +0
+//  relu_grad(g, y)  y <= 0 ? +0 : g (PyTorch's threshold_backward): a NaN y passes g, and where
+//                   y <= 0 the result is +0 even for a NaN or infinite g
+//  gelu_grad(g, x)  g (cdf(x) + x pdf(x)): x = +-inf gives NaN (inf * 0), gelu_grad(g, +-0) = g / 2
+//  where(c, a, b)   c != 0 ? a : b: a NaN condition selects a, a -0 condition selects b
+//  sum mean         any NaN: NaN; inf and -inf together: NaN; a sum of zeros is +0 (the sum
+//                   starts from +0, as PyTorch's)
+//  reduce_max       any NaN: NaN (torch.amax); a zero maximum of zeros of both signs is either
+//                   zero, the same one on every instruction set (PyTorch's choice depends on the
+//                   zeros' positions)
+//  reduce_max_grad  (x == y) * (g / count), count the elements equal to the max: ties (+0 and -0
+//                   alike) share g; a window whose max is NaN has no element equal to it, so
+//                   every element of it is NaN; an infinite g gives NaN on the other elements
+//                   (0 * inf) -- all as torch.amax's backward
+//  softmax          a NaN or +inf in the row, or a row of -inf only, makes the whole row NaN;
+//  log_softmax      a -inf entry beside finite ones gives 0 (log_softmax: -inf)
+//  cross_entropy    log_softmax's rules: a NaN or +inf logit gives NaN; a -inf target logit
+//                   among finite others gives +inf
+//  layernorm        IEEE through (x - mean) / sqrt(var + eps): a NaN or +-inf in a row makes the
+//  batchnorm        row NaN; the sign of a zero result is not part of the rule
+//  dropout          kept: x * (1 / (1 - p)); dropped: x * 0 (PyTorch's product with the mask), so
+//                   a dropped NaN or +-inf gives NaN and a dropped -x gives -0
+//  einsum           IEEE sums of products (inf * 0 = NaN); the sign of a zero sum is not part of
+//                   the rule
+//  views embedding  copy bits; pad fills +0
 constexpr OpInfo kOps[] = {
     {Op::Input, "input", 0, OpKind::Leaf, infer_leaf, nullptr, oracle_leaf, cost_none},
     {Op::Param, "param", 0, OpKind::Leaf, infer_leaf, nullptr, oracle_leaf, cost_none},

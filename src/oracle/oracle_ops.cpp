@@ -69,7 +69,7 @@ HostTensor oracle_unary(const Node& n, const OracleIn& in) {
       case Op::Sqrt: y = std::sqrt(x); break;
       case Op::Rsqrt: y = 1.0 / std::sqrt(x); break;
       case Op::Abs: y = std::fabs(x); break;
-      case Op::Relu: y = x > 0 ? x : 0.0; break;
+      case Op::Relu: y = x < 0 ? 0.0 : x; break;  // NaN and -0 pass (op_table.cpp's rules)
       case Op::Gelu: y = ref_gelu(x); break;
       case Op::Sigmoid: y = 1.0 / (1.0 + std::exp(-x)); break;
       case Op::Tanh: y = std::tanh(x); break;
@@ -102,11 +102,11 @@ HostTensor oracle_binary(const Node& n, const OracleIn& in) {
       case Op::Mul: y = a * b; break;
       case Op::Div: y = a / b; break;
       case Op::Pow: y = std::pow(a, b); break;
-      case Op::Max: y = a >= b ? a : b; break;
-      case Op::Min: y = a <= b ? a : b; break;
+      case Op::Max: y = std::isnan(a) || std::isnan(b) ? NAN : a < b ? b : a; break;  // ties: a
+      case Op::Min: y = std::isnan(a) || std::isnan(b) ? NAN : b < a ? b : a; break;
       case Op::CmpLt: y = a < b ? 1.0 : 0.0; break;
       case Op::CmpEq: y = a == b ? 1.0 : 0.0; break;
-      case Op::ReluGrad: y = b > 0 ? a : 0.0; break;
+      case Op::ReluGrad: y = b <= 0 ? 0.0 : a; break;  // a NaN b passes a
       case Op::GeluGrad: y = a * ref_gelu_grad(b); break;
       default: throw Error("oracle_binary: not a binary op");
     }
@@ -444,7 +444,8 @@ HostTensor oracle_dropout(const Node& n, const OracleIn& in) {
   double p = n.attrs.scalar;
   for (int64_t i = 0; i < out.numel(); ++i) {
     bool keep = philox_uniform(n.attrs.seed, uint64_t(i)) >= float(p);
-    out.set(i, keep ? in[0]->get(i) / (1.0 - p) : 0.0);
+    // A dropped element is x * 0, as PyTorch's mask product: NaN for NaN or +-inf, else x's zero.
+    out.set(i, keep ? in[0]->get(i) / (1.0 - p) : in[0]->get(i) * 0.0);
   }
   return out;
 }

@@ -64,7 +64,8 @@ Launch lower_cast(LowerCtx& c) {
   return {cast_launch, a, c.id};
 }
 
-// ---- dropout: y = x / (1 - p) where philox(seed, i) >= p, else 0
+// ---- dropout: y = x * (1 / (1 - p)) where philox(seed, i) >= p, else x * 0 (PyTorch's product
+// with the mask: a dropped NaN or infinity gives NaN, a dropped finite x the zero of x's sign)
 namespace {
 struct DropoutArgs {
   const void* in;
@@ -81,7 +82,7 @@ void dropout_chunk_t(const DropoutArgs& a, int64_t chunk) {
   T scale = T(1) / (T(1) - T(a.p));
   int64_t b = chunk * kMapChunk, e = std::min(a.n, b + kMapChunk);
   for (int64_t i = b; i < e; ++i)
-    y[i] = philox_uniform(a.seed, uint64_t(i)) >= a.p ? x[i] * scale : T(0);
+    y[i] = x[i] * (philox_uniform(a.seed, uint64_t(i)) >= a.p ? scale : T(0));
 }
 void dropout_chunk(const void* p, int64_t chunk) {
   const DropoutArgs& a = *static_cast<const DropoutArgs*>(p);

@@ -95,7 +95,8 @@ inline float stage_scalar(float v, const Stage* st, int n) {
   return v;
 }
 // B vectors through the stages, one dispatch per stage for all B (per vector, the switch cost
-// more than the pass it saves). maxps(v, 0) = v > 0 ? v : 0, fn::Relu's definition (NaN, -0: +0).
+// more than the pass it saves). maxps(0, v) = 0 > v ? 0 : v, fn::Relu's definition (a NaN or -0
+// v comes back as itself).
 template <int B>
 [[gnu::always_inline]] inline void stage_vec(VecF::R* v, const Stage* st, int n) {
   for (int k = 0; k < n; ++k) {
@@ -110,13 +111,13 @@ template <int B>
       SYNOROS_STAGE(CAdd, VecF::add(c, v[j]))
       SYNOROS_STAGE(SubC, VecF::sub(v[j], c))
       SYNOROS_STAGE(CSub, VecF::sub(c, v[j]))
-      SYNOROS_STAGE(Relu, VecF::max(v[j], VecF::set(0.0f)))
+      SYNOROS_STAGE(Relu, VecF::max(VecF::set(0.0f), v[j]))
 #undef SYNOROS_STAGE
     }
   }
 }
 constexpr int kStageBlock = 4;  // vectors staged together
-inline VecF::R vrelu(VecF::R v) { return VecF::max(v, VecF::set(0.0f)); }
+inline VecF::R vrelu(VecF::R v) { return VecF::max(VecF::set(0.0f), v); }
 inline VecF::R vadd(VecF::R a, VecF::R b) { return VecF::add(a, b); }
 inline VecF::R vsub(VecF::R a, VecF::R b) { return VecF::sub(a, b); }
 inline VecF::R vmul(VecF::R a, VecF::R b) { return VecF::mul(a, b); }

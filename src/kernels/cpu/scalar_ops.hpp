@@ -1,6 +1,7 @@
 // The scalar definition of each elementwise op as the fast path computes it (float or double).
 // The same source is compiled for every ISA with -ffp-contract=off and explicit FMAs, so all
-// give the same bits.
+// give the same bits. What each op gives for NaN, infinities and signed zeros is tabulated with
+// the op table (src/ir/op_table.cpp); comments here note where a definition's form carries a rule.
 #pragma once
 
 #include <bit>
@@ -123,11 +124,16 @@ inline float log_f32(float x) {
   return x < 0.0f || x != x ? NAN : r;
 }
 
-// float32 erf: a 13/8 odd rational minimax approximation on [-4, 4] (beyond it erf rounds to
-// +-1 in float), one divide.
+// float32 erf: a 13/8 odd rational minimax approximation, one divide. The input is clamped at
+// kErfLimit = 3.6730485: below it the quotient stays within [-1, 1], at it the quotient is exactly
+// 1, so beyond it the result is +-1, at most 2.1e-7 from erf (which rounds to +-1 in float beyond
+// 3.92). Clamped at the fit's end, 4, the quotient overshot +-1 by up to 4.4e-7 on [3.67, 4]:
+// 1 + erf went negative there and gelu(x) = x/2 (1 + erf(x / sqrt 2)) positive on [-5.66, -5.2].
+// NaN stays NaN.
+constexpr float kErfLimit = 0x1.d62674p+1f;
 inline float erf_f32(float x) {
-  float c = x > 4.0f ? 4.0f : x;
-  c = c < -4.0f ? -4.0f : c;
+  float c = x > kErfLimit ? kErfLimit : x;
+  c = c < -kErfLimit ? -kErfLimit : c;
   float z = c * c;
   float p = -2.72614225801306e-10f;
   p = fmaf_(p, z, 2.77068142495902e-08f);
@@ -161,7 +167,9 @@ struct Log {
 struct Sqrt { template <class T> static T f(T x) { return std::sqrt(x); } };
 struct Rsqrt { template <class T> static T f(T x) { return T(1) / std::sqrt(x); } };
 struct Abs { template <class T> static T f(T x) { return std::fabs(x); } };
-struct Relu { template <class T> static T f(T x) { return x > T(0) ? x : T(0); } };
+// relu: x < 0 ? +0 : x, so NaN stays NaN and -0 stays -0 (PyTorch's clamp_min(x, 0)). The vector
+// forms are maxps(0, x), which returns its second operand when the first is not greater.
+struct Relu { template <class T> static T f(T x) { return x < T(0) ? T(0) : x; } };
 struct Gelu {
   static float f(float x) { return 0.5f * x * (1.0f + erf_f32(x * 0.70710678118654752440f)); }
   static double f(double x) { return 0.5 * x * (1.0 + std::erf(x * 0.70710678118654752440)); }
@@ -180,11 +188,15 @@ struct Sub { template <class T> static T f(T a, T b) { return a - b; } };
 struct Mul { template <class T> static T f(T a, T b) { return a * b; } };
 struct Div { template <class T> static T f(T a, T b) { return a / b; } };
 struct Pow { template <class T> static T f(T a, T b) { return std::pow(a, b); } };
-struct Max { template <class T> static T f(T a, T b) { return a >= b ? a : b; } };
-struct Min { template <class T> static T f(T a, T b) { return a <= b ? a : b; } };
+// max and min: NaN when either operand is NaN (torch.maximum, torch.minimum); equal operands
+// (+0 and -0) give the first. Branch-free selections, so the line loops vectorise.
+struct Max { template <class T> static T f(T a, T b) { return (a < b) | (b != b) ? b : a; } };
+struct Min { template <class T> static T f(T a, T b) { return (b < a) | (b != b) ? b : a; } };
 struct CmpLt { template <class T> static T f(T a, T b) { return a < b ? T(1) : T(0); } };
 struct CmpEq { template <class T> static T f(T a, T b) { return a == b ? T(1) : T(0); } };
-struct ReluGrad { template <class T> static T f(T g, T x) { return x > T(0) ? g : T(0); } };
+// relu_grad(g, y): +0 where y <= 0, else g -- a NaN y passes g (PyTorch's threshold_backward).
+// A selection, not a product: a NaN or infinite g where y <= 0 still gives 0.
+struct ReluGrad { template <class T> static T f(T g, T x) { return x <= T(0) ? T(0) : g; } };
 struct GeluGrad {
   static float f(float g, float x) {
     float cdf = 0.5f * (1.0f + erf_f32(x * 0.70710678118654752440f));

@@ -18,6 +18,8 @@
 // a zero-masked vdivps), AVX2 with the integer bit tricks.
 #pragma once
 
+#include "kernels/cpu/scalar_ops.hpp"
+
 namespace synoros::kernels::vmath {
 
 // Horner's scheme in z, highest coefficient first: one fma per step, as the scalar source.
@@ -75,7 +77,7 @@ typename V::R tanh(typename V::R x) {
 template <class V>
 typename V::R erf(typename V::R x) {
   using R = typename V::R;
-  R c = V::clamp_abs(x, 4.0f);
+  R c = V::clamp_abs(x, fn::kErfLimit);
   R z = V::mul(c, c);
   R p = V::mul(poly<V>(z, -2.72614225801306e-10f, 2.77068142495902e-08f, -2.10102402082508e-06f,
                        -5.69250639462346e-05f, -7.34990630326855e-04f, -2.95459980854025e-03f,
