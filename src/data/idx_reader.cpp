@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "data/parsers.hpp"
 #include "synoros/data.hpp"
 
 namespace synoros::data {
@@ -80,11 +81,11 @@ uint32_t be32(const unsigned char* p) {
 
 }  // namespace
 
-IdxArray read_idx_gz(const std::string& path, uint32_t expected_magic, std::optional<int64_t> limit) {
+IdxArray parse_idx(const std::string& path, const ByteReader& read, uint32_t expected_magic,
+                   std::optional<int64_t> limit) {
   if (limit && *limit < 0) throw Error("IDX file " + path + ": negative limit " + std::to_string(*limit));
-  GzReader in(path);
   unsigned char head[4];
-  size_t got = in.read(head, 4);
+  size_t got = read(head, 4);
   if (got < 4)
     throw Error("IDX file " + path + ": truncated header (" + std::to_string(got) + " of 4 magic bytes)");
   const uint32_t magic = be32(head);
@@ -98,18 +99,21 @@ IdxArray read_idx_gz(const std::string& path, uint32_t expected_magic, std::opti
   if (rank < 1) throw Error("IDX file " + path + ": rank 0");
 
   IdxArray out;
-  int64_t total = 1;
+  // The non-zero dims are bounded too: after a zero dim the total stays 0, but users of the
+  // array multiply the other dims (the item size), which must not overflow either.
+  int64_t total = 1, nonzero = 1;
   for (int i = 0; i < rank; ++i) {
     unsigned char d[4];
-    got = in.read(d, 4);
+    got = read(d, 4);
     if (got < 4)
       throw Error("IDX file " + path + ": truncated header (dimension " + std::to_string(i) + ")");
     const int64_t dim = be32(d);
     out.dims.push_back(dim);
+    if (dim != 0 && nonzero > kMaxPayload / dim)
+      throw Error("IDX file " + path + ": header announces an implausible size (dimension " + std::to_string(i) +
+                  " takes the product of the dimensions over " + std::to_string(kMaxPayload) + ")");
+    if (dim != 0) nonzero *= dim;
     total *= dim;
-    if (total > kMaxPayload)
-      throw Error("IDX file " + path + ": header announces an implausible size (over " +
-                  std::to_string(kMaxPayload) + " bytes)");
   }
 
   const int64_t item = out.dims[0] == 0 ? 0 : total / out.dims[0];
@@ -121,7 +125,7 @@ IdxArray read_idx_gz(const std::string& path, uint32_t expected_magic, std::opti
   int64_t done = 0;
   while (done < total) {
     const size_t want = size_t(std::min<int64_t>(total - done, int64_t(chunk.size())));
-    got = in.read(chunk.data(), want);
+    got = read(chunk.data(), want);
     if (done < keep) {
       const size_t take = size_t(std::min<int64_t>(int64_t(got), keep - done));
       out.data.insert(out.data.end(), chunk.begin(), chunk.begin() + std::ptrdiff_t(take));
@@ -132,15 +136,21 @@ IdxArray read_idx_gz(const std::string& path, uint32_t expected_magic, std::opti
                   " bytes, file holds " + std::to_string(done));
   }
   unsigned char extra[64];
-  got = in.read(extra, sizeof extra);
+  got = read(extra, sizeof extra);
   if (got > 0) {
     int64_t more = int64_t(got);
-    while ((got = in.read(chunk.data(), chunk.size())) > 0) more += int64_t(got);
+    while ((got = read(chunk.data(), chunk.size())) > 0) more += int64_t(got);
     throw Error("IDX file " + path + ": " + std::to_string(more) +
                 " bytes beyond the payload of " + std::to_string(total) + " bytes the header announces");
   }
   out.items = keep_items;
   return out;
+}
+
+IdxArray read_idx_gz(const std::string& path, uint32_t expected_magic, std::optional<int64_t> limit) {
+  if (limit && *limit < 0) throw Error("IDX file " + path + ": negative limit " + std::to_string(*limit));
+  GzReader in(path);
+  return parse_idx(path, [&](void* dst, size_t n) { return in.read(dst, n); }, expected_magic, limit);
 }
 
 }  // namespace synoros::data

@@ -9,6 +9,8 @@
 #include <iterator>
 #include <string>
 
+#include "synoros/config.hpp"
+#include "data/parsers.hpp"
 #include "data/rng.hpp"
 #include "synoros/data.hpp"
 
@@ -16,8 +18,7 @@ namespace synoros::data {
 namespace fs = std::filesystem;
 
 std::string default_fortunes_dir() {
-  const char* env = std::getenv("SYNOROS_FORTUNES_DIR");
-  if (env && *env) return env;
+  if (std::string env = config::text("SYNOROS_FORTUNES_DIR"); !env.empty()) return env;
   return "/usr/share/games/fortunes";
 }
 
@@ -26,7 +27,10 @@ std::vector<std::string> read_fortune_file(const std::string& path) {
   if (!in) throw Error("fortune file " + path + ": cannot open");
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (in.bad()) throw Error("fortune file " + path + ": read error");
+  return split_fortunes(text);
+}
 
+std::vector<std::string> split_fortunes(std::string_view text) {
   std::vector<std::string> out;
   std::string cur;
   size_t pos = 0;

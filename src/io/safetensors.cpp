@@ -7,11 +7,13 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "io/atomic_file.hpp"
+#include "io/safetensors.hpp"
 #include "synoros/checkpoint.hpp"
 
 namespace synoros::io {
@@ -51,11 +53,19 @@ struct Header {
   uint64_t data_start = 0;      // 8 + header length
 };
 
-Header parse_header(const std::string& path, std::ifstream& in, uint64_t file_size) {
+// The bytes of a safetensors file: an open file or a buffer in memory. read() copies n bytes
+// starting at `at` (within size) and returns false on a read error.
+struct Source {
+  uint64_t size = 0;
+  std::function<bool(uint64_t at, void* dst, size_t n)> read;
+};
+
+Header parse_header(const std::string& path, const Source& src) {
   auto fail = [&](const std::string& why) -> Error { return Error("safetensors file " + path + ": " + why); };
+  const uint64_t file_size = src.size;
   if (file_size < 8) throw fail("truncated: " + std::to_string(file_size) + " bytes, shorter than the 8-byte header length");
   unsigned char lenbuf[8];
-  if (!in.read(reinterpret_cast<char*>(lenbuf), 8)) throw fail("cannot read the header length");
+  if (!src.read(0, lenbuf, 8)) throw fail("cannot read the header length");
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = n << 8 | lenbuf[i];
   if (n > kMaxHeader) throw fail("header length " + std::to_string(n) + " exceeds the limit of " + std::to_string(kMaxHeader));
@@ -63,7 +73,7 @@ Header parse_header(const std::string& path, std::ifstream& in, uint64_t file_si
     throw fail("truncated: header length " + std::to_string(n) + " but only " + std::to_string(file_size - 8) +
                " bytes follow");
   std::string text(size_t(n), '\0');
-  if (!in.read(text.data(), std::streamsize(n))) throw fail("cannot read the header");
+  if (n > 0 && !src.read(8, text.data(), size_t(n))) throw fail("cannot read the header");
 
   json h = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (h.is_discarded()) throw fail("header is not valid JSON");
@@ -97,19 +107,25 @@ Header parse_header(const std::string& path, std::ifstream& in, uint64_t file_si
     if (!parse_dtype(dt->get<std::string>(), e.dtype))
       throw fail(t + "unsupported dtype " + squote(dt->get<std::string>()) + " (supported: F32, F64, I32, I64)");
     if (!sh->is_array()) throw fail(t + "shape is not an array");
-    uint64_t count = 1;
-    bool overflow = false, zero = false;
+    // The product of the non-zero dims is bounded even when another dim is zero: the engine
+    // multiplies every dim of a shape (numel), so [2^53, 2^53, 0] would overflow there.
+    uint64_t count = 1, nonzero = 1;
+    bool overflow = false;
     for (const json& d : *sh) {
       if (!d.is_number_unsigned()) throw fail(t + "shape holds something other than a non-negative integer");
       const uint64_t dim = d.get<uint64_t>();
       if (dim > kMaxDim) throw fail(t + "dimension " + std::to_string(dim) + " is implausibly large");
       e.shape.push_back(int64_t(dim));
-      if (dim == 0) zero = true;
-      else if (count > std::numeric_limits<uint64_t>::max() / 8 / dim) overflow = true;
-      else count *= dim;
+      if (dim == 0) {
+        count = 0;
+      } else if (nonzero > std::numeric_limits<uint64_t>::max() / 8 / dim) {
+        overflow = true;
+      } else {
+        nonzero *= dim;
+        count *= dim;
+      }
     }
-    if (zero) count = 0;
-    else if (overflow) throw fail(t + "shape " + shape_str(e.shape) + " overflows");
+    if (overflow) throw fail(t + "shape " + shape_str(e.shape) + " overflows");
     if (!off->is_array() || off->size() != 2 || !(*off)[0].is_number_unsigned() || !(*off)[1].is_number_unsigned())
       throw fail(t + "data_offsets is not a pair of non-negative integers");
     e.begin = (*off)[0].get<uint64_t>();
@@ -140,6 +156,19 @@ Header parse_header(const std::string& path, std::ifstream& in, uint64_t file_si
     throw fail(std::to_string(data_len - pos) + " bytes after the last tensor (expected the data section to end at " +
                std::to_string(pos) + ")");
   return out;
+}
+
+Checkpoint load_from(const std::string& path, const Source& src) {
+  Header h = parse_header(path, src);
+  Checkpoint c;
+  c.metadata = std::move(h.metadata);
+  for (const Entry& e : h.entries) {
+    HostTensor t(e.dtype, e.shape);
+    if (t.bytes() > 0 && !src.read(h.data_start + e.begin, t.buffer->data(), t.bytes()))
+      throw Error("safetensors file " + path + ": cannot read the data of tensor " + squote(e.name));
+    c.tensors.emplace(e.name, std::move(t));
+  }
+  return c;
 }
 
 }  // namespace
@@ -225,20 +254,20 @@ Checkpoint load_safetensors(const std::string& path) {
   in.seekg(0, std::ios::end);
   const std::streamoff size = in.tellg();
   if (size < 0) throw Error("safetensors file " + path + ": cannot determine its size");
-  in.seekg(0);
-  Header h = parse_header(path, in, uint64_t(size));
-  Checkpoint c;
-  c.metadata = std::move(h.metadata);
-  for (const Entry& e : h.entries) {
-    HostTensor t(e.dtype, e.shape);
-    if (t.bytes() > 0) {
-      in.seekg(std::streamoff(h.data_start + e.begin));
-      if (!in.read(static_cast<char*>(t.buffer->data()), std::streamsize(t.bytes())))
-        throw Error("safetensors file " + path + ": cannot read the data of tensor " + squote(e.name));
-    }
-    c.tensors.emplace(e.name, std::move(t));
-  }
-  return c;
+  Source src{uint64_t(size), [&](uint64_t at, void* dst, size_t n) {
+               in.seekg(std::streamoff(at));
+               return bool(in.read(static_cast<char*>(dst), std::streamsize(n)));
+             }};
+  return load_from(path, src);
+}
+
+Checkpoint parse_safetensors(const std::string& name, std::string_view bytes) {
+  Source src{bytes.size(), [&](uint64_t at, void* dst, size_t n) {
+               if (at > bytes.size() || n > bytes.size() - at) return false;
+               std::memcpy(dst, bytes.data() + at, n);
+               return true;
+             }};
+  return load_from(name, src);
 }
 
 Metadata load_into(const std::string& path, const std::vector<std::pair<std::string, HostTensor*>>& targets) {

@@ -1,3 +1,4 @@
+#include "synoros/config.hpp"
 #include "kernels/providers.hpp"
 
 #include <fcntl.h>
@@ -48,9 +49,7 @@ class EngineGemm : public GemmProvider {
 };
 
 // ---- the tuning cache
-struct Entry {
-  std::string provider, version;
-};
+using Entry = TuningEntry;
 
 struct Cache {
   std::mutex mu;
@@ -77,35 +76,6 @@ std::string cpu_model() {
   return "unknown-cpu";
 }
 
-std::string serialize(const std::map<std::string, Entry>& m) {
-  std::string body = "synoros-tuning-cache 1\n";
-  for (const auto& [k, e] : m) body += k + "\t" + e.provider + "\t" + e.version + "\n";
-  char sum[32];
-  std::snprintf(sum, sizeof(sum), "%016llx", static_cast<unsigned long long>(fnv1a(body)));
-  return body + "checksum " + sum + "\n";
-}
-
-// Parses a cache file; returns false (and why) when it is corrupt.
-bool parse(const std::string& text, std::map<std::string, Entry>& out, std::string& why) {
-  size_t cut = text.rfind("checksum ");
-  if (text.rfind("synoros-tuning-cache 1\n", 0) != 0) return why = "bad header", false;
-  if (cut == std::string::npos) return why = "no checksum", false;
-  std::string body = text.substr(0, cut), sum = text.substr(cut + 9);
-  while (!sum.empty() && (sum.back() == '\n' || sum.back() == '\r')) sum.pop_back();
-  char expect[32];
-  std::snprintf(expect, sizeof(expect), "%016llx", static_cast<unsigned long long>(fnv1a(body)));
-  if (sum != expect) return why = "checksum mismatch", false;
-  std::istringstream in(body);
-  std::string line;
-  std::getline(in, line);  // header
-  while (std::getline(in, line)) {
-    size_t a = line.find('\t'), b = line.find('\t', a + 1);
-    if (a == std::string::npos || b == std::string::npos) return why = "malformed line", false;
-    out[line.substr(0, a)] = {line.substr(a + 1, b - a - 1), line.substr(b + 1)};
-  }
-  return true;
-}
-
 void load_locked(Cache& c) {
   if (c.loaded) return;
   c.loaded = true;
@@ -116,7 +86,7 @@ void load_locked(Cache& c) {
   ss << f.rdbuf();
   std::string why;
   std::map<std::string, Entry> m;
-  if (!parse(ss.str(), m, why)) {
+  if (!parse_tuning_cache(ss.str(), m, why)) {
     std::cerr << "synoros: warning: tuning cache " << path << " is corrupt (" << why
               << "); it will be rebuilt\n";
     c.entries.clear();
@@ -136,7 +106,7 @@ void save_locked(const Cache& c) {
       if (i == dir.size() || dir[i] == '/') ::mkdir(dir.substr(0, i).c_str(), 0755);
   }
   std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  std::string text = serialize(c.entries);
+  std::string text = serialize_tuning_cache(c.entries);
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) return;  // an unwritable cache only costs re-measuring next time
   bool ok = ::write(fd, text.data(), text.size()) == ssize_t(text.size()) && ::fsync(fd) == 0;
@@ -228,6 +198,34 @@ struct Candidate {
 };
 }  // namespace
 
+std::string serialize_tuning_cache(const std::map<std::string, TuningEntry>& m) {
+  std::string body = "synoros-tuning-cache 1\n";
+  for (const auto& [k, e] : m) body += k + "\t" + e.provider + "\t" + e.version + "\n";
+  char sum[32];
+  std::snprintf(sum, sizeof(sum), "%016llx", static_cast<unsigned long long>(fnv1a(body)));
+  return body + "checksum " + sum + "\n";
+}
+
+bool parse_tuning_cache(const std::string& text, std::map<std::string, TuningEntry>& out, std::string& why) {
+  size_t cut = text.rfind("checksum ");
+  if (text.rfind("synoros-tuning-cache 1\n", 0) != 0) return why = "bad header", false;
+  if (cut == std::string::npos) return why = "no checksum", false;
+  std::string body = text.substr(0, cut), sum = text.substr(cut + 9);
+  while (!sum.empty() && (sum.back() == '\n' || sum.back() == '\r')) sum.pop_back();
+  char expect[32];
+  std::snprintf(expect, sizeof(expect), "%016llx", static_cast<unsigned long long>(fnv1a(body)));
+  if (sum != expect) return why = "checksum mismatch", false;
+  std::istringstream in(body);
+  std::string line;
+  std::getline(in, line);  // header
+  while (std::getline(in, line)) {
+    size_t a = line.find('\t'), b = line.find('\t', a + 1);
+    if (a == std::string::npos || b == std::string::npos) return why = "malformed line", false;
+    out[line.substr(0, a)] = {line.substr(a + 1, b - a - 1), line.substr(b + 1)};
+  }
+  return true;
+}
+
 std::vector<std::shared_ptr<GemmProvider>>& gemm_providers() {
   static std::vector<std::shared_ptr<GemmProvider>> p = [] {
     std::vector<std::shared_ptr<GemmProvider>> v = {
@@ -241,7 +239,7 @@ std::vector<std::shared_ptr<GemmProvider>>& gemm_providers() {
 }
 
 std::string tuning_cache_path() {
-  if (const char* p = std::getenv("SYNOROS_TUNING_CACHE")) return p;
+  if (std::string p = config::text("SYNOROS_TUNING_CACHE"); !p.empty()) return p;
   if (const char* x = std::getenv("XDG_CACHE_HOME")) return std::string(x) + "/synoros/tuning.txt";
   if (const char* h = std::getenv("HOME")) return std::string(h) + "/.cache/synoros/tuning.txt";
   return "synoros-tuning.txt";
@@ -323,11 +321,19 @@ void store_choice(const std::string& key, const std::string& name, const std::st
   save_locked(c);
 }
 
+namespace {
+// A candidate the float64 gate turned down: kept for the profile, and on stderr only with
+// SYNOROS_VERBOSE=1 (a tiny convolution's Winograd candidate is rejected in normal use).
+void note_rejection_locked(Cache& c, const std::string& key, const std::string& why) {
+  c.rejections.push_back(key + ": " + why);
+  if (config::flag("SYNOROS_VERBOSE")) std::cerr << "synoros: rejected kernel " << why << " (" << key << ")\n";
+}
+}  // namespace
+
 void record_rejection(const std::string& key, const std::string& why) {
   Cache& c = cache();
   std::lock_guard<std::mutex> lk(c.mu);
-  c.rejections.push_back(key + ": " + why);
-  std::cerr << "synoros: rejected kernel " << why << " (" << key << ")\n";
+  note_rejection_locked(c, key, why);
 }
 
 Selection select_gemm(const GemmShape& s, bool strict) {
@@ -357,8 +363,7 @@ Selection select_gemm(const GemmShape& s, bool strict) {
     std::string why = check(*p, probe, C, static_cast<float*>(scratch->data()), pool);
     if (!why.empty()) {
       sel.rejected.push_back(why);
-      c.rejections.push_back(key + ": " + why);
-      std::cerr << "synoros: rejected kernel " << why << " (" << key << ")\n";
+      note_rejection_locked(c, key, why);
       continue;
     }
     passed.push_back({p.get(), std::move(scratch)});

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -56,6 +57,15 @@ void clear_tuning_cache();
 // Forgets the in-memory copy; the next selection reads the file again (as a new process would).
 void reload_tuning_cache();
 size_t tuning_cache_size();
+
+// The cache file: the line "synoros-tuning-cache 1", one "key<TAB>provider<TAB>version" line
+// per choice, then "checksum <16 hex digits>" (FNV-1a of everything before it).
+struct TuningEntry {
+  std::string provider, version;
+};
+std::string serialize_tuning_cache(const std::map<std::string, TuningEntry>& entries);
+// Returns false, with why, when the text is not a valid cache file.
+bool parse_tuning_cache(const std::string& text, std::map<std::string, TuningEntry>& out, std::string& why);
 
 // The tuning cache for choices other than a GEMM provider (how a convolution is lowered): the
 // key is completed with the ISA, strict mode, the provider set and the CPU model.

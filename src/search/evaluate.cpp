@@ -1,6 +1,7 @@
 // One candidate: proxy training on Fashion-MNIST and in-engine latency, never fatal.
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -34,6 +35,19 @@ std::string to_json(const Evaluation& e) {
   return j.dump();
 }
 
+namespace {
+// An integer field within [lo, hi]. nlohmann converts a JSON float to an integer with a plain
+// cast, undefined when it is out of range (1e300), so only JSON integers are taken.
+int64_t integer_field(const nlohmann::json& j, const char* name, int64_t lo, int64_t hi) {
+  const nlohmann::json& v = j.at(name);
+  if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(hi)) ||
+      v.get<int64_t>() < lo || v.get<int64_t>() > hi)
+    throw Error(std::string("search: malformed evaluation record: ") + name + " is not an integer in [" +
+                std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  return v.get<int64_t>();
+}
+}  // namespace
+
 Evaluation evaluation_from_json(const std::string& line) {
   Evaluation e;
   try {
@@ -43,10 +57,10 @@ Evaluation evaluation_from_json(const std::string& line) {
     e.actions = j.at("actions");
     e.failed = j.at("failed");
     e.error = j.at("error");
-    e.class_mask = j.at("class_mask");
+    e.class_mask = unsigned(integer_field(j, "class_mask", 0, std::numeric_limits<unsigned>::max()));
     e.accuracy = j.at("accuracy");
     e.loss = j.at("loss");
-    e.trained_epochs = j.at("trained_epochs");
+    e.trained_epochs = integer_field(j, "trained_epochs", 0, int64_t(1) << 53);
     auto& l = j.at("latency_ms");
     e.latency = {l.at("b1_t1"), l.at("b64_t1"), l.at("b1_t2"), l.at("b64_t2")};
     e.paired_base_b64_t1 = j.value("paired_base_b64_t1", 0.0);  // absent in older logs
@@ -54,7 +68,10 @@ Evaluation evaluation_from_json(const std::string& line) {
     e.params = j.at("params");
     e.train_seconds = j.at("train_seconds");
     e.reward = j.at("reward");
-    e.order = j.at("order");
+    // A completion index; the log continues from the largest one plus one.
+    e.order = integer_field(j, "order", 0, int64_t(1) << 53);
+  } catch (const Error&) {
+    throw;
   } catch (const std::exception& ex) {
     throw Error(std::string("search: malformed evaluation record: ") + ex.what());
   }

@@ -1,6 +1,7 @@
 // Search: MCTS over the state DAG (UCT with virtual loss, transposition sharing, progressive
 // widening, checkpoint/resume), plus random sampling and beam search as baselines.
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -359,68 +360,102 @@ void Mcts::save(const std::string& path) const {
   if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) throw Error("synth: writing checkpoint '" + path + "' failed");
 }
 
+namespace {
+// A number filling the whole text (std::stod accepts a prefix and throws std::invalid_argument
+// or std::out_of_range, not Error). As save() writes them, "inf" and "nan" are numbers too.
+bool parse_number(const std::string& text, double& out) {
+  const char* end = text.data() + text.size();
+  auto [p, ec] = std::from_chars(text.data(), end, out);
+  return ec == std::errc() && p == end;
+}
+}  // namespace
+
 void Mcts::load(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw Error("synth: cannot read checkpoint '" + path + "'");
   Impl& m = *impl_;
+  auto corrupt = [&](const std::string& what) {
+    return Error("synth: checkpoint '" + path + "' is corrupt (" + what + ")");
+  };
+  auto truncated = [&] { return Error("synth: checkpoint '" + path + "' is truncated"); };
+  auto decode = [&](const std::string& text) {
+    try {
+      return decode_actions(text);
+    } catch (const Error& e) {
+      throw corrupt(e.what());
+    }
+  };
   std::string magic;
   int version = 0;
   uint64_t fp = 0, seed = 0, iters = 0, evals = 0;
   if (!(in >> magic >> version) || magic != "synoros-mcts" || version != 1)
     throw Error("synth: '" + path + "' is not an MCTS checkpoint");
-  if (!(in >> fp >> seed >> iters >> evals)) throw Error("synth: checkpoint '" + path + "' is corrupt (header)");
+  if (!(in >> fp >> seed >> iters >> evals)) throw corrupt("header");
   if (fp != fingerprint(m.syn)) throw Error("synth: checkpoint '" + path + "' was written for a different spec or options");
   if (seed != m.opt.seed) throw Error("synth: checkpoint '" + path + "' was written with seed " + std::to_string(seed));
   std::mt19937_64 rng;
-  if (!(in >> rng)) throw Error("synth: checkpoint '" + path + "' is corrupt (generator state)");
+  if (!(in >> rng)) throw corrupt("generator state");
   size_t count = 0;
-  if (!(in >> count) || count == 0 || count > (1u << 26)) throw Error("synth: checkpoint '" + path + "' is corrupt (nodes)");
-  m.nodes.clear();
-  m.table.clear();
-  m.cache.clear();
-  m.best.clear();
+  if (!(in >> count) || count == 0 || count > (1u << 26)) throw corrupt("nodes");
+  // Everything is read into a fresh search (holding the root as node 0, as the search expects)
+  // and taken over only at the end: a refused file leaves this search as it was.
+  Impl r(m.syn, m.reward, m.opt);
   std::string line;
   std::getline(in, line);
   for (size_t i = 0; i < count; ++i) {
     double n, w, fn, fw;
-    if (!std::getline(in, line)) throw Error("synth: checkpoint '" + path + "' is truncated");
+    if (!std::getline(in, line)) throw truncated();
     std::istringstream ls(line);
-    if (!(ls >> n >> w >> fn >> fw)) throw Error("synth: checkpoint '" + path + "' is corrupt (node stats)");
+    // Visit counts feed pow() and a conversion to size_t when the search widens a node.
+    constexpr double kMaxVisits = double(uint64_t(1) << 53);
+    if (!(ls >> n >> w >> fn >> fw) || !(n >= 0 && n <= kMaxVisits && fn >= 0 && fn <= kMaxVisits) ||
+        !std::isfinite(w) || !std::isfinite(fw))
+      throw corrupt("node stats");
     std::string rest;
     std::getline(ls, rest);
-    std::vector<Action> p = decode_actions(rest);
-    State s = m.syn.root();
+    std::vector<Action> p = decode(rest);
+    State s = r.syn.root();
     std::vector<Action> acts;
     for (const Action& a : p) {
-      m.syn.actions(s, acts);
+      r.syn.actions(s, acts);
       if (std::find(acts.begin(), acts.end(), a) == acts.end())
         throw Error("synth: checkpoint '" + path + "' holds an illegal action path");
-      s = m.syn.apply(s, a);
+      s = r.syn.apply(s, a);
     }
-    int32_t id = m.get_node(s, p);
-    auto& nd = m.nodes[size_t(id)];
+    int32_t id = r.get_node(s, p);
+    auto& nd = r.nodes[size_t(id)];
     nd.n = n, nd.w = w, nd.fn = fn, nd.fw = fw;
   }
-  if (!(in >> count)) throw Error("synth: checkpoint '" + path + "' is corrupt (cache)");
+  if (!(in >> count)) throw corrupt("cache");
   std::getline(in, line);
   for (size_t i = 0; i < count; ++i) {
-    if (!std::getline(in, line)) throw Error("synth: checkpoint '" + path + "' is truncated");
+    if (!std::getline(in, line)) throw truncated();
     size_t sp = line.find(' ');
-    if (sp == std::string::npos) throw Error("synth: checkpoint '" + path + "' is corrupt (cache)");
-    m.cache[line.substr(sp + 1)] = std::stod(line.substr(0, sp));
+    double v;
+    if (sp == std::string::npos || !parse_number(line.substr(0, sp), v)) throw corrupt("cache");
+    r.cache[line.substr(sp + 1)] = v;
   }
-  if (!(in >> count)) throw Error("synth: checkpoint '" + path + "' is corrupt (best)");
+  if (!(in >> count)) throw corrupt("best");
   std::getline(in, line);
   for (size_t i = 0; i < count; ++i) {
-    if (!std::getline(in, line)) throw Error("synth: checkpoint '" + path + "' is truncated");
+    if (!std::getline(in, line)) throw truncated();
     std::istringstream ls(line);
-    double r;
-    ls >> r;
+    double v;
+    if (!(ls >> v) || !std::isfinite(v)) throw corrupt("best");
     std::string rest;
     std::getline(ls, rest);
-    m.best.push_back({r, build_from_actions(m.syn, decode_actions(rest))});
+    std::vector<Action> p = decode(rest);
+    try {
+      r.best.push_back({v, build_from_actions(r.syn, p)});
+    } catch (const Error& e) {
+      throw corrupt(std::string("best: ") + e.what());
+    }
   }
-  if (!(in >> magic) || magic != "end") throw Error("synth: checkpoint '" + path + "' is truncated");
+  if (!(in >> magic) || magic != "end") throw truncated();
+  m.nodes = std::move(r.nodes);
+  m.table = std::move(r.table);
+  m.cache = std::move(r.cache);
+  m.best = std::move(r.best);
   m.rng = rng;
   m.iterations = iters;
   m.evaluations = evals;

@@ -54,6 +54,13 @@ int64_t parse_int(const std::string& s, const std::string& what) {
     throw Error("synth spec: " + what + ": '" + s + "' is not an integer");
   }
 }
+
+// A cap: checked here, before it is narrowed to an int.
+int parse_cap(const std::string& s, const std::string& name) {
+  const int64_t v = parse_int(s, "cap of " + name);
+  if (v < 0 || v > 8) throw Error("synth spec: cap of '" + name + "' must be in [0, 8], got " + std::to_string(v));
+  return int(v);
+}
 }  // namespace
 
 Size Size::operator*(const Size& o) const {
@@ -182,7 +189,11 @@ Size Spec::parse_size(const std::string& text) const {
     if (j < t.size() && t[j] == '^') {
       size_t k = j + 1;
       while (k < t.size() && std::isdigit(static_cast<unsigned char>(t[k]))) ++k;
-      e = int(parse_int(t.substr(j + 1, k - j - 1), "exponent in '" + t + "'"));
+      // Only digits follow '^', so the exponent is >= 0; bounded before it is narrowed.
+      const int64_t e64 = parse_int(t.substr(j + 1, k - j - 1), "exponent in '" + t + "'");
+      if (e64 > 100)
+        throw Error("synth spec: size '" + t + "': exponent " + std::to_string(e64) + " is out of range (at most 100)");
+      e = int(e64);
       j = k;
     }
     if (name != "1") {
@@ -267,12 +278,14 @@ Spec parse_spec(const std::string& text) {
         std::string val = trim(item.substr(eq + 1));
         size_t cc = val.find(':');
         if (cc != std::string::npos) {
-          v.cap = int(parse_int(trim(val.substr(cc + 1)), "cap of " + v.name));
+          v.cap = parse_cap(trim(val.substr(cc + 1)), v.name);
           val = trim(val.substr(0, cc));
         }
         v.value = parse_int(val, "value of " + v.name);
         if (!valid_name(v.name)) throw Error("synth spec: bad variable name '" + v.name + "'");
         if (s.find_coefficient(v.name) >= 0) throw Error("synth spec: coefficient '" + v.name + "' defined twice");
+        if (s.coefficient.size() == size_t(kMaxVars))
+          throw Error("synth spec: at most " + std::to_string(kMaxVars) + " coefficient variables");
         s.coefficient.push_back(v);
       }
     } else if (key == "bind" || key == "binding") {
@@ -289,7 +302,8 @@ Spec parse_spec(const std::string& text) {
         if (item.empty()) continue;
         size_t eq = item.find('=');
         if (eq == std::string::npos) throw Error("synth spec: cap item '" + item + "' needs name=value");
-        caps.push_back({trim(item.substr(0, eq)), int(parse_int(trim(item.substr(eq + 1)), "cap"))});
+        const std::string name = trim(item.substr(0, eq));
+        caps.push_back({name, parse_cap(trim(item.substr(eq + 1)), name)});
       }
     } else if (key == "fixed") {
       fixed_names = split(body, ',');
@@ -305,19 +319,24 @@ Spec parse_spec(const std::string& text) {
     if (!valid_name(name)) throw Error("synth spec: bad variable name '" + name + "'");
     if (s.find_coefficient(name) >= 0) throw Error("synth spec: '" + name + "' is both a coefficient and bound");
     if (s.find_primary(name) >= 0) throw Error("synth spec: '" + name + "' bound twice");
+    if (s.primary.size() == size_t(kMaxVars))
+      throw Error("synth spec: at most " + std::to_string(kMaxVars) +
+                  " primary variables (the names of the first 'bind:' clause)");
     Var pv;
     pv.name = name;
     s.primary.push_back(pv);
   }
   for (size_t b = 0; b < binds.size(); ++b) {
-    std::vector<int64_t> vals(s.primary.size(), -1);
+    std::vector<int64_t> vals(s.primary.size(), 0);
+    std::vector<bool> given(s.primary.size(), false);
     for (auto& [name, v] : binds[b]) {
       int i = s.find_primary(name);
       if (i < 0) throw Error("synth spec: binding " + std::to_string(b) + " names unknown variable '" + name + "'");
       vals[size_t(i)] = v;
+      given[size_t(i)] = true;
     }
     for (size_t i = 0; i < vals.size(); ++i)
-      if (vals[i] < 0 && s.primary[i].name.size())
+      if (!given[i])
         throw Error("synth spec: binding " + std::to_string(b) + " lacks a value for '" + s.primary[i].name + "'");
     s.bindings.push_back(vals);
   }
