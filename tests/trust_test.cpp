@@ -154,13 +154,18 @@ TEST(Trust, ACurveOfOnePointIsDrawn) {
   EXPECT_EQ(svg.find("nan"), std::string::npos);
 }
 
-TEST(Trust, TheCostModelTimerIsDeterministic) {
-  Graph g;
-  ValueId a = g.input(DType::F32, {64, 64}, "a"), b = g.input(DType::F32, {64, 64}, "b");
-  Plan p(g, {g.matmul(a, b)});
-  double ms = search::cost_model_ms(p);
-  EXPECT_GT(ms, 0);
-  EXPECT_EQ(ms, search::cost_model_ms(p));
+// The estimate is arithmetic at fixed rates: a product of twice the size costs eight times as
+// much (FLOP-bound), and a copy of a large tensor is priced by its bytes.
+TEST(Trust, TheCostModelTimerPricesFlopsAndBytes) {
+  auto matmul_ms = [](int64_t n) {
+    Graph g;
+    ValueId a = g.input(DType::F32, {n, n}, "a"), b = g.input(DType::F32, {n, n}, "b");
+    return search::cost_model_ms(Plan(g, {g.matmul(a, b)}));
+  };
+  double small = matmul_ms(128), big = matmul_ms(256);
+  EXPECT_GT(small, 0);
+  EXPECT_DOUBLE_EQ(big / small, 8.0);
+  EXPECT_NEAR(small, 2.0 * 128 * 128 * 128 / 100e6, small * 1e-9);  // 2 n^3 FLOPs at 100 GFLOP/s
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "kernels/cpu/scalar_ops.hpp"
+#include "synoros/config.hpp"
 
 namespace synoros::kernels::fn {
 namespace {
@@ -127,8 +128,7 @@ int64_t mismatches(LineFn line, uint64_t step) {
 
 TEST(VectorMath, VectorisedLinesGiveTheScalarBitsOnEveryInput) {
   if (best_isa() == Isa::Scalar) GTEST_SKIP() << "this CPU has no AVX2+FMA: only the scalar lines run";
-  const char* ex = std::getenv("SYNOROS_EXHAUSTIVE");
-  uint64_t step = ex && std::strcmp(ex, "1") == 0 ? 1 : 4099;
+  uint64_t step = synoros::config::flag("SYNOROS_EXHAUSTIVE") ? 1 : 4099;
   for (Isa isa : {Isa::Avx2, Isa::Avx512}) {
     if (int(isa) > int(best_isa())) continue;
     auto pick = [&](Op op) { return isa == Isa::Avx512 ? avx512::pick_line(op, DType::F32) : avx2::pick_line(op, DType::F32); };

@@ -36,8 +36,9 @@ std::optional<int64_t> integer(const char* name);  // Integer within its range, 
 std::string text(const char* name);               // Choice or Path
 
 // Replaces a variable's value for the lifetime of the object (tests; nullptr: unset). Only
-// settings read at use time see it; those cached at first use (the ISA, the thread count, strict
-// mode) have setters of their own.
+// settings read at use time see it (SYNOROS_NO_FUSION, SYNOROS_NO_PLAN, SYNOROS_VERBOSE, the data
+// and cache paths); those cached at first use (the ISA, the thread count, strict mode, the window
+// kernel, the forced convolution lowering, both memory limits) have setters of their own.
 class ScopedOverride {
  public:
   ScopedOverride(const char* name, const char* value);

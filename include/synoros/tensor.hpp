@@ -80,7 +80,9 @@ class Tensor {
   Tensor grad() const;
   void zero_grad();
   // Overwrites this leaf's storage with `value` (an optimizer update). Inside compile() the
-  // update becomes part of the compiled step.
+  // update becomes part of the compiled step. Outside, `value` is consumed as under PyTorch's
+  // no_grad: it becomes a leaf holding its result, so it stays readable after the storage it was
+  // computed from changes, and no gradient flows through it afterwards.
   void assign(const Tensor& value);
   // Marks a leaf whose storage the host rewrites between runs (a learning rate, say): plans
   // then read its storage in place instead of a copy taken when they were built. Writers must

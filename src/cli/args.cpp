@@ -78,9 +78,9 @@ void check_value(const std::string& cmd, const Opt& o, const std::string& v) {
         throw UsageError(cmd + ": --" + o.name + " '" + v + "' is not " + range_text(o));
       break;
     case Type::Path:
-    case Type::Text:
-      if (v.empty()) throw UsageError(cmd + ": --" + o.name + " needs a non-empty value");
+      if (v.empty()) throw UsageError(cmd + ": --" + o.name + " needs a non-empty path");
       break;
+    case Type::Text: break;  // may be empty (an empty prompt, say)
     case Type::Flag: break;
   }
 }
@@ -148,9 +148,14 @@ std::string help_text(const CommandSpec& spec) {
   return o.str();
 }
 
-bool wants_help(int argc, char** argv) {
-  for (int i = 0; i < argc; ++i)
-    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) return true;
+bool wants_help(const CommandSpec& spec, int argc, char** argv) {
+  for (int i = 0; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--help" || a == "-h") return true;
+    if (a.rfind("--", 0) != 0 || a.find('=') != std::string::npos) continue;
+    for (const Opt& f : spec.opts)
+      if ("--" + f.name == a && f.type != Type::Flag) ++i;  // its value, whatever it reads
+  }
   return false;
 }
 

@@ -80,7 +80,8 @@ class Args {
   std::map<std::string, std::string> values_;
 };
 
-// True when argv asks for help (`--help` or `-h` anywhere): the command must print it and do no work.
-bool wants_help(int argc, char** argv);
+// True when argv asks for help (`--help` or `-h` in place of a flag, not as an option's value):
+// the command must print it and do no work.
+bool wants_help(const CommandSpec& spec, int argc, char** argv);
 
 }  // namespace synoros::cli

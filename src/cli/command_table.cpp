@@ -80,6 +80,13 @@ CommandSpec eval_spec() {
       text("prompt", "'The '", "prompt of the sample", "lm"),
       integer("sample", 200, 0, 1 << 20, "bytes to sample", "lm"),
       threads_opt(),
+      // For checkpoints written before their metadata recorded these: refused when it does.
+      text("operator", "the checkpoint's", "resnet-mini's searched operator (older checkpoints)", "classifier"),
+      integer_words("mask", "the checkpoint's", 1, 255, "its layer classes (older checkpoints)", "classifier"),
+      integer_words("context", "the checkpoint's", 2, 1 << 16, "context length (older checkpoints)", "lm"),
+      integer_words("width", "the checkpoint's", 1, 1 << 16, "model width (older checkpoints)", "lm"),
+      integer_words("layers", "the checkpoint's", 1, 1024, "transformer blocks (older checkpoints)", "lm"),
+      integer_words("heads", "the checkpoint's", 1, 1024, "attention heads (older checkpoints)", "lm"),
   };
   return s;
 }
@@ -127,7 +134,8 @@ CommandSpec search_spec() {
       flag("inline", "train candidates in this process (no worker processes)"),
       choice("timer", "measured", "measured|cost-model",
              "latency: measured, or a FLOP-and-byte estimate at fixed rates (deterministic; tests, dry runs)"),
-      threads_opt(),
+      integer_words("threads", "all cores, or SYNOROS_NUM_THREADS", 1, config::kMaxThreads,
+                    "threads of the searching process (worker processes train with one thread each)"),
   };
   return s;
 }

@@ -59,7 +59,7 @@ int dispatch(int argc, char** argv) {
     usage(std::cerr);
     return 2;
   }
-  if (synoros::cli::wants_help(argc - 2, argv + 2)) {  // help never does work
+  if (synoros::cli::wants_help(c->spec, argc - 2, argv + 2)) {  // help never does work
     std::cout << synoros::cli::help_text(c->spec);
     return 0;
   }

@@ -26,9 +26,7 @@ std::string self_exe() {
 }  // namespace
 
 int search_cmd(const Args& a) {
-  apply_threads(a);
-  // Worker processes read the thread count from their environment.
-  if (a.has("threads")) setenv("SYNOROS_NUM_THREADS", std::to_string(a.integer("threads")).c_str(), 1);
+  apply_threads(a);  // the searching process; worker processes train with one thread each
   if (a.str("timer") == "cost-model") search::set_plan_timer(search::cost_model_ms);
   search::SearchConfig c;
   c.width = a.integer("width");
@@ -94,7 +92,7 @@ int search_cmd(const Args& a) {
 }
 
 int export_cmd(const Args& a) {
-  if (!a.has("operator")) throw Error("export: --operator ACTIONS is required (an action path from a search report)");
+  if (!a.has("operator")) throw UsageError("export: --operator ACTIONS is required (an action path from a search report)");
   int64_t width = a.integer("width");
   synth::Spec spec = search::resnet_conv_spec(width);
   synth::Options so;
@@ -114,7 +112,7 @@ int export_cmd(const Args& a) {
 // and 1 on one and two threads, each pair timed interleaved (ABBA) in several rounds, the
 // rounds' medians and ratios printed (and the spread over rounds: this VM is noisy).
 int latency_cmd(const Args& a) {
-  if (!a.has("operator")) throw Error("latency: --operator ACTIONS is required (an action path from a search report)");
+  if (!a.has("operator")) throw UsageError("latency: --operator ACTIONS is required (an action path from a search report)");
   int64_t width = a.integer("width");
   unsigned mask = unsigned(a.integer("mask"));
   int rounds = int(a.integer("rounds")), repeats = int(a.integer("repeats"));

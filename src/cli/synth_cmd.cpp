@@ -59,6 +59,7 @@ int synth(const Args& a) {
   if (mode != "beam") a.refuse("width", "applies to --mode beam");
   if (mode != "mcts" && mode != "random") a.refuse("iterations", "applies to --mode mcts and random");
   if (mode == "enumerate") a.refuse("seed", "does not apply to --mode enumerate");
+  if (mode == "enumerate" || mode == "sample") a.refuse("reward", "applies to --mode mcts, random and beam");
   if (!checkpoint.empty() && mode != "mcts") throw UsageError("synth: --checkpoint applies to --mode mcts");
   if (int(conv) + int(conv_same) + int(a.has("spec")) + int(a.has("spec-file")) != 1)
     throw UsageError("synth: give exactly one spec (--conv2d, --conv2d-same, --spec or --spec-file)");

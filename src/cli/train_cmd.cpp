@@ -103,7 +103,8 @@ class RunLog {
       std::vector<double> row;
       std::stringstream ss(line);
       std::string cell;
-      while (std::getline(ss, cell, ',')) row.push_back(std::strtod(cell.c_str(), nullptr));
+      while (std::getline(ss, cell, ','))  // json_num writes a non-finite value as null
+        row.push_back(cell == "null" ? NAN : std::strtod(cell.c_str(), nullptr));
       if (row.size() == columns_.size() && row[step_col] <= double(step)) rows_.push_back(row);
     }
   }
@@ -169,10 +170,11 @@ int train_classifier(const Args& a, const std::string& model) {
   c.test_limit = a.integer("test-limit", 0);
   c.data_dir = a.str("data-dir", "");
   if (!a.has("operator")) a.refuse("mask", "goes with --operator");
-  if (a.has("operator")) {
-    if (model != "resnet-mini") throw UsageError("train: --operator replaces resnet-mini's 3x3 convolutions, not " + model + "'s layers");
-    c.extra = {{kOperatorKey, a.str("operator")}, {kMaskKey, std::to_string(a.integer("mask"))}};
-  }
+  if (a.has("operator") && model != "resnet-mini")
+    throw UsageError("train: --operator replaces resnet-mini's 3x3 convolutions, not " + model + "'s layers");
+  // Recorded either way, so resuming with or without --operator is checked in both directions.
+  c.extra = {{kOperatorKey, a.str("operator", "")},
+             {kMaskKey, a.has("operator") ? std::to_string(a.integer("mask")) : ""}};
   std::string out = a.str("out", "runs/" + model), save = a.str("save", out + "/checkpoint.safetensors");
   writable_dir(out, "run directory");
   writable_file(save, "checkpoint");
@@ -196,7 +198,7 @@ int train_classifier(const Args& a, const std::string& model) {
             << " steps per epoch, " << total << " steps, batch " << c.batch << ", " << c.optimizer << " lr " << c.lr
             << "\n";
   double total_seconds = 0, last_test_acc = 0;
-  for (int64_t epoch = t.step() / spe; epoch < epochs; ++epoch) {
+  for (int64_t epoch = t.step() / spe; epoch < epochs && t.step() < total; ++epoch) {
     int64_t end = std::min((epoch + 1) * spe, total);
     Progress bar(progress, "epoch " + std::to_string(epoch + 1) + "/" + std::to_string(epochs), end - epoch * spe);
     t.reset_means();
@@ -325,7 +327,9 @@ int eval_cmd(const Args& a) {
     // as far as anyone can tell (a different shape fails the load, naming the tensor).
     train::LmConfig c;
     auto shape = [&](const char* key, int64_t fallback, int64_t lo, int64_t hi) {
-      return md.count(key) ? io::metadata_int(md, key, path, lo, hi) : fallback;
+      if (!md.count(key)) return a.integer(key, fallback);
+      a.refuse(key, "is recorded in the checkpoint");
+      return io::metadata_int(md, key, path, lo, hi);
     };
     c.model.context = shape("context", c.model.context, 2, 1 << 16);
     c.model.width = shape("width", c.model.width, 1, 1 << 16);
@@ -350,9 +354,16 @@ int eval_cmd(const Args& a) {
   c.seed = 1;
   c.data_dir = a.str("data-dir", "");
   std::unique_ptr<train::ClassifierTrainer> tp;
-  if (md.count(kOperatorKey)) {
-    int64_t mask = io::metadata_int(md, kMaskKey, path, 1, 255);
-    tp = std::make_unique<train::ClassifierTrainer>(c, operator_network(md.at(kOperatorKey), mask, c.seed));
+  std::string actions = a.str("operator", "");
+  int64_t mask = a.integer("mask", 7);
+  if (md.count(kOperatorKey)) {  // recorded (empty: the plain network)
+    a.refuse("operator", "is recorded in the checkpoint");
+    a.refuse("mask", "is recorded in the checkpoint");
+    actions = md.at(kOperatorKey);
+    if (!actions.empty()) mask = io::metadata_int(md, kMaskKey, path, 1, 255);
+  }
+  if (!actions.empty()) {
+    tp = std::make_unique<train::ClassifierTrainer>(c, operator_network(actions, mask, c.seed));
   } else {
     tp = std::make_unique<train::ClassifierTrainer>(c);
   }

@@ -32,6 +32,7 @@ const std::vector<Variable>& variables() {
        "Fashion-MNIST's IDX files"},
       {"SYNOROS_FORTUNES_DIR", Kind::Path, "a directory", "/usr/share/games/fortunes", "the fortunes corpus"},
       {"SYNOROS_VERBOSE", Kind::Flag, "0|1", "0", "log kernel selection (rejected candidates) on stderr"},
+      {"SYNOROS_EXHAUSTIVE", Kind::Flag, "0|1", "0", "tests: check vector math over every float input"},
   };
   return table;
 }

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -86,7 +87,14 @@ std::string gib(size_t b) {
 
 size_t default_memory_limit() {
   long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-  return pages > 0 && page > 0 ? size_t(pages) * size_t(page) / 4 * 3 : SIZE_MAX;
+  size_t mem = pages > 0 && page > 0 ? size_t(pages) * size_t(page) : SIZE_MAX;
+  // A container's own limit (cgroup v2), when it is lower: past it the kernel kills the process.
+  if (FILE* f = std::fopen("/sys/fs/cgroup/memory.max", "r")) {
+    unsigned long long cg = 0;
+    if (std::fscanf(f, "%llu", &cg) == 1 && cg > 0) mem = std::min<size_t>(mem, size_t(cg));
+    std::fclose(f);
+  }
+  return mem == SIZE_MAX ? SIZE_MAX : mem / 4 * 3;
 }
 size_t memory_limit() { return limit_slot(); }
 void set_memory_limit(size_t bytes) { limit_slot() = bytes; }

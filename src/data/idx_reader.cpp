@@ -121,7 +121,8 @@ IdxArray parse_idx(const std::string& path, const ByteReader& read, uint32_t exp
   const int64_t keep = keep_items * item;
   // Grow as the data arrives so that a lying header cannot make us allocate a lot up front.
   out.data.reserve(size_t(std::min<int64_t>(keep, int64_t(1) << 24)));
-  std::vector<unsigned char> chunk(size_t(1) << 20);
+  // Chunks of 1 MiB, or less for a small payload (no large buffer to clear for a tiny file).
+  std::vector<unsigned char> chunk(size_t(std::clamp<int64_t>(total, 64, int64_t(1) << 20)));
   int64_t done = 0;
   while (done < total) {
     const size_t want = size_t(std::min<int64_t>(total - done, int64_t(chunk.size())));

@@ -19,6 +19,7 @@
 #include <set>
 #include <sstream>
 
+#include "synoros/checkpoint.hpp"
 #include "synoros/search.hpp"
 
 namespace synoros::search {
@@ -237,7 +238,7 @@ std::vector<Evaluation> run_jobs(const SearchConfig& cfg, const synth::Spec& spe
     std::vector<std::string> a = {"--width", std::to_string(cfg.width), "--mask", std::to_string(j.mask),
                                   "--epochs", std::to_string(p.epochs), "--train-images",
                                   std::to_string(p.train_images), "--test-images", std::to_string(p.test_images),
-                                  "--lr", std::to_string(p.lr), "--seed", std::to_string(p.seed)};
+                                  "--lr", io::metadata_real(p.lr), "--seed", std::to_string(p.seed)};
     if (p.augment) a.push_back("--augment");
     if (j.op) a.insert(a.end(), {"--actions", serialize_actions(j.op->path), "--depth", std::to_string(cfg.depth)});
     args.push_back(std::move(a));

@@ -53,6 +53,8 @@ expect 2 "--raw applies to --mode enumerate" -- synth --conv2d --mode mcts --raw
 expect 2 "give exactly one spec" -- synth --conv2d --conv2d-same
 expect 2 "--width applies to --mode beam" -- synth --conv2d --width 3
 expect 2 "unexpected argument 'stray'" -- info stray
+expect 2 "--reward applies to --mode mcts" -- synth --conv2d --reward hash
+expect 2 "--operator ACTIONS is required" -- export
 
 # Failures: exit 1 with the cause.
 expect 1 "run directory '$dir/a-file/x' cannot be created" -- train --model mlp --out "$dir/a-file/x" "${small[@]}"
@@ -61,7 +63,7 @@ expect 1 "SYNOROS_ISA='avx3' is not valid: expected scalar|avx2|avx512" SYNOROS_
 expect 1 "SYNOROS_MAX_PLAN_BYTES='lots' is not valid" SYNOROS_MAX_PLAN_BYTES=lots -- info
 expect 1 "SYNOROS_STRICT='yes' is not valid: expected 0|1" SYNOROS_STRICT=yes -- plan
 expect 2 "--width 100000000 is out of range" -- train --model gpt-tiny --width 100000000
-expect 1 "out of memory" -- train --model gpt-tiny --width 60000 --heads 1 --steps 1 --no-progress --out "$dir/w"
+expect 1 "out of memory" SYNOROS_MAX_MEMORY_BYTES=1G -- train --model gpt-tiny --width 60000 --heads 1 --steps 1 --no-progress --out "$dir/w"
 expect 1 "cannot open" -- eval --checkpoint "$dir/absent.safetensors"
 expect 1 "cannot read spec file" -- synth --spec-file "$dir/absent.txt"
 
@@ -75,6 +77,7 @@ expect 0 "mlp at step 8" -- eval --checkpoint "$ck" --test-limit 256
 expect 1 "holds a mlp, not a lenet" -- eval --checkpoint "$ck" --model lenet
 expect 1 "$dir/no-data" -- eval --checkpoint "$ck" --data-dir "$dir/no-data"
 expect 2 "--sample does not apply to mlp" -- eval --checkpoint "$ck" --sample 5
+expect 2 "--operator is recorded in the checkpoint" -- eval --checkpoint "$ck" --operator "1 x"
 # Resume refuses another configuration, naming the field.
 expect 1 "batch = 64, this command has 32" -- train --model mlp --epochs 2 "${small[@]}" --out "$run" --resume "$ck" --batch 32
 expect 1 "seed = 1, this command has 2" -- train --model mlp --epochs 2 "${small[@]}" --out "$run" --resume "$ck" --seed 2
@@ -104,6 +107,11 @@ lm=(--model gpt-tiny --steps 2 --eval-every 2 --width 32 --heads 2 --layers 1 --
 expect 0 "sample" -- train "${lm[@]}" --out "$dir/lm"
 expect 0 "validation loss" -- eval --checkpoint "$dir/lm/checkpoint.safetensors" --sample 4
 expect 2 "--test-limit does not apply to gpt-tiny" -- eval --checkpoint "$dir/lm/checkpoint.safetensors" --test-limit 5
+expect 2 "--width is recorded in the checkpoint" -- eval --checkpoint "$dir/lm/checkpoint.safetensors" --width 32
+# An option's value is never taken for a flag: "-h" here is a prompt, not a request for help; and
+# an empty prompt is a prompt.
+expect 0 "validation loss" -- eval --checkpoint "$dir/lm/checkpoint.safetensors" --prompt -h --sample 2
+expect 0 "validation loss" -- eval --checkpoint "$dir/lm/checkpoint.safetensors" --prompt "" --sample 2
 expect 1 "width = 32, this command has 64" -- train "${lm[@]/#32/64}" --out "$dir/lm" --resume "$dir/lm/checkpoint.safetensors"
 
 # Resume keeps the history: a checkpoint rewound to step 4 continues into the same run
@@ -123,7 +131,7 @@ grep -q "<circle" "$dir/s3/curves.svg" || fail "a one-point curve should draw a 
 
 # A stale temporary of a killed save is removed by the next save.
 dead=4194000
-while kill -0 "$dead" 2> /dev/null; do dead=$((dead + 1)); done
+while [ -e "/proc/$dead" ]; do dead=$((dead + 1)); done
 echo partial > "$dir/s3/checkpoint.safetensors.tmp.$dead"
 expect 0 "3 steps" -- train --model mlp --steps 3 "${small[@]}" --out "$dir/s3"
 [ ! -e "$dir/s3/checkpoint.safetensors.tmp.$dead" ] || fail "a stale temporary was left behind"
