@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages Synoros needs, skipping what is already there.
+# Installs the Debian 12 packages Synoros needs, skipping what is already there; with package
+# names as arguments, those instead (scripts/fuzz.sh installs clang this way).
 set -euo pipefail
-pkgs=(build-essential cmake ninja-build libgtest-dev libbenchmark-dev libopenblas-dev python3
+pkgs=("$@")
+[ ${#pkgs[@]} -gt 0 ] || pkgs=(build-essential cmake ninja-build libgtest-dev libbenchmark-dev libopenblas-dev python3
       python3-torch python3-threadpoolctl zlib1g-dev nlohmann-json3-dev libdnnl-dev libxsmm-dev
       openmpi-bin libopenmpi-dev
       dataset-fashion-mnist fortunes)
