@@ -44,8 +44,10 @@ std::string header() {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::string head = header();
+  // One synthesizer for all inputs: a fresh one would compute every shape distance again, which
+  // makes an input take a second. Its arena and memo only cache what the spec determines.
+  static synth::Synthesizer syn(synth::conv2d_spec(), options());
   fuzz::MemFile file(head + std::string(fuzz::text_of(data, size)));
-  synth::Synthesizer syn(synth::conv2d_spec(), options());
   synth::Mcts m(syn, constant_reward);
   try {
     m.load(file.path());

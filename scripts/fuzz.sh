@@ -21,21 +21,14 @@ for t in "${targets[@]}"; do
   [[ " $all_targets " == *" $t "* ]] || { echo "fuzz.sh: unknown target '$t' (targets: $all_targets)" >&2; exit 2; }
 done
 
-# clang and its runtimes (libFuzzer, sanitizers), installed as scripts/install_deps.sh does.
-missing=()
-for p in clang libclang-rt-14-dev; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  SUDO=""
-  [ "$(id -u)" -ne 0 ] && SUDO=sudo
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
-fi
+# clang and its runtimes (libFuzzer, sanitizers).
+scripts/install_deps.sh clang libclang-rt-14-dev
 
-# The library is compiled with coverage instrumentation (fuzzer-no-link) and the sanitizers; the
-# targets are linked with libFuzzer (fuzz/CMakeLists.txt, SYNOROS_FUZZ=ON). Static linking pulls
-# in only the library objects a target uses.
+# The library is compiled once with coverage instrumentation (fuzzer-no-link) and the sanitizers,
+# and the targets are linked with libFuzzer (fuzz/CMakeLists.txt, SYNOROS_FUZZ=ON). The whole
+# library, because several parsers reach far into the engine (an MCTS checkpoint is replayed and
+# searched on, evaluation records live with the trainer); static linking then pulls in only the
+# objects a target uses.
 build=build-fuzz
 cmake -S . -B "$build" -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" \
