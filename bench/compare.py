@@ -3,6 +3,8 @@
 
 Each side runs in several fresh processes; medians are reported, with the ratio
 PyTorch time / engine time (above 1: the engine is faster). Results go to a JSON file.
+--mode default,fast also runs the engine in fast mode (SYNOROS_FAST=1) in the same processes'
+rounds and prints default-mode speed as a share of fast mode's per row.
 """
 import argparse
 import json
@@ -22,8 +24,8 @@ SCENARIOS = ["TinyMLP/FwdBwd", "TinyMLP/SgdStep", "EltwiseChain", "Conv3x3", "De
 TUNABLES = "glibc.malloc.trim_threshold=4294967296:glibc.malloc.mmap_threshold=4294967296"
 
 
-def engine_run(bench, threads, min_time):
-    env = dict(os.environ, SYNOROS_NUM_THREADS=str(threads))
+def engine_run(bench, threads, min_time, mode="default"):
+    env = dict(os.environ, SYNOROS_NUM_THREADS=str(threads), SYNOROS_FAST="1" if mode == "fast" else "0")
     flt = "^(" + "|".join(x.replace("/", "/") for x in SCENARIOS) + ")(/real_time)?$"
     res = subprocess.run([bench, "--benchmark_format=json", f"--benchmark_filter={flt}",
                           f"--benchmark_min_time={min_time}"], env=env, check=True,
@@ -33,7 +35,7 @@ def engine_run(bench, threads, min_time):
     for b in data["benchmarks"]:
         name = b["name"].replace("/real_time", "")
         out[name] = b["real_time"] * {"ns": 1, "us": 1e3, "ms": 1e6}[b["time_unit"]]
-        KERNELS[name] = b.get("label", "")
+        KERNELS[(name, mode)] = b.get("label", "")
     return out
 
 
@@ -99,29 +101,47 @@ def main():
     ap.add_argument("--json", default="bench_results.json")
     ap.add_argument("--only", default="", help="regex: run only the scenarios it matches")
     ap.add_argument("--no-memory", action="store_true", help="skip the GPT memory comparison")
+    ap.add_argument("--mode", default="default",
+                    help="engine kernel modes, comma-separated: default (canonical kernels), fast (SYNOROS_FAST=1)")
     args = ap.parse_args()
+    modes = [m for m in args.mode.split(",") if m]
+    if not modes or any(m not in ("default", "fast") for m in modes):
+        ap.error("--mode takes default, fast or default,fast")
     if args.only:
         import re
         SCENARIOS[:] = [x for x in SCENARIOS if re.search(args.only, x)]
     rows = []
     peaks = []  # measured between the processes: a noisy minute can only lower one of them
     for th in args.threads:
-        eng = {s: [] for s in SCENARIOS}
+        eng = {(s, m): [] for s in SCENARIOS for m in modes}
         tor = {s: [] for s in SCENARIOS}
         for _ in range(args.processes):  # interleaved, so drift hits both sides alike
-            for k, v in engine_run(args.bench, th, args.min_time).items():
-                eng[k].append(v)
+            for m in modes:
+                for k, v in engine_run(args.bench, th, args.min_time, m).items():
+                    eng[(k, m)].append(v)
             for k, v in torch_run(th, args.min_time).items():
                 tor[k].append(v)
             peaks.append(run_peak(args.bench))
         for s in SCENARIOS:
-            e, t = statistics.median(eng[s]), statistics.median(tor[s])
-            rows.append({"scenario": s, "threads": th, "engine_ns": e, "torch_ns": t, "ratio": t / e})
-    print(f"{'scenario':<36}{'threads':>8}{'engine ns/iter':>17}{'PyTorch ns/iter':>17}{'ratio':>9}  kernel")
+            t = statistics.median(tor[s])
+            for m in modes:
+                e = statistics.median(eng[(s, m)])
+                rows.append({"scenario": s, "threads": th, "mode": m, "engine_ns": e, "torch_ns": t, "ratio": t / e})
+    print(f"{'scenario':<36}{'threads':>8}{'mode':>8}{'engine ns/iter':>17}{'PyTorch ns/iter':>17}{'ratio':>9}  kernel")
     for r in rows:
-        r["kernel"] = KERNELS.get(r["scenario"], "")
-        print(f"{r['scenario']:<36}{r['threads']:>8}{r['engine_ns']:>17.1f}{r['torch_ns']:>17.1f}"
+        r["kernel"] = KERNELS.get((r["scenario"], r["mode"]), "")
+        print(f"{r['scenario']:<36}{r['threads']:>8}{r['mode']:>8}{r['engine_ns']:>17.1f}{r['torch_ns']:>17.1f}"
               f"{r['ratio']:>8.2f}x  {r['kernel']}")
+    if len(modes) > 1:
+        print("\ndefault mode's speed as a share of fast mode's (fast ns / default ns; target >= 0.95):")
+        by = {(r["scenario"], r["threads"], r["mode"]): r["engine_ns"] for r in rows}
+        for th in args.threads:
+            for s in SCENARIOS:
+                share = by[(s, th, "fast")] / by[(s, th, "default")]
+                for r in rows:
+                    if r["scenario"] == s and r["threads"] == th:
+                        r["default_over_fast_speed"] = share
+                print(f"  {s:<36}{th:>3} threads {share:6.2f}{'' if share >= 0.95 else '  below'}")
     peak = measured_peak(args.bench, peaks)
     print(f"\nmeasured one-core peak: {peak['gflops']:.1f} GFLOP/s ({peak['isa']}), {peak['gbps']:.1f} GB/s")
     for r in rows:
@@ -130,7 +150,7 @@ def main():
                 r["engine_gflops"] = 2.0 * sh[0] * sh[1] * sh[2] * sh[3] / r["engine_ns"]
                 r["share_of_peak"] = r["engine_gflops"] / peak["gflops"]
                 if r["threads"] == 1:
-                    print(f"  {r['scenario']:<34} {r['engine_gflops']:7.1f} GFLOP/s = "
+                    print(f"  {r['scenario']:<34} {r['mode']:<8}{r['engine_gflops']:7.1f} GFLOP/s = "
                           f"{100 * r['share_of_peak']:5.1f}% of peak ({r['kernel']})")
     providers = provider_rows(args.bench, args.min_time, peak["gflops"])
     if providers:
@@ -147,7 +167,7 @@ def main():
         print(f"  engine unplanned {mem['engine_unplanned_bytes'] / 1e6:9.1f} MB")
         print(f"  PyTorch eager    {mem['torch_peak_bytes'] / 1e6:9.1f} MB (heap live bytes, sampled after every op)")
     with open(args.json, "w") as f:
-        json.dump({"medians_over_processes": args.processes, "rows": rows, "memory": mem, "peak": peak,
+        json.dump({"medians_over_processes": args.processes, "modes": modes, "rows": rows, "memory": mem, "peak": peak,
                    "providers": providers},
                   f, indent=2)
     print(f"results written to {args.json}")

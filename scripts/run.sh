@@ -9,4 +9,4 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release > /dev/null
 cmake --build build
 ./build/synoros search --enumerate --depth 5 --screen 24 --candidates 3 --rounds 1 --train-images 4096 \
   --test-images 2000 --workers 2 --report build/search-report
-/usr/bin/python3 bench/compare.py --threads 1 2 --json build/bench_results.json
+/usr/bin/python3 bench/compare.py --threads 1 2 --mode default,fast --json build/bench_results.json

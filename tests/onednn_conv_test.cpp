@@ -88,9 +88,13 @@ HostTensor at_one_and_two_threads(F compute, bool need_onednn = true) {
 class OneDnnConv : public ::testing::TestWithParam<std::tuple<Geo, const char*>> {
  protected:
   void SetUp() override {
-    if (kernels::strict_kernels() || kernels::active_isa() != kernels::best_isa())
-      GTEST_SKIP() << "oneDNN's convolution is offered only outside strict mode at the CPU's own ISA";
+    saved_fast_ = kernels::fast_kernels();
+    kernels::set_fast_kernels(true);
+    if (kernels::active_isa() != kernels::best_isa())
+      GTEST_SKIP() << "oneDNN's convolution is offered only in fast mode at the CPU's own ISA";
   }
+  void TearDown() override { kernels::set_fast_kernels(saved_fast_); }
+  bool saved_fast_ = false;
   static Geo geo() { return std::get<0>(GetParam()); }
   static const char* lowering() { return std::get<1>(GetParam()); }
 };
@@ -240,8 +244,9 @@ INSTANTIATE_TEST_SUITE_P(Geometries, OneDnnConv,
 // live where other launches write between runs: a two-layer network run twice gives the same
 // bits, and the same values as the GEMM lowering.
 TEST(OneDnnConvSelection, KeptWeightsSurviveOtherLaunchesBetweenRuns) {
-  if (kernels::strict_kernels() || kernels::active_isa() != kernels::best_isa())
-    GTEST_SKIP() << "oneDNN's convolution is offered only outside strict mode at the CPU's own ISA";
+  synoros::testing::FastKernels fast;
+  if (kernels::active_isa() != kernels::best_isa())
+    GTEST_SKIP() << "oneDNN's convolution is offered only in fast mode at the CPU's own ISA";
   nn::Conv2d c1(8, 16, 3, 5, 1, 1, 1, 1, false), c2(16, 16, 3, 6, 1, 1, 1, 1, false), c3(16, 16, 3, 7, 1, 1, 1, 1, false);
   HostTensor x = synoros::testing::random_tensor({DType::F32, {6, 8, 20, 20}}, 3);
   auto run = [&](const char* lowering, int times) {
@@ -265,8 +270,9 @@ TEST(OneDnnConvSelection, KeptWeightsSurviveOtherLaunchesBetweenRuns) {
 // Forced Winograd runs where it applies (3x3, stride 1, no dilation), forward and both gradients,
 // and the direct algorithm elsewhere.
 TEST(OneDnnConvSelection, WinogradTakesThreeByThreeStrideOneOnly) {
-  if (kernels::strict_kernels() || kernels::active_isa() != kernels::best_isa())
-    GTEST_SKIP() << "oneDNN's convolution is offered only outside strict mode at the CPU's own ISA";
+  synoros::testing::FastKernels fast;
+  if (kernels::active_isa() != kernels::best_isa())
+    GTEST_SKIP() << "oneDNN's convolution is offered only in fast mode at the CPU's own ISA";
   if (kernels::best_isa() != kernels::Isa::Avx512)
     GTEST_SKIP() << "oneDNN 2.6 implements Winograd convolutions for AVX-512 only (a forced Winograd runs direct)";
   Forced f("onednn-wino");
@@ -298,8 +304,9 @@ TEST(OneDnnConvSelection, WinogradTakesThreeByThreeStrideOneOnly) {
 // tests above; here, that it is taken where it applies, and that the plan's gradient matches the
 // GEMM lowering's.
 TEST(OneDnnConvSelection, TransposedLoweringTakesStrideOneForwardConvolutionsOnly) {
-  if (kernels::strict_kernels() || kernels::active_isa() != kernels::best_isa())
-    GTEST_SKIP() << "oneDNN's convolution is offered only outside strict mode at the CPU's own ISA";
+  synoros::testing::FastKernels fast;
+  if (kernels::active_isa() != kernels::best_isa())
+    GTEST_SKIP() << "oneDNN's convolution is offered only in fast mode at the CPU's own ISA";
   for (int64_t stride : {1, 2}) {
     nn::Conv2d conv(6, 16, 5, 5, stride, 0, 1, 1, false);
     HostTensor xh = synoros::testing::random_tensor({DType::F32, {4, 6, 14, 14}}, 4);
@@ -336,8 +343,9 @@ TEST(OneDnnConvSelection, GroupedConvolutionsAreNotTaken) {
 }
 
 TEST(OneDnnConvSelection, ChoiceIsMeasuredOnceAndCached) {
-  if (kernels::strict_kernels() || kernels::active_isa() != kernels::best_isa())
-    GTEST_SKIP() << "oneDNN's convolution is offered only outside strict mode at the CPU's own ISA";
+  synoros::testing::FastKernels fast;
+  if (kernels::active_isa() != kernels::best_isa())
+    GTEST_SKIP() << "oneDNN's convolution is offered only in fast mode at the CPU's own ISA";
   kernels::clear_tuning_cache();
   nn::Conv2d conv(8, 8, 3, 5, 1, 1, 1, 1, false);
   Geo g{4, 8, 10, 10, 8, 3, 1, 1, 1};

@@ -46,13 +46,21 @@ inline HostTensor random_tensor(const InputSpec& s, uint64_t seed) {
   return h;
 }
 
-// Canonical-order kernels only, for the scope of a test. Tests that compare bits between two
-// differently built plans need it: fusion can change a GEMM's operand layout, and outside
-// strict mode a different layout may select a different (non-canonical) kernel.
+// Canonical-order kernels only (the default mode), for the scope of a test. Tests that compare
+// bits between two differently built plans need it: fusion can change a GEMM's operand layout,
+// and in fast mode a different layout may select a different (non-canonical) kernel.
 struct StrictKernels {
   bool saved = kernels::strict_kernels();
   StrictKernels() { kernels::set_strict_kernels(true); }
   ~StrictKernels() { kernels::set_strict_kernels(saved); }
+};
+
+// Fast mode for the scope of a test: the vendor GEMMs and oneDNN's convolutions take part in
+// selection (tests of those kernels need it).
+struct FastKernels {
+  bool saved = kernels::fast_kernels();
+  FastKernels() { kernels::set_fast_kernels(true); }
+  ~FastKernels() { kernels::set_fast_kernels(saved); }
 };
 
 inline HostTensor to_f64(const HostTensor& h) {

@@ -21,6 +21,7 @@ MachinePeak measure_peak();
 struct ProfileEntry {
   ValueId node;
   std::string label;  // op, or the fused ops "einsum+add+relu"
+  bool fast = false;  // its kernel rounds differently from the canonical order (fast mode only)
   double ns = 0;      // median time per run
   double flops = 0, bytes = 0;
   double gflops() const { return ns > 0 ? flops / ns : 0; }

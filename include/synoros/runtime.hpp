@@ -60,6 +60,14 @@ void set_plan_memory_limit(size_t bytes);
 void set_num_threads(int n);
 int num_threads();
 
+// Fast mode (default off; SYNOROS_FAST=1): kernel selection may also take kernels that round
+// differently from the engine's canonical order (vendor GEMMs, oneDNN convolutions). Off, every
+// choice is among candidates with identical bits, so results never depend on the tuning cache,
+// the thread count or the instruction set. Plans compiled under one mode are not reused under
+// the other.
+bool fast_mode();
+void set_fast_mode(bool on);
+
 // One kernel call with everything resolved at compile time.
 struct Launch {
   void (*fn)(const void* args, ThreadPool& pool);

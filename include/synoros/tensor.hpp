@@ -167,5 +167,8 @@ size_t plan_cache_size();
 // 1 GiB; at most 512 plans either way). Plans still in use by a CompiledStep stay alive there.
 size_t plan_cache_bytes();
 void set_plan_cache_limit(size_t bytes);
+// Forgets every cached plan (CompiledSteps keep theirs): the next realize() or compile()
+// compiles, and selects kernels, afresh. The cache is safe to use from several threads.
+void clear_plan_cache();
 
 }  // namespace synoros

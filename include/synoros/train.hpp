@@ -5,10 +5,19 @@
 #include <map>
 #include <string>
 
+#include "synoros/checkpoint.hpp"
 #include "synoros/nn.hpp"
 #include "synoros/optim.hpp"
 
 namespace synoros::train {
+
+// A checkpoint's record of how its bits were made: "kernels" = "default" or "fast" (part of
+// run_metadata(), so a resume in the other mode is refused), and in fast mode "kernel_choices",
+// every kernel selection the process made (kernels::recorded_choices()).
+void record_kernel_choices(io::Metadata& md);
+// In fast mode, replays the choices a checkpoint recorded (ahead of the tuning cache and of
+// measuring) and returns true; false when there is nothing to replay.
+bool replay_kernel_choices(const io::Metadata& md, const std::string& path);
 
 // "mlp", "lenet", "resnet-mini": classifiers of [N, 1, 28, 28] images into `classes`.
 std::shared_ptr<nn::Module> make_classifier(const std::string& name, int64_t classes, uint64_t seed);

@@ -1,5 +1,6 @@
 // Lowering lazy tensors to the tape, the plan cache, realization and compile().
 #include <deque>
+#include <mutex>
 #include <algorithm>
 #include <cstring>
 #include <functional>
@@ -117,6 +118,7 @@ namespace {
 // Compiled plans by structural hash, bounded by count and by the memory they hold (arena and
 // scratch): the oldest go first. A plan a CompiledStep still uses stays alive through it.
 struct PlanCache {
+  std::mutex mu;  // lookups and inserts from several threads; plans are compiled outside it
   std::unordered_multimap<uint64_t, std::shared_ptr<Plan>> plans;
   std::deque<std::pair<uint64_t, std::shared_ptr<Plan>>> order;  // insertion order
   size_t bytes = 0;
@@ -139,15 +141,24 @@ std::shared_ptr<Plan> cached_plan(const Lowered& low) {
   // Kernels are chosen per instruction set and strictness: a plan is reused only under both.
   std::string config = kernels::kernel_config();
   for (char ch : config) h = h * 131u + uint64_t(ch);
-  auto range = cache().plans.equal_range(h);
-  for (auto it = range.first; it != range.second; ++it) {
-    // A hash match is confirmed by full structural equality before reuse.
-    if (it->second->outputs() == low.outputs && it->second->compiled_for() == config &&
-        it->second->graph().structurally_equal(low.g))
-      return it->second;
+  PlanCache& c = cache();
+  auto find = [&]() -> std::shared_ptr<Plan> {
+    auto range = c.plans.equal_range(h);
+    for (auto it = range.first; it != range.second; ++it) {
+      // A hash match is confirmed by full structural equality before reuse.
+      if (it->second->outputs() == low.outputs && it->second->compiled_for() == config &&
+          it->second->graph().structurally_equal(low.g))
+        return it->second;
+    }
+    return nullptr;
+  };
+  {
+    std::lock_guard<std::mutex> lk(c.mu);
+    if (auto hit = find()) return hit;
   }
   auto p = std::make_shared<Plan>(low.g, low.outputs);
-  PlanCache& c = cache();
+  std::lock_guard<std::mutex> lk(c.mu);
+  if (auto hit = find()) return hit;  // another thread compiled it meanwhile
   c.plans.emplace(h, p);
   c.order.emplace_back(h, p);
   c.bytes += plan_bytes(*p);
@@ -165,8 +176,21 @@ std::shared_ptr<Plan> cached_plan(const Lowered& low) {
   return p;
 }
 
-size_t plan_cache_size() { return cache().plans.size(); }
-size_t plan_cache_bytes() { return cache().bytes; }
+size_t plan_cache_size() {
+  std::lock_guard<std::mutex> lk(cache().mu);
+  return cache().plans.size();
+}
+size_t plan_cache_bytes() {
+  std::lock_guard<std::mutex> lk(cache().mu);
+  return cache().bytes;
+}
+void clear_plan_cache() {
+  PlanCache& c = cache();
+  std::lock_guard<std::mutex> lk(c.mu);
+  c.plans.clear();
+  c.order.clear();
+  c.bytes = 0;
+}
 void set_plan_cache_limit(size_t bytes) { plan_cache_limit() = bytes; }
 
 void realize(const std::vector<Tensor>& ts) { realize(ts, true); }

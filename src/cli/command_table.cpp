@@ -14,6 +14,12 @@ constexpr double kRMax = std::numeric_limits<double>::max();
 // years or allocating the machine away.
 constexpr int64_t kMaxSteps = 1'000'000'000, kMaxEpochs = 1'000'000, kMaxImages = 100'000'000;
 
+Opt fast_opt() {
+  return flag("fast",
+              "fast mode: kernels that round differently (vendor GEMMs, oneDNN convolutions) may be chosen; "
+              "checkpoints record and replay the choices (also SYNOROS_FAST=1)");
+}
+
 Opt threads_opt() {
   return integer_words("threads", "all cores, or SYNOROS_NUM_THREADS", 1, config::kMaxThreads, "engine threads");
 }
@@ -50,6 +56,7 @@ CommandSpec train_spec() {
       path("resume", "", "continue from this checkpoint"),
       path("save-init", "", "also save the initial weights here (for side-by-side runs)", "classifier"),
       threads_opt(),
+      fast_opt(),
       integer("context", 64, 2, 1 << 16, "context length", "lm"),
       integer("width", 128, 1, 1 << 16, "model width", "lm"),
       integer("layers", 2, 1, 1024, "transformer blocks", "lm"),
@@ -68,7 +75,8 @@ CommandSpec train_spec() {
 CommandSpec eval_spec() {
   CommandSpec s{"eval",
                 "evaluate a checkpoint: test accuracy (classifiers) or validation loss and a sample (gpt-tiny)",
-                "The model, optimizer and configuration are read from the checkpoint's metadata.",
+                "The model, optimizer and configuration are read from the checkpoint's metadata; a checkpoint\n"
+                "trained in fast mode is evaluated in fast mode with the kernels it recorded.",
                 {},
                 {{"classifier", "mlp, lenet and resnet-mini"}, {"lm", "gpt-tiny"}}};
   s.opts = {
@@ -102,6 +110,7 @@ CommandSpec profile_spec() {
       text("operator", "", "resnet-mini with a searched operator (an action path), inference"),
       integer("mask", 7, 1, 255, "layer classes that take --operator"),
       threads_opt(),
+      fast_opt(),
   };
   return s;
 }
@@ -217,7 +226,7 @@ const std::vector<Command>& commands() {
       {CommandSpec{"plan",
                    "print the compiled plan of one tiny-MLP SGD step",
                    "",
-                   {flag("no-fusion", "switch fusion off"), flag("no-plan", "switch memory planning off")},
+                   {flag("no-fusion", "switch fusion off"), flag("no-plan", "switch memory planning off"), fast_opt()},
                    {}},
        print_plan},
       {CommandSpec{"memory", "peak bytes of one GPT training step (JSON)", "", {}, {}}, gpt_memory},
@@ -225,7 +234,7 @@ const std::vector<Command>& commands() {
       {CommandSpec{"info", "instruction set and thread count in use", "", {threads_opt()}, {}}, info},
       {CommandSpec{"peak", "measured one-core FMA rate and memory bandwidth (JSON)", "", {}, {}}, peak},
       {CommandSpec{"tune", "select and cache kernels for the built-in models and benchmark shapes", "",
-                   {threads_opt()}, {}},
+                   {threads_opt(), fast_opt()}, {}},
        tune},
       {search_spec(), search_cmd},
       {search_worker_spec(), search_worker_cmd},
@@ -237,7 +246,7 @@ const std::vector<Command>& commands() {
                      "a searched operator's network against the convolutional one, timed interleaved (batch 64 "
                      "and 1, 1 and 2 threads)",
                      {integer("rounds", 3, 1, 1000, "rounds"), integer("repeats", 7, 1, 100000, "runs per round"),
-                      path("json", "", "also write the results as JSON here")}),
+                      path("json", "", "also write the results as JSON here"), fast_opt()}),
        latency_cmd},
       {synth_spec(), synth},
   };

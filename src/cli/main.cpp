@@ -8,6 +8,7 @@
 #include <system_error>
 
 #include "cli/commands.hpp"
+#include "synoros/runtime.hpp"
 #include "synoros/config.hpp"
 
 namespace {
@@ -65,6 +66,7 @@ int dispatch(int argc, char** argv) {
   }
   synoros::config::check_environment();  // a bad SYNOROS_* value stops here, before any work
   synoros::cli::Args args(c->spec, argc - 2, argv + 2);
+  if (args.has("fast")) synoros::set_fast_mode(true);
   return c->run(args);
 }
 }  // namespace

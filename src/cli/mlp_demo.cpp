@@ -62,7 +62,8 @@ int gpt_memory(const Args&) {
 
 int info(const Args& a) {
   apply_threads(a);
-  std::cout << "isa " << kernels::isa_name(kernels::active_isa()) << ", threads " << num_threads() << "\n";
+  std::cout << "isa " << kernels::isa_name(kernels::active_isa()) << ", threads " << num_threads() << ", "
+            << (fast_mode() ? "fast mode" : "default mode (canonical kernels)") << "\n";
   return 0;
 }
 

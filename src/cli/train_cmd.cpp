@@ -16,6 +16,7 @@
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
 #include "io/atomic_file.hpp"
+#include "kernels/providers.hpp"
 #include "synoros/search.hpp"
 #include "synoros/synoros.hpp"
 
@@ -143,6 +144,28 @@ class RunLog {
   std::vector<std::vector<double>> rows_;
 };
 
+// Fast mode: the run directory keeps the kernel choices of its last run (kernel_choices.txt),
+// and a rerun into it (not a resume: the checkpoint has its own record) replays them.
+std::string choices_path(const std::string& out) { return out + "/kernel_choices.txt"; }
+
+void replay_run_choices(const Args& a, const std::string& out) {
+  std::string p = choices_path(out);
+  if (!fast_mode() || a.has("resume") || !std::filesystem::exists(p)) return;
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream text;
+  text << f.rdbuf();
+  if (!f) throw Error("cannot read '" + p + "'");
+  kernels::replay_choices(text.str(), "'" + p + "'");
+  std::cout << "fast mode: replaying the kernel choices in " << p << "\n";
+}
+
+void write_run_choices(const std::string& out) {
+  if (!fast_mode()) return;
+  std::string text = kernels::recorded_choices();
+  io::write_file_atomic(choices_path(out), "kernel choices",
+                        [&](const io::ByteSink& sink) { sink(text.data(), text.size()); });
+}
+
 const char* kOperatorKey = "operator";
 const char* kMaskKey = "operator_mask";
 
@@ -180,6 +203,7 @@ int train_classifier(const Args& a, const std::string& model) {
   writable_file(save, "checkpoint");
   if (a.has("save-init")) writable_file(a.str("save-init"), "checkpoint");
   bool progress = !a.has("no-progress");
+  replay_run_choices(a, out);
   // --operator ACTIONS [--mask M]: resnet-mini with a synthesized operator from a search report.
   std::unique_ptr<train::ClassifierTrainer> tp =
       a.has("operator")
@@ -222,6 +246,7 @@ int train_classifier(const Args& a, const std::string& model) {
                         {{"loss", "epoch", "cross-entropy", {{"train", x, log.column(2)}, {"test", x, log.column(4)}}},
                          {"accuracy", "epoch", "accuracy", {{"train", x, log.column(3)}, {"test", x, log.column(5)}}}});
     t.save(save);
+    write_run_choices(out);
   }
   std::cout << "checkpoint " << save << ", curves " << out << "/curves.svg, logs " << out << "/log.{csv,json}\n";
   if (a.has("json"))
@@ -256,6 +281,7 @@ int train_lm(const Args& a) {
   std::string out = a.str("out", "runs/gpt-tiny"), save = a.str("save", out + "/checkpoint.safetensors");
   writable_dir(out, "run directory");
   writable_file(save, "checkpoint");
+  replay_run_choices(a, out);
   train::LmTrainer t(c);
   RunLog log(out, {"step", "train_loss", "val_loss", "seconds"});
   if (a.has("resume")) {
@@ -292,6 +318,7 @@ int train_lm(const Args& a) {
                            {"validation", x, log.column(2)},
                            {"unigram", x, std::vector<double>(x.size(), t.unigram_baseline())}}}});
     t.save(save);
+    write_run_choices(out);
   }
   std::string prompt = a.str("prompt", "The ");
   std::cout << "sample (temperature 0.8):\n" << prompt << t.generate(prompt, a.integer("sample"), 0.8, c.seed) << "\n";
@@ -322,6 +349,10 @@ int eval_cmd(const Args& a) {
     throw Error("eval: checkpoint '" + path + "' holds a " + model + ", not a " + a.str("model"));
   bool lm = model == "gpt-tiny";
   a.require_scope(lm ? "lm" : "classifier", model);
+  if (md.count("kernels") && md.at("kernels") == "fast" && !fast_mode()) {
+    set_fast_mode(true);  // the kernels the training chose, so the figures are the ones it printed
+    std::cout << "fast mode: the checkpoint was trained in fast mode; evaluating with the kernels it recorded\n";
+  }
   if (lm) {
     // The model's shape; checkpoints written before it was recorded were trained with the defaults
     // as far as anyone can tell (a different shape fails the load, naming the tensor).

@@ -16,7 +16,10 @@ const std::vector<Variable>& variables() {
       {"SYNOROS_NUM_THREADS", Kind::Integer, "1..1024", "all cores", "threads of the engine's pool"},
       {"SYNOROS_ISA", Kind::Choice, "scalar|avx2|avx512", "the best this CPU has",
        "cap the instruction set of the engine's own kernels"},
-      {"SYNOROS_STRICT", Kind::Flag, "0|1", "0", "only canonical-order kernels (no vendor kernels)"},
+      {"SYNOROS_FAST", Kind::Flag, "0|1", "0",
+       "fast mode: selection may also take kernels that round differently (vendor GEMMs, oneDNN "
+       "convolutions); checkpoints record the choices"},
+      {"SYNOROS_STRICT", Kind::Flag, "0|1", "0", "canonical-order kernels even where SYNOROS_FAST=1 asks for fast mode"},
       {"SYNOROS_NO_FUSION", Kind::Flag, "0|1", "0", "switch fusion off (one launch per op)"},
       {"SYNOROS_NO_PLAN", Kind::Flag, "0|1", "0", "switch memory planning off (a buffer per value)"},
       {"SYNOROS_MAX_PLAN_BYTES", Kind::Bytes, "bytes, with an optional K, M or G suffix",

@@ -133,13 +133,19 @@ Launch stream_epilogue(PlanStorage& storage, const OutputChunks& producer, Launc
 // it (the determinism tests compare all levels bit for bit).
 enum class Isa { Scalar, Avx2, Avx512 };
 Isa active_isa();
-// Strict mode: only kernels with the engine's canonical reduction order are selected, so results
-// are identical across machines of the same ISA. SYNOROS_STRICT=1 turns it on.
+// The default mode selects only kernels with the engine's canonical reduction order, so every
+// selection chooses among candidates with identical bits: the same results with or without a
+// tuning cache, at any thread count and on every instruction set. Fast mode (SYNOROS_FAST=1,
+// `--fast` on the commands) also lets selection take kernels that round differently (vendor
+// GEMMs, oneDNN convolutions), each behind the float64 gate; checkpoints record those choices
+// and replay them. strict_kernels() is !fast_kernels().
+bool fast_kernels();
 bool strict_kernels();
-// The kernel configuration a plan is compiled under ("avx512", "avx2 strict", "avx512
+void set_fast_kernels(bool on);
+void set_strict_kernels(bool on);
+// The kernel configuration a plan is compiled under ("avx512", "avx2 fast", "avx512
 // conv=gemm"): plans are reused only under the same one.
 std::string kernel_config();
-void set_strict_kernels(bool on);
 Isa best_isa();  // what this CPU supports
 void set_isa(Isa isa);
 const char* isa_name(Isa isa);

@@ -780,7 +780,8 @@ Launch select_onednn(LowerCtx& c, const ConvGeom& g, const float* x, const float
   char* scratch = static_cast<char*>(c.storage.scratch(size_t(scratch_bytes)));
   if (c.storage.sizing()) return alt;
   std::string key = key_of(g), name, version;
-  if (!forced().empty() || !cached_choice(key, name, version)) {
+  bool replayed = false;
+  if (!forced().empty() || !cached_choice(key, name, version, &replayed)) {
     int pick = -1;
     try {
       pick = check_and_time(g, alt_on_probe, forced().empty(), why);
@@ -799,12 +800,20 @@ Launch select_onednn(LowerCtx& c, const ConvGeom& g, const float* x, const float
   int a = -1;
   for (int k = 0; k < kNumAlgorithms; ++k)
     if (name == kAlgorithms[k].name) a = k;
-  if (a < 0 || !st[a] || version != onednn_version()) return alt;
+  auto unreplayable = [&] {
+    return Error("onednn conv: the recorded kernel choice for '" + key.substr(0, key.find(" providers=")) + "' is " +
+                 name + " " + version + ", which this build cannot run here (the run's bits depend on it)");
+  };
+  if (a < 0 || !st[a] || version != onednn_version()) {
+    if (replayed && name != "gemm") throw unreplayable();
+    return alt;
+  }
   char* wstore = static_cast<char*>(c.storage.persistent(size_t(layout_of(*st[a]).weights())));
   try {
     bind(*st[a], x, b, static_cast<float*>(c.out), scratch, wstore);
   } catch (const Error&) {
     if (!forced().empty()) throw;
+    if (replayed) throw unreplayable();
     return alt;
   }
   auto* args = c.args<ConvArgs>();

@@ -56,6 +56,11 @@ struct Cache {
   bool loaded = false;
   std::map<std::string, Entry> entries;
   std::vector<std::string> rejections;
+  // Fast mode's record: every choice this process made or read, and the choices replayed from
+  // a checkpoint or a run directory (which win over the cache and over measuring). Both are
+  // keyed without the provider set and the CPU model, so a replay survives those changing.
+  std::map<std::string, Entry> used, replayed;
+  std::string replayed_id;
 };
 Cache& cache() {
   static Cache c;
@@ -112,6 +117,21 @@ void save_locked(const Cache& c) {
   bool ok = ::write(fd, text.data(), text.size()) == ssize_t(text.size()) && ::fsync(fd) == 0;
   ::close(fd);
   if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) std::remove(tmp.c_str());
+}
+
+// A choice's key without the provider set and the CPU model (the tail tuning_key adds last).
+std::string replay_key(const std::string& key) { return key.substr(0, key.find(" providers=")); }
+
+void note_used_locked(Cache& c, const std::string& key, const Entry& e) { c.used[replay_key(key)] = e; }
+
+const Entry* replayed_locked(const Cache& c, const std::string& key) {
+  auto it = c.replayed.find(replay_key(key));
+  return it == c.replayed.end() ? nullptr : &it->second;
+}
+
+SelectionTimer& timer_slot() {
+  static SelectionTimer t;
+  return t;
 }
 
 // The registered providers and their versions, hashed: a choice made among other candidates
@@ -274,7 +294,14 @@ std::vector<std::string> selection_rejections() {
   return c.rejections;
 }
 
+void set_selection_timer(SelectionTimer timer) { timer_slot() = std::move(timer); }
+
 std::vector<double> best_times_interleaved(const std::vector<std::function<void()>>& runs) {
+  if (const SelectionTimer& t = timer_slot()) {
+    std::vector<double> ns = t(runs.size());
+    if (ns.size() != runs.size()) throw Error("selection timer: returned the wrong number of times");
+    return ns;
+  }
   using Clock = std::chrono::steady_clock;
   std::vector<double> best(runs.size(), 1e300);
   std::vector<int64_t> reps(runs.size(), 1);
@@ -302,14 +329,20 @@ std::string tuning_key(const std::string& what, bool strict) {
          " cpu=" + cpu_model();
 }
 
-bool cached_choice(const std::string& key, std::string& name, std::string& version) {
+bool cached_choice(const std::string& key, std::string& name, std::string& version, bool* replayed) {
   Cache& c = cache();
   std::lock_guard<std::mutex> lk(c.mu);
   load_locked(c);
-  auto hit = c.entries.find(key);
-  if (hit == c.entries.end()) return false;
-  name = hit->second.provider;
-  version = hit->second.version;
+  const Entry* e = fast_kernels() ? replayed_locked(c, key) : nullptr;
+  if (replayed) *replayed = e != nullptr;
+  if (!e) {
+    auto hit = c.entries.find(key);
+    if (hit == c.entries.end()) return false;
+    e = &hit->second;
+  }
+  name = e->provider;
+  version = e->version;
+  note_used_locked(c, key, *e);
   return true;
 }
 
@@ -318,7 +351,75 @@ void store_choice(const std::string& key, const std::string& name, const std::st
   std::lock_guard<std::mutex> lk(c.mu);
   load_locked(c);
   c.entries[key] = {name, version};
+  note_used_locked(c, key, c.entries[key]);
   save_locked(c);
+}
+
+bool is_fast_mode_kernel(const std::string& label) {
+  std::vector<std::string> fast = {"onednn-conv", "onednn-wino", "onednn-bwd"};
+  for (const auto& p : gemm_providers())
+    if (!p->canonical()) fast.push_back(p->name());
+  size_t i = 0;
+  while (i < label.size()) {
+    size_t j = label.find_first_of("+ ,", i);
+    if (j == std::string::npos) j = label.size();
+    std::string tok = label.substr(i, j - i);
+    if (tok.size() > 5 && tok.compare(tok.size() - 5, 5, "-data") == 0) tok.resize(tok.size() - 5);
+    for (const std::string& f : fast)
+      if (tok == f) return true;
+    i = j + 1;
+  }
+  return false;
+}
+
+std::string recorded_choices() {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lk(c.mu);
+  std::string out;
+  for (const auto& [k, e] : c.used) out += k + "\t" + e.provider + "\t" + e.version + "\n";
+  return out;
+}
+
+void clear_recorded_choices() {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lk(c.mu);
+  c.used.clear();
+}
+
+void replay_choices(const std::string& text, const std::string& source) {
+  std::map<std::string, Entry> m;
+  size_t pos = 0, line = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    std::string row = text.substr(pos, end - pos);
+    pos = end + 1, ++line;
+    size_t a = row.find('\t'), b = a == std::string::npos ? a : row.find('\t', a + 1);
+    if (a == 0 || b == std::string::npos || b == a + 1 || b + 1 >= row.size() || row.find('\t', b + 1) != std::string::npos)
+      throw Error(source + ": kernel choice " + std::to_string(line) + " is not 'key<TAB>kernel<TAB>version'");
+    m[row.substr(0, a)] = {row.substr(a + 1, b - a - 1), row.substr(b + 1)};
+  }
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lk(c.mu);
+  for (auto& [k, e] : m) c.replayed[k] = e;
+  char id[20];
+  std::string all;
+  for (const auto& [k, e] : c.replayed) all += k + "\t" + e.provider + "\t" + e.version + "\n";
+  std::snprintf(id, sizeof(id), "%08llx", static_cast<unsigned long long>(fnv1a(all) & 0xffffffffULL));
+  c.replayed_id = c.replayed.empty() ? "" : id;
+}
+
+void clear_replayed_choices() {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lk(c.mu);
+  c.replayed.clear();
+  c.replayed_id.clear();
+}
+
+std::string replayed_choices_id() {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lk(c.mu);
+  return c.replayed_id;
 }
 
 namespace {
@@ -343,6 +444,17 @@ Selection select_gemm(const GemmShape& s, bool strict) {
   std::string key = key_of(s, strict);
   auto& provs = gemm_providers();
   Selection sel;
+  if (const Entry* r = strict ? nullptr : replayed_locked(c, key)) {
+    for (const auto& p : provs)
+      if (p->name() == r->provider && p->version() == r->version && p->supports(s)) {
+        sel.provider = p.get();
+        sel.from_cache = true;
+        note_used_locked(c, key, *r);
+        return sel;
+      }
+    throw Error("select: the recorded kernel choice for '" + replay_key(key) + "' is " + r->provider + " " +
+                r->version + ", which this build cannot run here (the run's bits depend on it)");
+  }
   auto hit = c.entries.find(key);
   if (hit != c.entries.end()) {
     for (const auto& p : provs)
@@ -350,6 +462,7 @@ Selection select_gemm(const GemmShape& s, bool strict) {
           (!strict || p->canonical())) {
         sel.provider = p.get();
         sel.from_cache = true;
+        note_used_locked(c, key, hit->second);
         return sel;
       }
   }
@@ -379,6 +492,7 @@ Selection select_gemm(const GemmShape& s, bool strict) {
     if (ns[i] < best) best = ns[i], sel.provider = passed[i].prov;
   if (!sel.provider) throw Error("select: no kernel passed the float64 oracle for " + key);
   c.entries[key] = {sel.provider->name(), sel.provider->version()};
+  note_used_locked(c, key, c.entries[key]);
   save_locked(c);
   return sel;
 }

@@ -70,7 +70,8 @@ bool parse_tuning_cache(const std::string& text, std::map<std::string, TuningEnt
 // The tuning cache for choices other than a GEMM provider (how a convolution is lowered): the
 // key is completed with the ISA, strict mode, the provider set and the CPU model.
 std::string tuning_key(const std::string& what, bool strict);
-bool cached_choice(const std::string& key, std::string& name, std::string& version);
+// A replayed choice (fast mode) comes first; *replayed says whether it was one.
+bool cached_choice(const std::string& key, std::string& name, std::string& version, bool* replayed = nullptr);
 void store_choice(const std::string& key, const std::string& name, const std::string& version);
 void record_rejection(const std::string& key, const std::string& why);
 
@@ -80,6 +81,28 @@ void record_rejection(const std::string& key, const std::string& why);
 // decide between tiny kernels; the first call calibrates that and warms up (JIT, packing). At
 // most 50 rounds, at least 3, about 20 ms per candidate in all. Returns the best ns per call.
 std::vector<double> best_times_interleaved(const std::vector<std::function<void()>>& runs);
+
+// Replaces the clock in best_times_interleaved (a test hook: given the number of candidates,
+// the "measured" ns of each); an empty function restores the clock.
+using SelectionTimer = std::function<std::vector<double>(size_t candidates)>;
+void set_selection_timer(SelectionTimer timer);
+
+// Fast mode's record of choices: every selection this process made or read (from the tuning
+// cache or a replay), one "key<TAB>kernel<TAB>version" line each, sorted; keys leave out the
+// provider set and the CPU model. Checkpoints and run directories keep it, and
+// replay_choices() pins those choices ahead of the cache and of measuring (throws Error,
+// naming source, on a malformed record). A replayed choice this build cannot run is an Error
+// at selection. The replayed set's id is part of kernel_config(), so plans compiled before a
+// replay are not reused after it.
+std::string recorded_choices();
+void clear_recorded_choices();
+void replay_choices(const std::string& text, const std::string& source);
+void clear_replayed_choices();
+std::string replayed_choices_id();
+
+// True when a launch's kernel label ("libxsmm+gather", "onednn-bwd", "engine-packed+fold")
+// names a kernel that does not follow the canonical order: one only fast mode selects.
+bool is_fast_mode_kernel(const std::string& label);
 
 // Problems the selection saw rejected, for reports (cleared by clear_tuning_cache()).
 std::vector<std::string> selection_rejections();

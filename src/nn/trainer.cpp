@@ -7,6 +7,7 @@
 #include "synoros/checkpoint.hpp"
 #include "synoros/data.hpp"
 #include "synoros/train.hpp"
+#include "kernels/providers.hpp"
 
 namespace synoros::train {
 
@@ -26,6 +27,18 @@ double host_cross_entropy(const HostTensor& logits, const HostTensor& labels, in
   return total;
 }
 }  // namespace
+
+void record_kernel_choices(io::Metadata& md) {
+  md["kernels"] = fast_mode() ? "fast" : "default";
+  if (fast_mode()) md["kernel_choices"] = kernels::recorded_choices();
+}
+
+bool replay_kernel_choices(const io::Metadata& md, const std::string& path) {
+  auto it = md.find("kernel_choices");
+  if (!fast_mode() || it == md.end()) return false;
+  kernels::replay_choices(it->second, "checkpoint '" + path + "'");
+  return true;
+}
 
 ClassifierTrainer::ClassifierTrainer(ClassifierConfig cfg) : ClassifierTrainer(std::move(cfg), nullptr) {}
 
@@ -124,7 +137,8 @@ io::Metadata ClassifierTrainer::run_metadata() const {
                   {"clip", io::metadata_real(cfg_.clip)},
                   {"warmup", std::to_string(cfg_.warmup_steps)},
                   {"augment", cfg_.augment ? "1" : "0"},
-                  {"train_limit", std::to_string(cfg_.train_limit)}};
+                  {"train_limit", std::to_string(cfg_.train_limit)},
+                  {"kernels", fast_mode() ? "fast" : "default"}};
   for (const auto& [k, v] : cfg_.extra) md[k] = v;
   return md;
 }
@@ -134,6 +148,7 @@ void ClassifierTrainer::save(const std::string& path) {
   for (auto& [name, t] : model_->state_dict()) all.emplace_back("model." + name, t);
   for (auto& [name, t] : opt_->state()) all.emplace_back("optim." + name, t);
   io::Metadata md = run_metadata();
+  record_kernel_choices(md);
   md[io::kFormatKey] = io::kFormatVersion;
   md["step"] = std::to_string(step_);
   io::save_safetensors(path, all, md);
@@ -155,6 +170,10 @@ void ClassifierTrainer::load(const std::string& path, bool resume) {
   io::load_into(path, all);
   step_ = step;
   opt_->restore_steps(step_);
+  if (replay_kernel_choices(md, path)) {  // the steps again, with the recorded kernels
+    step_fn_ = std::make_unique<CompiledStep>(compile_classifier_train(*model_, *opt_, cfg_.batch));
+    eval_fns_.clear();
+  }
 }
 
 }  // namespace synoros::train

@@ -104,7 +104,8 @@ std::map<std::string, std::string> LmTrainer::run_metadata() const {
           {"lr", io::metadata_real(cfg_.lr)},
           {"weight_decay", io::metadata_real(cfg_.weight_decay)},
           {"clip", io::metadata_real(cfg_.clip)},
-          {"warmup", std::to_string(cfg_.warmup_steps)}};
+          {"warmup", std::to_string(cfg_.warmup_steps)},
+          {"kernels", fast_mode() ? "fast" : "default"}};
 }
 
 void LmTrainer::save(const std::string& path) {
@@ -112,6 +113,7 @@ void LmTrainer::save(const std::string& path) {
   for (auto& [name, t] : model_->state_dict()) all.emplace_back("model." + name, t);
   for (auto& [name, t] : opt_->state()) all.emplace_back("optim." + name, t);
   io::Metadata md = run_metadata();
+  record_kernel_choices(md);
   md[io::kFormatKey] = io::kFormatVersion;
   md["step"] = std::to_string(step_);
   io::save_safetensors(path, all, md);
@@ -124,7 +126,8 @@ void LmTrainer::load(const std::string& path, bool resume) {
   int64_t step = io::metadata_int(md, "step", path, 0, std::numeric_limits<int64_t>::max());
   io::Metadata expected = run_metadata();
   if (!resume)  // evaluation: only the model's shape must agree
-    for (const char* k : {"batch", "seed", "total_steps", "lr", "weight_decay", "clip", "warmup"}) expected.erase(k);
+    for (const char* k : {"batch", "seed", "total_steps", "lr", "weight_decay", "clip", "warmup", "kernels"})
+      expected.erase(k);
   io::check_same_run(md, expected, path);
   std::vector<std::pair<std::string, Tensor>> all;
   for (auto& [name, t] : model_->state_dict()) all.emplace_back("model." + name, t);
@@ -132,6 +135,11 @@ void LmTrainer::load(const std::string& path, bool resume) {
   io::load_into(path, all);
   step_ = step;
   opt_->restore_steps(step_);
+  if (replay_kernel_choices(md, path)) {  // the steps again, with the recorded kernels
+    step_fn_ = std::make_unique<CompiledStep>(compile_lm_train(*model_, *opt_, cfg_.batch, cfg_.model.context));
+    val_fn_.reset();
+    gen_fn_.reset();
+  }
 }
 
 }  // namespace synoros::train

@@ -11,6 +11,7 @@
 #include "kernels/kernel_api.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
 #include "kernels/onednn_conv.hpp"
+#include "kernels/providers.hpp"
 #include "passes/fusion.hpp"
 #include "passes/memory_plan.hpp"
 #include "passes/views.hpp"
@@ -523,12 +524,16 @@ std::vector<BufferInfo> Plan::buffers() const {
 std::string Plan::describe() const {
   std::ostringstream o;
   o << "plan: " << launches_.size() << " launches, arena " << arena_bytes() << " bytes, scratch "
-    << impl_->storage->scratch_bytes() << " bytes, isa " << kernels::isa_name(kernels::active_isa()) << "\n";
+    << impl_->storage->scratch_bytes() << " bytes, isa " << kernels::isa_name(kernels::active_isa())
+    << (kernels::fast_kernels() ? ", fast mode (launches marked 'fast' round differently from the canonical order)"
+                                : ", canonical kernels")
+    << "\n";
   for (size_t k = 0; k < launches_.size(); ++k) {
     const Launch& l = launches_[k];
     const Node& nd = graph_.node(l.node);
     o << "  %" << l.node << " " << op_name(nd.op) << " " << dtype_name(nd.dtype) << shape_str(nd.shape);
-    if (impl_->info[k].kernel != op_name(nd.op)) o << " [" << impl_->info[k].kernel << "]";
+    const std::string& kernel = impl_->info[k].kernel;
+    if (kernel != op_name(nd.op)) o << " [" << kernel << (kernels::is_fast_mode_kernel(kernel) ? ", fast" : "") << "]";
     o << "\n";
   }
   for (const auto& grp : impl_->groups) {

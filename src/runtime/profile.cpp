@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "kernels/kernel_api.hpp"
+#include "kernels/providers.hpp"
 
 namespace synoros {
 
@@ -124,6 +125,7 @@ Profile profile(Plan& plan, int iterations, const MachinePeak& peak) {
     e.node = launches[k].node;
     e.label = launch_label(g, info[k]);
     if (info[k].kernel != op_name(g.node(e.node).op)) e.label += " [" + info[k].kernel + "]";
+    e.fast = kernels::is_fast_mode_kernel(info[k].kernel);
     e.ns = median(samples[k]);
     for (ValueId v : info[k].ops) e.flops += op_info(g.node(v).op).cost(g, g.node(v)).flops;
     // Memory traffic: what the launch reads from memory and the one value it writes.
@@ -147,7 +149,7 @@ std::string Profile::table() const {
     << ", one core)\n";
   o << std::left << std::setw(8) << "node" << std::setw(34) << "launch" << std::right << std::setw(12)
     << "ns" << std::setw(8) << "share" << std::setw(11) << "GFLOP/s" << std::setw(9) << "GB/s"
-    << std::setw(10) << "of peak" << "\n";
+    << std::setw(10) << "of peak" << "  order\n";
   for (const ProfileEntry* e : order) {
     // Share of the machine's limit: compute for launches with arithmetic, else memory bandwidth
     // (which small, cache-resident launches can exceed).
@@ -157,7 +159,7 @@ std::string Profile::table() const {
     o << std::left << std::setw(8) << ("%" + std::to_string(e->node)) << std::setw(34) << label << std::right
       << std::setprecision(1) << std::setw(12) << e->ns << std::setw(7) << (sum > 0 ? 100 * e->ns / sum : 0) << "%"
       << std::setprecision(2) << std::setw(11) << e->gflops() << std::setw(9) << e->gbps()
-      << std::setprecision(1) << std::setw(9) << 100 * of_peak << "%\n";
+      << std::setprecision(1) << std::setw(9) << 100 * of_peak << "%  " << (e->fast ? "fast" : "canonical") << "\n";
   }
   return o.str();
 }
@@ -171,7 +173,7 @@ std::string Profile::chrome_trace() const {
     const ProfileEntry& e = entries[k];
     o << (k ? ",\n" : "") << "  {\"name\": \"" << e.label << "\", \"cat\": \"launch\", \"ph\": \"X\", \"ts\": "
       << ts / 1e3 << ", \"dur\": " << e.ns / 1e3 << ", \"pid\": 0, \"tid\": 0, \"args\": {\"node\": " << e.node
-      << ", \"flops\": " << e.flops << ", \"bytes\": " << e.bytes << "}}";
+      << ", \"fast\": " << (e.fast ? "true" : "false") << ", \"flops\": " << e.flops << ", \"bytes\": " << e.bytes << "}}";
     ts += e.ns;
   }
   o << "\n], \"displayTimeUnit\": \"ns\"}\n";

@@ -5,6 +5,7 @@
 #include "synoros/config.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
 #include "kernels/onednn_conv.hpp"
+#include "kernels/providers.hpp"
 #include "kernels/cpu/line_fn.hpp"
 #include "kernels/cpu/window_einsum.hpp"
 
@@ -76,19 +77,22 @@ Isa& isa_slot() {
 
 Isa active_isa() { return isa_slot(); }
 namespace {
-bool& strict_slot() {
-  static bool s = config::flag("SYNOROS_STRICT");
+bool& fast_slot() {
+  static bool s = config::flag("SYNOROS_FAST") && !config::flag("SYNOROS_STRICT");
   return s;
 }
 }  // namespace
-bool strict_kernels() { return strict_slot(); }
+bool fast_kernels() { return fast_slot(); }
+bool strict_kernels() { return !fast_slot(); }
+void set_fast_kernels(bool on) { fast_slot() = on; }
+void set_strict_kernels(bool on) { fast_slot() = !on; }
 
 std::string kernel_config() {
   const std::string& conv = forced_conv_lowering();
-  return std::string(isa_name(active_isa())) + (strict_kernels() ? " strict" : "") + (conv.empty() ? "" : " conv=" + conv) +
-         (window_einsum_enabled() ? "" : " nowindow");
+  std::string replayed = fast_kernels() ? replayed_choices_id() : "";
+  return std::string(isa_name(active_isa())) + (fast_kernels() ? " fast" : "") + (conv.empty() ? "" : " conv=" + conv) +
+         (window_einsum_enabled() ? "" : " nowindow") + (replayed.empty() ? "" : " replay=" + replayed);
 }
-void set_strict_kernels(bool on) { strict_slot() = on; }
 Isa best_isa() { return detect_isa(); }
 void set_isa(Isa isa) {
   if (int(isa) > int(detect_isa())) throw Error(std::string("set_isa: this CPU has no ") + isa_name(isa));
