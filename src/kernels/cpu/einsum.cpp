@@ -315,7 +315,8 @@ Launch lower_einsum(LowerCtx& c) {
   }
   for (char l : lb)
     if (!has(lo, l) && !has(la, l)) return direct_with_gates(c, e);
-  if (std::optional<Launch> w = lower_window_einsum(c, e)) return *w;
+  if (std::optional<Launch> w = lower_window_einsum(c, e))  // (fast mode measures oneDNN against the column form)
+    return c.kernel == "window-cols" ? select_conv_lowering(c, e, *w) : *w;
 
   // Output layout: P + G1 + G2 straight into the output, else computed in scratch and gathered.
   std::string P, G1, G2;

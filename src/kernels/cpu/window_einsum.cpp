@@ -19,94 +19,13 @@
 
 #include "synoros/config.hpp"
 #include "ir/einsum_spec.hpp"
+#include "kernels/cpu/window_args.hpp"
 #include "kernels/cpu/window_einsum.hpp"
 
 namespace synoros::kernels {
 
 namespace {
-constexpr int kMaxOuter = 12, kMaxGates = 4;
-constexpr int64_t kMaxReduce = 4096;
-
-struct WindowArgs {
-  const float* x;
-  const float* w;
-  float* out;
-  int64_t rows, len;  // outer output positions, innermost output length
-  int n_outer, n_gates;
-  int64_t outer_size[kMaxOuter], outer_x[kMaxOuter], outer_w[kMaxOuter];
-  int64_t outer_gate[kMaxGates][kMaxOuter];
-  int64_t gate_c0[kMaxGates], gate_limit[kMaxGates], gate_l[kMaxGates];  // gate_l: cstride along l
-  int64_t nred;
-  const int64_t* red;  // per r: x offset, w offset, then one coordinate part per gate
-  int64_t rows_per_chunk;
-  // Fast form (len <= 64, every gate either constant along the row or independent of the outer
-  // labels): per r, the AVX-512 lane masks of the row's (up to) four vectors from the
-  // row-independent gates; the other gates only switch a whole (row, r) pair on or off.
-  bool fast;
-  const uint16_t* masks;  // [nred][4]
-  int n_row_gates;
-  int row_gate[kMaxGates];  // the gates constant along the row
-  int64_t row_gate_min[kMaxGates], row_gate_max[kMaxGates];  // of their parts over r
-  // The grid form (a stride-1 3x3 window, e.g. a depthwise convolution): r = kh * grid_kw + kw
-  // reads input row (output row + kh) at column shift kw, through one row gate (the input row's
-  // coordinate, +1 per output row and per kh) and lane masks that depend on kw only; the
-  // weights do not vary along the rows. A block of RB output rows then reads each of its
-  // RB + kh - 1 input rows once per kw and feeds every accumulator that uses it.
-  bool grid;
-  int grid_kh, grid_kw, grid_gate;
-  int64_t grid_x0, grid_g0;  // x offset and row-gate part of r = 0
-};
-
-int64_t floor_div(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
-
-// The output positions [lo, hi) of a row whose gates all pass, given each gate's coordinate
-// at position 0 of the row.
-inline void valid_range(const WindowArgs& a, const int64_t* g0, int64_t& lo, int64_t& hi) {
-  lo = 0, hi = a.len;
-  for (int g = 0; g < a.n_gates; ++g) {
-    int64_t s = a.gate_l[g], c = g0[g], lim = a.gate_limit[g];
-    if (s == 1) {  // the usual case (an unfold along the row): no division
-      lo = std::max(lo, -c);
-      hi = std::min(hi, lim - c);
-    } else if (s == 0) {
-      if (c < 0 || c >= lim) hi = 0;
-    } else if (s > 0) {  // 0 <= c + i*s < lim
-      lo = std::max(lo, floor_div(-c + s - 1, s));
-      hi = std::min(hi, floor_div(lim - c + s - 1, s));
-    } else {  // s < 0: i > (c - lim) / -s ..., i <= c / -s
-      int64_t t = -s;
-      lo = std::max(lo, floor_div(c - lim, t) + 1);
-      hi = std::min(hi, floor_div(c, t) + 1);
-    }
-  }
-  if (hi < lo) hi = lo;
-}
-
-struct RowBase {
-  int64_t x, w, out;
-  int64_t gate[kMaxGates];
-};
-
-inline RowBase row_base(const WindowArgs& a, int64_t o) {
-  RowBase b{0, 0, o * a.len, {}};
-  for (int g = 0; g < a.n_gates; ++g) b.gate[g] = a.gate_c0[g];
-  for (int d = a.n_outer - 1; d >= 0; --d) {
-    int64_t i = o % a.outer_size[d];
-    o /= a.outer_size[d];
-    b.x += i * a.outer_x[d];
-    b.w += i * a.outer_w[d];
-    for (int g = 0; g < a.n_gates; ++g) b.gate[g] += i * a.outer_gate[g][d];
-  }
-  return b;
-}
-
-// Reduction entry r: x offset, w offset, gate coordinates at position 0 of the row.
-inline void red_entry(const WindowArgs& a, const RowBase& b, int64_t r, int64_t& xo, int64_t& wo, int64_t* g0) {
-  const int64_t* e = a.red + r * (2 + a.n_gates);
-  xo = b.x + e[0];
-  wo = b.w + e[1];
-  for (int g = 0; g < a.n_gates; ++g) g0[g] = b.gate[g] + e[2 + g];
-}
+using namespace window;
 
 // Lanes [j0, j0 + 16) of the row restricted to [lo, hi).
 inline __mmask16 lanes16(int64_t j0, int64_t lo, int64_t hi) {
@@ -323,6 +242,11 @@ void window_launch(const void* p, ThreadPool& pool) {
   pool.run((a.rows + a.rows_per_chunk - 1) / a.rows_per_chunk, window_chunk, p);
 }
 
+void cols_launch(const void* p, ThreadPool& pool) {
+  const ColsArgs& ca = *static_cast<const ColsArgs*>(p);
+  pool.run((ca.w.rows + ca.w.rows_per_chunk - 1) / ca.w.rows_per_chunk, cols_chunk, p);
+}
+
 bool has(const std::string& s, char l) { return s.find(l) != std::string::npos; }
 
 bool& enabled_slot() {
@@ -335,8 +259,10 @@ bool window_einsum_enabled() { return enabled_slot(); }
 void set_window_einsum(bool on) { enabled_slot() = on; }
 
 std::optional<Launch> lower_window_einsum(LowerCtx& c, const EinsumSpec& e) {
-  // An AVX-512 kernel: elsewhere the gather + GEMM path computes the same bits.
-  if (!window_einsum_enabled() || active_isa() != Isa::Avx512 || c.node.dtype != DType::F32 || e.in.size() != 2 ||
+  // AVX-512 kernels, and on AVX2 the weight-column form (window_cols.cpp): elsewhere the gather +
+  // GEMM path computes the same bits.
+  const bool avx512 = active_isa() == Isa::Avx512, avx2 = active_isa() == Isa::Avx2;
+  if (!window_einsum_enabled() || !(avx512 || avx2) || c.node.dtype != DType::F32 || e.in.size() != 2 ||
       e.out.empty())
     return std::nullopt;
   const std::string& lo = e.out;
@@ -351,20 +277,27 @@ std::optional<Launch> lower_window_einsum(LowerCtx& c, const EinsumSpec& e) {
   if (!c.in_gate(size_t(1 - xi)).empty() || gates.size() > size_t(kMaxGates)) return std::nullopt;
   if (sx[lx.find(l)] != 1) return std::nullopt;
   // A GEMM over the weights' own output labels (a pointwise or full convolution, even with few
-  // output channels) reuses each loaded X several times: those stay on the GEMM path (and its
-  // measured convolution lowering). Matrix-vector shapes come here.
+  // output channels) reuses each loaded X several times. On AVX-512 those stay on the GEMM path
+  // (and its measured convolution lowering); on AVX2 one such label (the output channels) takes
+  // the weight-column form, whose blocks of channels share every X load, when its rows are short
+  // (the unfolded gather is what costs there). Matrix-vector shapes come here.
   int64_t w_cols = 1, nred = 1;
-  std::string red;
+  std::string red, wcol;
   for (char q : e.in[0])
     if (!has(lo, q)) red += q;  // contracted labels, in the first operand's order (the GEMM's K)
   for (char q : red) nred *= e.size[int(q)];
   for (char q : lo)
-    if (has(lw, q) && !has(lx, q)) w_cols *= e.size[int(q)];
+    if (has(lw, q) && !has(lx, q) && e.size[int(q)] > 1) w_cols *= e.size[int(q)], wcol += q;
   for (char q : lx)
     if (!has(lo, q) && !has(lw, q)) return std::nullopt;  // summed within one operand
   for (char q : lw)
     if (!has(lo, q) && !has(lx, q)) return std::nullopt;
-  if (w_cols > 1 || nred > kMaxReduce || nred < 1 || lo.size() - 1 > size_t(kMaxOuter)) return std::nullopt;
+  const bool cols = w_cols > 1;
+  // Rows shorter than 7 (a weight gradient's kernel width) would leave most lanes idle; with
+  // more than 16 columns the GEMM's higher FMA rate outweighs the gather it needs (measured on
+  // AVX2: 16 -> 16 channels about even, 32 -> 64 channels 1.7x slower here).
+  if (cols ? !avx2 || wcol.size() != 1 || len > 64 || len < 7 || w_cols > 16 : !avx512) return std::nullopt;
+  if (nred > kMaxReduce || nred < 1 || lo.size() - 1 > size_t(kMaxOuter)) return std::nullopt;
   // Fewer than 4 output rows longer than 64 (a vector times a matrix, 1 x K @ K x N): the
   // general form's blocks of rows would run one or two FMA chains at a time, latency-bound
   // (32.6 us for 1x512x512, where the GEMM providers, many columns' chains in flight, take 12).
@@ -372,7 +305,8 @@ std::optional<Launch> lower_window_einsum(LowerCtx& c, const EinsumSpec& e) {
   for (size_t d = 0; d + 1 < lo.size(); ++d) outer_rows *= e.size[int(lo[d])];
   if (outer_rows < 4 && len > 64) return std::nullopt;
 
-  auto* a = c.args<WindowArgs>();
+  ColsArgs* ca = cols ? c.args<ColsArgs>() : nullptr;
+  WindowArgs* a = cols ? &ca->w : c.args<WindowArgs>();
   a->x = static_cast<const float*>(c.in[size_t(xi)]);
   a->w = static_cast<const float*>(c.in[size_t(1 - xi)]);
   a->out = static_cast<float*>(c.out);
@@ -426,6 +360,7 @@ std::optional<Launch> lower_window_einsum(LowerCtx& c, const EinsumSpec& e) {
     if (a->gate_l[g] != 0)
       for (int d = 0; d < a->n_outer; ++d) a->fast = a->fast && a->outer_gate[g][d] == 0;
   a->masks = nullptr;
+  std::vector<std::pair<int64_t, int64_t>> lane_ranges;  // per r: the lanes its X loads cover
   if (a->fast) {
     auto* m = static_cast<uint16_t*>(c.storage.persistent(size_t(nred) * 4 * sizeof(uint16_t)));
     WindowArgs lane_gates = *a;  // the row-independent gates alone
@@ -445,6 +380,7 @@ std::optional<Launch> lower_window_einsum(LowerCtx& c, const EinsumSpec& e) {
       int64_t lo_r, hi_r;
       valid_range(lane_gates, g0, lo_r, hi_r);
       for (int v = 0; v < 4; ++v) m[r * 4 + v] = lanes16(16 * v, lo_r, hi_r);
+      lane_ranges.push_back({lo_r, hi_r});
     }
     a->masks = m;
   }
@@ -482,6 +418,48 @@ std::optional<Launch> lower_window_einsum(LowerCtx& c, const EinsumSpec& e) {
   }
   // Chunks of about 32K multiply-adds: a fixed split of the rows, whatever the thread count.
   a->rows_per_chunk = std::max<int64_t>(1, (int64_t(1) << 15) / std::max<int64_t>(1, nred * len));
+  if (cols) {
+    if (!a->fast) return std::nullopt;
+    a->grid = false;
+    ca->col_dim = int(lo.find(wcol[0]));
+    ca->col_size = e.size[int(wcol[0])];
+    ca->col_w = a->outer_w[ca->col_dim];
+    ca->col_out = len;
+    for (int d = ca->col_dim + 1; d < a->n_outer; ++d) ca->col_out *= a->outer_size[d];
+    // Blocks as even as the register budget allows (6 channels: 3 + 3, not 5 + 1).
+    int64_t most = cols_block_size(len), nblocks = (ca->col_size + most - 1) / most;
+    auto* block = static_cast<int32_t*>(c.storage.persistent(size_t(ca->col_size) * sizeof(int32_t)));
+    std::fill(block, block + ca->col_size, 0);
+    for (int64_t bi = 0, start = 0; bi < nblocks; ++bi) {
+      int64_t size = ca->col_size / nblocks + (bi < ca->col_size % nblocks ? 1 : 0);
+      block[start] = int32_t(size);
+      start += size;
+    }
+    ca->block = block;
+    // The distinct lane masks, 8 vectors of 8 lanes each; index 0 is the whole row's.
+    std::vector<std::pair<int64_t, int64_t>> distinct = {{0, len}};
+    auto* index = static_cast<int32_t*>(c.storage.persistent(size_t(nred) * sizeof(int32_t)));
+    for (int64_t r = 0; r < nred; ++r) {
+      size_t k = 0;
+      while (k < distinct.size() && distinct[k] != lane_ranges[size_t(r)]) ++k;
+      if (k == distinct.size()) distinct.push_back(lane_ranges[size_t(r)]);
+      index[r] = int32_t(k);
+    }
+    auto* masks = static_cast<int32_t*>(c.storage.persistent(distinct.size() * 64 * sizeof(int32_t)));
+    for (size_t k = 0; k < distinct.size(); ++k)
+      for (int64_t i = 0; i < 64; ++i) masks[k * 64 + size_t(i)] = i >= distinct[k].first && i < distinct[k].second ? -1 : 0;
+    auto* full = static_cast<uint8_t*>(c.storage.persistent(distinct.size()));
+    for (size_t k = 0; k < distinct.size(); ++k) {
+      full[k] = 0;
+      for (int v = 0; v < 8; ++v)
+        if (distinct[k].first <= 8 * v && 8 * v + 8 <= distinct[k].second) full[k] = uint8_t(full[k] | (1u << v));
+    }
+    ca->lane_index = index;
+    ca->lane_masks = masks;
+    ca->lane_full = full;
+    c.kernel = "window-cols";  // (no streamed epilogue: a chunk's blocks write other chunks' rows too)
+    return Launch{cols_launch, ca, c.id};
+  }
   c.kernel = a->grid ? "window-3x3" : "window";
   c.chunks = {window_chunk, a, (a->rows + a->rows_per_chunk - 1) / a->rows_per_chunk, a->rows_per_chunk * len};
   return Launch{window_launch, a, c.id};

@@ -1,0 +1,165 @@
+// The window contraction's weight-column form on AVX2: out[.., o, .., l] = sum_r X[.., l + .., r]
+// * W[o, .., r] where an output label o comes from the weights alone (a convolution's output
+// channels, or the input channels of a stride-1 data gradient). As gather + GEMM this
+// materialises the unfolded X (the window's size times the input) and packs it again; here a
+// block of cb values of o keeps cb x NV vector accumulators per output row, and every masked
+// load of X (zeros where the padding gates are off) feeds all cb of them.
+//
+// Bits: each output is one FMA chain from +0 over r in ascending order, gated elements
+// contributing fma(0, w, acc) -- exactly what the gather + GEMM lowering computes.
+#include <immintrin.h>
+
+#include "kernels/cpu/window_args.hpp"
+
+namespace synoros::kernels::window {
+
+namespace {
+
+__attribute__((target("avx2,fma"), always_inline)) inline __m256 load_x(bool on, unsigned full, int v,
+                                                                        const float* xp, const int32_t* m) {
+  if (!on) return _mm256_setzero_ps();
+  if ((full >> v) & 1u) return _mm256_loadu_ps(xp + 8 * v);
+  return _mm256_maskload_ps(xp + 8 * v, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(m + 8 * v)));
+}
+
+// GATED: the row's row gates (the image rows of a padded window) must be checked per r; a row
+// inside the image passes them all and skips the checks.
+template <int NV, int CB, bool GATED>
+__attribute__((target("avx2,fma"))) void cols_block(const ColsArgs& ca, const RowBase& b) {
+  const WindowArgs& a = ca.w;
+  __m256 acc[CB][NV];
+#pragma GCC unroll 8
+  for (int j = 0; j < CB; ++j)
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) acc[j][v] = _mm256_setzero_ps();
+  const int width = 2 + a.n_gates;
+  const int nrg = GATED ? a.n_row_gates : 0;
+  int col[kMaxGates];
+  uint64_t lim[kMaxGates];
+  int64_t gb[kMaxGates];
+  for (int j = 0; j < nrg; ++j) {
+    int g = a.row_gate[j];
+    col[j] = 2 + g, lim[j] = uint64_t(a.gate_limit[g]), gb[j] = b.gate[g];
+  }
+  const float* xb = a.x + b.x;
+  const float* wb = a.w + b.w;
+  const int64_t* e = a.red;
+  for (int64_t r = 0; r < a.nred; ++r, e += width) {
+    bool on = true;
+    for (int j = 0; j < nrg; ++j) on = on && uint64_t(gb[j] + e[col[j]]) < lim[j];
+    const float* wr = wb + e[1];
+    const int32_t k = ca.lane_index[r];
+    const int32_t* m = ca.lane_masks + k * 64;
+    const unsigned full = on ? ca.lane_full[k] : 0;  // vectors whose lanes are all on: plain loads
+    const float* xp = xb + e[0];
+    // A gated-off input row loads zeros, which still enter each chain.
+    if constexpr (NV <= 3) {
+      // Short rows: the X vectors stay in registers, each weight one broadcast feeding NV FMAs.
+      __m256 x[NV];
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; ++v) x[v] = load_x(on, full, v, xp, m);
+#pragma GCC unroll 8
+      for (int j = 0; j < CB; ++j) {
+        const __m256 w = _mm256_broadcast_ss(wr + j * ca.col_w);
+#pragma GCC unroll 8
+        for (int v = 0; v < NV; ++v) acc[j][v] = _mm256_fmadd_ps(x[v], w, acc[j][v]);
+      }
+    } else {
+      // Long rows: the CB weights stay in registers, each X vector feeding CB FMAs.
+      __m256 w[CB];
+#pragma GCC unroll 8
+      for (int j = 0; j < CB; ++j) w[j] = _mm256_broadcast_ss(wr + j * ca.col_w);
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; ++v) {
+        const __m256 x = load_x(on, full, v, xp, m);
+#pragma GCC unroll 8
+        for (int j = 0; j < CB; ++j) acc[j][v] = _mm256_fmadd_ps(x, w[j], acc[j][v]);
+      }
+    }
+  }
+  // The row's lanes [0, len): whole vectors stored as they are, the last one's head through a
+  // buffer (a masked store costs tens of cycles on some CPUs).
+  float* y = a.out + b.out;
+  const int64_t whole = a.len / 8;
+#pragma GCC unroll 8
+  for (int j = 0; j < CB; ++j)
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) {
+      float* d = y + j * ca.col_out + 8 * v;
+      if (v < whole) {
+        _mm256_storeu_ps(d, acc[j][v]);
+      } else {
+        alignas(32) float t[8];
+        _mm256_store_ps(t, acc[j][v]);
+        for (int64_t i = 0; i < a.len - 8 * v; ++i) d[i] = t[i];
+      }
+    }
+}
+
+// Registers within 16: CB * NV accumulators plus NV X vectors and one weight (short rows), or
+// plus CB weights and one X vector (long rows).
+constexpr int cb_for(int nv) { return nv == 1 ? 8 : nv == 2 ? 6 : nv == 3 ? 4 : nv == 4 ? 3 : nv <= 6 ? 2 : 1; }
+
+template <int NV, int CB>
+void block_of(const ColsArgs& a, const RowBase& b, int n, bool inside) {
+  if constexpr (CB >= 1) {
+    if (n == CB) return inside ? cols_block<NV, CB, false>(a, b) : cols_block<NV, CB, true>(a, b);
+    return block_of<NV, CB - 1>(a, b, n, inside);
+  }
+}
+
+// Whether every row gate passes for every r (a gate's coordinate is its row part plus r's part).
+bool inside(const WindowArgs& a, const RowBase& b) {
+  for (int j = 0; j < a.n_row_gates; ++j) {
+    int g = a.row_gate[j];
+    if (b.gate[g] + a.row_gate_min[j] < 0 || b.gate[g] + a.row_gate_max[j] >= a.gate_limit[g]) return false;
+  }
+  return true;
+}
+
+// Rows [o0, o1) that start a block of the column label; runs of rows that differ only in the
+// last outer label (when that is not the column label) step their offsets instead of recomputing
+// them.
+template <int NV>
+void rows(const ColsArgs& ca, int64_t o0, int64_t o1) {
+  const WindowArgs& a = ca.w;
+  const int64_t inner = ca.col_out / a.len;  // rows per step of the column label
+  const int last = a.n_outer - 1;
+  const bool step = last >= 0 && last != ca.col_dim;
+  const int64_t run = step ? a.outer_size[last] : 1;
+  for (int64_t o = o0; o < o1;) {
+    int64_t end = std::min(o1, (o / run + 1) * run);
+    int n = ca.block[(o / inner) % ca.col_size];  // 0: another block's rows
+    if (n) {
+      RowBase b = row_base(a, o);
+      for (; o < end; ++o) {
+        block_of<NV, cb_for(NV)>(ca, b, n, inside(a, b));
+        if (!step) continue;
+        b.x += a.outer_x[last], b.w += a.outer_w[last], b.out += a.len;
+        for (int g = 0; g < a.n_gates; ++g) b.gate[g] += a.outer_gate[g][last];
+      }
+    }
+    o = end;
+  }
+}
+}  // namespace
+
+int cols_block_size(int64_t len) { return cb_for(int((len + 7) / 8)); }
+
+void cols_chunk(const void* p, int64_t ch) {
+  const ColsArgs& ca = *static_cast<const ColsArgs*>(p);
+  const WindowArgs& a = ca.w;
+  int64_t o0 = ch * a.rows_per_chunk, o1 = std::min(a.rows, (ch + 1) * a.rows_per_chunk);
+  switch ((a.len + 7) / 8) {
+    case 1: return rows<1>(ca, o0, o1);
+    case 2: return rows<2>(ca, o0, o1);
+    case 3: return rows<3>(ca, o0, o1);
+    case 4: return rows<4>(ca, o0, o1);
+    case 5: return rows<5>(ca, o0, o1);
+    case 6: return rows<6>(ca, o0, o1);
+    case 7: return rows<7>(ca, o0, o1);
+    default: return rows<8>(ca, o0, o1);
+  }
+}
+
+}  // namespace synoros::kernels::window
