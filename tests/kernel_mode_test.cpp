@@ -99,6 +99,15 @@ TrainedRun train_fresh(const std::string& model, int steps, kernels::SelectionTi
   return {state_bytes(t), kernels::recorded_choices()};
 }
 
+// A first process: `steps` steps from scratch, saved to path; the checkpoint's metadata.
+io::Metadata train_and_save(const std::string& model, int steps, const std::string& path) {
+  FreshSelection fresh(prefer_first);
+  train::ClassifierTrainer t(tiny(model));
+  t.train_steps(steps);
+  t.save(path);
+  return io::load_safetensors(path).metadata;
+}
+
 // Every recorded choice names a canonical kernel.
 void expect_only_canonical(const std::string& choices) {
   std::istringstream in(choices);
@@ -140,13 +149,7 @@ TEST(KernelMode, FastModeResumeReplaysTheRecordedKernels) {
   TrainedRun other = train_fresh("lenet", 6, prefer_last, 1);
   // Left to itself, the second timer's run takes other kernels (vendor ones among them).
   ASSERT_NE(straight.choices, other.choices);
-  {
-    FreshSelection fresh(prefer_first);
-    train::ClassifierTrainer first(tiny("lenet"));
-    first.train_steps(3);
-    first.save(path);
-  }
-  io::Metadata md = io::load_safetensors(path).metadata;
+  io::Metadata md = train_and_save("lenet", 3, path);
   EXPECT_EQ(md.at("kernels"), "fast");
   ASSERT_TRUE(md.count("kernel_choices"));
   EXPECT_FALSE(md.at("kernel_choices").empty());
@@ -171,13 +174,7 @@ TEST(KernelMode, FastModeResumeReplaysTheRecordedKernels) {
 TEST(KernelMode, DefaultModeCheckpointsRecordNoChoices) {
   Mode mode(false);
   std::string path = (std::filesystem::temp_directory_path() / "synoros-default-mode.safetensors").string();
-  {
-    FreshSelection fresh(prefer_first);
-    train::ClassifierTrainer t(tiny("mlp"));
-    t.train_steps(1);
-    t.save(path);
-  }
-  io::Metadata md = io::load_safetensors(path).metadata;
+  io::Metadata md = train_and_save("mlp", 1, path);
   EXPECT_EQ(md.at("kernels"), "default");
   EXPECT_EQ(md.count("kernel_choices"), 0u);
   std::remove(path.c_str());

@@ -63,6 +63,24 @@ struct FastKernels {
   ~FastKernels() { kernels::set_fast_kernels(saved); }
 };
 
+// Calls f(isa, threads) under every instruction set this CPU has and 1 and 2 threads, then
+// restores both.
+template <class F>
+void for_every_isa_and_thread_count(F f) {
+  kernels::Isa saved = kernels::active_isa();
+  int threads = num_threads();
+  for (kernels::Isa isa : {kernels::Isa::Scalar, kernels::Isa::Avx2, kernels::Isa::Avx512}) {
+    if (int(isa) > int(kernels::best_isa())) continue;
+    kernels::set_isa(isa);
+    for (int t : {1, 2}) {
+      set_num_threads(t);
+      f(isa, t);
+    }
+  }
+  kernels::set_isa(saved);
+  set_num_threads(threads);
+}
+
 inline HostTensor to_f64(const HostTensor& h) {
   HostTensor w(DType::F64, h.shape);
   for (int64_t i = 0; i < h.numel(); ++i) w.set(i, h.get(i));

@@ -92,20 +92,11 @@ TEST_P(WindowCols, MatchesFloat64AndTheGemmPathBitForBit) {
 TEST_P(WindowCols, SameBitsOnEveryIsaAndThreadCount) {
   const ColsCase& c = GetParam();
   synoros::testing::StrictKernels canonical;
-  kernels::Isa saved = kernels::active_isa();
-  int threads = num_threads();
   std::string kernel;
   std::vector<char> ref = run_case(c, kernel);
-  for (kernels::Isa isa : {kernels::Isa::Scalar, kernels::Isa::Avx2, kernels::Isa::Avx512}) {
-    if (int(isa) > int(kernels::best_isa())) continue;
-    kernels::set_isa(isa);
-    for (int t : {1, 2}) {
-      set_num_threads(t);
-      EXPECT_EQ(run_case(c, kernel), ref) << c.name << " on " << kernels::isa_name(isa) << " with " << t << " threads";
-    }
-  }
-  kernels::set_isa(saved);
-  set_num_threads(threads);
+  synoros::testing::for_every_isa_and_thread_count([&](kernels::Isa isa, int t) {
+    EXPECT_EQ(run_case(c, kernel), ref) << c.name << " on " << kernels::isa_name(isa) << " with " << t << " threads";
+  });
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, WindowCols, ::testing::ValuesIn(cases()),

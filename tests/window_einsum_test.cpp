@@ -123,22 +123,13 @@ TEST_P(WindowEinsum, MatchesFloat64AndTheGemmPathBitForBit) {
 TEST_P(WindowEinsum, SameBitsOnEveryIsaAndThreadCount) {
   const Case& c = GetParam();
   synoros::testing::StrictKernels strict;  // (the GEMM path of the last case picks per ISA otherwise)
-  kernels::Isa saved = kernels::active_isa();
-  int threads = num_threads();
   bool window = false;
   std::vector<char> ref = run_case(c, window);
-  for (kernels::Isa isa : {kernels::Isa::Scalar, kernels::Isa::Avx2, kernels::Isa::Avx512}) {
-    if (int(isa) > int(kernels::best_isa())) continue;
-    kernels::set_isa(isa);
-    for (int t : {1, 2}) {
-      set_num_threads(t);
-      bool w = false;
-      EXPECT_EQ(run_case(c, w), ref) << c.name << " on " << kernels::isa_name(isa) << " with " << t << " threads";
-      EXPECT_EQ(w, c.window && isa == kernels::Isa::Avx512);  // other ISAs: gather + GEMM, same bits
-    }
-  }
-  kernels::set_isa(saved);
-  set_num_threads(threads);
+  synoros::testing::for_every_isa_and_thread_count([&](kernels::Isa isa, int t) {
+    bool w = false;
+    EXPECT_EQ(run_case(c, w), ref) << c.name << " on " << kernels::isa_name(isa) << " with " << t << " threads";
+    EXPECT_EQ(w, c.window && isa == kernels::Isa::Avx512);  // other ISAs: gather + GEMM, same bits
+  });
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, WindowEinsum, ::testing::ValuesIn(cases()),

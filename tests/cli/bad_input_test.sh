@@ -2,13 +2,7 @@
 # Bad invocations and files for every command: each gives the expected exit status (1: failure,
 # 2: usage) and a message naming the cause, and none dies by a signal. Then the behaviours that
 # used to be silently wrong: flags honoured, history kept on resume, help that does no work.
-set -uo pipefail
-synoros=$1
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-export SYNOROS_TUNING_CACHE="$dir/tuning.txt"
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+source "$(dirname "$0")/common.sh"
 
 # expect STATUS FRAGMENT [VAR=VALUE ...] -- ARGS...
 expect() {

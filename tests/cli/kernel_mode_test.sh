@@ -3,13 +3,7 @@
 # records its kernel choices in the checkpoint and the run directory, eval adopts the
 # checkpoint's mode, a rerun into the same --out replays the record, a resume in the other mode
 # is refused, and plan/profile/info say which mode and which launches round differently.
-set -uo pipefail
-synoros=$1
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-export SYNOROS_TUNING_CACHE="$dir/tuning.txt"
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+source "$(dirname "$0")/common.sh"
 has() { grep -qF -- "$2" <<< "$1" || fail "$3: no '$2' in: $1"; }
 small=(--model mlp --steps 4 --batch 32 --train-limit 256 --test-limit 128 --no-progress)
 
