@@ -1,5 +1,5 @@
 // The window contraction's weight-column form (AVX2): convolutions with up to 16 output channels
-// over padded windows run without the unfolded gather, match float64, and give exactly the bits
+// (and depthwise ones) over padded windows run without the unfolded gather, match float64, and give exactly the bits
 // of the gather + GEMM lowering, at every thread count and on every instruction set.
 #include <gtest/gtest.h>
 
@@ -38,6 +38,8 @@ std::vector<ColsCase> cases() {
       {"dilated", {1, 4, 12, 20}, {5, 4, 3, 3}, "nchwxy,ocxy->nohw", 3, 2, true},
       {"weights_first", {2, 5, 10, 12}, {4, 5, 3, 3}, "ocxy,nchwxy->nohw", 3, 1, true},
       {"sixty_four_wide", {1, 2, 4, 64}, {3, 2, 3, 3}, "nchwxy,ocxy->nohw", 3, 1, true},
+      // Depthwise: blocks of one column.
+      {"depthwise", {2, 6, 14, 14}, {6, 3, 3}, "nchwxy,cxy->nchw", 3, 1, true},
       // Many output channels: left to gather + GEMM.
       {"thirty_two_channels_not_taken", {1, 4, 8, 8}, {32, 4, 3, 3}, "nchwxy,ocxy->nohw", 3, 1, false},
       // Rows shorter than 7: left to gather + GEMM.

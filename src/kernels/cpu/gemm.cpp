@@ -196,7 +196,15 @@ __attribute__((target("avx2,fma"))) __m256i tail_mask(int64_t n) {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(m + 8 - n));
 }
 
-template <int R>
+template <bool FULL>
+__attribute__((target("avx2,fma"), always_inline)) inline __m256 load_cols(const float* p, __m256i m) {
+  if constexpr (FULL) return _mm256_loadu_ps(p);
+  return _mm256_maskload_ps(p, m);
+}
+
+// FULL: all 16 columns of the block exist, so B and C move with plain loads and stores (masked
+// ones cost several times as much on some CPUs); else the edge block's masks.
+template <int R, bool FULL>
 __attribute__((target("avx2,fma"))) void small_block(int64_t K, const float* A, int64_t a_rs,
                                                      int64_t a_cs, const float* B, int64_t ldb,
                                                      float* C, int64_t c_rs, int64_t cols, bool accumulate) {
@@ -206,12 +214,12 @@ __attribute__((target("avx2,fma"))) void small_block(int64_t K, const float* A, 
   for (int i = 0; i < R; ++i) c0[i] = _mm256_setzero_ps(), c1[i] = _mm256_setzero_ps();
   if (accumulate)  // continue the chains stored in C
     for (int i = 0; i < R; ++i) {
-      c0[i] = _mm256_maskload_ps(C + i * c_rs, m0);
-      if (cols > 8) c1[i] = _mm256_maskload_ps(C + i * c_rs + 8, m1);
+      c0[i] = load_cols<FULL>(C + i * c_rs, m0);
+      if (cols > 8) c1[i] = load_cols<FULL>(C + i * c_rs + 8, m1);
     }
   if (cols > 8) {
     for (int64_t k = 0; k < K; ++k) {
-      __m256 b0 = _mm256_maskload_ps(B + k * ldb, m0), b1 = _mm256_maskload_ps(B + k * ldb + 8, m1);
+      __m256 b0 = load_cols<FULL>(B + k * ldb, m0), b1 = load_cols<FULL>(B + k * ldb + 8, m1);
 #pragma GCC unroll 8
       for (int i = 0; i < R; ++i) {
         __m256 a = _mm256_broadcast_ss(A + i * a_rs + k * a_cs);
@@ -221,15 +229,28 @@ __attribute__((target("avx2,fma"))) void small_block(int64_t K, const float* A, 
     }
   } else {
     for (int64_t k = 0; k < K; ++k) {
-      __m256 b0 = _mm256_maskload_ps(B + k * ldb, m0);
+      __m256 b0 = load_cols<FULL>(B + k * ldb, m0);
       for (int i = 0; i < R; ++i)
         c0[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(A + i * a_rs + k * a_cs), b0, c0[i]);
     }
   }
   for (int i = 0; i < R; ++i) {
-    _mm256_maskstore_ps(C + i * c_rs, m0, c0[i]);
-    if (cols > 8) _mm256_maskstore_ps(C + i * c_rs + 8, m1, c1[i]);
+    if (FULL) {
+      _mm256_storeu_ps(C + i * c_rs, c0[i]);
+      _mm256_storeu_ps(C + i * c_rs + 8, c1[i]);
+    } else {
+      _mm256_maskstore_ps(C + i * c_rs, m0, c0[i]);
+      if (cols > 8) _mm256_maskstore_ps(C + i * c_rs + 8, m1, c1[i]);
+    }
   }
+}
+
+template <int R>
+__attribute__((target("avx2,fma"))) void small_rows(int64_t K, const float* A, int64_t a_rs, int64_t a_cs,
+                                                    const float* B, int64_t ldb, float* C, int64_t c_rs,
+                                                    int64_t cols, bool acc) {
+  if (cols == 16) return small_block<R, true>(K, A, a_rs, a_cs, B, ldb, C, c_rs, cols, acc);
+  small_block<R, false>(K, A, a_rs, a_cs, B, ldb, C, c_rs, cols, acc);
 }
 
 __attribute__((target("avx2,fma"))) void small_gemm_avx2(const GemmShape& s, const float* A,
@@ -239,15 +260,15 @@ __attribute__((target("avx2,fma"))) void small_gemm_avx2(const GemmShape& s, con
     const float* b = B + n0;
     int64_t m0 = 0;
     for (; m0 + 6 <= s.M; m0 += 6)
-      small_block<6>(s.K, A + m0 * s.a_rs, s.a_rs, s.a_cs, b, ldb, C + m0 * s.c_rs + n0, s.c_rs, cols, acc);
+      small_rows<6>(s.K, A + m0 * s.a_rs, s.a_rs, s.a_cs, b, ldb, C + m0 * s.c_rs + n0, s.c_rs, cols, acc);
     const float* a = A + m0 * s.a_rs;
     float* c = C + m0 * s.c_rs + n0;
     switch (s.M - m0) {
-      case 1: small_block<1>(s.K, a, s.a_rs, s.a_cs, b, ldb, c, s.c_rs, cols, acc); break;
-      case 2: small_block<2>(s.K, a, s.a_rs, s.a_cs, b, ldb, c, s.c_rs, cols, acc); break;
-      case 3: small_block<3>(s.K, a, s.a_rs, s.a_cs, b, ldb, c, s.c_rs, cols, acc); break;
-      case 4: small_block<4>(s.K, a, s.a_rs, s.a_cs, b, ldb, c, s.c_rs, cols, acc); break;
-      case 5: small_block<5>(s.K, a, s.a_rs, s.a_cs, b, ldb, c, s.c_rs, cols, acc); break;
+      case 1: small_rows<1>(s.K, a, s.a_rs, s.a_cs, b, ldb, c, s.c_rs, cols, acc); break;
+      case 2: small_rows<2>(s.K, a, s.a_rs, s.a_cs, b, ldb, c, s.c_rs, cols, acc); break;
+      case 3: small_rows<3>(s.K, a, s.a_rs, s.a_cs, b, ldb, c, s.c_rs, cols, acc); break;
+      case 4: small_rows<4>(s.K, a, s.a_rs, s.a_cs, b, ldb, c, s.c_rs, cols, acc); break;
+      case 5: small_rows<5>(s.K, a, s.a_rs, s.a_cs, b, ldb, c, s.c_rs, cols, acc); break;
       default: break;
     }
   }

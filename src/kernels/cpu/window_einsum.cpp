@@ -292,11 +292,17 @@ std::optional<Launch> lower_window_einsum(LowerCtx& c, const EinsumSpec& e) {
     if (!has(lo, q) && !has(lw, q)) return std::nullopt;  // summed within one operand
   for (char q : lw)
     if (!has(lo, q) && !has(lx, q)) return std::nullopt;
-  const bool cols = w_cols > 1;
-  // Rows shorter than 7 (a weight gradient's kernel width) would leave most lanes idle; with
-  // more than 16 columns the GEMM's higher FMA rate outweighs the gather it needs (measured on
-  // AVX2: 16 -> 16 channels about even, 32 -> 64 channels 1.7x slower here).
-  if (cols ? !avx2 || wcol.size() != 1 || len > 64 || len < 7 || w_cols > 16 : !avx512) return std::nullopt;
+  // On AVX2 every such contraction takes the column form (a depthwise one as blocks of one
+  // column). Rows shorter than 7 (a weight gradient's kernel width) would leave most lanes idle;
+  // with more than 16 columns the GEMM's higher FMA rate outweighs the gather it needs (measured
+  // on AVX2: 16 -> 16 channels about even, 32 -> 64 channels 1.7x slower).
+  // Only windows (X read through padding gates, or a contracted label stepping along the row as
+  // the row's own label does): a plain matrix product needs no gather and stays a GEMM.
+  bool windowed = !gates.empty();
+  for (char q : red)
+    if (has(lx, q) && e.size[int(q)] > 1 && sx[lx.find(q)] == 1) windowed = true;
+  const bool cols = avx2;
+  if (cols ? !windowed || wcol.size() > 1 || len > 64 || len < 7 || w_cols > 16 : w_cols > 1) return std::nullopt;
   if (nred > kMaxReduce || nred < 1 || lo.size() - 1 > size_t(kMaxOuter)) return std::nullopt;
   // Fewer than 4 output rows longer than 64 (a vector times a matrix, 1 x K @ K x N): the
   // general form's blocks of rows would run one or two FMA chains at a time, latency-bound
@@ -421,11 +427,13 @@ std::optional<Launch> lower_window_einsum(LowerCtx& c, const EinsumSpec& e) {
   if (cols) {
     if (!a->fast) return std::nullopt;
     a->grid = false;
-    ca->col_dim = int(lo.find(wcol[0]));
-    ca->col_size = e.size[int(wcol[0])];
-    ca->col_w = a->outer_w[ca->col_dim];
+    // Without a column label (depthwise): one column, every row a block of its own.
+    ca->col_dim = wcol.empty() ? -1 : int(lo.find(wcol[0]));
+    ca->col_size = wcol.empty() ? 1 : e.size[int(wcol[0])];
+    ca->col_w = wcol.empty() ? 0 : a->outer_w[ca->col_dim];
     ca->col_out = len;
-    for (int d = ca->col_dim + 1; d < a->n_outer; ++d) ca->col_out *= a->outer_size[d];
+    if (!wcol.empty())
+      for (int d = ca->col_dim + 1; d < a->n_outer; ++d) ca->col_out *= a->outer_size[d];
     // Blocks as even as the register budget allows (6 channels: 3 + 3, not 5 + 1).
     int64_t most = cols_block_size(len), nblocks = (ca->col_size + most - 1) / most;
     auto* block = static_cast<int32_t*>(c.storage.persistent(size_t(ca->col_size) * sizeof(int32_t)));

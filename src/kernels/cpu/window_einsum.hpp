@@ -12,7 +12,7 @@ namespace synoros::kernels {
 // The launch when the two-operand f32 contraction has that form (the weights do not vary along
 // the output's innermost label, the other operand reads it with unit stride), else nullopt: on
 // AVX-512 when no output label comes from the weights alone; on AVX2 (kernel "window-cols")
-// when exactly one does, with at most 16 values (a convolution's output channels), over rows of
+// when at most one does, with at most 16 values (a convolution's output channels), over rows of
 // 7 to 64 outputs. Same bits as the gather + GEMM lowering.
 std::optional<Launch> lower_window_einsum(LowerCtx& c, const EinsumSpec& e);
 
