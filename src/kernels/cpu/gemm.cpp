@@ -253,9 +253,96 @@ __attribute__((target("avx2,fma"))) void small_rows(int64_t K, const float* A, i
   small_block<R, false>(K, A, a_rs, a_cs, B, ldb, C, c_rs, cols, acc);
 }
 
+// One row of A (1 x K times K x N): 64 columns per block, eight independent chains per k (a
+// 16-column block would leave two chains waiting on FMA latency).
+__attribute__((target("avx2,fma"))) void row_block64(int64_t K, const float* a, int64_t a_cs, const float* B,
+                                                     int64_t ldb, float* C, bool accumulate) {
+  __m256 c[8];
+#pragma GCC unroll 8
+  for (int v = 0; v < 8; ++v) c[v] = accumulate ? _mm256_loadu_ps(C + 8 * v) : _mm256_setzero_ps();
+  for (int64_t k = 0; k < K; ++k) {
+    const __m256 av = _mm256_broadcast_ss(a + k * a_cs);
+    const float* b = B + k * ldb;
+#pragma GCC unroll 8
+    for (int v = 0; v < 8; ++v) c[v] = _mm256_fmadd_ps(av, _mm256_loadu_ps(b + 8 * v), c[v]);
+  }
+#pragma GCC unroll 8
+  for (int v = 0; v < 8; ++v) _mm256_storeu_ps(C + 8 * v, c[v]);
+}
+
+// r[j] = column j of the 8 x 8 block whose rows are r[0..7].
+__attribute__((target("avx2"), always_inline)) inline void transpose8(__m256 r[8]) {
+  __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+  __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+  __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+  __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+  r[0] = _mm256_permute2f128_ps(s0, s4, 0x20), r[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
+  r[1] = _mm256_permute2f128_ps(s1, s5, 0x20), r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+  r[2] = _mm256_permute2f128_ps(s2, s6, 0x20), r[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
+  r[3] = _mm256_permute2f128_ps(s3, s7, 0x20), r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+}
+
+// A matrix times a vector (N = 1, A row-major): 8 rows per vector, G vectors (8G chains) in
+// flight; each 8 x 8 block of A is transposed in registers so a column of 8 rows is one FMA
+// operand. Each output is still one FMA chain in ascending k.
+template <int G>
+__attribute__((target("avx2,fma"))) void matvec_rows(int64_t K, const float* A, int64_t lda, const float* x,
+                                                     int64_t incx, float* C, int64_t ldc, bool accumulate) {
+  __m256 y[G];
+  alignas(32) float t[8];
+#pragma GCC unroll 4
+  for (int g = 0; g < G; ++g) {
+    if (accumulate) {
+      for (int i = 0; i < 8; ++i) t[i] = C[(8 * g + i) * ldc];
+      y[g] = _mm256_load_ps(t);
+    } else {
+      y[g] = _mm256_setzero_ps();
+    }
+  }
+  int64_t k = 0;
+  for (; k + 8 <= K; k += 8)
+#pragma GCC unroll 4
+    for (int g = 0; g < G; ++g) {
+      __m256 r[8];
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(A + (8 * g + i) * lda + k);
+      transpose8(r);
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j) y[g] = _mm256_fmadd_ps(r[j], _mm256_broadcast_ss(x + (k + j) * incx), y[g]);
+    }
+  for (; k < K; ++k)
+    for (int g = 0; g < G; ++g) {
+      for (int i = 0; i < 8; ++i) t[i] = A[(8 * g + i) * lda + k];
+      y[g] = _mm256_fmadd_ps(_mm256_load_ps(t), _mm256_broadcast_ss(x + k * incx), y[g]);
+    }
+  for (int g = 0; g < G; ++g) {
+    _mm256_store_ps(t, y[g]);
+    for (int i = 0; i < 8; ++i) C[(8 * g + i) * ldc] = t[i];
+  }
+}
+
+__attribute__((target("avx2,fma"))) void small_matvec_avx2(const GemmShape& s, const float* A, const float* x,
+                                                           int64_t incx, float* C, bool accumulate) {
+  int64_t m = 0;
+  for (; m + 32 <= s.M; m += 32) matvec_rows<4>(s.K, A + m * s.a_rs, s.a_rs, x, incx, C + m * s.c_rs, s.c_rs, accumulate);
+  for (; m + 8 <= s.M; m += 8) matvec_rows<1>(s.K, A + m * s.a_rs, s.a_rs, x, incx, C + m * s.c_rs, s.c_rs, accumulate);
+  for (; m < s.M; ++m) {  // the last rows: the same chain, one FMA (one rounding) at a time
+    float acc = accumulate ? C[m * s.c_rs] : 0.0f;
+    for (int64_t k = 0; k < s.K; ++k) acc = std::fma(A[m * s.a_rs + k], x[k * incx], acc);
+    C[m * s.c_rs] = acc;
+  }
+}
+
 __attribute__((target("avx2,fma"))) void small_gemm_avx2(const GemmShape& s, const float* A,
                                                          const float* B, int64_t ldb, float* C, bool acc) {
-  for (int64_t n0 = 0; n0 < s.N; n0 += 16) {
+  int64_t first = 0;
+  if (s.M == 1)
+    for (; first + 64 <= s.N; first += 64) row_block64(s.K, A, s.a_cs, B + first, ldb, C + first, acc);
+  for (int64_t n0 = first; n0 < s.N; n0 += 16) {
     int64_t cols = std::min<int64_t>(16, s.N - n0);
     const float* b = B + n0;
     int64_t m0 = 0;
@@ -473,6 +560,7 @@ void sgemm(const GemmShape& s, const float* A, const float* B, float* C, float* 
       b = scratch;
       ldb = s.N;
     }
+    if (s.N == 1 && s.a_cs == 1) return small_matvec_avx2(s, A, b, ldb, C, accumulate);
     if (isa >= 2) return small_gemm_avx512(s, A, b, ldb, C, accumulate);
     return small_gemm_avx2(s, A, b, ldb, C, accumulate);
   }
