@@ -100,6 +100,52 @@ __attribute__((target("avx2,fma"))) void cols_block(const ColsArgs& ca, const Ro
 // plus CB weights and one X vector (long rows).
 constexpr int cb_for(int nv) { return nv == 1 ? 8 : nv == 2 ? 6 : nv == 3 ? 4 : nv == 4 ? 3 : nv <= 6 ? 2 : 1; }
 
+// Without a column label (depthwise), RB rows along the last outer label that lie inside the
+// image share each weight broadcast: RB * NV chains in flight instead of NV. Each output's chain
+// is the same as in cols_block.
+template <int NV, int RB>
+__attribute__((target("avx2,fma"))) void rows_block(const ColsArgs& ca, const RowBase& b) {
+  const WindowArgs& a = ca.w;
+  const int64_t sx = a.outer_x[a.n_outer - 1];
+  __m256 acc[RB][NV];
+#pragma GCC unroll 8
+  for (int q = 0; q < RB; ++q)
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) acc[q][v] = _mm256_setzero_ps();
+  const int width = 2 + a.n_gates;
+  const float* xb = a.x + b.x;
+  const float* wb = a.w + b.w;
+  const int64_t* e = a.red;
+  for (int64_t r = 0; r < a.nred; ++r, e += width) {
+    const __m256 w = _mm256_broadcast_ss(wb + e[1]);
+    const int32_t k = ca.lane_index[r];
+    const int32_t* m = ca.lane_masks + k * 64;
+    const unsigned full = ca.lane_full[k];
+#pragma GCC unroll 8
+    for (int q = 0; q < RB; ++q) {
+      const float* xp = xb + q * sx + e[0];
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; ++v) acc[q][v] = _mm256_fmadd_ps(load_x(true, full, v, xp, m), w, acc[q][v]);
+    }
+  }
+  const int64_t whole = a.len / 8;
+#pragma GCC unroll 8
+  for (int q = 0; q < RB; ++q)
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) {
+      float* d = a.out + b.out + q * a.len + 8 * v;
+      if (v < whole) {
+        _mm256_storeu_ps(d, acc[q][v]);
+      } else {
+        alignas(32) float t[8];
+        _mm256_store_ps(t, acc[q][v]);
+        for (int64_t i = 0; i < a.len - 8 * v; ++i) d[i] = t[i];
+      }
+    }
+}
+
+constexpr int rb_for(int nv) { return nv == 1 ? 8 : nv == 2 ? 6 : nv == 3 ? 4 : nv == 4 ? 3 : nv <= 7 ? 2 : 1; }
+
 template <int NV, int CB>
 void block_of(const ColsArgs& a, const RowBase& b, int n, bool inside) {
   if constexpr (CB >= 1) {
@@ -127,16 +173,31 @@ void rows(const ColsArgs& ca, int64_t o0, int64_t o1) {
   const int last = a.n_outer - 1;
   const bool step = last >= 0 && last != ca.col_dim;
   const int64_t run = step ? a.outer_size[last] : 1;
+  constexpr int RB = rb_for(NV);
+  const bool row_blocks = RB > 1 && ca.col_dim < 0 && step && a.outer_w[last] == 0;
+  auto advance = [&](RowBase& b, int64_t k) {
+    b.x += k * a.outer_x[last], b.w += k * a.outer_w[last], b.out += k * a.len;
+    for (int g = 0; g < a.n_gates; ++g) b.gate[g] += k * a.outer_gate[g][last];
+  };
   for (int64_t o = o0; o < o1;) {
     int64_t end = std::min(o1, (o / run + 1) * run);
     int n = ca.block[(o / inner) % ca.col_size];  // 0: another block's rows
     if (n) {
       RowBase b = row_base(a, o);
-      for (; o < end; ++o) {
+      while (o < end) {
+        if (row_blocks && o + RB <= end && inside(a, b)) {
+          RowBase lastrow = b;
+          advance(lastrow, RB - 1);
+          if (inside(a, lastrow)) {  // (a gate's coordinate is affine in the row: both ends suffice)
+            rows_block<NV, RB>(ca, b);
+            advance(b, RB);
+            o += RB;
+            continue;
+          }
+        }
         block_of<NV, cb_for(NV)>(ca, b, n, inside(a, b));
-        if (!step) continue;
-        b.x += a.outer_x[last], b.w += a.outer_w[last], b.out += a.len;
-        for (int g = 0; g < a.n_gates; ++g) b.gate[g] += a.outer_gate[g][last];
+        ++o;
+        if (step) advance(b, 1);
       }
     }
     o = end;
