@@ -147,8 +147,10 @@ TEST(KernelMode, FastModeResumeReplaysTheRecordedKernels) {
   std::string path = (std::filesystem::temp_directory_path() / "synoros-fast-resume.safetensors").string();
   TrainedRun straight = train_fresh("lenet", 6, prefer_first, 1);
   TrainedRun other = train_fresh("lenet", 6, prefer_last, 1);
-  // Left to itself, the second timer's run takes other kernels (vendor ones among them).
+  // Left to itself, the second timer's run takes other kernels (vendor ones among them) ...
   ASSERT_NE(straight.choices, other.choices);
+  // ... with other bits: otherwise a replay that did nothing would pass unnoticed.
+  if (straight.bytes == other.bytes) GTEST_SKIP() << "this machine's fast kernels round like the canonical ones here";
   io::Metadata md = train_and_save("lenet", 3, path);
   EXPECT_EQ(md.at("kernels"), "fast");
   ASSERT_TRUE(md.count("kernel_choices"));
@@ -192,6 +194,17 @@ TEST(KernelMode, AReplayThisBuildCannotHonourIsAnError) {
   testing::expect_error([&] { kernels::select_gemm(s, false); }, {"no-such-kernel", "cannot run"});
   testing::expect_error([] { kernels::replay_choices("one field only\n", "run dir 'x'"); },
                         {"run dir 'x'", "kernel choice 1"});
+  // A record made under another instruction set matches nothing here: refused, not ignored.
+  std::string isa = kernels::isa_name(kernels::active_isa()), other = isa == "avx2" ? "scalar" : "avx2";
+  std::string foreign = key;
+  foreign.replace(foreign.find(" isa=" + isa), 5 + isa.size(), " isa=" + other);
+  testing::expect_error([&] { kernels::replay_choices(foreign + "\tengine-packed\t1\n", "checkpoint 'c'"); },
+                        {"checkpoint 'c'", "made for isa " + other});
+  // A replay replaces the previous one, and the record keeps replayed choices not yet used.
+  kernels::replay_choices("unused isa=" + isa + "\tengine-small\t1\n", "test record");
+  std::string now = kernels::recorded_choices();
+  EXPECT_NE(now.find("unused isa=" + isa + "\tengine-small\t1"), std::string::npos) << now;
+  EXPECT_NO_THROW(kernels::select_gemm(s, false));  // the unrunnable choice is gone
   // Default mode never consults a replay: every candidate there gives the same bits.
   Mode canonical(false);
   EXPECT_NE(kernels::select_gemm(s, true).provider, nullptr);

@@ -168,7 +168,9 @@ size_t plan_cache_size();
 size_t plan_cache_bytes();
 void set_plan_cache_limit(size_t bytes);
 // Forgets every cached plan (CompiledSteps keep theirs): the next realize() or compile()
-// compiles, and selects kernels, afresh. The cache is safe to use from several threads.
+// compiles, and selects kernels, afresh. The cache and realize() are safe to use from several
+// threads (realize() runs one cached plan at a time); CompiledSteps of the same structure share
+// a plan, so each must run on one thread at a time.
 void clear_plan_cache();
 
 }  // namespace synoros

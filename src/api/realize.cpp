@@ -210,14 +210,22 @@ void realize(const std::vector<Tensor>& ts, bool keep_graph) {
   if (roots.empty()) return;
   Lowered low = lower_dag(roots);
   std::shared_ptr<Plan> plan = cached_plan(low);
-  for (const auto& [impl, id] : low.feeds) plan->set_input(id, *impl->value);
-  plan->run();
+  std::vector<HostTensor> values;
+  {
+    // Two threads realizing the same structure share one cached plan (and its arena): its
+    // feed, run and read happen under one lock.
+    static std::mutex run_mu;
+    std::lock_guard<std::mutex> lk(run_mu);
+    for (const auto& [impl, id] : low.feeds) plan->set_input(id, *impl->value);
+    plan->run();
+    for (size_t i = 0; i < roots.size(); ++i) values.push_back(plan->read(low.outputs[i]));
+  }
   // Reading a value does not detach it (PyTorch's rule): a tensor that depends on a leaf
   // requiring a gradient keeps its inputs, so a later backward() still reaches that leaf. One that
   // does not becomes a leaf, and the DAG behind it can be freed; detach() is the explicit cut.
   std::unordered_map<const TensorImpl*, bool> memo;
   for (size_t i = 0; i < roots.size(); ++i) {
-    roots[i]->value = std::make_shared<HostTensor>(plan->read(low.outputs[i]));
+    roots[i]->value = std::make_shared<HostTensor>(std::move(values[i]));
     if (!keep_graph || !depends_on_grad(*roots[i], memo)) {
       roots[i]->in.clear();
       continue;

@@ -66,7 +66,8 @@ int dispatch(int argc, char** argv) {
   }
   synoros::config::check_environment();  // a bad SYNOROS_* value stops here, before any work
   synoros::cli::Args args(c->spec, argc - 2, argv + 2);
-  if (args.has("fast")) synoros::set_fast_mode(true);
+  // SYNOROS_STRICT=1 keeps the canonical kernels even against --fast.
+  if (args.has("fast") && !synoros::config::flag("SYNOROS_STRICT")) synoros::set_fast_mode(true);
   return c->run(args);
 }
 }  // namespace

@@ -349,7 +349,7 @@ int eval_cmd(const Args& a) {
     throw Error("eval: checkpoint '" + path + "' holds a " + model + ", not a " + a.str("model"));
   bool lm = model == "gpt-tiny";
   a.require_scope(lm ? "lm" : "classifier", model);
-  if (md.count("kernels") && md.at("kernels") == "fast" && !fast_mode()) {
+  if (md.count("kernels") && md.at("kernels") == "fast" && !fast_mode() && !config::flag("SYNOROS_STRICT")) {
     set_fast_mode(true);  // the kernels the training chose, so the figures are the ones it printed
     std::cout << "fast mode: the checkpoint was trained in fast mode; evaluating with the kernels it recorded\n";
   }

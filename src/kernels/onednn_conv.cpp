@@ -775,7 +775,16 @@ Launch select_onednn(LowerCtx& c, const ConvGeom& g, const float* x, const float
       for (int a = 0; a < kNumAlgorithms; ++a)
         if (a != keep) why[size_t(a)] = "not applicable", st[a].reset();
     }
-  if (!st[0] && !st[1] && !st[2]) return alt;
+  if (!st[0] && !st[1] && !st[2]) {
+    // None applies here: a recorded oneDNN choice for this geometry cannot be honoured.
+    std::string name, version;
+    bool replayed = false;
+    if (!c.storage.sizing() && forced().empty() && cached_choice(key_of(g), name, version, &replayed) && replayed &&
+        name != "gemm")
+      throw Error("onednn conv: the recorded kernel choice for '" + key_of(g).substr(0, key_of(g).find(" providers=")) +
+                  "' is " + name + " " + version + ", which this build cannot run here (the run's bits depend on it)");
+    return alt;
+  }
   // Every lowering gets the same scratch in both passes, so the frame is the same whichever is chosen.
   char* scratch = static_cast<char*>(c.storage.scratch(size_t(scratch_bytes)));
   if (c.storage.sizing()) return alt;

@@ -375,8 +375,12 @@ bool is_fast_mode_kernel(const std::string& label) {
 std::string recorded_choices() {
   Cache& c = cache();
   std::lock_guard<std::mutex> lk(c.mu);
+  // The replayed choices this process has not needed (yet) stay in the record: a resumed run
+  // saved before it evaluates still carries its evaluation's kernels.
+  std::map<std::string, Entry> all = c.replayed;
+  for (const auto& [k, e] : c.used) all[k] = e;
   std::string out;
-  for (const auto& [k, e] : c.used) out += k + "\t" + e.provider + "\t" + e.version + "\n";
+  for (const auto& [k, e] : all) out += k + "\t" + e.provider + "\t" + e.version + "\n";
   return out;
 }
 
@@ -397,11 +401,19 @@ void replay_choices(const std::string& text, const std::string& source) {
     size_t a = row.find('\t'), b = a == std::string::npos ? a : row.find('\t', a + 1);
     if (a == 0 || b == std::string::npos || b == a + 1 || b + 1 >= row.size() || row.find('\t', b + 1) != std::string::npos)
       throw Error(source + ": kernel choice " + std::to_string(line) + " is not 'key<TAB>kernel<TAB>version'");
-    m[row.substr(0, a)] = {row.substr(a + 1, b - a - 1), row.substr(b + 1)};
+    std::string key = row.substr(0, a);
+    // Fast mode's kernels depend on the instruction set: a record made under another one
+    // cannot be replayed here (its keys would match nothing and the bits would change).
+    size_t at = key.find(" isa=");
+    std::string isa = at == std::string::npos ? "" : key.substr(at + 5, key.find(' ', at + 5) - at - 5);
+    if (!isa.empty() && isa != isa_name(active_isa()))
+      throw Error(source + ": its kernel choices were made for isa " + isa + ", this process runs " +
+                  isa_name(active_isa()) + " (set SYNOROS_ISA=" + isa + " where the CPU has it)");
+    m[key] = {row.substr(a + 1, b - a - 1), row.substr(b + 1)};
   }
   Cache& c = cache();
   std::lock_guard<std::mutex> lk(c.mu);
-  for (auto& [k, e] : m) c.replayed[k] = e;
+  c.replayed = std::move(m);  // one record at a time: a second load replaces the first
   char id[20];
   std::string all;
   for (const auto& [k, e] : c.replayed) all += k + "\t" + e.provider + "\t" + e.version + "\n";

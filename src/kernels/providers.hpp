@@ -88,12 +88,13 @@ using SelectionTimer = std::function<std::vector<double>(size_t candidates)>;
 void set_selection_timer(SelectionTimer timer);
 
 // Fast mode's record of choices: every selection this process made or read (from the tuning
-// cache or a replay), one "key<TAB>kernel<TAB>version" line each, sorted; keys leave out the
-// provider set and the CPU model. Checkpoints and run directories keep it, and
-// replay_choices() pins those choices ahead of the cache and of measuring (throws Error,
-// naming source, on a malformed record). A replayed choice this build cannot run is an Error
-// at selection. The replayed set's id is part of kernel_config(), so plans compiled before a
-// replay are not reused after it.
+// cache or a replay) and the replayed ones it has not needed yet, one
+// "key<TAB>kernel<TAB>version" line each, sorted; keys leave out the provider set and the CPU
+// model. Checkpoints and run directories keep it, and replay_choices() pins those choices
+// ahead of the cache and of measuring, replacing any earlier replay (throws Error, naming
+// source, on a malformed record or one made under another instruction set). A replayed choice
+// this build cannot run is an Error at selection. The replayed set's id is part of
+// kernel_config(), so plans compiled before a replay are not reused after it.
 std::string recorded_choices();
 void clear_recorded_choices();
 void replay_choices(const std::string& text, const std::string& source);

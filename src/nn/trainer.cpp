@@ -164,14 +164,25 @@ void ClassifierTrainer::load(const std::string& path, bool resume) {
     throw Error("checkpoint '" + path + "' was trained with " + optimizer + ", not " + cfg_.optimizer);
   int64_t step = io::metadata_int(md, "step", path, 0, std::numeric_limits<int64_t>::max());
   if (resume) io::check_same_run(md, run_metadata(), path);
+  // Fast mode: the step again with the recorded kernels, before any state changes (a record
+  // this build cannot honour is an error that leaves the trainer as it was).
+  std::unique_ptr<CompiledStep> replayed;
+  if (replay_kernel_choices(md, path)) {
+    try {
+      replayed = std::make_unique<CompiledStep>(compile_classifier_train(*model_, *opt_, cfg_.batch));
+    } catch (...) {
+      kernels::clear_replayed_choices();
+      throw;
+    }
+  }
   std::vector<std::pair<std::string, Tensor>> all;
   for (auto& [name, t] : model_->state_dict()) all.emplace_back("model." + name, t);
   for (auto& [name, t] : opt_->state()) all.emplace_back("optim." + name, t);
   io::load_into(path, all);
   step_ = step;
   opt_->restore_steps(step_);
-  if (replay_kernel_choices(md, path)) {  // the steps again, with the recorded kernels
-    step_fn_ = std::make_unique<CompiledStep>(compile_classifier_train(*model_, *opt_, cfg_.batch));
+  if (replayed) {
+    step_fn_ = std::move(replayed);
     eval_fns_.clear();
   }
 }

@@ -6,6 +6,7 @@
 #include "synoros/checkpoint.hpp"
 #include "synoros/data.hpp"
 #include "synoros/train.hpp"
+#include "kernels/providers.hpp"
 
 namespace synoros::train {
 
@@ -129,14 +130,24 @@ void LmTrainer::load(const std::string& path, bool resume) {
     for (const char* k : {"batch", "seed", "total_steps", "lr", "weight_decay", "clip", "warmup", "kernels"})
       expected.erase(k);
   io::check_same_run(md, expected, path);
+  // Fast mode: the step again with the recorded kernels, before any state changes.
+  std::unique_ptr<CompiledStep> replayed;
+  if (replay_kernel_choices(md, path)) {
+    try {
+      replayed = std::make_unique<CompiledStep>(compile_lm_train(*model_, *opt_, cfg_.batch, cfg_.model.context));
+    } catch (...) {
+      kernels::clear_replayed_choices();
+      throw;
+    }
+  }
   std::vector<std::pair<std::string, Tensor>> all;
   for (auto& [name, t] : model_->state_dict()) all.emplace_back("model." + name, t);
   for (auto& [name, t] : opt_->state()) all.emplace_back("optim." + name, t);
   io::load_into(path, all);
   step_ = step;
   opt_->restore_steps(step_);
-  if (replay_kernel_choices(md, path)) {  // the steps again, with the recorded kernels
-    step_fn_ = std::make_unique<CompiledStep>(compile_lm_train(*model_, *opt_, cfg_.batch, cfg_.model.context));
+  if (replayed) {
+    step_fn_ = std::move(replayed);
     val_fn_.reset();
     gen_fn_.reset();
   }

@@ -525,8 +525,9 @@ std::string Plan::describe() const {
   std::ostringstream o;
   o << "plan: " << launches_.size() << " launches, arena " << arena_bytes() << " bytes, scratch "
     << impl_->storage->scratch_bytes() << " bytes, isa " << kernels::isa_name(kernels::active_isa())
-    << (kernels::fast_kernels() ? ", fast mode (launches marked 'fast' round differently from the canonical order)"
-                                : ", canonical kernels")
+    << (impl_->compiled_for.find(" fast") != std::string::npos
+            ? ", fast mode (launches marked 'fast' round differently from the canonical order)"
+            : ", canonical kernels")
     << "\n";
   for (size_t k = 0; k < launches_.size(); ++k) {
     const Launch& l = launches_[k];
