@@ -15,6 +15,23 @@ namespace synoros::kernels::window {
 
 namespace {
 
+// One output row of len values from NV accumulators: whole vectors stored as they are, the last
+// one's head through a buffer (a masked store costs tens of cycles on some CPUs).
+template <int NV>
+__attribute__((target("avx2,fma"), always_inline)) inline void store_row(float* d, const __m256* acc, int64_t len) {
+  const int64_t whole = len / 8;
+#pragma GCC unroll 8
+  for (int v = 0; v < NV; ++v) {
+    if (v < whole) {
+      _mm256_storeu_ps(d + 8 * v, acc[v]);
+    } else {
+      alignas(32) float t[8];
+      _mm256_store_ps(t, acc[v]);
+      for (int64_t i = 0; i < len - 8 * v; ++i) d[8 * v + i] = t[i];
+    }
+  }
+}
+
 __attribute__((target("avx2,fma"), always_inline)) inline __m256 load_x(bool on, unsigned full, int v,
                                                                         const float* xp, const int32_t* m) {
   if (!on) return _mm256_setzero_ps();
@@ -77,23 +94,8 @@ __attribute__((target("avx2,fma"))) void cols_block(const ColsArgs& ca, const Ro
       }
     }
   }
-  // The row's lanes [0, len): whole vectors stored as they are, the last one's head through a
-  // buffer (a masked store costs tens of cycles on some CPUs).
-  float* y = a.out + b.out;
-  const int64_t whole = a.len / 8;
 #pragma GCC unroll 8
-  for (int j = 0; j < CB; ++j)
-#pragma GCC unroll 8
-    for (int v = 0; v < NV; ++v) {
-      float* d = y + j * ca.col_out + 8 * v;
-      if (v < whole) {
-        _mm256_storeu_ps(d, acc[j][v]);
-      } else {
-        alignas(32) float t[8];
-        _mm256_store_ps(t, acc[j][v]);
-        for (int64_t i = 0; i < a.len - 8 * v; ++i) d[i] = t[i];
-      }
-    }
+  for (int j = 0; j < CB; ++j) store_row<NV>(a.out + b.out + j * ca.col_out, acc[j], a.len);
 }
 
 // Registers within 16: CB * NV accumulators plus NV X vectors and one weight (short rows), or
@@ -128,20 +130,8 @@ __attribute__((target("avx2,fma"))) void rows_block(const ColsArgs& ca, const Ro
       for (int v = 0; v < NV; ++v) acc[q][v] = _mm256_fmadd_ps(load_x(true, full, v, xp, m), w, acc[q][v]);
     }
   }
-  const int64_t whole = a.len / 8;
 #pragma GCC unroll 8
-  for (int q = 0; q < RB; ++q)
-#pragma GCC unroll 8
-    for (int v = 0; v < NV; ++v) {
-      float* d = a.out + b.out + q * a.len + 8 * v;
-      if (v < whole) {
-        _mm256_storeu_ps(d, acc[q][v]);
-      } else {
-        alignas(32) float t[8];
-        _mm256_store_ps(t, acc[q][v]);
-        for (int64_t i = 0; i < a.len - 8 * v; ++i) d[i] = t[i];
-      }
-    }
+  for (int q = 0; q < RB; ++q) store_row<NV>(a.out + b.out + q * a.len, acc[q], a.len);
 }
 
 constexpr int rb_for(int nv) { return nv == 1 ? 8 : nv == 2 ? 6 : nv == 3 ? 4 : nv == 4 ? 3 : nv <= 7 ? 2 : 1; }
