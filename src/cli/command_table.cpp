@@ -1,5 +1,7 @@
 // Every command's flags: type, range, default and meaning. Parsing and `--help` both read this.
+#include <fstream>
 #include <limits>
+#include <sstream>
 
 #include "cli/commands.hpp"
 #include "synoros/config.hpp"
@@ -207,6 +209,14 @@ CommandSpec operator_spec(const char* name, const char* summary, std::vector<Opt
   return s;
 }
 }  // namespace
+
+std::string read_text_file(const std::string& path, const std::string& what) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  if (!in) throw Error("cannot read " + what + " '" + path + "'");
+  return text.str();
+}
 
 void apply_threads(const Args& a) {
   if (a.has("threads")) set_num_threads(int(a.integer("threads")));

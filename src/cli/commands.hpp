@@ -1,6 +1,7 @@
 // The commands of the synoros tool: each one's flag table (cli/command_table.cpp) and entry point.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "cli/args.hpp"
@@ -31,5 +32,7 @@ int latency_cmd(const Args&);
 
 // --threads N: the engine's pool for this process (validated; an Error names the cause).
 void apply_threads(const Args& a);
+// The whole file as text; Error "cannot read WHAT 'PATH'" when it cannot be read.
+std::string read_text_file(const std::string& path, const std::string& what);
 
 }  // namespace synoros::cli

@@ -14,14 +14,6 @@
 namespace synoros::cli {
 
 namespace {
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw Error("synth: cannot read spec file '" + path + "'");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 void print_ops(const synth::Spec& spec, const std::vector<synth::Operator>& ops, const std::vector<double>* scores,
                size_t limit, const std::string& export_dir) {
   for (size_t i = 0; i < ops.size() && i < limit; ++i) {
@@ -51,7 +43,7 @@ int synth(const Args& a) {
   opt.allow_stride = !a.has("no-stride");
   std::string mode = a.str("mode"), reward_kind = a.str("reward"), checkpoint = a.str("checkpoint"),
               export_dir = a.str("export");
-  std::string spec_text = a.has("spec") ? a.str("spec") : a.has("spec-file") ? read_file(a.str("spec-file")) : "";
+  std::string spec_text = a.has("spec") ? a.str("spec") : a.has("spec-file") ? read_text_file(a.str("spec-file"), "spec file") : "";
   bool conv = a.has("conv2d"), conv_same = a.has("conv2d-same"), raw = a.has("raw");
   size_t limit = size_t(a.integer("limit")), width = size_t(a.integer("width"));
   uint64_t iterations = uint64_t(a.integer("iterations")), seed = uint64_t(a.integer("seed"));

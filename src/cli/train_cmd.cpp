@@ -151,11 +151,7 @@ std::string choices_path(const std::string& out) { return out + "/kernel_choices
 void replay_run_choices(const Args& a, const std::string& out) {
   std::string p = choices_path(out);
   if (!fast_mode() || a.has("resume") || !std::filesystem::exists(p)) return;
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream text;
-  text << f.rdbuf();
-  if (!f) throw Error("cannot read '" + p + "'");
-  kernels::replay_choices(text.str(), "'" + p + "'");
+  kernels::replay_choices(read_text_file(p, "kernel choices"), "'" + p + "'");
   std::cout << "fast mode: replaying the kernel choices in " << p << "\n";
 }
 

@@ -32,6 +32,15 @@ __attribute__((target("avx2,fma"), always_inline)) inline void store_row(float* 
   }
 }
 
+// Every accumulator of a block at +0, where each chain starts.
+template <int R, int NV>
+__attribute__((target("avx2,fma"), always_inline)) inline void zero_all(__m256 (&acc)[R][NV]) {
+#pragma GCC unroll 8
+  for (int i = 0; i < R; ++i)
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) acc[i][v] = _mm256_setzero_ps();
+}
+
 __attribute__((target("avx2,fma"), always_inline)) inline __m256 load_x(bool on, unsigned full, int v,
                                                                         const float* xp, const int32_t* m) {
   if (!on) return _mm256_setzero_ps();
@@ -45,10 +54,7 @@ template <int NV, int CB, bool GATED>
 __attribute__((target("avx2,fma"))) void cols_block(const ColsArgs& ca, const RowBase& b) {
   const WindowArgs& a = ca.w;
   __m256 acc[CB][NV];
-#pragma GCC unroll 8
-  for (int j = 0; j < CB; ++j)
-#pragma GCC unroll 8
-    for (int v = 0; v < NV; ++v) acc[j][v] = _mm256_setzero_ps();
+  zero_all(acc);
   const int width = 2 + a.n_gates;
   const int nrg = GATED ? a.n_row_gates : 0;
   int col[kMaxGates];
@@ -110,10 +116,7 @@ __attribute__((target("avx2,fma"))) void rows_block(const ColsArgs& ca, const Ro
   const WindowArgs& a = ca.w;
   const int64_t sx = a.outer_x[a.n_outer - 1];
   __m256 acc[RB][NV];
-#pragma GCC unroll 8
-  for (int q = 0; q < RB; ++q)
-#pragma GCC unroll 8
-    for (int v = 0; v < NV; ++v) acc[q][v] = _mm256_setzero_ps();
+  zero_all(acc);
   const int width = 2 + a.n_gates;
   const float* xb = a.x + b.x;
   const float* wb = a.w + b.w;
