@@ -53,7 +53,7 @@ std::vector<float> run(const GemmProvider& prov, const Problem& p, bool acc) {
 
 const std::vector<std::array<int64_t, 3>> kShapes = {
     {1, 1, 1}, {8, 32, 16}, {13, 31, 7}, {14, 32, 256}, {15, 33, 257}, {29, 65, 600},
-    {64, 64, 64}, {127, 127, 127}, {1, 300, 513}, {300, 1, 513}, {45, 97, 1030}};
+    {64, 64, 64}, {127, 127, 127}, {1, 300, 513}, {1, 1000, 77}, {300, 1, 513}, {45, 97, 1030}};
 
 TEST(Gemm, EveryProviderMatchesTheFloat64Reference) {
   for (const auto& prov : gemm_providers())

@@ -3,6 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <type_traits>
+
+#include "kernels/cpu/line_fn.hpp"
+#include "kernels/cpu/scalar_ops.hpp"
 
 #include "kernels/cpu/cpu_kernels.hpp"
 
@@ -19,10 +23,47 @@ struct LineArgs {
   int n_in;
   int op;  // which composite
   bool f64;
+  bool avx2;  // the AVX2 builds of the float softmax steps may run
 };
+
+// Float softmax, in the canonical order on every instruction set: m = the row's maximum (a NaN
+// element is skipped here and makes the sum NaN), e = exp(x - m) with scalar_ops.hpp's exp, and
+// s = the sum of e as the reductions sum a row: element t into lane t % 8 of its 4096-element
+// segment, lanes combined pairwise, segments added in order. Softmax: e / s; log-softmax:
+// (x - m) - log(s). A contiguous row takes the AVX2 build of the same steps.
+void softmax_line_f32(const LineArgs& a, const float* x, float* y, int64_t st, bool log_out) {
+  const int64_t n = a.n;
+  float m, s;
+  if (st == 1 && a.avx2) {
+    m = avx2::row_max(x, n);
+    s = avx2::softmax_exp_sum(x, log_out ? nullptr : y, n, m);  // y may be x: log-softmax reads x again
+  } else {
+    m = -INFINITY;
+    for (int64_t k = 0; k < n; ++k) m = std::max(m, x[k * st]);
+    s = 0;
+    for (int64_t seg = 0; seg < n; seg += 4096) {
+      float l[8] = {};
+      for (int64_t k = seg; k < std::min(n, seg + 4096); ++k) {
+        const float e = fn::exp_f32(x[k * st] - m);
+        if (!log_out) y[k * st] = e;
+        l[(k - seg) % 8] += e;
+      }
+      s += ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+    }
+  }
+  if (log_out) {
+    const float ls = std::log(s);
+    for (int64_t k = 0; k < n; ++k) y[k * st] = x[k * st] - m - ls;
+  } else if (st == 1 && a.avx2) {
+    avx2::divide_row(y, n, s);
+  } else {
+    for (int64_t k = 0; k < n; ++k) y[k * st] /= s;
+  }
+}
 
 template <class T>
 void softmax_line(const LineArgs& a, const T* x, T* y, int64_t st, bool log_out) {
+  if constexpr (std::is_same_v<T, float>) return softmax_line_f32(a, x, y, st, log_out);
   T m = -INFINITY;
   for (int64_t k = 0; k < a.n; ++k) m = std::max(m, x[k * st]);
   T s = 0;
@@ -136,6 +177,7 @@ Launch lower_lines(LowerCtx& c, int op, int axis) {
   a->eps = c.node.attrs.scalar;
   a->op = op;
   a->f64 = c.node.dtype == DType::F64;
+  a->avx2 = active_isa() != Isa::Scalar;
   return {line_launch, a, c.id};
 }
 

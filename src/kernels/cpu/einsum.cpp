@@ -279,14 +279,17 @@ bool split_output(const EinsumSpec& e, std::string& pre, std::string& g1, std::s
     for (size_t i = cut; i < rest.size(); ++i) two = two && has(la, rest[i]) != has(la, rest[0]);
     if (!two) continue;
     // A prefix label only one operand has makes the other's batch stride 0: fine when each
-    // GEMM stays large; a tiny GEMM per batch element is worse than one GEMM plus a gather.
+    // GEMM stays large; a tiny GEMM per batch element is worse than one GEMM plus a gather, and
+    // so is a matrix-vector product per element (attention's probabilities times values written
+    // as [b, t, h, d]: 256 times slower per call than the one GEMM over t it replaces).
     std::string prefix = lo.substr(0, p);
     bool broadcast = false;
     for (char l : prefix) broadcast = broadcast || !(has(la, l) && has(lb, l));
     int64_t work = group_size(e, rest);
     for (char l : la)
       if (!has(lo, l)) work *= e.size[int(l)];
-    if (broadcast && work < 4096) return false;
+    bool vector_calls = cut == rest.size();  // one side of the product is a single row or column
+    if (broadcast && (work < 4096 || vector_calls)) return false;
     pre = prefix;
     g1 = rest.substr(0, cut);
     g2 = rest.substr(cut);

@@ -337,6 +337,43 @@ __attribute__((target("avx2,fma"))) void small_matvec_avx2(const GemmShape& s, c
   }
 }
 
+// One row of A times a large B (a decoding step's projections and output head): B is streamed
+// once in place, never packed or transposed, and the columns are cut into chunks of a fixed size
+// that the pool shares out. Each output is still one FMA chain in ascending k.
+struct RowJob {
+  const GemmShape* s;
+  const float* A;
+  const float* B;
+  float* C;
+  bool accumulate;
+};
+constexpr int64_t kRowChunk = 256;
+
+__attribute__((target("avx2,fma"))) void row_times_matrix_chunk(const void* p, int64_t chunk) {
+  const RowJob& j = *static_cast<const RowJob*>(p);
+  const GemmShape& s = *j.s;
+  const int64_t n0 = chunk * kRowChunk, n1 = std::min(s.N, n0 + kRowChunk);
+  if (s.b_cs == 1) {  // B rows are k: 64 columns per block, then 8, then one at a time
+    int64_t n = n0;
+    for (; n + 64 <= n1; n += 64) row_block64(s.K, j.A, s.a_cs, j.B + n, s.b_rs, j.C + n, j.accumulate);
+    for (; n + 8 <= n1; n += 8) {
+      __m256 c = j.accumulate ? _mm256_loadu_ps(j.C + n) : _mm256_setzero_ps();
+      for (int64_t k = 0; k < s.K; ++k)
+        c = _mm256_fmadd_ps(_mm256_broadcast_ss(j.A + k * s.a_cs), _mm256_loadu_ps(j.B + k * s.b_rs + n), c);
+      _mm256_storeu_ps(j.C + n, c);
+    }
+    for (; n < n1; ++n) {
+      float acc = j.accumulate ? j.C[n] : 0.0f;
+      for (int64_t k = 0; k < s.K; ++k) acc = std::fma(j.A[k * s.a_cs], j.B[k * s.b_rs + n], acc);
+      j.C[n] = acc;
+    }
+    return;
+  }
+  // B rows are n (B stored transposed): a matrix-vector product over those rows.
+  GemmShape mv{n1 - n0, 1, s.K, s.b_cs, 1, s.a_cs, 1, 1};
+  small_matvec_avx2(mv, j.B + n0 * s.b_cs, j.A, s.a_cs, j.C + n0, j.accumulate);
+}
+
 __attribute__((target("avx2,fma"))) void small_gemm_avx2(const GemmShape& s, const float* A,
                                                          const float* B, int64_t ldb, float* C, bool acc) {
   int64_t first = 0;
@@ -545,6 +582,10 @@ void sgemm(const GemmShape& s, const float* A, const float* B, float* C, float* 
   j.pb = scratch + j.mp * mr * std::min(s.K, kGemmKC);
   // Tiny problems run inline: a parallel launch costs more than the work.
   bool tiny = s.M * s.N * s.K < (1 << 15);
+  if (s.M == 1 && !tiny && isa >= 1 && (s.b_cs == 1 || s.b_rs == 1)) {
+    RowJob rj{&s, A, B, C, accumulate};
+    return pool.run(ceil_div(s.N, kRowChunk), row_times_matrix_chunk, &rj);
+  }
   bool small = mode == 1 || (mode == 0 && tiny);
   if (small && isa >= 1) {
     const float* b = B;

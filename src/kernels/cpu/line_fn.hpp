@@ -12,6 +12,14 @@ using LineFn = void (*)(void* out, const void* const* in, const int64_t* s, int6
 namespace scalar { LineFn pick_line(Op op, DType t); }
 namespace avx2 { LineFn pick_line(Op op, DType t); }
 namespace avx512 { LineFn pick_line(Op op, DType t); }
+// AVX2 builds of the canonical float softmax's steps on a contiguous row (composite.cpp):
+// the row's maximum, y = exp(x - m) with the sum of y in the canonical order (y null: the sum
+// alone), y /= s.
+namespace avx2 {
+float row_max(const float* x, int64_t n);
+float softmax_exp_sum(const float* x, float* y, int64_t n, float m);
+void divide_row(float* y, int64_t n, float s);
+}  // namespace avx2
 // The active ISA's line kernel for an elementwise op, or nullptr.
 LineFn pick_line(Op op, DType t);
 
