@@ -1,7 +1,10 @@
-"""The same GPT-style model as include/synoros/gpt.hpp, in PyTorch, and the peak memory of one
-training step (forward + backward with all parameter gradients)."""
+"""The GPT-2 family of include/synoros/gpt.hpp in PyTorch, with Hugging Face's parameter names and
+layouts (Conv1D weights are [in, out]); a safetensors writer; and the peak memory of one training
+step (forward + backward with all parameter gradients)."""
 import ctypes
+import json
 import math
+import struct
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -34,35 +37,74 @@ class PeakAfterEachOp(TorchDispatchMode):
         return out
 
 
+class Conv1D(torch.nn.Module):
+    def __init__(self, n_in, n_out, std):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(n_in, n_out) * std)
+        self.bias = torch.nn.Parameter(torch.zeros(n_out))
+
+    def forward(self, x):
+        return x @ self.weight + self.bias
+
+
+class Block(torch.nn.Module):
+    def __init__(self, width, heads, layers):
+        super().__init__()
+        proj_std = 0.02 / math.sqrt(2 * layers)
+        self.heads = heads
+        self.ln_1, self.ln_2 = torch.nn.LayerNorm(width), torch.nn.LayerNorm(width)
+        self.attn, self.mlp = torch.nn.Module(), torch.nn.Module()
+        self.attn.c_attn, self.attn.c_proj = Conv1D(width, 3 * width, 0.02), Conv1D(width, width, proj_std)
+        self.mlp.c_fc, self.mlp.c_proj = Conv1D(width, 4 * width, 0.02), Conv1D(4 * width, width, proj_std)
+
+    def forward(self, x, mask):
+        B, T, C = x.shape
+        H = self.heads
+        D = C // H
+        q, k, v = self.attn.c_attn(self.ln_1(x)).split(C, dim=2)
+        q, k, v = [t.reshape(B, T, H, D).permute(0, 2, 1, 3) for t in (q, k, v)]
+        att = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(D)) + mask[:T, :T]
+        y = (att.softmax(-1) @ v).permute(0, 2, 1, 3).reshape(B, T, C)
+        x = x + self.attn.c_proj(y)
+        return x + self.mlp.c_proj(torch.nn.functional.gelu(self.mlp.c_fc(self.ln_2(x)), approximate="tanh"))
+
+
 class Gpt(torch.nn.Module):
     def __init__(self, vocab=256, context=128, width=256, heads=4, layers=4):
         super().__init__()
-        self.h, self.c = heads, width
-        self.tok = torch.nn.Parameter(torch.randn(vocab, width) * 0.02)
-        self.pos = torch.nn.Parameter(torch.randn(context, width) * 0.02)
-        self.blocks = torch.nn.ModuleList()
-        for _ in range(layers):
-            b = torch.nn.Module()
-            b.ln1, b.ln2 = torch.nn.LayerNorm(width), torch.nn.LayerNorm(width)
-            b.qkv, b.proj = torch.nn.Linear(width, 3 * width), torch.nn.Linear(width, width)
-            b.fc, b.out = torch.nn.Linear(width, 4 * width), torch.nn.Linear(4 * width, width)
-            self.blocks.append(b)
-        self.lnf = torch.nn.LayerNorm(width)
-        self.register_buffer("mask", torch.triu(torch.full((context, context), -1e9), 1))
+        self.vocab = vocab
+        self.transformer = torch.nn.Module()
+        t = self.transformer
+        t.wte = torch.nn.Embedding(vocab, width)
+        t.wpe = torch.nn.Embedding(context, width)
+        torch.nn.init.normal_(t.wte.weight, std=0.02)
+        torch.nn.init.normal_(t.wpe.weight, std=0.02)
+        t.h = torch.nn.ModuleList([Block(width, heads, layers) for _ in range(layers)])
+        t.ln_f = torch.nn.LayerNorm(width)
+        self.register_buffer("mask", torch.triu(torch.full((context, context), -1e9), 1), persistent=False)
 
     def forward(self, tokens):
-        B, T = tokens.shape
-        C, H = self.c, self.h
-        D = C // H
-        x = self.tok[tokens] + self.pos
-        for b in self.blocks:
-            q, k, v = b.qkv(b.ln1(x)).split(C, dim=2)
-            q, k, v = [t.reshape(B, T, H, D).permute(0, 2, 1, 3) for t in (q, k, v)]
-            att = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(D)) + self.mask
-            y = (att.softmax(-1) @ v).permute(0, 2, 1, 3).reshape(B, T, C)
-            x = x + b.proj(y)
-            x = x + b.out(torch.nn.functional.gelu(b.fc(b.ln2(x))))
-        return self.lnf(x) @ self.tok.t()
+        t = self.transformer
+        x = t.wte(tokens) + t.wpe.weight[:tokens.shape[1]]
+        for b in t.h:
+            x = b(x, self.mask)
+        return t.ln_f(x) @ t.wte.weight.t()
+
+
+def save_safetensors(path, tensors, metadata=None):
+    """Writes {name: float32 tensor} in the safetensors format."""
+    header, blobs, pos = {}, [], 0
+    if metadata:
+        header["__metadata__"] = metadata
+    for name in sorted(tensors):
+        data = tensors[name].detach().contiguous().float().numpy().tobytes()
+        header[name] = {"dtype": "F32", "shape": list(tensors[name].shape), "data_offsets": [pos, pos + len(data)]}
+        blobs.append(data)
+        pos += len(data)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
 
 
 def step_peak_bytes(batch=8, context=128):
@@ -76,3 +118,86 @@ def step_peak_bytes(batch=8, context=128):
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, 256), targets.reshape(-1))
         loss.backward()
     return p.peak - base
+
+
+# ---- timing, for transformer_compare.py (same configurations as nn::GptConfig::preset)
+PRESETS = {"gpt2-11m": (256, 512, 384, 6, 6), "gpt2-98m": (16384, 1024, 768, 12, 12),
+           "gpt2-124m": (50257, 1024, 768, 12, 12)}
+
+
+def make(preset, context=None):
+    vocab, ctx, width, heads, layers = PRESETS[preset]
+    torch.manual_seed(0)
+    return Gpt(vocab, context or ctx, width, heads, layers)
+
+
+def decode_step(model, cache, tokens, pos):
+    """One token per row at position pos against a static cache [layers][2] of [B, H, context, D]:
+    the new keys and values are written at pos and attention reads positions 0..pos."""
+    t = model.transformer
+    x = t.wte(tokens) + t.wpe.weight[pos]
+    for layer, b in enumerate(t.h):
+        B, _, C = x.shape
+        H = b.heads
+        D = C // H
+        q, k, v = b.attn.c_attn(b.ln_1(x)).split(C, dim=2)
+        q, k, v = [u.reshape(B, 1, H, D).permute(0, 2, 1, 3) for u in (q, k, v)]
+        kc, vc = cache[layer]
+        kc[:, :, pos:pos + 1] = k
+        vc[:, :, pos:pos + 1] = v
+        att = (q @ kc[:, :, :pos + 1].transpose(-1, -2)) * (1.0 / math.sqrt(D))
+        y = (att.softmax(-1) @ vc[:, :, :pos + 1]).permute(0, 2, 1, 3).reshape(B, 1, C)
+        x = x + b.attn.c_proj(y)
+        x = x + b.mlp.c_proj(torch.nn.functional.gelu(b.mlp.c_fc(b.ln_2(x)), approximate="tanh"))
+    return t.ln_f(x) @ t.wte.weight.t()
+
+
+def median_time(fn, min_time):
+    import time
+    fn()
+    times, start = [], time.perf_counter()
+    while len(times) < 3 or time.perf_counter() - start < min_time:
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def time_scenario(kind, preset, a, b, min_time):
+    """Seconds per call: prefill (a = sequence, b = batch), decode (a = context used, b = batch),
+    train (a = sequence, b = batch)."""
+    if kind == "train":
+        model = make(preset, context=a)
+        tokens = torch.randint(0, model.vocab, (b, a))
+        targets = torch.randint(0, model.vocab, (b, a))
+
+        def step():
+            for p in model.parameters():
+                p.grad = None
+            logits = model(tokens)
+            torch.nn.functional.cross_entropy(logits.reshape(-1, model.vocab), targets.reshape(-1)).backward()
+        return median_time(step, min_time)
+    model = make(preset)
+    model.eval()
+    with torch.no_grad():
+        if kind == "prefill":
+            tokens = torch.randint(0, model.vocab, (b, a))
+            return median_time(lambda: model(tokens), min_time)
+        t = model.transformer
+        H, C = t.h[0].heads, t.wte.weight.shape[1]
+        ctx = t.wpe.weight.shape[0]
+        cache = [(torch.zeros(b, H, ctx, C // H), torch.zeros(b, H, ctx, C // H)) for _ in t.h]
+        tok = torch.ones(b, 1, dtype=torch.long)
+        return median_time(lambda: decode_step(model, cache, tok, a), min_time)
+
+
+if __name__ == "__main__":
+    import sys
+    threads, min_time = int(sys.argv[1]), float(sys.argv[2])
+    torch.set_num_threads(threads)
+    out = {}
+    for spec in sys.argv[3:]:
+        kind, preset, a, b = spec.split(":")
+        out[spec] = time_scenario(kind, preset, int(a), int(b), min_time)
+    print(json.dumps({"torch": torch.__version__, "times": out}))

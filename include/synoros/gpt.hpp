@@ -1,34 +1,147 @@
-// A GPT-2-style byte-level transformer built from core ops: token + position embeddings,
-// pre-LayerNorm blocks of causal multi-head self-attention and a GELU MLP, tied output head.
+// The GPT-2 family: token and learned position embeddings, pre-LayerNorm blocks of causal
+// multi-head self-attention and a tanh-GELU MLP, a tied output head. Parameters carry the
+// Hugging Face GPT-2 names and layouts (Conv1D weights are [in, out]), so GPT-2 safetensors files
+// load as they are. Generation runs a prefill over the prompt, then decodes one token per step
+// against a static key/value cache of the context length (one compiled plan for every step).
 #pragma once
 
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
 #include <vector>
 
-#include "synoros/tensor.hpp"
+#include "synoros/nn.hpp"
 
-namespace synoros {
+namespace synoros::nn {
 
 struct GptConfig {
-  int64_t vocab = 256, context = 128, width = 256, heads = 4, layers = 4, batch = 8;
+  int64_t vocab = 256, context = 64, width = 128, heads = 4, layers = 2;
+  // "gpt-tiny" (0.4M parameters, bytes), "gpt2-11m" (bytes), "gpt2-98m" (16,384 tokens) and
+  // "gpt2-124m" (GPT-2 small: 50,257 tokens, context 1,024). Unknown names are an error.
+  static GptConfig preset(const std::string& name);
+  static std::vector<std::string> preset_names();
+  // Throws naming the field when a size is out of range or heads do not divide the width.
+  void check() const;
+  std::string str() const;
+  int64_t parameter_count() const;
 };
 
-struct Gpt {
-  GptConfig cfg;
-  Tensor tok_emb, pos_emb, lnf_w, lnf_b;
-  struct Block {
-    Tensor ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, out_w, out_b;
-  };
-  std::vector<Block> blocks;
+// GPT-2's tanh approximation of GELU (Hugging Face's "gelu_new").
+Tensor gelu_tanh(const Tensor& x);
 
+// GPT-2's projection: y = x W + b with W [in, out] (the transpose of Linear's layout).
+class Conv1D : public Module {
+ public:
+  Conv1D(int64_t in, int64_t out, uint64_t seed, double std);
+  Tensor forward(const Tensor& x) override;
+  Tensor weight, bias;
+};
+
+class GptBlock : public Module {
+ public:
+  GptBlock(const GptConfig& c, uint64_t seed);
+  Tensor forward(const Tensor& x) override;
+  // The three projections of the attention input, each [B, T, C].
+  std::vector<Tensor> qkv(const Tensor& x);
+  // The rest of the block given attention's output y [B, T, C] and the block input x.
+  Tensor finish(const Tensor& x, const Tensor& y);
+  std::shared_ptr<LayerNorm> ln_1, ln_2;
+  std::shared_ptr<Conv1D> c_attn, attn_proj, c_fc, mlp_proj;
+  int64_t width, heads;
+};
+
+// Causal attention over heads: q [B, H, Tq, D], k and v [B, H, Tk, D], mask [Tq, Tk] (0 where a
+// query may look, -1e9 elsewhere) -> [B, Tq, H * D].
+Tensor gpt_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask);
+// The same from the raw scores q k^T [B, H, Tq, Tk] (before scaling by 1/sqrt(D) and masking).
+Tensor gpt_attention_from_scores(const Tensor& scores, const Tensor& v, const Tensor& mask);
+
+class Gpt : public Module {
+ public:
   Gpt(const GptConfig& c, uint64_t seed);
-  // tokens: i64 [batch, context] -> logits [batch, context, vocab]
-  Tensor forward(const Tensor& tokens) const;
-  Tensor loss(const Tensor& tokens, const Tensor& targets) const;
-  std::vector<Tensor> params() const;
+  // tokens i64 [B, T <= context] -> logits [B, T, vocab].
+  Tensor forward(const Tensor& tokens) override;
+  // The same, embedding `positions` (i64 [B, T]) instead of 0..T-1, with attention given by
+  // `attend(layer, q, k, v)` for q, k, v [B, H, T, D]; the result is logits [B, T, vocab].
+  Tensor forward_with(const Tensor& tokens, const Tensor& positions,
+                      const std::function<Tensor(size_t, const Tensor&, const Tensor&, const Tensor&)>& attend);
+  // Mean cross-entropy of next-token prediction (targets i64 [B, T]).
+  Tensor loss(const Tensor& tokens, const Tensor& targets);
+
+  // Hugging Face GPT-2 layout: "transformer.wte.weight", "transformer.h.0.attn.c_attn.weight", ...
+  // Saves the parameters with the configuration in the metadata.
+  void save(const std::string& path) const;
+  // Loads a GPT-2 safetensors file: Hugging Face's (with or without the "transformer." prefix;
+  // "lm_head.weight" must equal the embedding, the attention mask buffers are ignored), one
+  // written by save(), or a training checkpoint of `synoros train` ("model." prefix). The
+  // configuration comes from the file's metadata or from the tensor shapes; `heads` (when > 0)
+  // overrides, otherwise a file without the count gets width / 64 (GPT-2's head size).
+  static std::shared_ptr<Gpt> load(const std::string& path, int64_t heads = 0);
+
+  GptConfig cfg;
+  std::shared_ptr<Embedding> wte, wpe;
+  std::vector<std::shared_ptr<GptBlock>> h;
+  std::shared_ptr<LayerNorm> ln_f;
 };
 
-// One training step (forward, backward, gradients as outputs) captured as a compiled step over
-// (tokens, targets).
-CompiledStep compile_gpt_grad(Gpt& m);
+// One training step (forward, backward, gradients as outputs: loss first, then one per
+// parameter in named_parameters() order) over (tokens, targets) of [batch, context].
+CompiledStep compile_gpt_grad(Gpt& m, int64_t batch);
 
-}  // namespace synoros
+// How the next token is picked from a row of logits.
+struct Sampling {
+  double temperature = 1.0;  // 0: greedy (the first largest logit)
+  int64_t top_k = 0;         // keep the k largest logits (0: all)
+  double top_p = 1.0;        // keep the smallest set of largest-probability tokens reaching p
+  uint64_t seed = 1;
+};
+
+// Seeded token picker: the same seed and logits give the same tokens on every machine.
+class Sampler {
+ public:
+  explicit Sampler(const Sampling& s);
+  int64_t pick(const float* logits, int64_t vocab);
+
+ private:
+  Sampling s_;
+  uint64_t state_;
+  std::vector<std::pair<float, int64_t>> order_;
+  std::vector<double> prob_;
+};
+
+// Incremental decoding of `batch` sequences. The key/value cache is [batch, heads, context, D]
+// per layer; decode() reuses one compiled plan for every position and allocates nothing.
+class GptGenerator {
+ public:
+  GptGenerator(Gpt& model, int64_t batch);
+  ~GptGenerator();
+  int64_t batch() const { return batch_; }
+  int64_t position() const { return pos_; }
+  // Empties the cache.
+  void reset();
+  // Runs the prompts (one per row, all of one length between 1 and the context) from position 0
+  // and returns the logits of their last position: [batch, vocab], row-major.
+  const float* prefill(const std::vector<std::vector<int64_t>>& prompts);
+  // Feeds one token per row at the current position; returns the next logits [batch, vocab].
+  const float* decode(const std::vector<int64_t>& tokens);
+  // Prefill, then `n` tokens per row picked by `sampling` (one sampler per row, seeds seed,
+  // seed+1, ...); `on_token(step, tokens)` sees each step's tokens as they come. When the context
+  // is full, the newest half of every row is prefilled again (a context shift) and decoding goes on.
+  // The decode step's plan (null before the first decode), for profiling.
+  Plan* decode_plan() { return decode_ ? &decode_->plan() : nullptr; }
+  std::vector<std::vector<int64_t>> generate(
+      const std::vector<std::vector<int64_t>>& prompts, int64_t n, const Sampling& sampling,
+      const std::function<void(int64_t, const std::vector<int64_t>&)>& on_token = {});
+
+ private:
+  void write_cache(size_t step_output, int64_t first, int64_t count, CompiledStep& step);
+  Gpt& m_;
+  int64_t batch_, pos_ = 0;
+  std::vector<Tensor> k_, v_;  // per layer, stateful leaves
+  std::map<int64_t, std::unique_ptr<CompiledStep>> prefill_;
+  std::unique_ptr<CompiledStep> decode_;
+  std::vector<float> last_;
+};
+
+}  // namespace synoros::nn

@@ -205,26 +205,4 @@ class ResNetMini : public Module {
   std::shared_ptr<Linear> fc;
 };
 
-// GPT-2-style byte-level transformer: tokens [B, T] (i64) -> logits [B, T, vocab].
-struct GptTinyConfig {
-  int64_t vocab = 256, context = 64, width = 128, heads = 4, layers = 2;
-};
-class GptBlock : public Module {
- public:
-  GptBlock(int64_t width, int64_t heads, uint64_t seed);
-  Tensor forward(const Tensor& x) override;
-  std::shared_ptr<LayerNorm> ln1, ln2;
-  std::shared_ptr<CausalSelfAttention> attn;
-  std::shared_ptr<Linear> fc, out;
-};
-class GptTiny : public Module {
- public:
-  GptTiny(const GptTinyConfig& c, uint64_t seed);
-  Tensor forward(const Tensor& tokens) override;
-  GptTinyConfig cfg;
-  std::shared_ptr<Embedding> tok, pos;
-  std::vector<std::shared_ptr<GptBlock>> blocks;
-  std::shared_ptr<LayerNorm> ln_f;
-};
-
 }  // namespace synoros::nn

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "synoros/checkpoint.hpp"
+#include "synoros/gpt.hpp"
 #include "synoros/nn.hpp"
 #include "synoros/optim.hpp"
 
@@ -29,8 +30,8 @@ CompiledStep compile_classifier_train(nn::Module& model, optim::Optimizer& opt, 
 CompiledStep compile_classifier_eval(nn::Module& model, int64_t batch);
 
 // Language-model step over (tokens [B, T] i64, targets [B, T] i64): returns {loss}.
-CompiledStep compile_lm_train(nn::GptTiny& model, optim::Optimizer& opt, int64_t batch, int64_t context);
-CompiledStep compile_lm_eval(nn::GptTiny& model, int64_t batch, int64_t context);
+CompiledStep compile_lm_train(nn::Gpt& model, optim::Optimizer& opt, int64_t batch, int64_t context);
+CompiledStep compile_lm_eval(nn::Gpt& model, int64_t batch, int64_t context);
 
 }  // namespace synoros::train
 
@@ -117,14 +118,14 @@ class ClassifierTrainer {
 namespace synoros::train {
 
 struct LmConfig {
-  nn::GptTinyConfig model;
+  nn::GptConfig model = nn::GptConfig::preset("gpt-tiny");
   int64_t batch = 16, steps = 1000, warmup_steps = 50;
   double lr = 3e-3, weight_decay = 0.01, clip = 1.0;
   uint64_t seed = 1;
   std::string data_dir;  // "": the default fortunes directory
 };
 
-// Trains GptTiny on the fortunes byte corpus with AdamW (random windows of the training split).
+// Trains a GPT (gpt-tiny by default) on the fortunes byte corpus with AdamW (random windows of the training split).
 class LmTrainer {
  public:
   explicit LmTrainer(LmConfig cfg);
@@ -134,10 +135,10 @@ class LmTrainer {
   double validation_loss(int64_t max_batches = 8);
   // The unigram entropy of the training bytes: the loss of the best context-free model.
   double unigram_baseline() const { return unigram_; }
-  // Samples `n` bytes after `prompt` (temperature > 0; seeded).
+  // Samples `n` bytes after the last `context` bytes of `prompt` (temperature > 0; seeded).
   std::string generate(const std::string& prompt, int64_t n, double temperature, uint64_t seed);
   int64_t step() const { return step_; }
-  nn::GptTiny& model() { return *model_; }
+  nn::Gpt& model() { return *model_; }
   optim::Optimizer& optimizer() { return *opt_; }
   const LmConfig& config() const { return cfg_; }
   void save(const std::string& path);
@@ -148,11 +149,12 @@ class LmTrainer {
 
  private:
   LmConfig cfg_;
-  std::shared_ptr<nn::GptTiny> model_;
+  std::shared_ptr<nn::Gpt> model_;
   std::unique_ptr<optim::Optimizer> opt_;
   std::shared_ptr<const std::vector<uint8_t>> train_, val_;
   double unigram_ = 0;
-  std::unique_ptr<CompiledStep> step_fn_, val_fn_, gen_fn_;
+  std::unique_ptr<CompiledStep> step_fn_, val_fn_;
+  std::unique_ptr<nn::GptGenerator> gen_;
   HostTensor x_, y_;
   int64_t step_ = 0;
 };

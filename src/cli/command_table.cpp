@@ -200,6 +200,31 @@ CommandSpec synth_spec() {
   return s;
 }
 
+CommandSpec generate_spec() {
+  CommandSpec s{"generate", "text from a GPT-2 model, streamed as it is decoded, with tokens/s",
+                "The model is a safetensors file (Hugging Face's GPT-2 layout, a file written by the library,\n"
+                "or a checkpoint of `synoros train --model gpt-tiny`) or a named configuration with random\n"
+                "weights (for timing). The prompt is read as bytes; tokens above 255 print as <id>. The same\n"
+                "command prints the same text on every rerun and thread count. Rates go to stderr.",
+                {},
+                {}};
+  s.opts = {
+      text("model", "gpt-tiny", "a safetensors file, or gpt-tiny|gpt2-11m|gpt2-98m|gpt2-124m"),
+      text("prompt", "a newline", "the prompt"),
+      integer("tokens", 64, 0, kMaxSteps, "tokens to generate per row"),
+      integer("batch", 1, 1, 4096, "rows generated together (row 0 is streamed)"),
+      real("temperature", "0.8", 0, 100, "sampling temperature (0: greedy)"),
+      integer("top-k", 40, 0, kMax, "sample among the k most likely tokens (0: all)"),
+      real("top-p", "0.95", 1e-9, 1, "sample among the most likely tokens reaching this probability"),
+      integer("seed", 1, 0, kMax, "sampling seed (row b uses seed + b)"),
+      integer("init-seed", 1, 0, kMax, "weights' seed for a named configuration"),
+      integer_words("heads", "the file's, else width / 64", 1, 1 << 16, "attention heads of a file without the count"),
+      integer_words("profile", "off", 1, 1000, "afterwards, time N runs of the decode step per launch (stderr)"),
+      threads_opt(),
+  };
+  return s;
+}
+
 CommandSpec operator_spec(const char* name, const char* summary, std::vector<Opt> extra) {
   CommandSpec s{name, summary, "", {}, {}};
   s.opts = {text("operator", "", "an action path from a search report (required)"),
@@ -226,6 +251,7 @@ const std::vector<Command>& commands() {
   static const std::vector<Command> table = {
       {train_spec(), train_cmd},
       {eval_spec(), eval_cmd},
+      {generate_spec(), generate_cmd},
       {CommandSpec{"train-mlp",
                    "train the tiny MLP on a synthetic regression task and print its loss curve",
                    "",

@@ -5,8 +5,14 @@
 #include <vector>
 
 #include "cli/args.hpp"
+#include "synoros/gpt.hpp"
 
 namespace synoros::cli {
+
+// The GPT whose training step `memory`, `profile --model gpt` and `plan` show (bench/torch_gpt.py
+// builds the same model in PyTorch).
+inline const nn::GptConfig kBenchGpt{256, 128, 256, 4, 4};
+constexpr int64_t kBenchGptBatch = 8;
 
 struct Command {
   CommandSpec spec;
@@ -29,6 +35,7 @@ int search_cmd(const Args&);
 int search_worker_cmd(const Args&);
 int export_cmd(const Args&);
 int latency_cmd(const Args&);
+int generate_cmd(const Args&);
 
 // --threads N: the engine's pool for this process (validated; an Error names the cause).
 void apply_threads(const Args& a);

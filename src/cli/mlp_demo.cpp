@@ -49,11 +49,11 @@ int print_plan(const Args& a) {
 }
 
 int gpt_memory(const Args&) {
-  Gpt m(GptConfig{}, 1);
-  CompiledStep step = compile_gpt_grad(m);
+  nn::Gpt m(kBenchGpt, 1);
+  CompiledStep step = compile_gpt_grad(m, kBenchGptBatch);
   const Plan& p = step.plan();
   size_t params = 0;
-  for (const Tensor& t : m.params()) params += size_t(t.numel()) * 4;
+  for (const Tensor& t : m.parameters()) params += size_t(t.numel()) * 4;
   std::cout << "{\"planned_bytes\": " << p.arena_bytes() << ", \"unplanned_bytes\": " << p.unplanned_bytes()
             << ", \"scratch_bytes\": " << p.scratch_bytes() << ", \"param_bytes\": " << params
             << ", \"launches\": " << p.launches().size() << "}\n";

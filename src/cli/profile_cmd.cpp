@@ -38,9 +38,9 @@ int profile_model(const Args& a) {
     step.plan().set_input("arg1", task.target);
     prof = profile(step.plan(), iterations, peak);
   } else if (model == "gpt") {
-    Gpt m(GptConfig{}, 1);
-    CompiledStep step = compile_gpt_grad(m);
-    HostTensor x(DType::I64, {m.cfg.batch, m.cfg.context}), y(DType::I64, {m.cfg.batch, m.cfg.context});
+    nn::Gpt m(kBenchGpt, 1);
+    CompiledStep step = compile_gpt_grad(m, kBenchGptBatch);
+    HostTensor x(DType::I64, {kBenchGptBatch, m.cfg.context}), y(DType::I64, {kBenchGptBatch, m.cfg.context});
     for (int64_t i = 0; i < x.numel(); ++i) x.set(i, double(i % 256)), y.set(i, double((i * 7) % 256));
     step.plan().set_input("arg0", x);
     step.plan().set_input("arg1", y);
@@ -104,8 +104,8 @@ int tune(const Args& a) {
   };
   TinyMLP mlp(1);
   show("tiny-mlp", compile_tiny_mlp_sgd(mlp, 1e-3).plan());
-  Gpt gpt(GptConfig{}, 1);
-  show("gpt", compile_gpt_grad(gpt).plan());
+  nn::Gpt gpt(kBenchGpt, 1);
+  show("gpt", compile_gpt_grad(gpt, kBenchGptBatch).plan());
   for (int64_t n : {64, 128, 256, 512, 1024, 2048}) {
     Graph g;
     g.matmul(g.input(DType::F32, {n, n}, "a"), g.input(DType::F32, {n, n}, "b"));

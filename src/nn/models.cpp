@@ -1,4 +1,4 @@
-// The models of the training stack: MLP, LeNet, a small ResNet and a tiny GPT.
+// The models of the training stack: MLP, LeNet and a small ResNet (the GPT family: gpt.cpp).
 #include "synoros/nn.hpp"
 
 namespace synoros::nn {
@@ -53,37 +53,6 @@ Tensor ResNetMini::forward(const Tensor& x) {
   Tensor y = bn1->forward(conv1->forward(x)).relu();
   y = layer3->forward(layer2->forward(layer1->forward(y)));
   return fc->forward(flatten(adaptive_avg_pool2d(y, 1, 1), 1));
-}
-
-GptBlock::GptBlock(int64_t w, int64_t h, uint64_t seed) {
-  ln1 = register_module("ln1", std::make_shared<LayerNorm>(w));
-  attn = register_module("attn", std::make_shared<CausalSelfAttention>(w, h, seed));
-  ln2 = register_module("ln2", std::make_shared<LayerNorm>(w));
-  fc = register_module("fc", std::make_shared<Linear>(w, 4 * w, true, seed + 2));
-  out = register_module("out", std::make_shared<Linear>(4 * w, w, true, seed + 3));
-}
-
-Tensor GptBlock::forward(const Tensor& x) {
-  Tensor y = x + attn->forward(ln1->forward(x));
-  return y + out->forward(fc->forward(ln2->forward(y)).gelu());
-}
-
-GptTiny::GptTiny(const GptTinyConfig& c, uint64_t seed) : cfg(c) {
-  tok = register_module("tok", std::make_shared<Embedding>(c.vocab, c.width, seed, 0.02));
-  pos = register_module("pos", std::make_shared<Embedding>(c.context, c.width, seed + 1, 0.02));
-  for (int64_t l = 0; l < c.layers; ++l)
-    blocks.push_back(register_module("blocks." + std::to_string(l), std::make_shared<GptBlock>(c.width, c.heads, seed + 10 + 4 * uint64_t(l))));
-  ln_f = register_module("ln_f", std::make_shared<LayerNorm>(c.width));
-}
-
-Tensor GptTiny::forward(const Tensor& tokens) {
-  if (tokens.shape().size() != 2 || tokens.shape()[1] > cfg.context)
-    throw Error("GptTiny: tokens must be [B, T <= " + std::to_string(cfg.context) + "], got " + shape_str(tokens.shape()));
-  int64_t T = tokens.shape()[1];
-  Tensor x = tok->forward(tokens) + pos->weight.slice(0, 0, T);
-  for (auto& b : blocks) x = b->forward(x);
-  x = ln_f->forward(x);
-  return einsum("btc,vc->btv", {x, tok->weight});  // tied head
 }
 
 }  // namespace synoros::nn

@@ -29,7 +29,7 @@ CompiledStep compile_classifier_eval(nn::Module& model, int64_t batch) {
                  {{DType::F32, {batch, 1, 28, 28}}});
 }
 
-CompiledStep compile_lm_train(nn::GptTiny& model, optim::Optimizer& opt, int64_t batch, int64_t context) {
+CompiledStep compile_lm_train(nn::Gpt& model, optim::Optimizer& opt, int64_t batch, int64_t context) {
   model.train();
   int64_t V = model.cfg.vocab;
   return compile(
@@ -43,7 +43,7 @@ CompiledStep compile_lm_train(nn::GptTiny& model, optim::Optimizer& opt, int64_t
       {{DType::I64, {batch, context}}, {DType::I64, {batch, context}}});
 }
 
-CompiledStep compile_lm_eval(nn::GptTiny& model, int64_t batch, int64_t context) {
+CompiledStep compile_lm_eval(nn::Gpt& model, int64_t batch, int64_t context) {
   model.eval();
   int64_t V = model.cfg.vocab;
   return compile(

@@ -16,7 +16,7 @@ LmTrainer::LmTrainer(LmConfig cfg) : cfg_(std::move(cfg)) {
   train_ = std::make_shared<const std::vector<uint8_t>>(std::move(corpus.train));
   val_ = std::make_shared<const std::vector<uint8_t>>(std::move(corpus.val));
   unigram_ = data::unigram_entropy(*train_);
-  model_ = std::make_shared<nn::GptTiny>(cfg_.model, cfg_.seed);
+  model_ = std::make_shared<nn::Gpt>(cfg_.model, cfg_.seed);
   opt_ = std::make_unique<optim::AdamW>(model_->parameters(), cfg_.lr, 0.9, 0.95, 1e-8, cfg_.weight_decay);
   opt_->set_clip_norm(cfg_.clip);
   step_fn_ = std::make_unique<CompiledStep>(compile_lm_train(*model_, *opt_, cfg_.batch, cfg_.model.context));
@@ -55,44 +55,21 @@ double LmTrainer::validation_loss(int64_t max_batches) {
 
 std::string LmTrainer::generate(const std::string& prompt, int64_t n, double temperature, uint64_t seed) {
   if (temperature <= 0) throw Error("generate: temperature must be > 0");
-  int64_t T = cfg_.model.context, V = cfg_.model.vocab;
-  if (!gen_fn_) {
-    model_->eval();
-    gen_fn_ = std::make_unique<CompiledStep>(compile(
-        [&](const std::vector<Tensor>& a) { return std::vector<Tensor>{(*model_)(a[0])}; }, {{DType::I64, {1, T}}}));
-  }
+  if (!gen_) gen_ = std::make_unique<nn::GptGenerator>(*model_, 1);
   std::string text = prompt.empty() ? std::string("\n") : prompt;
-  uint64_t state = seed * 0x9E3779B97F4A7C15ull + 1;
-  auto uniform = [&] {  // splitmix64
-    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return double((z ^ (z >> 31)) >> 11) / 9007199254740992.0;
-  };
-  HostTensor x(DType::I64, {1, T});
-  for (int64_t i = 0; i < n; ++i) {
-    // The last T bytes, left-aligned: causal attention makes later (zero) positions irrelevant.
-    int64_t len = std::min<int64_t>(T, int64_t(text.size()));
-    for (int64_t t = 0; t < T; ++t) x.set(t, t < len ? double(uint8_t(text[text.size() - size_t(len) + size_t(t)])) : 0.0);
-    HostTensor logits = (*gen_fn_)({x})[0];
-    std::vector<double> p(static_cast<size_t>(V), 0.0);
-    double mx = -INFINITY, sum = 0;
-    for (int64_t v = 0; v < V; ++v) mx = std::max(mx, logits.get((len - 1) * V + v) / temperature);
-    for (int64_t v = 0; v < V; ++v) sum += p[size_t(v)] = std::exp(logits.get((len - 1) * V + v) / temperature - mx);
-    double u = uniform() * sum;
-    int64_t pick = V - 1;
-    for (int64_t v = 0; v < V; ++v)
-      if ((u -= p[size_t(v)]) <= 0) {
-        pick = v;
-        break;
-      }
-    text.push_back(char(uint8_t(pick)));
-  }
-  return text.substr(prompt.empty() ? 1 : prompt.size());
+  int64_t len = std::min<int64_t>(cfg_.model.context, int64_t(text.size()));
+  std::vector<int64_t> start;
+  for (size_t i = text.size() - size_t(len); i < text.size(); ++i) start.push_back(uint8_t(text[i]));
+  nn::Sampling s;
+  s.temperature = temperature, s.seed = seed;
+  std::string out;
+  std::vector<std::vector<int64_t>> rows = gen_->generate({start}, n, s);
+  for (int64_t tok : rows[0]) out.push_back(char(uint8_t(tok)));
+  return out;
 }
 
 std::map<std::string, std::string> LmTrainer::run_metadata() const {
-  const nn::GptTinyConfig& m = cfg_.model;
+  const nn::GptConfig& m = cfg_.model;
   return {{"model", "gpt-tiny"},
           {"vocab", std::to_string(m.vocab)},
           {"context", std::to_string(m.context)},
@@ -149,7 +126,7 @@ void LmTrainer::load(const std::string& path, bool resume) {
   if (replayed) {
     step_fn_ = std::move(replayed);
     val_fn_.reset();
-    gen_fn_.reset();
+    gen_.reset();
   }
 }
 

@@ -1,0 +1,253 @@
+// The GPT-2 model family: configuration presets, the model, and its safetensors layout.
+#include "synoros/gpt.hpp"
+
+#include <cmath>
+#include <cstring>
+#include <set>
+
+#include "synoros/checkpoint.hpp"
+
+namespace synoros::nn {
+
+GptConfig GptConfig::preset(const std::string& name) {
+  if (name == "gpt-tiny") return {256, 64, 128, 4, 2};
+  if (name == "gpt2-11m") return {256, 512, 384, 6, 6};
+  if (name == "gpt2-98m") return {16384, 1024, 768, 12, 12};
+  if (name == "gpt2-124m") return {50257, 1024, 768, 12, 12};
+  std::string known;
+  for (const std::string& n : preset_names()) known += (known.empty() ? "" : ", ") + n;
+  throw Error("gpt: unknown configuration '" + name + "' (known: " + known + ")");
+}
+
+std::vector<std::string> GptConfig::preset_names() { return {"gpt-tiny", "gpt2-11m", "gpt2-98m", "gpt2-124m"}; }
+
+void GptConfig::check() const {
+  auto need = [](int64_t v, int64_t lo, int64_t hi, const char* what) {
+    if (v < lo || v > hi)
+      throw Error(std::string("gpt: ") + what + " must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                  "], got " + std::to_string(v));
+  };
+  need(vocab, 1, int64_t(1) << 24, "vocab");
+  need(context, 1, int64_t(1) << 16, "context");
+  need(width, 1, int64_t(1) << 16, "width");
+  need(heads, 1, width, "heads");
+  need(layers, 1, 1024, "layers");
+  if (width % heads != 0)
+    throw Error("gpt: heads " + std::to_string(heads) + " must divide the width " + std::to_string(width));
+}
+
+std::string GptConfig::str() const {
+  return "vocab " + std::to_string(vocab) + ", context " + std::to_string(context) + ", width " + std::to_string(width) +
+         ", heads " + std::to_string(heads) + ", layers " + std::to_string(layers);
+}
+
+int64_t GptConfig::parameter_count() const {
+  int64_t C = width;
+  int64_t block = 4 * C + (3 * C * C + 3 * C) + (C * C + C) + (4 * C * C + 4 * C) + (4 * C * C + C);
+  return vocab * C + context * C + layers * block + 2 * C;
+}
+
+Tensor gelu_tanh(const Tensor& x) {
+  const double k = std::sqrt(2.0 / M_PI);
+  Tensor inner = (x + (x * x * x) * 0.044715) * k;
+  return (x * 0.5) * (inner.tanh() + 1.0);
+}
+
+namespace {
+Tensor filled(Shape s, double v) {
+  HostTensor h(DType::F32, std::move(s));
+  for (int64_t i = 0; i < h.numel(); ++i) h.set(i, v);
+  return Tensor::from(h);
+}
+Tensor causal_mask(int64_t T) {
+  HostTensor mask(DType::F32, {T, T});
+  for (int64_t i = 0; i < T; ++i)
+    for (int64_t j = 0; j < T; ++j) mask.set(i * T + j, j > i ? -1e9 : 0.0);
+  return Tensor::constant(mask);
+}
+}  // namespace
+
+Conv1D::Conv1D(int64_t in, int64_t out, uint64_t seed, double std) {
+  weight = register_parameter("weight", Tensor::randn({in, out}, seed, std));
+  bias = register_parameter("bias", filled({out}, 0));
+}
+
+Tensor Conv1D::forward(const Tensor& x) {
+  if (x.shape().size() != 3 || x.shape()[2] != weight.shape()[0])
+    throw Error("Conv1D: input must be [B, T, " + std::to_string(weight.shape()[0]) + "], got " + shape_str(x.shape()));
+  return einsum("btk,kn->btn", {x, weight}) + bias;
+}
+
+GptBlock::GptBlock(const GptConfig& c, uint64_t seed) : width(c.width), heads(c.heads) {
+  const double std = 0.02, proj_std = 0.02 / std::sqrt(2.0 * double(c.layers));
+  int64_t C = c.width;
+  ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(C));
+  c_attn = register_module("attn.c_attn", std::make_shared<Conv1D>(C, 3 * C, seed, std));
+  attn_proj = register_module("attn.c_proj", std::make_shared<Conv1D>(C, C, seed + 1, proj_std));
+  ln_2 = register_module("ln_2", std::make_shared<LayerNorm>(C));
+  c_fc = register_module("mlp.c_fc", std::make_shared<Conv1D>(C, 4 * C, seed + 2, std));
+  mlp_proj = register_module("mlp.c_proj", std::make_shared<Conv1D>(4 * C, C, seed + 3, proj_std));
+}
+
+std::vector<Tensor> GptBlock::qkv(const Tensor& x) {
+  Tensor a = c_attn->forward(ln_1->forward(x));
+  return {a.slice(2, 0, width), a.slice(2, width, 2 * width), a.slice(2, 2 * width, 3 * width)};
+}
+
+Tensor GptBlock::finish(const Tensor& x, const Tensor& y) {
+  Tensor r = x + attn_proj->forward(y);
+  return r + mlp_proj->forward(gelu_tanh(c_fc->forward(ln_2->forward(r))));
+}
+
+Tensor GptBlock::forward(const Tensor& x) {
+  int64_t B = x.shape()[0], T = x.shape()[1], D = width / heads;
+  std::vector<Tensor> p = qkv(x);
+  auto split = [&](const Tensor& t) { return t.reshape({B, T, heads, D}).permute({0, 2, 1, 3}); };
+  return finish(x, gpt_attention(split(p[0]), split(p[1]), split(p[2]), causal_mask(T)));
+}
+
+Tensor gpt_attention_from_scores(const Tensor& scores, const Tensor& v, const Tensor& mask) {
+  const Shape& s = v.shape();
+  int64_t B = s[0], H = s[1], Tq = scores.shape()[2], D = s[3];
+  Tensor att = scores * (1.0 / std::sqrt(double(D))) + mask;
+  return einsum("bhts,bhsd->bthd", {att.softmax(-1), v}).reshape({B, Tq, H * D});
+}
+
+Tensor gpt_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask) {
+  return gpt_attention_from_scores(einsum("bhtd,bhsd->bhts", {q, k}), v, mask);
+}
+
+Gpt::Gpt(const GptConfig& c, uint64_t seed) : cfg(c) {
+  c.check();
+  wte = register_module("transformer.wte", std::make_shared<Embedding>(c.vocab, c.width, seed, 0.02));
+  wpe = register_module("transformer.wpe", std::make_shared<Embedding>(c.context, c.width, seed + 1, 0.02));
+  for (int64_t l = 0; l < c.layers; ++l)
+    h.push_back(register_module("transformer.h." + std::to_string(l),
+                                std::make_shared<GptBlock>(c, seed + 10 + 4 * uint64_t(l))));
+  ln_f = register_module("transformer.ln_f", std::make_shared<LayerNorm>(c.width));
+}
+
+Tensor Gpt::forward_with(const Tensor& tokens, const Tensor& positions,
+                         const std::function<Tensor(size_t, const Tensor&, const Tensor&, const Tensor&)>& attend) {
+  const Shape& s = tokens.shape();
+  if (tokens.dtype() != DType::I64 || s.size() != 2 || s[1] < 1 || s[1] > cfg.context)
+    throw Error("gpt: tokens must be i64 [B, T] with 1 <= T <= " + std::to_string(cfg.context) + ", got " +
+                shape_str(s));
+  int64_t B = s[0], T = s[1], D = cfg.width / cfg.heads;
+  Tensor x = wte->forward(tokens) + (positions.defined() ? wpe->forward(positions) : wpe->weight.slice(0, 0, T));
+  auto split = [&](const Tensor& t) { return t.reshape({B, T, cfg.heads, D}).permute({0, 2, 1, 3}); };
+  for (size_t l = 0; l < h.size(); ++l) {
+    std::vector<Tensor> p = h[l]->qkv(x);
+    x = h[l]->finish(x, attend(l, split(p[0]), split(p[1]), split(p[2])));
+  }
+  return einsum("btc,vc->btv", {ln_f->forward(x), wte->weight});  // tied head
+}
+
+Tensor Gpt::forward(const Tensor& tokens) {
+  if (tokens.shape().size() != 2) return forward_with(tokens, {}, {});  // the error message
+  Tensor mask = causal_mask(tokens.shape()[1]);
+  return forward_with(tokens, {}, [&](size_t, const Tensor& q, const Tensor& k, const Tensor& v) {
+    return gpt_attention(q, k, v, mask);
+  });
+}
+
+Tensor Gpt::loss(const Tensor& tokens, const Tensor& targets) {
+  if (targets.shape() != tokens.shape())
+    throw Error("gpt: targets " + shape_str(targets.shape()) + " must have the tokens' shape " + shape_str(tokens.shape()));
+  int64_t N = numel(tokens.shape());
+  return cross_entropy(forward(tokens).reshape({N, cfg.vocab}), targets.reshape({N}));
+}
+
+void Gpt::save(const std::string& path) const {
+  io::Metadata md = {{"model", "gpt2"},
+                     {"vocab", std::to_string(cfg.vocab)},
+                     {"context", std::to_string(cfg.context)},
+                     {"width", std::to_string(cfg.width)},
+                     {"heads", std::to_string(cfg.heads)},
+                     {"layers", std::to_string(cfg.layers)}};
+  io::save_safetensors(path, named_parameters(), md);
+}
+
+std::shared_ptr<Gpt> Gpt::load(const std::string& path, int64_t heads) {
+  io::Checkpoint ck = io::load_safetensors(path);
+  auto fail = [&](const std::string& why) -> Error { return Error("gpt: '" + path + "': " + why); };
+  // Canonical names: "transformer." + the Hugging Face name.
+  std::map<std::string, HostTensor> t;
+  const HostTensor* lm_head = nullptr;
+  bool trainer = ck.metadata.count("model") && ck.metadata.at("model") != "gpt2";
+  for (auto& [name, value] : ck.tensors) {
+    std::string n = name;
+    if (trainer) {
+      if (n.rfind("optim.", 0) == 0) continue;
+      if (n.rfind("model.", 0) == 0) n = n.substr(6);
+    }
+    if (n == "lm_head.weight") {
+      lm_head = &value;
+      continue;
+    }
+    if (n.size() > 10 && (n.compare(n.size() - 10, 10, ".attn.bias") == 0 ||
+                          (n.size() > 17 && n.compare(n.size() - 17, 17, ".attn.masked_bias") == 0)))
+      continue;  // Hugging Face's causal-mask buffers
+    if (n.rfind("transformer.", 0) != 0) n = "transformer." + n;
+    t[n] = value;
+  }
+  auto find = [&](const std::string& n) -> const HostTensor& {
+    auto it = t.find(n);
+    if (it == t.end()) throw fail("no tensor '" + n + "' (nor without the 'transformer.' prefix)");
+    return it->second;
+  };
+  const HostTensor& wte = find("transformer.wte.weight");
+  const HostTensor& wpe = find("transformer.wpe.weight");
+  if (wte.shape.size() != 2 || wpe.shape.size() != 2 || wte.shape[1] != wpe.shape[1])
+    throw fail("wte " + shape_str(wte.shape) + " and wpe " + shape_str(wpe.shape) + " must be [vocab, width] and [context, width]");
+  GptConfig c;
+  c.vocab = wte.shape[0], c.context = wpe.shape[0], c.width = wte.shape[1];
+  c.layers = 0;
+  while (t.count("transformer.h." + std::to_string(c.layers) + ".ln_1.weight")) ++c.layers;
+  if (heads > 0)
+    c.heads = heads;
+  else if (ck.metadata.count("heads"))
+    c.heads = io::metadata_int(ck.metadata, "heads", path, 1, c.width);
+  else if (c.width % 64 == 0)
+    c.heads = c.width / 64;
+  else
+    throw fail("the file does not say how many attention heads; give the count (width " + std::to_string(c.width) + ")");
+  if (c.layers == 0) throw fail("no transformer blocks ('transformer.h.0.ln_1.weight' is missing)");
+  c.check();
+  auto m = std::make_shared<Gpt>(c, 0);
+  std::set<std::string> used;
+  for (auto& [name, p] : m->named_parameters()) {
+    const HostTensor& src = find(name);
+    HostTensor dst = p.value();  // shares the parameter's buffer
+    if (src.dtype != DType::F32 || src.shape != dst.shape)
+      throw fail("'" + name + "' is " + std::string(io::safetensors_dtype(src.dtype)) + " " + shape_str(src.shape) +
+                 ", expected F32 " + shape_str(dst.shape));
+    std::memcpy(dst.buffer->data(), src.buffer->data(), dst.bytes());
+    dst.buffer->mark_modified();
+    used.insert(name);
+  }
+  for (auto& [name, value] : t)
+    if (!used.count(name)) throw fail("unexpected tensor '" + name + "'");
+  if (lm_head) {
+    HostTensor e = m->wte->weight.value();
+    if (lm_head->shape != e.shape || lm_head->dtype != DType::F32 ||
+        std::memcmp(lm_head->buffer->data(), e.buffer->data(), e.bytes()) != 0)
+      throw fail("'lm_head.weight' differs from the token embedding: only tied heads are supported");
+  }
+  return m;
+}
+
+CompiledStep compile_gpt_grad(Gpt& m, int64_t batch) {
+  Shape s = {batch, m.cfg.context};
+  return compile(
+      [&m](const std::vector<Tensor>& a) {
+        Tensor loss = m.loss(a[0], a[1]);
+        loss.backward();
+        std::vector<Tensor> out = {loss};
+        for (const Tensor& p : m.parameters()) out.push_back(p.grad());
+        return out;
+      },
+      {{DType::I64, s}, {DType::I64, s}});
+}
+
+}  // namespace synoros::nn

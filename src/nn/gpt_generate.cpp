@@ -1,0 +1,240 @@
+// Generation for the GPT-2 family: a prefill plan per prompt length and one decode plan that
+// attends over a static key/value cache of the context length. The decode step adds the new
+// row's score at its position (the cache's row there is still zero, so the sum is exact), blends
+// the new value row into the cache the same way, and masks the positions after it: each output
+// element is the same chain of operations as in a full forward over the same tokens, so the
+// logits agree bit for bit.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "kernels/cpu/scalar_ops.hpp"
+#include "synoros/gpt.hpp"
+
+namespace synoros::nn {
+
+namespace {
+Tensor causal_mask(int64_t T) {
+  HostTensor mask(DType::F32, {T, T});
+  for (int64_t i = 0; i < T; ++i)
+    for (int64_t j = 0; j < T; ++j) mask.set(i * T + j, j > i ? -1e9 : 0.0);
+  return Tensor::constant(mask);
+}
+}  // namespace
+
+Sampler::Sampler(const Sampling& s) : s_(s), state_(s.seed * 0x9E3779B97F4A7C15ull + 1) {
+  if (!(s.temperature >= 0) || !std::isfinite(s.temperature)) throw Error("sampling: temperature must be >= 0");
+  if (s.top_k < 0) throw Error("sampling: top-k must be >= 0");
+  if (!(s.top_p > 0 && s.top_p <= 1)) throw Error("sampling: top-p must be in (0, 1]");
+}
+
+int64_t Sampler::pick(const float* logits, int64_t vocab) {
+  auto first_max = [&] {
+    int64_t best = 0;
+    for (int64_t v = 1; v < vocab; ++v)
+      if (logits[v] > logits[best]) best = v;
+    return best;
+  };
+  if (s_.temperature == 0 || s_.top_k == 1) return first_max();
+  // Candidates, largest logit first (ties: smaller token first); only as many as needed sorted.
+  order_.resize(size_t(vocab));
+  for (int64_t v = 0; v < vocab; ++v) order_[size_t(v)] = {logits[v], v};
+  auto before = [](const std::pair<float, int64_t>& a, const std::pair<float, int64_t>& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  };
+  size_t keep = s_.top_k > 0 ? std::min<size_t>(size_t(s_.top_k), order_.size()) : order_.size();
+  if (keep < order_.size() || s_.top_p < 1) {
+    std::partial_sort(order_.begin(), order_.begin() + long(keep), order_.end(), before);
+    order_.resize(keep);
+  }
+  float top = order_[0].first;
+  if (keep == order_.size() && s_.top_p >= 1) top = logits[first_max()];
+  // Probabilities from the engine's fixed exp polynomial: the same bits on every machine.
+  prob_.resize(order_.size());
+  double sum = 0;
+  const float inv_t = float(1.0 / s_.temperature);
+  for (size_t i = 0; i < order_.size(); ++i) sum += prob_[i] = double(kernels::fn::exp_f32((order_[i].first - top) * inv_t));
+  if (s_.top_p < 1) {
+    double cum = 0;
+    size_t n = 0;
+    while (n < prob_.size() && cum < s_.top_p * sum) cum += prob_[n++];
+    prob_.resize(std::max<size_t>(n, 1));
+    sum = cum > 0 ? cum : prob_[0];
+  }
+  uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);  // splitmix64
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  double u = double((z ^ (z >> 31)) >> 11) / 9007199254740992.0 * sum;
+  for (size_t i = 0; i < prob_.size(); ++i)
+    if ((u -= prob_[i]) < 0) return order_[i].second;
+  return order_[prob_.size() - 1].second;
+}
+
+GptGenerator::GptGenerator(Gpt& model, int64_t batch) : m_(model), batch_(batch) {
+  if (batch < 1) throw Error("generate: batch must be >= 1");
+  const GptConfig& c = m_.cfg;
+  m_.eval();
+  for (int64_t l = 0; l < c.layers; ++l)
+    for (auto* cache : {&k_, &v_}) {
+      HostTensor z(DType::F32, {batch, c.heads, c.context, c.width / c.heads});
+      std::memset(z.buffer->data(), 0, z.bytes());
+      cache->push_back(Tensor::from(z));
+      cache->back().stateful();
+    }
+  last_.resize(size_t(batch * c.vocab));
+}
+
+GptGenerator::~GptGenerator() = default;
+
+void GptGenerator::reset() {
+  for (auto* cache : {&k_, &v_})
+    for (Tensor& t : *cache) {
+      HostTensor h = t.value();  // shares the cache's buffer
+      std::memset(h.buffer->data(), 0, h.bytes());
+      h.buffer->mark_modified();
+    }
+  pos_ = 0;
+}
+
+// Copies rows [0, count) of each layer's new keys and values (step outputs 1, 2, ...: [B, H,
+// count, D]) into the caches at positions [first, first + count).
+void GptGenerator::write_cache(size_t out0, int64_t first, int64_t count, CompiledStep& step) {
+  const GptConfig& c = m_.cfg;
+  const int64_t H = c.heads, D = c.width / c.heads, T = c.context;
+  for (size_t l = 0; l < k_.size(); ++l)
+    for (int kv = 0; kv < 2; ++kv) {
+      HostTensor cache = (kv ? v_ : k_)[l].value();
+      float* dst = static_cast<float*>(cache.buffer->data());
+      const float* src = step.output_ptr(out0 + 2 * l + size_t(kv));
+      for (int64_t bh = 0; bh < batch_ * H; ++bh)
+        std::memcpy(dst + (bh * T + first) * D, src + bh * count * D, size_t(count * D) * sizeof(float));
+      cache.buffer->mark_modified();
+    }
+}
+
+const float* GptGenerator::prefill(const std::vector<std::vector<int64_t>>& prompts) {
+  const GptConfig& c = m_.cfg;
+  if (int64_t(prompts.size()) != batch_)
+    throw Error("generate: " + std::to_string(prompts.size()) + " prompts for a batch of " + std::to_string(batch_));
+  const int64_t P = int64_t(prompts[0].size()), B = batch_;
+  if (P < 1 || P > c.context)
+    throw Error("generate: the prompt has " + std::to_string(P) + " tokens; it needs 1 to " + std::to_string(c.context));
+  HostTensor tokens(DType::I64, {B, P});
+  for (int64_t b = 0; b < B; ++b) {
+    if (int64_t(prompts[size_t(b)].size()) != P) throw Error("generate: every prompt of a batch needs the same length");
+    for (int64_t t = 0; t < P; ++t) {
+      int64_t tok = prompts[size_t(b)][size_t(t)];
+      if (tok < 0 || tok >= c.vocab)
+        throw Error("generate: token " + std::to_string(tok) + " is outside the vocabulary of " + std::to_string(c.vocab));
+      tokens.set(b * P + t, double(tok));
+    }
+  }
+  auto& step = prefill_[P];
+  if (!step)
+    step = std::make_unique<CompiledStep>(compile(
+        [&](const std::vector<Tensor>& a) {
+          Tensor mask = causal_mask(P);
+          std::vector<Tensor> kv;
+          Tensor logits = m_.forward_with(a[0], {}, [&](size_t, const Tensor& q, const Tensor& k, const Tensor& v) {
+            kv.push_back(k);
+            kv.push_back(v);
+            return gpt_attention(q, k, v, mask);
+          });
+          std::vector<Tensor> out = {logits.slice(1, P - 1, P).reshape({B, c.vocab})};
+          out.insert(out.end(), kv.begin(), kv.end());
+          return out;
+        },
+        {{DType::I64, {B, P}}}));
+  reset();
+  std::vector<HostTensor> out = (*step)({tokens});
+  write_cache(1, 0, P, *step);
+  pos_ = P;
+  std::memcpy(last_.data(), out[0].buffer->data(), last_.size() * sizeof(float));
+  return last_.data();
+}
+
+const float* GptGenerator::decode(const std::vector<int64_t>& tokens) {
+  const GptConfig& c = m_.cfg;
+  const int64_t B = batch_, T = c.context;
+  if (pos_ < 1) throw Error("generate: decode needs a prefill first");
+  if (pos_ >= T) throw Error("generate: the context of " + std::to_string(T) + " tokens is full");
+  if (int64_t(tokens.size()) != B)
+    throw Error("generate: " + std::to_string(tokens.size()) + " tokens for a batch of " + std::to_string(B));
+  if (!decode_)
+    decode_ = std::make_unique<CompiledStep>(compile(
+        [&](const std::vector<Tensor>& a) {
+          // a: tokens [B, 1], positions [B, 1], onehot(position) [T, 1], mask row [1, T].
+          std::vector<Tensor> kv;
+          Tensor logits = m_.forward_with(a[0], a[1], [&](size_t l, const Tensor& q, const Tensor& k, const Tensor& v) {
+            kv.push_back(k);
+            kv.push_back(v);
+            // Scores against the cache (whose row at the position is still zero) plus the new
+            // row's own score at the position; values with the new row blended in.
+            Tensor scores = einsum("bhtd,bhsd->bhts", {q, k_[l]}) +
+                            a[2].reshape({1, T}) * einsum("bhtd,bhsd->bhts", {q, k});
+            return gpt_attention_from_scores(scores, v_[l] + a[2] * v, a[3]);
+          });
+          std::vector<Tensor> out = {logits.reshape({B, c.vocab})};
+          out.insert(out.end(), kv.begin(), kv.end());
+          return out;
+        },
+        {{DType::I64, {B, 1}}, {DType::I64, {B, 1}}, {DType::F32, {T, 1}}, {DType::F32, {1, T}}}));
+  auto* tok = reinterpret_cast<int64_t*>(decode_->input_ptr(0));
+  auto* posn = reinterpret_cast<int64_t*>(decode_->input_ptr(1));
+  float* onehot = decode_->input_ptr(2);
+  float* mask = decode_->input_ptr(3);
+  for (int64_t b = 0; b < B; ++b) {
+    if (tokens[size_t(b)] < 0 || tokens[size_t(b)] >= c.vocab)
+      throw Error("generate: token " + std::to_string(tokens[size_t(b)]) + " is outside the vocabulary of " +
+                  std::to_string(c.vocab));
+    tok[b] = tokens[size_t(b)];
+    posn[b] = pos_;
+  }
+  for (int64_t j = 0; j < T; ++j) {
+    onehot[j] = j == pos_ ? 1.0f : 0.0f;
+    mask[j] = j > pos_ ? -1e9f : 0.0f;
+  }
+  decode_->run();
+  write_cache(1, pos_, 1, *decode_);
+  ++pos_;
+  return decode_->output_ptr(0);
+}
+
+std::vector<std::vector<int64_t>> GptGenerator::generate(
+    const std::vector<std::vector<int64_t>>& prompts, int64_t n, const Sampling& sampling,
+    const std::function<void(int64_t, const std::vector<int64_t>&)>& on_token) {
+  const GptConfig& c = m_.cfg;
+  if (n < 0) throw Error("generate: the token count must be >= 0");
+  std::vector<Sampler> samplers;
+  for (int64_t b = 0; b < batch_; ++b) {
+    Sampling s = sampling;
+    s.seed += uint64_t(b);
+    samplers.emplace_back(s);
+  }
+  std::vector<std::vector<int64_t>> out(static_cast<size_t>(batch_));
+  if (n == 0) return out;
+  const float* logits = prefill(prompts);
+  std::vector<int64_t> next(static_cast<size_t>(batch_));
+  std::vector<std::vector<int64_t>> seq = prompts;  // only kept for context shifts
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t b = 0; b < batch_; ++b) {
+      next[size_t(b)] = samplers[size_t(b)].pick(logits + b * c.vocab, c.vocab);
+      out[size_t(b)].push_back(next[size_t(b)]);
+      seq[size_t(b)].push_back(next[size_t(b)]);
+    }
+    if (on_token) on_token(i, next);
+    if (i + 1 == n) break;
+    if (pos_ < c.context) {
+      logits = decode(next);
+      continue;
+    }
+    // Context shift: the newest half of every row is prefilled again from position 0.
+    std::vector<std::vector<int64_t>> tail;
+    int64_t keep = std::max<int64_t>(1, c.context / 2);
+    for (auto& r : seq) tail.emplace_back(r.end() - keep, r.end());
+    logits = prefill(tail);
+  }
+  return out;
+}
+
+}  // namespace synoros::nn
