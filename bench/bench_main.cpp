@@ -175,6 +175,74 @@ BENCHMARK_CAPTURE(TrainClassifier, resnet, "resnet-mini")
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 
+// The GPT-2 family at the seed's sizes (random weights, batch 1, one process's threads):
+// prefill (a forward over the prompt), one decoding step against a 512-token cache, and a
+// training step (forward, backward, all gradients).
+HostTensor gpt_tokens(int64_t batch, int64_t T, int64_t vocab, uint64_t salt) {
+  HostTensor t(DType::I64, {batch, T});
+  for (int64_t i = 0; i < t.numel(); ++i) t.set(i, double((i * 7919 + int64_t(salt)) % vocab));
+  return t;
+}
+
+void GptPrefill(benchmark::State& state, const char* preset) {
+  nn::Gpt m(nn::GptConfig::preset(preset), 1);
+  const int64_t T = state.range(0), B = state.range(1);
+  m.eval();
+  CompiledStep step = compile([&](const std::vector<Tensor>& a) { return std::vector<Tensor>{m(a[0])}; },
+                              {{DType::I64, {B, T}}});
+  step({gpt_tokens(B, T, m.cfg.vocab, 1)});
+  for (auto _ : state) {
+    step.run();
+    benchmark::DoNotOptimize(step.output_ptr(0));
+  }
+  state.counters["tokens/s"] = benchmark::Counter(double(B * T), benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK_CAPTURE(GptPrefill, gpt2_11m, "gpt2-11m")->Name("Gpt/prefill/gpt2-11m")->Args({128, 1})
+    ->ArgNames({"seq", "batch"})->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(GptPrefill, gpt2_98m, "gpt2-98m")->Name("Gpt/prefill/gpt2-98m")->Args({256, 1})->Args({512, 1})
+    ->ArgNames({"seq", "batch"})->UseRealTime()->Unit(benchmark::kMillisecond);
+
+void GptDecode(benchmark::State& state, const char* preset) {
+  nn::Gpt m(nn::GptConfig::preset(preset), 1);
+  const int64_t B = state.range(1), P = state.range(0);
+  nn::GptGenerator gen(m, B);
+  std::vector<std::vector<int64_t>> prompts(size_t(B), std::vector<int64_t>(size_t(P), 1));
+  std::vector<int64_t> next(size_t(B), 2);
+  gen.prefill(prompts);
+  gen.decode(next);  // compiles
+  for (auto _ : state) {
+    if (gen.position() == m.cfg.context) {
+      state.PauseTiming();
+      gen.prefill(prompts);
+      state.ResumeTiming();
+    }
+    benchmark::DoNotOptimize(gen.decode(next));
+  }
+  // Bytes a step must read: every weight but the position table, and the whole static cache.
+  const nn::GptConfig& c = m.cfg;
+  double bytes = 4.0 * double(c.parameter_count() - c.context * c.width + 2 * c.layers * B * c.context * c.width);
+  state.counters["tokens/s"] = benchmark::Counter(double(B), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["bytes/s"] = benchmark::Counter(bytes, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK_CAPTURE(GptDecode, gpt2_98m, "gpt2-98m")->Name("Gpt/decode/gpt2-98m")->Args({512, 1})
+    ->ArgNames({"context", "batch"})->UseRealTime()->Unit(benchmark::kMillisecond);
+
+void GptTrain(benchmark::State& state, const char* preset) {
+  nn::GptConfig c = nn::GptConfig::preset(preset);
+  const int64_t T = state.range(0), B = state.range(1);
+  c.context = T;
+  nn::Gpt m(c, 1);
+  CompiledStep step = compile_gpt_grad(m, B);
+  step({gpt_tokens(B, T, c.vocab, 1), gpt_tokens(B, T, c.vocab, 2)});
+  for (auto _ : state) {
+    step.run();
+    benchmark::DoNotOptimize(step.output_ptr(0));
+  }
+  state.counters["tokens/s"] = benchmark::Counter(double(B * T), benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK_CAPTURE(GptTrain, gpt2_98m, "gpt2-98m")->Name("Gpt/train/gpt2-98m")->Args({256, 1})
+    ->ArgNames({"seq", "batch"})->UseRealTime()->Unit(benchmark::kMillisecond);
+
 }  // namespace
 
 BENCHMARK_MAIN();

@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""Side by side: the GPT-2 family in the engine (Google Benchmark's Gpt/ rows) against the same
+models in PyTorch eager, in one run, at 1 and 2 threads.
+
+Prefill and the training step print achieved GFLOP/s and the share of the measured one-core FMA
+peak (times the thread count); decoding prints the bytes a step must read (every weight but the
+position table, and the keys and values of the context in use) per second against the measured
+one-core DRAM bandwidth. Ratios are PyTorch time / engine time (above 1: the engine is faster).
+Each side runs in --processes fresh processes, alternating; medians are reported.
+PyTorch: Debian's /usr/bin/python3 (1.13, eager) unless --python names another interpreter
+(scripts/install_peers.sh is where a PyTorch 2.x environment for torch.compile would come from).
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PRESETS = {"gpt2-11m": (256, 512, 384, 6, 6), "gpt2-98m": (16384, 1024, 768, 12, 12)}
+# (engine benchmark name, kind, preset, a, batch): a is the sequence (prefill, train) or the
+# context in use (decode).
+ROWS = [("Gpt/prefill/gpt2-11m/seq:128/batch:1", "prefill", "gpt2-11m", 128, 1),
+        ("Gpt/prefill/gpt2-98m/seq:256/batch:1", "prefill", "gpt2-98m", 256, 1),
+        ("Gpt/prefill/gpt2-98m/seq:512/batch:1", "prefill", "gpt2-98m", 512, 1),
+        ("Gpt/decode/gpt2-98m/context:512/batch:1", "decode", "gpt2-98m", 512, 1),
+        ("Gpt/train/gpt2-98m/seq:256/batch:1", "train", "gpt2-98m", 256, 1)]
+
+
+def params(preset, context=None):
+    V, T, C, H, L = PRESETS[preset]
+    T = context or T
+    return V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C
+
+
+def forward_flops(preset, T, B):
+    V, _, C, _, L = PRESETS[preset]
+    return 2.0 * B * T * (L * 12 * C * C + C * V) + L * 4.0 * B * T * T * C
+
+
+def decode_bytes(preset, used, B):
+    V, T, C, _, L = PRESETS[preset]
+    return 4.0 * (params(preset) - T * C + 2 * L * B * used * C)
+
+
+def engine_run(bench, threads, min_time):
+    env = dict(os.environ, SYNOROS_NUM_THREADS=str(threads))
+    flt = "^(" + "|".join(r[0] for r in ROWS) + ")(/real_time)?$"
+    res = subprocess.run([bench, "--benchmark_format=json", f"--benchmark_filter={flt}",
+                          f"--benchmark_min_time={min_time}"], env=env, check=True, capture_output=True, text=True)
+    return {b["name"].replace("/real_time", ""): b["real_time"] * {"ns": 1e-9, "us": 1e-6, "ms": 1e-3}[b["time_unit"]]
+            for b in json.loads(res.stdout)["benchmarks"]}
+
+
+def torch_run(python, threads, min_time):
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads))
+    specs = [f"{k}:{p}:{a}:{b}" for _, k, p, a, b in ROWS]
+    res = subprocess.run([python, os.path.join(HERE, "torch_gpt.py"), str(threads), str(min_time)] + specs,
+                         env=env, check=True, capture_output=True, text=True)
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    return out["torch"], {ROWS[i][0]: out["times"][s] for i, s in enumerate(specs)}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bench", default=os.path.join(HERE, "..", "build", "synoros_bench"))
+    ap.add_argument("--python", default="/usr/bin/python3")
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--processes", type=int, default=3)
+    ap.add_argument("--min-time", type=float, default=2.0)
+    ap.add_argument("--only", default="", help="regex: only the rows it matches")
+    ap.add_argument("--json", default="transformer_results.json")
+    args = ap.parse_args()
+    if args.only:
+        import re
+        ROWS[:] = [r for r in ROWS if re.search(args.only, r[0])]
+    peak = json.loads(subprocess.run([os.path.join(os.path.dirname(args.bench), "synoros"), "peak"],
+                                     check=True, capture_output=True, text=True).stdout)
+    results, version = [], "?"
+    for th in args.threads:
+        eng, tor = {r[0]: [] for r in ROWS}, {r[0]: [] for r in ROWS}
+        for _ in range(args.processes):
+            for name, t in engine_run(args.bench, th, args.min_time).items():
+                eng[name].append(t)
+            version, times = torch_run(args.python, th, args.min_time)
+            for name, t in times.items():
+                tor[name].append(t)
+        for name, kind, preset, a, b in ROWS:
+            e, p = statistics.median(eng[name]), statistics.median(tor[name])
+            row = {"name": name, "threads": th, "engine_s": e, "torch_s": p, "ratio": p / e}
+            if kind == "decode":
+                gbps = decode_bytes(preset, a, b) / e / 1e9
+                row.update(engine_gbps=gbps, share_of_bandwidth=gbps / peak["gbps"],
+                           engine_tokens_per_s=b / e, torch_tokens_per_s=b / p)
+            else:
+                flops = forward_flops(preset, a, b) * (3 if kind == "train" else 1)
+                g = flops / e / 1e9
+                row.update(engine_gflops=g, share_of_peak=g / (peak["gflops"] * th))
+            results.append(row)
+    print(f"machine: {peak['isa']}, one core {peak['gflops']:.1f} GFLOP/s, {peak['gbps']:.1f} GB/s; "
+          f"PyTorch {version} eager; medians of {args.processes} processes per side")
+    print(f"{'row':44} {'thr':>3} {'engine':>10} {'PyTorch':>10} {'ratio':>6}  limit")
+    for r in results:
+        lim = (f"{r['engine_gflops']:.1f} GFLOP/s = {100 * r['share_of_peak']:.0f}% of peak" if "engine_gflops" in r else
+               f"{r['engine_gbps']:.1f} GB/s = {100 * r['share_of_bandwidth']:.0f}% of bandwidth, "
+               f"{r['engine_tokens_per_s']:.1f} vs {r['torch_tokens_per_s']:.1f} tokens/s")
+        print(f"{r['name']:44} {r['threads']:3d} {1e3 * r['engine_s']:8.1f}ms {1e3 * r['torch_s']:8.1f}ms "
+              f"{r['ratio']:5.2f}x  {lim}")
+    with open(args.json, "w") as f:
+        json.dump({"peak": peak, "torch": version, "rows": results}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
