@@ -170,6 +170,7 @@ __attribute__((target("avx2,fma"))) void micro_avx2(int64_t kc, const float* a, 
     c0[i] = load ? _mm256_loadu_ps(c + i * ldc) : _mm256_setzero_ps();
     c1[i] = load ? _mm256_loadu_ps(c + i * ldc + 8) : _mm256_setzero_ps();
   }
+#pragma GCC unroll 4
   for (int64_t k = 0; k < kc; ++k) {
     __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
 #pragma GCC unroll 6
@@ -520,38 +521,46 @@ void run_micro(const GemmJob& j, const float* a, const float* b, float* c, int64
   else micro_scalar(j.kc, a, b, c, ldc, load);
 }
 
-// One chunk = one A panel (a row strip of C) across all B panels, for one K block: the A panel
-// stays in L1 while the packed B of the K block streams from L2. After the first K block each
+// One tile of C (A panel pa times B panel q) for one K block. After the first K block each
 // tile resumes from C: the stored float is the chain's value, so the bits are those of one
-// unbroken chain (and independent of the tile shape). Full tiles are read and written in
-// place; edge tiles go through a zero-padded copy.
-void compute_chunk(const void* p, int64_t pa) {
-  const GemmJob& j = *static_cast<const GemmJob*>(p);
+// unbroken chain (and independent of the tile shape and of the order tiles are computed in).
+// Full tiles are read and written in place; edge tiles go through a zero-padded copy.
+void compute_tile(const GemmJob& j, int64_t pa, int64_t q) {
   const GemmShape& s = *j.s;
   int64_t m0 = pa * j.mr, rows = std::min(j.mr, s.M - m0);
   bool load = j.k0 > 0 || j.accumulate;
   const float* a = j.pa + pa * j.kc * j.mr;
   int64_t lda = 0;  // > 0: the panel is read from A's rows in place (see pack_chunk)
   if (j.a_rows && rows == j.mr) a = j.A + m0 * s.a_rs + j.k0, lda = s.a_rs;
-  for (int64_t q = 0; q < j.np; ++q) {
-    int64_t n0 = q * j.nr, cols = std::min(j.nr, s.N - n0);
-    const float* b = j.pb + q * j.kc * j.nr;
-    float* c = j.C + m0 * s.c_rs + n0;
-    if (rows == j.mr && cols == j.nr) {
-      run_micro(j, a, b, c, s.c_rs, load, lda);
-      continue;
-    }
-    if (j.isa >= 2 && cols == j.nr) {  // an edge panel's full-width tile: its rows only, in place
-      micro_avx512_edge(rows, j.kc, a, b, c, s.c_rs, load);
-      continue;
-    }
-    alignas(64) float acc[kMR512 * kNR512];
-    std::memset(acc, 0, sizeof(float) * size_t(j.mr * j.nr));
-    if (load)
-      for (int64_t i = 0; i < rows; ++i) std::memcpy(acc + i * j.nr, c + i * s.c_rs, sizeof(float) * size_t(cols));
-    run_micro(j, a, b, acc, j.nr, true, lda);
-    for (int64_t i = 0; i < rows; ++i) std::memcpy(c + i * s.c_rs, acc + i * j.nr, sizeof(float) * size_t(cols));
-  }
+  int64_t n0 = q * j.nr, cols = std::min(j.nr, s.N - n0);
+  const float* b = j.pb + q * j.kc * j.nr;
+  float* c = j.C + m0 * s.c_rs + n0;
+  if (rows == j.mr && cols == j.nr) return run_micro(j, a, b, c, s.c_rs, load, lda);
+  if (j.isa >= 2 && cols == j.nr) return micro_avx512_edge(rows, j.kc, a, b, c, s.c_rs, load);  // rows only, in place
+  alignas(64) float acc[kMR512 * kNR512];
+  std::memset(acc, 0, sizeof(float) * size_t(j.mr * j.nr));
+  if (load)
+    for (int64_t i = 0; i < rows; ++i) std::memcpy(acc + i * j.nr, c + i * s.c_rs, sizeof(float) * size_t(cols));
+  run_micro(j, a, b, acc, j.nr, true, lda);
+  for (int64_t i = 0; i < rows; ++i) std::memcpy(c + i * s.c_rs, acc + i * j.nr, sizeof(float) * size_t(cols));
+}
+
+// Chunks of the K block's work: a block of A panels (at most kBlockRows rows, which stay in L2)
+// times a group of kGroupPanels B panels. Each B panel stays in L1 while the block's A panels
+// stream past it, so the packed B of a wide product (an MLP's 768 x 3072) never has to stream
+// from L3 once per A panel.
+constexpr int64_t kGroupPanels = 4, kBlockRows = 96;
+int64_t block_panels(const GemmJob& j) { return std::max<int64_t>(1, kBlockRows / j.mr); }
+int64_t gemm_chunks(const GemmJob& j) {
+  return ceil_div(j.mp, block_panels(j)) * ceil_div(j.np, kGroupPanels);
+}
+void compute_chunk(const void* p, int64_t chunk) {
+  const GemmJob& j = *static_cast<const GemmJob*>(p);
+  const int64_t groups = ceil_div(j.np, kGroupPanels), bp = block_panels(j);
+  const int64_t i0 = (chunk / groups) * bp, q0 = (chunk % groups) * kGroupPanels;
+  const int64_t i1 = std::min(j.mp, i0 + bp), q1 = std::min(j.np, q0 + kGroupPanels);
+  for (int64_t q = q0; q < q1; ++q)
+    for (int64_t i = i0; i < i1; ++i) compute_tile(j, i, q);
 }
 }  // namespace
 
@@ -612,11 +621,11 @@ void sgemm(const GemmShape& s, const float* A, const float* B, float* C, float* 
     j.kc = std::min(kc_even, s.K - j.k0);
     if (tiny) {
       for (int64_t i = 0; i < j.mp + j.np; ++i) pack_chunk(&j, i);
-      for (int64_t pa = 0; pa < j.mp; ++pa) compute_chunk(&j, pa);
+      for (int64_t ch = 0; ch < gemm_chunks(j); ++ch) compute_chunk(&j, ch);
       continue;
     }
     pool.run(j.mp + j.np, pack_chunk, &j);
-    pool.run(j.mp, compute_chunk, &j);
+    pool.run(gemm_chunks(j), compute_chunk, &j);
   }
 }
 
