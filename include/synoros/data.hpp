@@ -137,6 +137,9 @@ struct TextCorpus {
 // the separator line "%\n". The last `val_fraction` of the bytes, moved forward to the next
 // fortune boundary, becomes the validation split.
 TextCorpus load_fortunes(const std::string& dir = "", double val_fraction = 0.1);
+// Any file's bytes: the last `val_fraction`, moved forward to the next line start (when there is
+// one), becomes the validation split. An unreadable or empty file is an Error naming it.
+TextCorpus load_text_file(const std::string& path, double val_fraction = 0.1);
 
 // Unigram entropy of the byte distribution of `tokens`, in nats per byte: what a model that
 // ignores context achieves at best (on the same text).

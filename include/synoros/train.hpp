@@ -118,14 +118,17 @@ class ClassifierTrainer {
 namespace synoros::train {
 
 struct LmConfig {
+  std::string name = "gpt-tiny";  // the configuration's name, recorded in checkpoints
   nn::GptConfig model = nn::GptConfig::preset("gpt-tiny");
   int64_t batch = 16, steps = 1000, warmup_steps = 50;
   double lr = 3e-3, weight_decay = 0.01, clip = 1.0;
   uint64_t seed = 1;
-  std::string data_dir;  // "": the default fortunes directory
+  std::string data_dir;   // "": the default fortunes directory
+  std::string text_file;  // when set: train on this file's bytes instead of the fortunes
 };
 
-// Trains a GPT (gpt-tiny by default) on the fortunes byte corpus with AdamW (random windows of the training split).
+// Trains a GPT (gpt-tiny by default) on bytes (the fortunes, or any text file) with AdamW, warmup
+// and cosine decay and gradient clipping (random windows of the training split).
 class LmTrainer {
  public:
   explicit LmTrainer(LmConfig cfg);

@@ -28,27 +28,28 @@ Opt threads_opt() {
 
 CommandSpec train_spec() {
   CommandSpec s{"train",
-                "train a classifier on Fashion-MNIST or gpt-tiny on fortunes: progress, metrics, logs, curves, "
-                "checkpoints",
+                "train a classifier on Fashion-MNIST or a GPT on fortunes or any text file: progress, metrics, logs, "
+                "curves, checkpoints",
                 "The run directory (--out) gets log.csv, log.json, curves.svg and checkpoint.safetensors; a\n"
                 "resumed run (--resume) appends to the logs and continues bit for bit. --resume refuses a\n"
                 "checkpoint whose model, data or schedule differ from the command's.",
                 {},
-                {{"classifier", "mlp, lenet and resnet-mini"}, {"lm", "gpt-tiny"}}};
+                {{"classifier", "mlp, lenet and resnet-mini"}, {"lm", "gpt-tiny, gpt2-11m, gpt2-98m and gpt2-124m"}}};
   s.opts = {
-      choice("model", "resnet-mini", "mlp|lenet|resnet-mini|gpt-tiny", "the model to train"),
-      choice("data", "fashion-mnist (classifiers), fortunes (gpt-tiny)", "fashion-mnist|fortunes", "the data set"),
+      choice("model", "resnet-mini", "mlp|lenet|resnet-mini|gpt-tiny|gpt2-11m|gpt2-98m|gpt2-124m", "the model to train"),
+      text("data", "fashion-mnist (classifiers), fortunes (GPT models)",
+           "the data set: fashion-mnist, fortunes, or (GPT models) a text file's path"),
       path("data-dir", "SYNOROS_DATA_DIR / SYNOROS_FORTUNES_DIR, else the Debian package's", "where the data set lies"),
       integer("epochs", 10, 1, kMaxEpochs, "passes over the training set", "classifier"),
-      integer_words("steps", "epochs x steps per epoch (classifiers), 1000 (gpt-tiny)", 1, kMaxSteps,
+      integer_words("steps", "epochs x steps per epoch (classifiers), 1000 (GPT models)", 1, kMaxSteps,
                     "training steps in all (classifiers: ends the schedule early, within the last epoch)"),
       integer_words("batch", "64 (classifiers), 16 (gpt-tiny)", 1, 1 << 20, "batch size"),
-      real("lr", "0.05 (sgd), 2e-3 (adamw), 3e-3 (gpt-tiny)", 1e-12, 100, "peak learning rate"),
+      real("lr", "0.05 (sgd), 2e-3 (adamw), 3e-3 (gpt-tiny), 6e-4 (gpt2-*)", 1e-12, 100, "peak learning rate"),
       choice("optimizer", "sgd", "sgd|adamw", "optimizer", "classifier"),
       real("momentum", "0.9", 0, 0.999999, "SGD momentum (sgd only)", "classifier"),
-      real("weight-decay", "5e-4 (classifiers), 0.01 (gpt-tiny)", 0, 10, "weight decay"),
-      real("clip", "0 (classifiers: off), 1 (gpt-tiny)", 0, 1e12, "gradient clipping norm (0: off)"),
-      integer_words("warmup", "0 (classifiers), 50 (gpt-tiny)", 0, kMaxSteps, "linear warmup steps"),
+      real("weight-decay", "5e-4 (classifiers), 0.01 (GPT models)", 0, 10, "weight decay"),
+      real("clip", "0 (classifiers: off), 1 (GPT models)", 0, 1e12, "gradient clipping norm (0: off)"),
+      integer_words("warmup", "0 (classifiers), 50 (GPT models)", 0, kMaxSteps, "linear warmup steps"),
       integer("seed", 1, 0, kMax, "seed of initialisation and data order"),
       integer_words("train-limit", "0 (all)", 0, kMaxImages, "use only the first N training images", "classifier"),
       integer_words("test-limit", "0 (all)", 0, kMaxImages, "use only the first N test images", "classifier"),
@@ -59,10 +60,10 @@ CommandSpec train_spec() {
       path("save-init", "", "also save the initial weights here (for side-by-side runs)", "classifier"),
       threads_opt(),
       fast_opt(),
-      integer("context", 64, 2, 1 << 16, "context length", "lm"),
-      integer("width", 128, 1, 1 << 16, "model width", "lm"),
-      integer("layers", 2, 1, 1024, "transformer blocks", "lm"),
-      integer("heads", 4, 1, 1024, "attention heads (must divide the width)", "lm"),
+      integer_words("context", "the model's", 2, 1 << 16, "context length", "lm"),
+      integer_words("width", "the model's", 1, 1 << 16, "model width", "lm"),
+      integer_words("layers", "the model's", 1, 1024, "transformer blocks", "lm"),
+      integer_words("heads", "the model's", 1, 1024, "attention heads (must divide the width)", "lm"),
       integer("eval-every", 200, 1, kMaxSteps, "steps between validations and checkpoints", "lm"),
       text("prompt", "'The '", "prompt of the sample printed at the end", "lm"),
       integer("sample", 300, 0, 1 << 20, "bytes to sample at the end", "lm"),
@@ -83,7 +84,7 @@ CommandSpec eval_spec() {
                 {{"classifier", "mlp, lenet and resnet-mini"}, {"lm", "gpt-tiny"}}};
   s.opts = {
       path("checkpoint", "", "the checkpoint to evaluate (required)"),
-      choice("model", "the checkpoint's", "mlp|lenet|resnet-mini|gpt-tiny",
+      choice("model", "the checkpoint's", "mlp|lenet|resnet-mini|gpt-tiny|gpt2-11m|gpt2-98m|gpt2-124m",
              "expected model (an error when the checkpoint holds another)"),
       path("data-dir", "SYNOROS_DATA_DIR / SYNOROS_FORTUNES_DIR, else the Debian package's", "where the data set lies"),
       integer_words("test-limit", "0 (all)", 0, kMaxImages, "use only the first N test images", "classifier"),

@@ -2,6 +2,7 @@
 // progress bar, per-epoch metrics, CSV and JSON logs, curves as SVG and atomic checkpoints.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -252,12 +253,19 @@ int train_classifier(const Args& a, const std::string& model) {
   return 0;
 }
 
+bool is_gpt(const std::string& model) {
+  const std::vector<std::string> names = nn::GptConfig::preset_names();
+  return std::find(names.begin(), names.end(), model) != names.end();
+}
+
 train::LmConfig lm_config(const Args& a) {
   train::LmConfig c;
-  c.model.context = a.integer("context");
-  c.model.width = a.integer("width");
-  c.model.layers = a.integer("layers");
-  c.model.heads = a.integer("heads");
+  c.name = a.str("model");
+  c.model = nn::GptConfig::preset(c.name);
+  c.model.context = a.integer("context", c.model.context);
+  c.model.width = a.integer("width", c.model.width);
+  c.model.layers = a.integer("layers", c.model.layers);
+  c.model.heads = a.integer("heads", c.model.heads);
   if (c.model.width % c.model.heads)
     throw UsageError("train: --heads " + std::to_string(c.model.heads) + " does not divide --width " +
                      std::to_string(c.model.width));
@@ -268,13 +276,14 @@ int train_lm(const Args& a) {
   train::LmConfig c = lm_config(a);
   c.batch = a.integer("batch", 16);
   c.steps = a.integer("steps", 1000);
-  c.lr = a.real("lr", 3e-3);
+  c.lr = a.real("lr", c.name == "gpt-tiny" ? 3e-3 : 6e-4);
   c.weight_decay = a.real("weight-decay", 0.01);
   c.clip = a.real("clip", 1.0);
   c.warmup_steps = a.integer("warmup", 50);
   c.seed = uint64_t(a.integer("seed"));
   c.data_dir = a.str("data-dir", "");
-  std::string out = a.str("out", "runs/gpt-tiny"), save = a.str("save", out + "/checkpoint.safetensors");
+  if (a.str("data", "fortunes") != "fortunes") c.text_file = a.str("data");
+  std::string out = a.str("out", "runs/" + c.name), save = a.str("save", out + "/checkpoint.safetensors");
   writable_dir(out, "run directory");
   writable_file(save, "checkpoint");
   replay_run_choices(a, out);
@@ -286,7 +295,7 @@ int train_lm(const Args& a) {
     std::cout << "resumed from " << a.str("resume") << " at step " << t.step() << "\n";
   }
   int64_t every = a.integer("eval-every");
-  std::cout << "gpt-tiny: " << t.model().parameter_count() << " parameters; unigram baseline "
+  std::cout << c.name << ": " << t.model().parameter_count() << " parameters; unigram baseline "
             << t.unigram_baseline() << " nats/byte\n";
   double done_seconds = log.rows().empty() ? 0 : log.rows().back()[3];
   auto t0 = Clock::now();
@@ -309,7 +318,8 @@ int train_lm(const Args& a) {
     log.write();
     std::vector<double> x = log.column(0);
     io::write_svg_chart(out + "/curves.svg",
-                        {{"gpt-tiny on fortunes", "step", "nats per byte",
+                        {{c.name + " on " + (c.text_file.empty() ? std::string("fortunes") : c.text_file), "step",
+                          "nats per byte",
                           {{"train", x, log.column(1)},
                            {"validation", x, log.column(2)},
                            {"unigram", x, std::vector<double>(x.size(), t.unigram_baseline())}}}});
@@ -325,10 +335,11 @@ int train_lm(const Args& a) {
 int train_cmd(const Args& a) {
   apply_threads(a);
   std::string model = a.str("model");
-  bool lm = model == "gpt-tiny";
+  bool lm = is_gpt(model);
   a.require_scope(lm ? "lm" : "classifier", model);
   std::string data = a.str("data", lm ? "fortunes" : "fashion-mnist");
-  if (lm && data != "fortunes") throw UsageError("train: gpt-tiny trains on --data fortunes, not '" + data + "'");
+  if (lm && data != "fortunes" && !std::filesystem::is_regular_file(data))
+    throw UsageError("train: --data for " + model + " is fortunes or a text file; '" + data + "' is neither");
   if (!lm && data != "fashion-mnist")
     throw UsageError("train: " + model + " trains on --data fashion-mnist, not '" + data + "'");
   return lm ? train_lm(a) : train_classifier(a, model);
@@ -343,7 +354,7 @@ int eval_cmd(const Args& a) {
   std::string model = io::metadata_text(md, "model", path);
   if (a.has("model") && a.str("model") != model)
     throw Error("eval: checkpoint '" + path + "' holds a " + model + ", not a " + a.str("model"));
-  bool lm = model == "gpt-tiny";
+  bool lm = is_gpt(model);
   a.require_scope(lm ? "lm" : "classifier", model);
   if (md.count("kernels") && md.at("kernels") == "fast" && !fast_mode() && !config::flag("SYNOROS_STRICT")) {
     set_fast_mode(true);  // the kernels the training chose, so the figures are the ones it printed
@@ -353,6 +364,9 @@ int eval_cmd(const Args& a) {
     // The model's shape; checkpoints written before it was recorded were trained with the defaults
     // as far as anyone can tell (a different shape fails the load, naming the tensor).
     train::LmConfig c;
+    c.name = model;
+    c.model = nn::GptConfig::preset(model);
+    if (md.count("data") && md.at("data") != "fortunes") c.text_file = md.at("data");
     auto shape = [&](const char* key, int64_t fallback, int64_t lo, int64_t hi) {
       if (!md.count(key)) return a.integer(key, fallback);
       a.refuse(key, "is recorded in the checkpoint");

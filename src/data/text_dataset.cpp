@@ -56,6 +56,28 @@ std::vector<std::string> split_fortunes(std::string_view text) {
   return out;
 }
 
+TextCorpus load_text_file(const std::string& path, double val_fraction) {
+  if (!(val_fraction >= 0.0 && val_fraction < 1.0))
+    throw Error("load_text_file: val_fraction must be in [0, 1), got " + std::to_string(val_fraction));
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) throw Error("text file '" + path + "': not a readable file");
+  std::ifstream in(path, std::ios::binary);
+  std::vector<uint8_t> all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) throw Error("text file '" + path + "': read error");
+  if (all.empty()) throw Error("text file '" + path + "' is empty");
+  TextCorpus c;
+  c.files = {path};
+  size_t cut = all.size();
+  if (val_fraction > 0) {
+    cut = size_t(std::floor(double(all.size()) * (1.0 - val_fraction)));
+    auto nl = std::find(all.begin() + std::ptrdiff_t(cut), all.end(), uint8_t('\n'));
+    if (nl != all.end() && nl + 1 != all.end()) cut = size_t(nl - all.begin()) + 1;
+  }
+  c.train.assign(all.begin(), all.begin() + std::ptrdiff_t(cut));
+  c.val.assign(all.begin() + std::ptrdiff_t(cut), all.end());
+  return c;
+}
+
 TextCorpus load_fortunes(const std::string& dir_arg, double val_fraction) {
   const std::string dir = dir_arg.empty() ? default_fortunes_dir() : dir_arg;
   if (!(val_fraction >= 0.0 && val_fraction < 1.0))

@@ -12,7 +12,15 @@ namespace synoros::train {
 
 LmTrainer::LmTrainer(LmConfig cfg) : cfg_(std::move(cfg)) {
   if (cfg_.batch < 1 || cfg_.steps < 1 || cfg_.lr <= 0) throw Error("train: batch, steps and lr must be positive");
-  data::TextCorpus corpus = data::load_fortunes(cfg_.data_dir);
+  if (cfg_.model.vocab < 256) throw Error("train: the model's vocabulary must hold the 256 byte values");
+  data::TextCorpus corpus =
+      cfg_.text_file.empty() ? data::load_fortunes(cfg_.data_dir) : data::load_text_file(cfg_.text_file);
+  const int64_t need = cfg_.model.context + 1;
+  if (int64_t(corpus.train.size()) < need || int64_t(corpus.val.size()) < need)
+    throw Error("train: " + (cfg_.text_file.empty() ? std::string("the fortunes") : "'" + cfg_.text_file + "'") +
+                " split into " + std::to_string(corpus.train.size()) + " training and " +
+                std::to_string(corpus.val.size()) + " validation bytes; each needs at least context + 1 = " +
+                std::to_string(need));
   train_ = std::make_shared<const std::vector<uint8_t>>(std::move(corpus.train));
   val_ = std::make_shared<const std::vector<uint8_t>>(std::move(corpus.val));
   unigram_ = data::unigram_entropy(*train_);
@@ -70,8 +78,9 @@ std::string LmTrainer::generate(const std::string& prompt, int64_t n, double tem
 
 std::map<std::string, std::string> LmTrainer::run_metadata() const {
   const nn::GptConfig& m = cfg_.model;
-  return {{"model", "gpt-tiny"},
+  return {{"model", cfg_.name},
           {"vocab", std::to_string(m.vocab)},
+          {"data", cfg_.text_file.empty() ? "fortunes" : cfg_.text_file},
           {"context", std::to_string(m.context)},
           {"width", std::to_string(m.width)},
           {"heads", std::to_string(m.heads)},
@@ -100,7 +109,8 @@ void LmTrainer::save(const std::string& path) {
 void LmTrainer::load(const std::string& path, bool resume) {
   io::Checkpoint head = io::load_safetensors(path);
   const io::Metadata& md = head.metadata;
-  if (io::metadata_text(md, "model", path) != "gpt-tiny") throw Error("checkpoint '" + path + "' does not hold a gpt-tiny");
+  if (io::metadata_text(md, "model", path) != cfg_.name)
+    throw Error("checkpoint '" + path + "' holds a " + md.at("model") + ", not a " + cfg_.name);
   int64_t step = io::metadata_int(md, "step", path, 0, std::numeric_limits<int64_t>::max());
   io::Metadata expected = run_metadata();
   if (!resume)  // evaluation: only the model's shape must agree

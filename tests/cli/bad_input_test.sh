@@ -37,7 +37,7 @@ expect 2 "--context does not apply to mlp" -- train --model mlp --context 32
 expect 2 "give --epochs or --steps, not both" -- train --model mlp --epochs 1 --steps 3
 expect 2 "--momentum applies to sgd only" -- train --model mlp --optimizer adamw --momentum 0.5
 expect 2 "--model 'vgg' is not one of" -- train --model vgg
-expect 2 "gpt-tiny trains on --data fortunes" -- train --model gpt-tiny --data fashion-mnist
+expect 2 "is fortunes or a text file" -- train --model gpt-tiny --data fashion-mnist
 expect 2 "--heads 3 does not divide --width 128" -- train --model gpt-tiny --heads 3
 expect 2 "--mask goes with --operator" -- train --model resnet-mini --mask 3
 expect 2 "--steps is given twice" -- train-mlp --steps 3 --steps 4

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# `synoros generate`: a trained gpt-tiny checkpoint and a file written in Hugging Face's layout
-# generate text; the same command prints the same text on every rerun and thread count; bad
-# models, prompts and sampling settings are errors naming the cause.
+# GPT models through the command line: a trained gpt-tiny checkpoint generates text, the same
+# command printing the same text on every rerun and thread count; any GPT configuration trains on
+# any text file, and its checkpoint evaluates and generates; bad models, data, prompts and
+# sampling settings are errors naming the cause.
 source "$(dirname "$0")/common.sh"
 export LC_ALL=C  # ${#text} counts bytes
 has() { grep -qF -- "$2" <<< "$1" || fail "$3: no '$2' in: $1"; }
@@ -23,6 +24,17 @@ g2=$("$synoros" generate --model gpt-tiny --temperature 0 --tokens 80 --batch 3 
 [ "$g1" == "$g2" ] || fail "greedy generation differs between reruns"
 [ "$(grep -c -- '--- row' <<< "$g1")" -eq 2 ] || fail "batch 3 printed $(grep -c -- '--- row' <<< "$g1") extra rows"
 
+# Any text file trains any GPT configuration (shrunk here), and its checkpoint evaluates and generates.
+for i in $(seq 200); do echo "line $i of a small text file for the language-model trainer"; done > "$dir/text.txt"
+small=(--model gpt2-11m --data "$dir/text.txt" --context 32 --width 64 --layers 1 --heads 2 --batch 2)
+out=$("$synoros" train "${small[@]}" --steps 4 --eval-every 2 --sample 8 --no-progress --out "$dir/t" 2>&1) ||
+  fail "train gpt2-11m on a text file: $out"
+has "$out" "gpt2-11m: " "the parameter line"
+out=$("$synoros" eval --checkpoint "$dir/t/checkpoint.safetensors" --sample 8 2>&1) || fail "eval: $out"
+has "$out" "validation loss" "eval of a text-file checkpoint"
+out=$("$synoros" generate --model "$dir/t/checkpoint.safetensors" --tokens 8 2>&1) || fail "generate: $out"
+has "$out" "context 32, width 64, heads 2, layers 1" "generate from a text-file checkpoint"
+
 expect_error() {  # expect_error FRAGMENT ARGS...
   local fragment=$1; shift
   out=$("$synoros" "$@" 2>&1)
@@ -36,5 +48,10 @@ expect_error "temperature" generate --temperature -1
 expect_error "top-p" generate --top-p 0
 printf 'not a safetensors file' > "$dir/bad.safetensors"
 expect_error "$dir/bad.safetensors" generate --model "$dir/bad.safetensors"
+
+expect_error "is fortunes or a text file" train --model gpt2-11m --data "$dir/missing.txt"
+printf 'short' > "$dir/short.txt"
+expect_error "short.txt" train --model gpt2-11m --data "$dir/short.txt" --context 32 --width 64 --layers 1 --heads 2 \
+  --steps 1 --no-progress --out "$dir/s"
 
 exit $((failures > 0))
