@@ -51,6 +51,9 @@ class GptBlock : public Module {
   int64_t width, heads;
 };
 
+// The causal mask [T, T] (a constant): 0 on and below the diagonal, -1e9 above.
+Tensor gpt_causal_mask(int64_t T);
+
 // Causal attention over heads: q [B, H, Tq, D], k and v [B, H, Tk, D], mask [Tq, Tk] (0 where a
 // query may look, -1e9 elsewhere) -> [B, Tq, H * D].
 Tensor gpt_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask);

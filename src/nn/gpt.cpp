@@ -59,13 +59,14 @@ Tensor filled(Shape s, double v) {
   for (int64_t i = 0; i < h.numel(); ++i) h.set(i, v);
   return Tensor::from(h);
 }
-Tensor causal_mask(int64_t T) {
+}  // namespace
+
+Tensor gpt_causal_mask(int64_t T) {
   HostTensor mask(DType::F32, {T, T});
   for (int64_t i = 0; i < T; ++i)
     for (int64_t j = 0; j < T; ++j) mask.set(i * T + j, j > i ? -1e9 : 0.0);
   return Tensor::constant(mask);
 }
-}  // namespace
 
 Conv1D::Conv1D(int64_t in, int64_t out, uint64_t seed, double std) {
   weight = register_parameter("weight", Tensor::randn({in, out}, seed, std));
@@ -103,7 +104,7 @@ Tensor GptBlock::forward(const Tensor& x) {
   int64_t B = x.shape()[0], T = x.shape()[1], D = width / heads;
   std::vector<Tensor> p = qkv(x);
   auto split = [&](const Tensor& t) { return t.reshape({B, T, heads, D}).permute({0, 2, 1, 3}); };
-  return finish(x, gpt_attention(split(p[0]), split(p[1]), split(p[2]), causal_mask(T)));
+  return finish(x, gpt_attention(split(p[0]), split(p[1]), split(p[2]), gpt_causal_mask(T)));
 }
 
 Tensor gpt_attention_from_scores(const Tensor& scores, const Tensor& v, const Tensor& mask) {
@@ -145,7 +146,7 @@ Tensor Gpt::forward_with(const Tensor& tokens, const Tensor& positions,
 
 Tensor Gpt::forward(const Tensor& tokens) {
   if (tokens.shape().size() != 2) return forward_with(tokens, {}, {});  // the error message
-  Tensor mask = causal_mask(tokens.shape()[1]);
+  Tensor mask = gpt_causal_mask(tokens.shape()[1]);
   return forward_with(tokens, {}, [&](size_t, const Tensor& q, const Tensor& k, const Tensor& v) {
     return gpt_attention(q, k, v, mask);
   });

@@ -13,15 +13,6 @@
 
 namespace synoros::nn {
 
-namespace {
-Tensor causal_mask(int64_t T) {
-  HostTensor mask(DType::F32, {T, T});
-  for (int64_t i = 0; i < T; ++i)
-    for (int64_t j = 0; j < T; ++j) mask.set(i * T + j, j > i ? -1e9 : 0.0);
-  return Tensor::constant(mask);
-}
-}  // namespace
-
 Sampler::Sampler(const Sampling& s) : s_(s), state_(s.seed * 0x9E3779B97F4A7C15ull + 1) {
   if (!(s.temperature >= 0) || !std::isfinite(s.temperature)) throw Error("sampling: temperature must be >= 0");
   if (s.top_k < 0) throw Error("sampling: top-k must be >= 0");
@@ -133,7 +124,7 @@ const float* GptGenerator::prefill(const std::vector<std::vector<int64_t>>& prom
   if (!step)
     step = std::make_unique<CompiledStep>(compile(
         [&](const std::vector<Tensor>& a) {
-          Tensor mask = causal_mask(P);
+          Tensor mask = gpt_causal_mask(P);
           std::vector<Tensor> kv;
           Tensor logits = m_.forward_with(a[0], {}, [&](size_t, const Tensor& q, const Tensor& k, const Tensor& v) {
             kv.push_back(k);

@@ -1,6 +1,7 @@
 // Layers with PyTorch's parameter names, layouts and default initialisation.
 #include <cmath>
 
+#include "synoros/gpt.hpp"
 #include "synoros/nn.hpp"
 
 namespace synoros::nn {
@@ -110,10 +111,7 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   if (x.shape().size() != 3 || x.shape()[2] != width)
     throw Error("CausalSelfAttention: input must be [B, T, " + std::to_string(width) + "], got " + shape_str(x.shape()));
   int64_t B = x.shape()[0], T = x.shape()[1], C = width, H = heads, D = C / H;
-  HostTensor mask(DType::F32, {T, T});
-  for (int64_t i = 0; i < T; ++i)
-    for (int64_t j = 0; j < T; ++j) mask.set(i * T + j, j > i ? -1e9 : 0.0);
-  Tensor causal = Tensor::constant(mask);
+  Tensor causal = gpt_causal_mask(T);
   Tensor q3 = qkv->forward(x);
   auto part = [&](int64_t k) { return q3.slice(2, k * C, (k + 1) * C).reshape({B, T, H, D}).permute({0, 2, 1, 3}); };
   Tensor att = einsum("bhtd,bhsd->bhts", {part(0), part(1)}) * (1.0 / std::sqrt(double(D))) + causal;
