@@ -164,18 +164,20 @@ def median_time(fn, min_time):
     return times[len(times) // 2]
 
 
-def time_scenario(kind, preset, a, b, min_time):
+def time_scenario(kind, preset, a, b, min_time, compiled=False):
     """Seconds per call: prefill (a = sequence, b = batch), decode (a = context used, b = batch),
-    train (a = sequence, b = batch)."""
+    train (a = sequence, b = batch). compiled: the model through torch.compile (prefill and
+    train; PyTorch 2.x), its compilation outside the timing."""
     if kind == "train":
         model = make(preset, context=a)
+        run = torch.compile(model) if compiled else model
         tokens = torch.randint(0, model.vocab, (b, a))
         targets = torch.randint(0, model.vocab, (b, a))
 
         def step():
             for p in model.parameters():
                 p.grad = None
-            logits = model(tokens)
+            logits = run(tokens)
             torch.nn.functional.cross_entropy(logits.reshape(-1, model.vocab), targets.reshape(-1)).backward()
         return median_time(step, min_time)
     model = make(preset)
@@ -183,7 +185,10 @@ def time_scenario(kind, preset, a, b, min_time):
     with torch.no_grad():
         if kind == "prefill":
             tokens = torch.randint(0, model.vocab, (b, a))
-            return median_time(lambda: model(tokens), min_time)
+            run = torch.compile(model) if compiled else model
+            return median_time(lambda: run(tokens), min_time)
+        if compiled:
+            return None  # decoding's changing position is not compiled here
         t = model.transformer
         H, C = t.h[0].heads, t.wte.weight.shape[1]
         ctx = t.wpe.weight.shape[0]
@@ -198,6 +203,6 @@ if __name__ == "__main__":
     torch.set_num_threads(threads)
     out = {}
     for spec in sys.argv[3:]:
-        kind, preset, a, b = spec.split(":")
-        out[spec] = time_scenario(kind, preset, int(a), int(b), min_time)
+        kind, preset, a, b, *mode = spec.split(":")
+        out[spec] = time_scenario(kind, preset, int(a), int(b), min_time, compiled=mode == ["compile"])
     print(json.dumps({"torch": torch.__version__, "times": out}))

@@ -7,8 +7,9 @@ peak (times the thread count); decoding prints the bytes a step must read (every
 position table, and the keys and values of the context in use) per second against the measured
 one-core DRAM bandwidth. Ratios are PyTorch time / engine time (above 1: the engine is faster).
 Each side runs in --processes fresh processes, alternating; medians are reported.
-PyTorch: Debian's /usr/bin/python3 (1.13, eager) unless --python names another interpreter
-(scripts/install_peers.sh is where a PyTorch 2.x environment for torch.compile would come from).
+PyTorch: scripts/install_peers.sh's PyTorch 2.x environment (.peers/bin/python) when it exists,
+eager and torch.compile (prefill and training); otherwise Debian's /usr/bin/python3 (1.13, eager);
+--python names another interpreter.
 """
 import argparse
 import json
@@ -52,9 +53,9 @@ def engine_run(bench, threads, min_time):
             for b in json.loads(res.stdout)["benchmarks"]}
 
 
-def torch_run(python, threads, min_time):
+def torch_run(python, threads, min_time, compiled=False):
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads))
-    specs = [f"{k}:{p}:{a}:{b}" for _, k, p, a, b in ROWS]
+    specs = [f"{k}:{p}:{a}:{b}" + (":compile" if compiled else "") for _, k, p, a, b in ROWS]
     res = subprocess.run([python, os.path.join(HERE, "torch_gpt.py"), str(threads), str(min_time)] + specs,
                          env=env, check=True, capture_output=True, text=True)
     out = json.loads(res.stdout.strip().splitlines()[-1])
@@ -64,13 +65,18 @@ def torch_run(python, threads, min_time):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bench", default=os.path.join(HERE, "..", "build", "synoros_bench"))
-    ap.add_argument("--python", default="/usr/bin/python3")
+    peers = os.path.join(HERE, "..", ".peers", "bin", "python")
+    ap.add_argument("--python", default=peers if os.path.exists(peers) else "/usr/bin/python3",
+                    help="the PyTorch interpreter (default: scripts/install_peers.sh's when it exists)")
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--processes", type=int, default=3)
     ap.add_argument("--min-time", type=float, default=2.0)
     ap.add_argument("--only", default="", help="regex: only the rows it matches")
+    ap.add_argument("--compile", action="store_true",
+                    help="also time torch.compile (PyTorch 2.x; on by default with the peers' interpreter)")
     ap.add_argument("--json", default="transformer_results.json")
     args = ap.parse_args()
+    args.compile = args.compile or os.path.abspath(args.python) == os.path.abspath(peers)
     if args.only:
         import re
         ROWS[:] = [r for r in ROWS if re.search(args.only, r[0])]
@@ -78,16 +84,22 @@ def main():
                                      check=True, capture_output=True, text=True).stdout)
     results, version = [], "?"
     for th in args.threads:
-        eng, tor = {r[0]: [] for r in ROWS}, {r[0]: [] for r in ROWS}
+        eng, tor, com = ({r[0]: [] for r in ROWS} for _ in range(3))
         for _ in range(args.processes):
             for name, t in engine_run(args.bench, th, args.min_time).items():
                 eng[name].append(t)
             version, times = torch_run(args.python, th, args.min_time)
             for name, t in times.items():
                 tor[name].append(t)
+            if args.compile:
+                for name, t in torch_run(args.python, th, args.min_time, compiled=True)[1].items():
+                    if t is not None:
+                        com[name].append(t)
         for name, kind, preset, a, b in ROWS:
             e, p = statistics.median(eng[name]), statistics.median(tor[name])
             row = {"name": name, "threads": th, "engine_s": e, "torch_s": p, "ratio": p / e}
+            if com[name]:
+                row.update(compile_s=statistics.median(com[name]), ratio_compile=statistics.median(com[name]) / e)
             if kind == "decode":
                 gbps = decode_bytes(preset, a, b) / e / 1e9
                 row.update(engine_gbps=gbps, share_of_bandwidth=gbps / peak["gbps"],
@@ -98,14 +110,16 @@ def main():
                 row.update(engine_gflops=g, share_of_peak=g / (peak["gflops"] * th))
             results.append(row)
     print(f"machine: {peak['isa']}, one core {peak['gflops']:.1f} GFLOP/s, {peak['gbps']:.1f} GB/s; "
-          f"PyTorch {version} eager; medians of {args.processes} processes per side")
+          f"PyTorch {version} eager{' and torch.compile' if args.compile else ''}; "
+          f"medians of {args.processes} processes per side")
     print(f"{'row':44} {'thr':>3} {'engine':>10} {'PyTorch':>10} {'ratio':>6}  limit")
     for r in results:
         lim = (f"{r['engine_gflops']:.1f} GFLOP/s = {100 * r['share_of_peak']:.0f}% of peak" if "engine_gflops" in r else
                f"{r['engine_gbps']:.1f} GB/s = {100 * r['share_of_bandwidth']:.0f}% of bandwidth, "
                f"{r['engine_tokens_per_s']:.1f} vs {r['torch_tokens_per_s']:.1f} tokens/s")
+        comp = (f"  torch.compile {1e3 * r['compile_s']:.1f}ms = {r['ratio_compile']:.2f}x" if "compile_s" in r else "")
         print(f"{r['name']:44} {r['threads']:3d} {1e3 * r['engine_s']:8.1f}ms {1e3 * r['torch_s']:8.1f}ms "
-              f"{r['ratio']:5.2f}x  {lim}")
+              f"{r['ratio']:5.2f}x  {lim}{comp}")
     with open(args.json, "w") as f:
         json.dump({"peak": peak, "torch": version, "rows": results}, f, indent=1)
 
