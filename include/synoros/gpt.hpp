@@ -114,7 +114,8 @@ class Sampler {
 };
 
 // Incremental decoding of `batch` sequences. The key/value cache is [batch, heads, context, D]
-// per layer; decode() reuses one compiled plan for every position and allocates nothing.
+// per layer; decode() reuses one compiled plan for every position (nothing compiles after its
+// first call).
 class GptGenerator {
  public:
   GptGenerator(Gpt& model, int64_t batch);
