@@ -114,8 +114,8 @@ class Sampler {
 };
 
 // Incremental decoding of `batch` sequences. The key/value cache is [batch, heads, context, D]
-// per layer; decode() reuses one compiled plan for every position (nothing compiles after its
-// first call).
+// per layer; decode() reuses one compiled plan for every position: nothing compiles after its
+// first call, and later calls allocate no memory.
 class GptGenerator {
  public:
   GptGenerator(Gpt& model, int64_t batch);
@@ -142,7 +142,8 @@ class GptGenerator {
   void write_cache(size_t step_output, int64_t first, int64_t count, CompiledStep& step);
   Gpt& m_;
   int64_t batch_, pos_ = 0;
-  std::vector<Tensor> k_, v_;  // per layer, stateful leaves
+  std::vector<Tensor> k_, v_;            // per layer, stateful leaves
+  std::vector<HostTensor> k_host_, v_host_;  // the same storage, written between steps
   std::map<int64_t, std::unique_ptr<CompiledStep>> prefill_;
   std::unique_ptr<CompiledStep> decode_;
   std::vector<float> last_;

@@ -71,6 +71,7 @@ GptGenerator::GptGenerator(Gpt& model, int64_t batch) : m_(model), batch_(batch)
       std::memset(z.buffer->data(), 0, z.bytes());
       cache->push_back(Tensor::from(z));
       cache->back().stateful();
+      (cache == &k_ ? k_host_ : v_host_).push_back(cache->back().value());  // shares its storage
     }
   last_.resize(size_t(batch * c.vocab));
 }
@@ -78,9 +79,8 @@ GptGenerator::GptGenerator(Gpt& model, int64_t batch) : m_(model), batch_(batch)
 GptGenerator::~GptGenerator() = default;
 
 void GptGenerator::reset() {
-  for (auto* cache : {&k_, &v_})
-    for (Tensor& t : *cache) {
-      HostTensor h = t.value();  // shares the cache's buffer
+  for (auto* cache : {&k_host_, &v_host_})
+    for (HostTensor& h : *cache) {
       std::memset(h.buffer->data(), 0, h.bytes());
       h.buffer->mark_modified();
     }
@@ -94,7 +94,7 @@ void GptGenerator::write_cache(size_t out0, int64_t first, int64_t count, Compil
   const int64_t H = c.heads, D = c.width / c.heads, T = c.context;
   for (size_t l = 0; l < k_.size(); ++l)
     for (int kv = 0; kv < 2; ++kv) {
-      HostTensor cache = (kv ? v_ : k_)[l].value();
+      HostTensor& cache = (kv ? v_host_ : k_host_)[l];
       float* dst = static_cast<float*>(cache.buffer->data());
       const float* src = step.output_ptr(out0 + 2 * l + size_t(kv));
       for (int64_t bh = 0; bh < batch_ * H; ++bh)
