@@ -30,12 +30,16 @@ struct GptConfig {
 // GPT-2's tanh approximation of GELU (Hugging Face's "gelu_new").
 Tensor gelu_tanh(const Tensor& x);
 
-// GPT-2's projection: y = x W + b with W [in, out] (the transpose of Linear's layout).
+struct LoraAdapter;
+
+// GPT-2's projection: y = x W + b with W [in, out] (the transpose of Linear's layout), plus a
+// LoRA adapter's term when one is attached (see lora.hpp; not one of the module's parameters).
 class Conv1D : public Module {
  public:
   Conv1D(int64_t in, int64_t out, uint64_t seed, double std);
   Tensor forward(const Tensor& x) override;
   Tensor weight, bias;
+  std::shared_ptr<LoraAdapter> lora;
 };
 
 class GptBlock : public Module {

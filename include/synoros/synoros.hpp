@@ -10,6 +10,7 @@
 #include "synoros/tensor.hpp"
 #include "synoros/tiny_mlp.hpp"
 #include "synoros/gpt.hpp"
+#include "synoros/lora.hpp"
 #include "synoros/profile.hpp"
 #include "synoros/nn.hpp"
 #include "synoros/optim.hpp"

@@ -3,10 +3,12 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 
 #include "synoros/checkpoint.hpp"
 #include "synoros/gpt.hpp"
+#include "synoros/lora.hpp"
 #include "synoros/nn.hpp"
 #include "synoros/optim.hpp"
 
@@ -125,6 +127,13 @@ struct LmConfig {
   uint64_t seed = 1;
   std::string data_dir;   // "": the default fortunes directory
   std::string text_file;  // when set: train on this file's bytes instead of the fortunes
+  // Fine-tuning: the base model's file (anything nn::Gpt::load reads); its sizes replace `model`.
+  std::string base;
+  // With a base: LoRA adapters of this configuration train and the base stays frozen (none:
+  // every parameter trains).
+  std::optional<nn::LoraConfig> lora;
+  int64_t sequence = 0;  // training window length (0: the model's context)
+  int64_t seq() const { return sequence > 0 ? sequence : model.context; }
 };
 
 // Trains a GPT (gpt-tiny by default) on bytes (the fortunes, or any text file) with AdamW, warmup
@@ -142,8 +151,12 @@ class LmTrainer {
   std::string generate(const std::string& prompt, int64_t n, double temperature, uint64_t seed);
   int64_t step() const { return step_; }
   nn::Gpt& model() { return *model_; }
+  // The adapters when fine-tuning with LoRA, else null.
+  nn::GptLora* lora() { return lora_.get(); }
   optim::Optimizer& optimizer() { return *opt_; }
   const LmConfig& config() const { return cfg_; }
+  // The optimizer state with the model's parameters (or, with LoRA, the adapters: "lora." + PEFT's
+  // names; the frozen base is named by its file and a hash of its values in the metadata).
   void save(const std::string& path);
   // With `resume`, refuses a checkpoint of another configuration (naming the field); without,
   // only the model's shape must agree (evaluation).
@@ -152,7 +165,10 @@ class LmTrainer {
 
  private:
   LmConfig cfg_;
+  std::vector<std::pair<std::string, Tensor>> state() const;
   std::shared_ptr<nn::Gpt> model_;
+  std::unique_ptr<nn::GptLora> lora_;
+  std::string base_hash_;
   std::unique_ptr<optim::Optimizer> opt_;
   std::shared_ptr<const std::vector<uint8_t>> train_, val_;
   double unigram_ = 0;

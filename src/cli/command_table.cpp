@@ -75,6 +75,46 @@ CommandSpec train_spec() {
   return s;
 }
 
+CommandSpec finetune_spec() {
+  CommandSpec s{"finetune",
+                "fine-tune a GPT-2 model on fortunes or any text file: LoRA adapters (PEFT's names) or every parameter",
+                "The base is any file `generate --model` reads (Hugging Face's GPT-2 layout, a file written by the\n"
+                "library, a `synoros train` checkpoint). With --lora-rank > 0 the base stays frozen and only the\n"
+                "adapters train; the run directory gets adapter/ (adapter_model.safetensors and\n"
+                "adapter_config.json, as PEFT's save_pretrained writes them) beside the usual logs and\n"
+                "checkpoint, and --merge adds merged.safetensors (the base with the adapters folded in).\n"
+                "--resume refuses a checkpoint of another base (by a hash of its values) or configuration.",
+                {},
+                {}};
+  s.opts = {
+      path("base", "", "the model to adapt (required)"),
+      integer("lora-rank", 8, 0, 65536, "LoRA rank (0: train every parameter instead)"),
+      real("lora-alpha", "2 x rank", 1e-12, 1e12, "LoRA alpha: updates are scaled by alpha / rank"),
+      text("lora-targets", "c_attn,c_proj,c_fc", "projections to adapt (PEFT's target_modules; also attn.c_proj, mlp.c_proj)"),
+      flag("merge", "at the end, also save the base with the adapters merged in (OUT/merged.safetensors)"),
+      text("data", "fortunes", "fortunes, or a text file's path"),
+      path("data-dir", "SYNOROS_FORTUNES_DIR, else the Debian package's", "where the fortunes lie"),
+      integer_words("sequence", "the model's context", 1, 1 << 16, "training window length"),
+      integer("steps", 200, 1, kMaxSteps, "training steps"),
+      integer("batch", 8, 1, 1 << 20, "batch size"),
+      real("lr", "1e-3 (LoRA), 1e-4 (every parameter)", 1e-12, 100, "peak learning rate (AdamW, warmup, cosine)"),
+      real("weight-decay", "0", 0, 10, "AdamW weight decay"),
+      real("clip", "1", 0, 1e12, "gradient clipping norm (0: off)"),
+      integer("warmup", 20, 0, kMaxSteps, "linear warmup steps"),
+      integer("seed", 1, 0, kMax, "seed of the adapters' initialisation and the data order"),
+      path("out", "runs/finetune", "run directory"),
+      path("save", "OUT/checkpoint.safetensors", "checkpoint path"),
+      path("resume", "", "continue from this checkpoint"),
+      integer("eval-every", 50, 1, kMaxSteps, "steps between validations and checkpoints"),
+      text("prompt", "'The '", "prompt of the sample printed at the end"),
+      integer("sample", 200, 0, 1 << 20, "bytes to sample at the end"),
+      threads_opt(),
+      fast_opt(),
+      flag("no-progress", "no progress bar"),
+  };
+  return s;
+}
+
 CommandSpec eval_spec() {
   CommandSpec s{"eval",
                 "evaluate a checkpoint: test accuracy (classifiers) or validation loss and a sample (gpt-tiny)",
@@ -219,6 +259,8 @@ CommandSpec generate_spec() {
       real("top-p", "0.95", 1e-9, 1, "sample among the most likely tokens reaching this probability"),
       integer("seed", 1, 0, kMax, "sampling seed (row b uses seed + b)"),
       integer("init-seed", 1, 0, kMax, "weights' seed for a named configuration"),
+      path("lora", "", "LoRA adapters to apply: an adapter file or directory (finetune's OUT/adapter, or PEFT's)"),
+      flag("no-merge", "run the adapters as separate terms instead of merging them into the weights"),
       integer_words("heads", "the file's, else width / 64", 1, 1 << 16, "attention heads of a file without the count"),
       integer_words("profile", "off", 1, 1000, "afterwards, time N runs of the decode step per launch (stderr)"),
       threads_opt(),
@@ -252,6 +294,7 @@ const std::vector<Command>& commands() {
   static const std::vector<Command> table = {
       {train_spec(), train_cmd},
       {eval_spec(), eval_cmd},
+      {finetune_spec(), finetune_cmd},
       {generate_spec(), generate_cmd},
       {CommandSpec{"train-mlp",
                    "train the tiny MLP on a synthetic regression task and print its loss curve",

@@ -30,6 +30,7 @@ int peak(const Args&);
 int tune(const Args&);
 int train_cmd(const Args&);
 int eval_cmd(const Args&);
+int finetune_cmd(const Args&);
 int synth(const Args&);
 int search_cmd(const Args&);
 int search_worker_cmd(const Args&);

@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "cli/commands.hpp"
+#include "synoros/lora.hpp"
 #include "synoros/profile.hpp"
 
 namespace synoros::cli {
@@ -30,6 +31,19 @@ int generate_cmd(const Args& a) {
     std::string known;
     for (const std::string& n : presets) known += (known.empty() ? "" : ", ") + n;
     throw UsageError("generate: --model '" + model + "' is neither a file nor a configuration (" + known + ")");
+  }
+  std::unique_ptr<nn::GptLora> lora;
+  if (a.has("lora")) {
+    std::string file = a.str("lora");
+    if (std::filesystem::is_directory(file)) file += "/adapter_model.safetensors";
+    if (!std::filesystem::is_regular_file(file)) throw UsageError("generate: --lora '" + a.str("lora") + "' has no adapters");
+    lora = std::make_unique<nn::GptLora>(*m, nn::GptLora::read_config(file), 0);
+    lora->load(file);
+    if (!a.has("no-merge")) lora->merge();
+    std::cerr << "LoRA: " << lora->parameter_count() << " adapter parameters from " << file
+              << (lora->merged() ? ", merged" : "") << "\n";
+  } else {
+    a.refuse("no-merge", "needs --lora");
   }
   const nn::GptConfig& c = m->cfg;
   std::string prompt = a.str("prompt", "\n");

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -272,6 +273,10 @@ train::LmConfig lm_config(const Args& a) {
   return c;
 }
 
+// The language-model loop of train and finetune: progress, validation, logs, curves and
+// checkpoints every --eval-every steps (`saved` runs after each checkpoint), a sample at the end.
+int lm_loop(const Args& a, train::LmConfig c, const std::function<void(train::LmTrainer&, const std::string&)>& saved = {});
+
 int train_lm(const Args& a) {
   train::LmConfig c = lm_config(a);
   c.batch = a.integer("batch", 16);
@@ -280,6 +285,10 @@ int train_lm(const Args& a) {
   c.weight_decay = a.real("weight-decay", 0.01);
   c.clip = a.real("clip", 1.0);
   c.warmup_steps = a.integer("warmup", 50);
+  return lm_loop(a, c);
+}
+
+int lm_loop(const Args& a, train::LmConfig c, const std::function<void(train::LmTrainer&, const std::string&)>& saved) {
   c.seed = uint64_t(a.integer("seed"));
   c.data_dir = a.str("data-dir", "");
   if (a.str("data", "fortunes") != "fortunes") c.text_file = a.str("data");
@@ -295,8 +304,11 @@ int train_lm(const Args& a) {
     std::cout << "resumed from " << a.str("resume") << " at step " << t.step() << "\n";
   }
   int64_t every = a.integer("eval-every");
-  std::cout << c.name << ": " << t.model().parameter_count() << " parameters; unigram baseline "
-            << t.unigram_baseline() << " nats/byte\n";
+  std::cout << c.name << ": " << t.model().parameter_count() << " parameters";
+  if (t.lora())
+    std::cout << " (frozen) + " << t.lora()->parameter_count() << " LoRA parameters (rank " << t.lora()->config().rank
+              << ", alpha " << t.lora()->config().alpha << ", " << t.lora()->config().targets_str() << ")";
+  std::cout << "; unigram baseline " << t.unigram_baseline() << " nats/byte\n";
   double done_seconds = log.rows().empty() ? 0 : log.rows().back()[3];
   auto t0 = Clock::now();
   while (t.step() < c.steps) {
@@ -325,6 +337,7 @@ int train_lm(const Args& a) {
                            {"unigram", x, std::vector<double>(x.size(), t.unigram_baseline())}}}});
     t.save(save);
     write_run_choices(out);
+    if (saved) saved(t, out);
   }
   std::string prompt = a.str("prompt", "The ");
   std::cout << "sample (temperature 0.8):\n" << prompt << t.generate(prompt, a.integer("sample"), 0.8, c.seed) << "\n";
@@ -345,6 +358,46 @@ int train_cmd(const Args& a) {
   return lm ? train_lm(a) : train_classifier(a, model);
 }
 
+int finetune_cmd(const Args& a) {
+  apply_threads(a);
+  if (!a.has("base")) throw UsageError("finetune: --base PATH (the model to adapt) is required");
+  std::string data = a.str("data", "fortunes");
+  if (data != "fortunes" && !std::filesystem::is_regular_file(data))
+    throw UsageError("finetune: --data is fortunes or a text file; '" + data + "' is neither");
+  train::LmConfig c;
+  c.name = "finetune";
+  c.base = a.str("base");
+  if (!std::filesystem::is_regular_file(c.base)) throw UsageError("finetune: --base '" + c.base + "' is not a file");
+  int64_t rank = a.integer("lora-rank", 8);
+  if (rank > 0) {
+    nn::LoraConfig l;
+    l.rank = rank;
+    l.alpha = a.real("lora-alpha", 2.0 * double(rank));
+    l.targets = nn::LoraConfig::parse_targets(a.str("lora-targets", l.targets_str()));
+    c.lora = l;
+  } else {
+    for (const char* k : {"lora-alpha", "lora-targets"}) a.refuse(k, "needs --lora-rank > 0");
+  }
+  c.sequence = a.integer("sequence", 0);
+  c.batch = a.integer("batch", 8);
+  c.steps = a.integer("steps", 200);
+  c.lr = a.real("lr", rank > 0 ? 1e-3 : 1e-4);
+  c.weight_decay = a.real("weight-decay", 0.0);
+  c.clip = a.real("clip", 1.0);
+  c.warmup_steps = a.integer("warmup", 20);
+  bool merge = a.has("merge");
+  return lm_loop(a, c, [&](train::LmTrainer& t, const std::string& out) {
+    if (!t.lora()) return;
+    t.lora()->save_pretrained(out + "/adapter", c.base);
+    if (merge && t.step() == c.steps) {
+      t.lora()->merge();
+      t.model().save(out + "/merged.safetensors");
+      t.lora()->unmerge();
+      std::cout << "merged model: " << out << "/merged.safetensors\n";
+    }
+  });
+}
+
 // The model, optimizer and configuration come from the checkpoint's metadata.
 int eval_cmd(const Args& a) {
   apply_threads(a);
@@ -354,7 +407,7 @@ int eval_cmd(const Args& a) {
   std::string model = io::metadata_text(md, "model", path);
   if (a.has("model") && a.str("model") != model)
     throw Error("eval: checkpoint '" + path + "' holds a " + model + ", not a " + a.str("model"));
-  bool lm = is_gpt(model);
+  bool lm = is_gpt(model) || model == "finetune";
   a.require_scope(lm ? "lm" : "classifier", model);
   if (md.count("kernels") && md.at("kernels") == "fast" && !fast_mode() && !config::flag("SYNOROS_STRICT")) {
     set_fast_mode(true);  // the kernels the training chose, so the figures are the ones it printed
@@ -365,17 +418,32 @@ int eval_cmd(const Args& a) {
     // as far as anyone can tell (a different shape fails the load, naming the tensor).
     train::LmConfig c;
     c.name = model;
-    c.model = nn::GptConfig::preset(model);
+    if (model == "finetune") {  // the base's file, the adapters' configuration and the window length
+      c.base = io::metadata_text(md, "base", path);
+      if (md.count("lora_rank")) {
+        nn::LoraConfig l;
+        l.rank = io::metadata_int(md, "lora_rank", path, 1, 65536);
+        l.alpha = std::stod(io::metadata_text(md, "lora_alpha", path));
+        l.targets = nn::LoraConfig::parse_targets(io::metadata_text(md, "lora_targets", path));
+        c.lora = l;
+      }
+      if (md.count("sequence")) c.sequence = io::metadata_int(md, "sequence", path, 1, 1 << 16);
+      for (const char* k : {"context", "width", "layers", "heads"}) a.refuse(k, "comes from the base model");
+    } else {
+      c.model = nn::GptConfig::preset(model);
+    }
     if (md.count("data") && md.at("data") != "fortunes") c.text_file = md.at("data");
     auto shape = [&](const char* key, int64_t fallback, int64_t lo, int64_t hi) {
       if (!md.count(key)) return a.integer(key, fallback);
       a.refuse(key, "is recorded in the checkpoint");
       return io::metadata_int(md, key, path, lo, hi);
     };
-    c.model.context = shape("context", c.model.context, 2, 1 << 16);
-    c.model.width = shape("width", c.model.width, 1, 1 << 16);
-    c.model.layers = shape("layers", c.model.layers, 1, 1024);
-    c.model.heads = shape("heads", c.model.heads, 1, 1024);
+    if (c.base.empty()) {
+      c.model.context = shape("context", c.model.context, 2, 1 << 16);
+      c.model.width = shape("width", c.model.width, 1, 1 << 16);
+      c.model.layers = shape("layers", c.model.layers, 1, 1024);
+      c.model.heads = shape("heads", c.model.heads, 1, 1024);
+    }
     c.data_dir = a.str("data-dir", "");
     train::LmTrainer t(c);
     t.load(path, false);

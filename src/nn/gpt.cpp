@@ -6,6 +6,7 @@
 #include <set>
 
 #include "synoros/checkpoint.hpp"
+#include "synoros/lora.hpp"
 
 namespace synoros::nn {
 
@@ -76,7 +77,8 @@ Conv1D::Conv1D(int64_t in, int64_t out, uint64_t seed, double std) {
 Tensor Conv1D::forward(const Tensor& x) {
   if (x.shape().size() != 3 || x.shape()[2] != weight.shape()[0])
     throw Error("Conv1D: input must be [B, T, " + std::to_string(weight.shape()[0]) + "], got " + shape_str(x.shape()));
-  return einsum("btk,kn->btn", {x, weight}) + bias;
+  Tensor y = einsum("btk,kn->btn", {x, weight}) + bias;
+  return lora && !lora->merged ? y + lora->delta(x) : y;
 }
 
 GptBlock::GptBlock(const GptConfig& c, uint64_t seed) : width(c.width), heads(c.heads) {
@@ -179,6 +181,10 @@ std::shared_ptr<Gpt> Gpt::load(const std::string& path, int64_t heads) {
   for (auto& [name, value] : ck.tensors) {
     std::string n = name;
     if (trainer) {
+      if (n.rfind("lora.", 0) == 0)
+        throw fail("a LoRA fine-tuning checkpoint: load its base" +
+                   (ck.metadata.count("base") ? " ('" + ck.metadata.at("base") + "')" : std::string()) +
+                   " with the adapters (the run's adapter/ directory)");
       if (n.rfind("optim.", 0) == 0) continue;
       if (n.rfind("model.", 0) == 0) n = n.substr(6);
     }

@@ -10,30 +10,60 @@
 
 namespace synoros::train {
 
+namespace {
+// FNV-1a over the parameters' bytes, in order: names the frozen base a fine-tuning run started from.
+std::string parameter_hash(const nn::Module& m) {
+  uint64_t h = 1469598103934665603ull;
+  for (auto& [name, p] : m.named_parameters()) {
+    HostTensor v = p.value();
+    const auto* b = static_cast<const unsigned char*>(v.buffer->data());
+    for (size_t i = 0; i < v.bytes(); ++i) h = (h ^ b[i]) * 1099511628211ull;
+  }
+  char out[17];
+  std::snprintf(out, sizeof out, "%016llx", (unsigned long long)h);
+  return out;
+}
+}  // namespace
+
 LmTrainer::LmTrainer(LmConfig cfg) : cfg_(std::move(cfg)) {
   if (cfg_.batch < 1 || cfg_.steps < 1 || cfg_.lr <= 0) throw Error("train: batch, steps and lr must be positive");
+  if (!cfg_.base.empty()) {
+    model_ = nn::Gpt::load(cfg_.base);
+    cfg_.model = model_->cfg;
+  } else if (cfg_.lora) {
+    throw Error("train: LoRA adapts a base model; give its file");
+  }
   if (cfg_.model.vocab < 256) throw Error("train: the model's vocabulary must hold the 256 byte values");
+  if (cfg_.sequence < 0 || cfg_.seq() > cfg_.model.context)
+    throw Error("train: the sequence length " + std::to_string(cfg_.seq()) + " must be in [1, the context " +
+                std::to_string(cfg_.model.context) + "]");
   data::TextCorpus corpus =
       cfg_.text_file.empty() ? data::load_fortunes(cfg_.data_dir) : data::load_text_file(cfg_.text_file);
-  const int64_t need = cfg_.model.context + 1;
+  const int64_t need = cfg_.seq() + 1;
   if (int64_t(corpus.train.size()) < need || int64_t(corpus.val.size()) < need)
     throw Error("train: " + (cfg_.text_file.empty() ? std::string("the fortunes") : "'" + cfg_.text_file + "'") +
                 " split into " + std::to_string(corpus.train.size()) + " training and " +
-                std::to_string(corpus.val.size()) + " validation bytes; each needs at least context + 1 = " +
+                std::to_string(corpus.val.size()) + " validation bytes; each needs at least the sequence + 1 = " +
                 std::to_string(need));
   train_ = std::make_shared<const std::vector<uint8_t>>(std::move(corpus.train));
   val_ = std::make_shared<const std::vector<uint8_t>>(std::move(corpus.val));
   unigram_ = data::unigram_entropy(*train_);
-  model_ = std::make_shared<nn::Gpt>(cfg_.model, cfg_.seed);
-  opt_ = std::make_unique<optim::AdamW>(model_->parameters(), cfg_.lr, 0.9, 0.95, 1e-8, cfg_.weight_decay);
+  if (!model_) model_ = std::make_shared<nn::Gpt>(cfg_.model, cfg_.seed);
+  if (!cfg_.base.empty()) base_hash_ = parameter_hash(*model_);
+  std::vector<Tensor> params = model_->parameters();
+  if (cfg_.lora) {
+    lora_ = std::make_unique<nn::GptLora>(*model_, *cfg_.lora, cfg_.seed);
+    params = lora_->parameters();
+  }
+  opt_ = std::make_unique<optim::AdamW>(params, cfg_.lr, 0.9, 0.95, 1e-8, cfg_.weight_decay);
   opt_->set_clip_norm(cfg_.clip);
-  step_fn_ = std::make_unique<CompiledStep>(compile_lm_train(*model_, *opt_, cfg_.batch, cfg_.model.context));
+  step_fn_ = std::make_unique<CompiledStep>(compile_lm_train(*model_, *opt_, cfg_.batch, cfg_.seq()));
 }
 
 LmTrainer::~LmTrainer() = default;
 
 int64_t LmTrainer::train_steps(int64_t n, const std::function<void(int64_t, double)>& on_step) {
-  data::TextWindows windows(train_, cfg_.model.context, cfg_.seed);
+  data::TextWindows windows(train_, cfg_.seq(), cfg_.seed);
   int64_t done = 0;
   for (; done < n && step_ < cfg_.steps; ++done) {
     windows.fill_random(uint64_t(step_), cfg_.batch, x_, y_);
@@ -48,8 +78,8 @@ int64_t LmTrainer::train_steps(int64_t n, const std::function<void(int64_t, doub
 }
 
 double LmTrainer::validation_loss(int64_t max_batches) {
-  data::TextWindows windows(val_, cfg_.model.context, cfg_.seed);
-  if (!val_fn_) val_fn_ = std::make_unique<CompiledStep>(compile_lm_eval(*model_, cfg_.batch, cfg_.model.context));
+  data::TextWindows windows(val_, cfg_.seq(), cfg_.seed);
+  if (!val_fn_) val_fn_ = std::make_unique<CompiledStep>(compile_lm_eval(*model_, cfg_.batch, cfg_.seq()));
   int64_t batches = std::min(max_batches, windows.sequential_windows() / cfg_.batch);
   if (batches < 1) throw Error("train: the validation split is shorter than one batch of windows");
   double total = 0;
@@ -78,7 +108,7 @@ std::string LmTrainer::generate(const std::string& prompt, int64_t n, double tem
 
 std::map<std::string, std::string> LmTrainer::run_metadata() const {
   const nn::GptConfig& m = cfg_.model;
-  return {{"model", cfg_.name},
+  io::Metadata md = {{"model", cfg_.name},
           {"vocab", std::to_string(m.vocab)},
           {"data", cfg_.text_file.empty() ? "fortunes" : cfg_.text_file},
           {"context", std::to_string(m.context)},
@@ -93,12 +123,29 @@ std::map<std::string, std::string> LmTrainer::run_metadata() const {
           {"clip", io::metadata_real(cfg_.clip)},
           {"warmup", std::to_string(cfg_.warmup_steps)},
           {"kernels", fast_mode() ? "fast" : "default"}};
+  if (cfg_.sequence > 0) md["sequence"] = std::to_string(cfg_.sequence);
+  if (!cfg_.base.empty()) md["base"] = cfg_.base, md["base_hash"] = base_hash_;
+  if (cfg_.lora) {
+    md["lora_rank"] = std::to_string(cfg_.lora->rank);
+    md["lora_alpha"] = io::metadata_real(cfg_.lora->alpha);
+    md["lora_targets"] = cfg_.lora->targets_str();
+  }
+  return md;
+}
+
+std::vector<std::pair<std::string, Tensor>> LmTrainer::state() const {
+  std::vector<std::pair<std::string, Tensor>> all;
+  if (lora_) {
+    for (auto& [name, t] : lora_->named_parameters()) all.emplace_back("lora." + name, t);
+  } else {
+    for (auto& [name, t] : model_->state_dict()) all.emplace_back("model." + name, t);
+  }
+  for (auto& [name, t] : opt_->state()) all.emplace_back("optim." + name, t);
+  return all;
 }
 
 void LmTrainer::save(const std::string& path) {
-  std::vector<std::pair<std::string, Tensor>> all;
-  for (auto& [name, t] : model_->state_dict()) all.emplace_back("model." + name, t);
-  for (auto& [name, t] : opt_->state()) all.emplace_back("optim." + name, t);
+  std::vector<std::pair<std::string, Tensor>> all = state();
   io::Metadata md = run_metadata();
   record_kernel_choices(md);
   md[io::kFormatKey] = io::kFormatVersion;
@@ -121,16 +168,13 @@ void LmTrainer::load(const std::string& path, bool resume) {
   std::unique_ptr<CompiledStep> replayed;
   if (replay_kernel_choices(md, path)) {
     try {
-      replayed = std::make_unique<CompiledStep>(compile_lm_train(*model_, *opt_, cfg_.batch, cfg_.model.context));
+      replayed = std::make_unique<CompiledStep>(compile_lm_train(*model_, *opt_, cfg_.batch, cfg_.seq()));
     } catch (...) {
       kernels::clear_replayed_choices();
       throw;
     }
   }
-  std::vector<std::pair<std::string, Tensor>> all;
-  for (auto& [name, t] : model_->state_dict()) all.emplace_back("model." + name, t);
-  for (auto& [name, t] : opt_->state()) all.emplace_back("optim." + name, t);
-  io::load_into(path, all);
+  io::load_into(path, state());
   step_ = step;
   opt_->restore_steps(step_);
   if (replayed) {

@@ -35,6 +35,26 @@ has "$out" "validation loss" "eval of a text-file checkpoint"
 out=$("$synoros" generate --model "$dir/t/checkpoint.safetensors" --tokens 8 2>&1) || fail "generate: $out"
 has "$out" "context 32, width 64, heads 2, layers 1" "generate from a text-file checkpoint"
 
+# LoRA fine-tuning of the text-file checkpoint: PEFT's adapter directory, the same bytes on a
+# rerun, the adapters generating as they do merged, the checkpoint evaluating.
+ft=(finetune --base "$dir/t/checkpoint.safetensors" --data "$dir/text.txt" --lora-rank 4 --sequence 16 --batch 2
+    --steps 4 --eval-every 2 --sample 8 --no-progress)
+out=$("$synoros" "${ft[@]}" --merge --out "$dir/ft1" 2>&1) || fail "finetune: $out"
+has "$out" "LoRA parameters (rank 4, alpha 8, c_attn,c_proj,c_fc)" "the adapter line"
+for f in adapter/adapter_model.safetensors adapter/adapter_config.json merged.safetensors checkpoint.safetensors; do
+  [ -s "$dir/ft1/$f" ] || fail "finetune wrote no $f"
+done
+out=$("$synoros" "${ft[@]}" --threads 1 --out "$dir/ft2" 2>&1) || fail "finetune rerun: $out"
+cmp -s "$dir/ft1/adapter/adapter_model.safetensors" "$dir/ft2/adapter/adapter_model.safetensors" ||
+  fail "a rerun of finetune wrote other adapter bytes"
+l=$("$synoros" generate --model "$dir/t/checkpoint.safetensors" --lora "$dir/ft1/adapter" --tokens 30 --seed 3 2>"$dir/err3") ||
+  fail "generate with --lora: $l $(cat "$dir/err3")"
+has "$(cat "$dir/err3")" "adapter parameters from" "the LoRA line"
+m=$("$synoros" generate --model "$dir/ft1/merged.safetensors" --tokens 30 --seed 3 2>/dev/null) || fail "generate merged"
+[ "$l" == "$m" ] || fail "the adapters merged on load and the merged file generated different text: '$l' / '$m'"
+out=$("$synoros" eval --checkpoint "$dir/ft1/checkpoint.safetensors" --sample 8 2>&1) || fail "eval of a finetune: $out"
+has "$out" "validation loss" "eval of a finetune checkpoint"
+
 expect_error() {  # expect_error FRAGMENT ARGS...
   local fragment=$1; shift
   out=$("$synoros" "$@" 2>&1)
@@ -53,5 +73,12 @@ expect_error "is fortunes or a text file" train --model gpt2-11m --data "$dir/mi
 printf 'short' > "$dir/short.txt"
 expect_error "short.txt" train --model gpt2-11m --data "$dir/short.txt" --context 32 --width 64 --layers 1 --heads 2 \
   --steps 1 --no-progress --out "$dir/s"
+
+expect_error "--base PATH (the model to adapt) is required" finetune --lora-rank 4
+expect_error "--lora-alpha needs --lora-rank > 0" finetune --base "$ck" --lora-rank 0 --lora-alpha 3
+expect_error "target 'q_proj' matches no projection" finetune --base "$ck" --lora-targets q_proj --steps 1 \
+  --no-progress --out "$dir/bad-ft"
+expect_error "a LoRA fine-tuning checkpoint" generate --model "$dir/ft1/checkpoint.safetensors"
+expect_error "has no adapters" generate --model "$ck" --lora "$dir/missing"
 
 exit $((failures > 0))
