@@ -1,6 +1,7 @@
 // Google Benchmark cases, named after the side-by-side scenarios (bench/compare.py).
 #include <benchmark/benchmark.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -197,9 +198,10 @@ void GptPrefill(benchmark::State& state, const char* preset) {
   }
   state.counters["tokens/s"] = benchmark::Counter(double(B * T), benchmark::Counter::kIsIterationInvariantRate);
 }
-BENCHMARK_CAPTURE(GptPrefill, gpt2_11m, "gpt2-11m")->Name("Gpt/prefill/gpt2-11m")->Args({128, 1})
+BENCHMARK_CAPTURE(GptPrefill, gpt2_11m, "gpt2-11m")->Name("Gpt/prefill/gpt2-11m")->Args({128, 1})->Args({128, 8})
     ->ArgNames({"seq", "batch"})->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(GptPrefill, gpt2_98m, "gpt2-98m")->Name("Gpt/prefill/gpt2-98m")->Args({256, 1})->Args({512, 1})
+    ->Args({256, 8})->Args({512, 8})
     ->ArgNames({"seq", "batch"})->UseRealTime()->Unit(benchmark::kMillisecond);
 
 void GptDecode(benchmark::State& state, const char* preset) {
@@ -224,7 +226,7 @@ void GptDecode(benchmark::State& state, const char* preset) {
   state.counters["tokens/s"] = benchmark::Counter(double(B), benchmark::Counter::kIsIterationInvariantRate);
   state.counters["bytes/s"] = benchmark::Counter(bytes, benchmark::Counter::kIsIterationInvariantRate);
 }
-BENCHMARK_CAPTURE(GptDecode, gpt2_98m, "gpt2-98m")->Name("Gpt/decode/gpt2-98m")->Args({512, 1})
+BENCHMARK_CAPTURE(GptDecode, gpt2_98m, "gpt2-98m")->Name("Gpt/decode/gpt2-98m")->Args({512, 1})->Args({512, 8})
     ->ArgNames({"context", "batch"})->UseRealTime()->Unit(benchmark::kMillisecond);
 
 void GptTrain(benchmark::State& state, const char* preset) {
@@ -242,6 +244,41 @@ void GptTrain(benchmark::State& state, const char* preset) {
 }
 BENCHMARK_CAPTURE(GptTrain, gpt2_98m, "gpt2-98m")->Name("Gpt/train/gpt2-98m")->Args({256, 1})
     ->ArgNames({"seq", "batch"})->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// A LoRA training step on one projection: x [batch, width] (an activation: its gradient is
+// computed, as for a layer inside a network) through a frozen width x width Conv1D with a rank-r
+// adapter (alpha = 2r), mean squared error to a target, AdamW on the adapter.
+void LoraStep(benchmark::State& state) {
+  const int64_t B = state.range(0), C = state.range(1), r = state.range(2);
+  nn::Conv1D layer(C, C, 1, 0.02);
+  for (Tensor* w : {&layer.weight, &layer.bias}) w->requires_grad(false).stateful();
+  auto a = std::make_shared<nn::LoraAdapter>();
+  a->A = Tensor::uniform({r, C}, 2, 1.0 / std::sqrt(double(C)));
+  a->B = Tensor::randn({C, r}, 3, 0.02);
+  a->A.requires_grad();
+  a->B.requires_grad();
+  a->scaling = 2.0;
+  layer.lora = a;
+  Tensor x = Tensor::randn({1, B, C}, 4);
+  x.requires_grad().stateful();
+  optim::AdamW opt({a->A, a->B}, 1e-4, 0.9, 0.999, 1e-8, 0.0);
+  CompiledStep step = compile(
+      [&](const std::vector<Tensor>& in) {
+        Tensor loss = mse_loss(layer(x), in[0]);
+        loss.backward();
+        opt.step();
+        return std::vector<Tensor>{loss, x.grad()};
+      },
+      {{DType::F32, {1, B, C}}});
+  step({Tensor::randn({1, B, C}, 5).value()});
+  for (auto _ : state) {
+    opt.tick();
+    step.run();
+    benchmark::DoNotOptimize(step.output_ptr(0));
+  }
+}
+BENCHMARK(LoraStep)->Name("Lora/step")->Args({128, 768, 8})->ArgNames({"batch", "width", "rank"})->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

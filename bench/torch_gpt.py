@@ -164,10 +164,38 @@ def median_time(fn, min_time):
     return times[len(times) // 2]
 
 
+def lora_step(batch, width, rank, compiled=False):
+    """A LoRA training step on one projection, as the engine's Lora/step row: x [batch, width] (its
+    gradient computed, as for a layer inside a network) through a frozen Conv1D with a rank-r
+    adapter (PEFT's forward, alpha = 2r), mean squared error to a target, AdamW on the adapter."""
+    torch.manual_seed(0)
+    layer = Conv1D(width, width, 0.02)
+    layer.requires_grad_(False)
+    A = torch.nn.Parameter(torch.empty(rank, width).uniform_(-width ** -0.5, width ** -0.5))
+    B = torch.nn.Parameter(torch.randn(width, rank) * 0.02)
+    x = torch.randn(1, batch, width, requires_grad=True)
+    target = torch.randn(1, batch, width)
+    opt = torch.optim.AdamW([A, B], lr=1e-4, weight_decay=0.0)
+
+    def loss_fn(x, A, B):
+        y = layer(x) + (x @ A.t()) @ B.t() * 2.0
+        return torch.nn.functional.mse_loss(y, target)
+    run = torch.compile(loss_fn) if compiled else loss_fn
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        x.grad = None
+        run(x, A, B).backward()
+        opt.step()
+    return step
+
+
 def time_scenario(kind, preset, a, b, min_time, compiled=False):
     """Seconds per call: prefill (a = sequence, b = batch), decode (a = context used, b = batch),
-    train (a = sequence, b = batch). compiled: the model through torch.compile (prefill and
-    train; PyTorch 2.x), its compilation outside the timing."""
+    train (a = sequence, b = batch), lora (preset = width, a = rank, b = batch). compiled: through
+    torch.compile (prefill, train and lora; PyTorch 2.x), its compilation outside the timing."""
+    if kind == "lora":
+        return median_time(lora_step(b, int(preset), a, compiled), min_time)
     if kind == "train":
         model = make(preset, context=a)
         run = torch.compile(model) if compiled else model

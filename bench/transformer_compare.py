@@ -20,12 +20,17 @@ import subprocess
 HERE = os.path.dirname(os.path.abspath(__file__))
 PRESETS = {"gpt2-11m": (256, 512, 384, 6, 6), "gpt2-98m": (16384, 1024, 768, 12, 12)}
 # (engine benchmark name, kind, preset, a, batch): a is the sequence (prefill, train) or the
-# context in use (decode).
+# context in use (decode); the LoRA step's "preset" is its width and a its rank.
 ROWS = [("Gpt/prefill/gpt2-11m/seq:128/batch:1", "prefill", "gpt2-11m", 128, 1),
         ("Gpt/prefill/gpt2-98m/seq:256/batch:1", "prefill", "gpt2-98m", 256, 1),
         ("Gpt/prefill/gpt2-98m/seq:512/batch:1", "prefill", "gpt2-98m", 512, 1),
+        ("Gpt/prefill/gpt2-11m/seq:128/batch:8", "prefill", "gpt2-11m", 128, 8),
+        ("Gpt/prefill/gpt2-98m/seq:256/batch:8", "prefill", "gpt2-98m", 256, 8),
+        ("Gpt/prefill/gpt2-98m/seq:512/batch:8", "prefill", "gpt2-98m", 512, 8),
         ("Gpt/decode/gpt2-98m/context:512/batch:1", "decode", "gpt2-98m", 512, 1),
-        ("Gpt/train/gpt2-98m/seq:256/batch:1", "train", "gpt2-98m", 256, 1)]
+        ("Gpt/decode/gpt2-98m/context:512/batch:8", "decode", "gpt2-98m", 512, 8),
+        ("Gpt/train/gpt2-98m/seq:256/batch:1", "train", "gpt2-98m", 256, 1),
+        ("Lora/step/batch:128/width:768/rank:8", "lora", "768", 8, 128)]
 
 
 def params(preset, context=None):
@@ -104,6 +109,10 @@ def main():
                 gbps = decode_bytes(preset, a, b) / e / 1e9
                 row.update(engine_gbps=gbps, share_of_bandwidth=gbps / peak["gbps"],
                            engine_tokens_per_s=b / e, torch_tokens_per_s=b / p)
+            elif kind == "lora":
+                C, r = int(preset), a  # the base GEMM forward and for dX, the adapter's six small GEMMs
+                g = (2.0 * b * C * C * 2 + 6 * 2.0 * b * C * r) / e / 1e9
+                row.update(engine_gflops=g, share_of_peak=g / (peak["gflops"] * th))
             else:
                 flops = forward_flops(preset, a, b) * (3 if kind == "train" else 1)
                 g = flops / e / 1e9
