@@ -53,7 +53,8 @@ std::vector<float> run(const GemmProvider& prov, const Problem& p, bool acc) {
 
 const std::vector<std::array<int64_t, 3>> kShapes = {
     {1, 1, 1}, {8, 32, 16}, {13, 31, 7}, {14, 32, 256}, {15, 33, 257}, {29, 65, 600},
-    {64, 64, 64}, {127, 127, 127}, {1, 300, 513}, {1, 1000, 77}, {300, 1, 513}, {45, 97, 1030}};
+    {64, 64, 64}, {127, 127, 127}, {1, 300, 513}, {1, 1000, 77}, {300, 1, 513}, {45, 97, 1030},
+    {5, 700, 77}, {8, 1000, 40}};  // the last two: a few rows of A streaming B
 
 TEST(Gemm, EveryProviderMatchesTheFloat64Reference) {
   for (const auto& prov : gemm_providers())
@@ -104,7 +105,7 @@ TEST(Gemm, VectorShapesWithZeroStridesAreSupportedAndCorrect) {
 // Every provider, canonical or not, splits work by shape only: its bits ignore the thread count.
 TEST(Gemm, EveryProviderIgnoresTheThreadCount) {
   for (const auto& prov : gemm_providers())
-    for (const auto& [M, N, K] : std::vector<std::array<int64_t, 3>>{{64, 600, 64}, {200, 300, 129}, {9, 1030, 40}}) {
+    for (const auto& [M, N, K] : std::vector<std::array<int64_t, 3>>{{64, 600, 64}, {200, 300, 129}, {9, 1030, 40}, {6, 1030, 40}}) {
       Problem p = make_problem(M, N, K, false, false, uint64_t(M + N + K));
       if (!prov->supports(p.s)) continue;
       std::vector<float> first;

@@ -33,20 +33,8 @@ TEST(Gpt, TrainingStepMatchesOracleAndUnfusedBits) {
   const Plan& p = step.plan();
   HostTensor x = tokens(c, 2), y = tokens(c, 3);
   auto outs = step({x, y});
-  // Against the oracle, every intermediate included.
-  CompileOptions keep;
-  keep.keep_intermediates = true;
-  Plan checked(p.graph(), p.outputs(), keep);
-  checked.set_input("arg0", x);
-  checked.set_input("arg1", y);
-  checked.run();
-  VerifyResult r = verify(checked, true);
-  EXPECT_TRUE(r.ok) << r.report;
-  // Fusion and memory planning change no bit.
-  for (size_t i = 0; i < outs.size(); ++i) {
-    HostTensor ref = checked.read(p.outputs()[i]);
-    EXPECT_EQ(0, std::memcmp(ref.buffer->data(), outs[i].buffer->data(), ref.bytes())) << "output " << i;
-  }
+  // Against the oracle, every intermediate included; fusion and memory planning change no bit.
+  testing::expect_oracle_and_unfused_bits(step, {x, y}, outs);
   EXPECT_LT(p.arena_bytes(), p.unplanned_bytes());
 }
 

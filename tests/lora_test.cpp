@@ -87,22 +87,10 @@ TEST(Lora, AdapterGradientsMatchTheOracle) {
         return out;
       },
       {{DType::I64, {2, c.context}}, {DType::I64, {2, c.context}}});
-  const Plan& p = step.plan();
   HostTensor x = tokens(c, 2), y = tokens(c, 3);
   auto outs = step({x, y});
   ASSERT_EQ(outs.size(), 1 + lora.named_parameters().size());
-  CompileOptions keep;
-  keep.keep_intermediates = true;
-  Plan checked(p.graph(), p.outputs(), keep);
-  checked.set_input("arg0", x);
-  checked.set_input("arg1", y);
-  checked.run();
-  VerifyResult r = verify(checked, true);
-  EXPECT_TRUE(r.ok) << r.report;
-  for (size_t i = 0; i < outs.size(); ++i) {
-    HostTensor ref = checked.read(p.outputs()[i]);
-    EXPECT_EQ(0, std::memcmp(ref.buffer->data(), outs[i].buffer->data(), ref.bytes())) << "output " << i;
-  }
+  testing::expect_oracle_and_unfused_bits(step, {x, y}, outs);
   // Every adapter gets a gradient (A's flows through the random B).
   for (size_t i = 1; i < outs.size(); ++i) {
     double norm = 0;

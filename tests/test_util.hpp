@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <random>
 #include <string>
@@ -85,6 +86,25 @@ inline HostTensor to_f64(const HostTensor& h) {
   HostTensor w(DType::F64, h.shape);
   for (int64_t i = 0; i < h.numel(); ++i) w.set(i, h.get(i));
   return w;
+}
+
+// A compiled step's plan run again unfused and unplanned with every intermediate kept, on the
+// step's inputs (named "arg0", "arg1", ...): every value must pass the float64 oracle, and the
+// step's outputs `outs` must equal the unfused run's bit for bit.
+inline void expect_oracle_and_unfused_bits(CompiledStep& step, const std::vector<HostTensor>& args,
+                                           const std::vector<HostTensor>& outs) {
+  const Plan& p = step.plan();
+  CompileOptions keep;
+  keep.keep_intermediates = true;
+  Plan checked(p.graph(), p.outputs(), keep);
+  for (size_t i = 0; i < args.size(); ++i) checked.set_input("arg" + std::to_string(i), args[i]);
+  checked.run();
+  VerifyResult r = verify(checked, true);
+  EXPECT_TRUE(r.ok) << r.report;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    HostTensor ref = checked.read(p.outputs()[i]);
+    EXPECT_EQ(0, std::memcmp(ref.buffer->data(), outs[i].buffer->data(), ref.bytes())) << "output " << i;
+  }
 }
 
 // Runs f, expects an Error whose message contains every fragment.

@@ -117,9 +117,9 @@ class Sampler {
   std::vector<double> prob_;
 };
 
-// Incremental decoding of `batch` sequences. The key/value cache is [batch, heads, context, D]
-// per layer; decode() reuses one compiled plan for every position: nothing compiles after its
-// first call, and later calls allocate no memory.
+// Incremental decoding of `batch` sequences. The cache holds, per layer, the keys as [batch,
+// heads, D, context] and the values as [batch, heads, context, D]; decode() reuses the same compiled plans (one per block boundary) for every
+// position: nothing compiles after its first call, and later calls allocate no memory.
 class GptGenerator {
  public:
   GptGenerator(Gpt& model, int64_t batch);
@@ -136,20 +136,29 @@ class GptGenerator {
   // Prefill, then `n` tokens per row picked by `sampling` (one sampler per row, seeds seed,
   // seed+1, ...); `on_token(step, tokens)` sees each step's tokens as they come. When the context
   // is full, the newest half of every row is prefilled again (a context shift) and decoding goes on.
-  // The decode step's plan (null before the first decode), for profiling.
-  Plan* decode_plan() { return decode_ ? &decode_->plan() : nullptr; }
+  // The decode step's plans, in order (empty before the first decode), for profiling: the
+  // embedding and block 0's projections; then for each block its attention and MLP followed by
+  // the next block's projections, or by the head.
+  std::vector<Plan*> decode_plans() {
+    std::vector<Plan*> out;
+    for (auto& s : decode_) out.push_back(&s->plan());
+    return out;
+  }
   std::vector<std::vector<int64_t>> generate(
       const std::vector<std::vector<int64_t>>& prompts, int64_t n, const Sampling& sampling,
       const std::function<void(int64_t, const std::vector<int64_t>&)>& on_token = {});
 
  private:
-  void write_cache(size_t step_output, int64_t first, int64_t count, CompiledStep& step);
+  void write_cache_layer(size_t layer, const float* k, const float* v, int64_t first, int64_t count);
+  void compile_decode();
   Gpt& m_;
   int64_t batch_, pos_ = 0;
   std::vector<Tensor> k_, v_;            // per layer, stateful leaves
   std::vector<HostTensor> k_host_, v_host_;  // the same storage, written between steps
+  Tensor mask_;                              // [1, context]: 0 up to the position, -1e9 after
+  HostTensor mask_host_;
   std::map<int64_t, std::unique_ptr<CompiledStep>> prefill_;
-  std::unique_ptr<CompiledStep> decode_;
+  std::vector<std::unique_ptr<CompiledStep>> decode_;
   std::vector<float> last_;
 };
 

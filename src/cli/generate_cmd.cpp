@@ -87,9 +87,13 @@ int generate_cmd(const Args& a) {
   if (n > 2)
     std::cerr << "decode: " << batch * (n - 2) << " tokens in " << decode_s * 1e3 << " ms ("
               << double(batch * (n - 2)) / decode_s << " tokens/s, after the first step, which compiles)\n";
-  if (a.has("profile") && gen.decode_plan()) {
-    std::cerr << "decode step at position " << gen.position() << ":\n";
-    std::cerr << profile(*gen.decode_plan(), int(a.integer("profile")), measure_peak()).table();
+  std::vector<Plan*> stages = gen.decode_plans();
+  if (a.has("profile") && !stages.empty()) {
+    MachinePeak peak = measure_peak();
+    for (size_t i = 0; i < stages.size(); ++i) {
+      std::cerr << "decode stage " << i << " of " << stages.size() << " at position " << gen.position() << ":\n";
+      std::cerr << profile(*stages[i], int(a.integer("profile")), peak).table();
+    }
   }
   return 0;
 }

@@ -1,9 +1,9 @@
-// Generation for the GPT-2 family: a prefill plan per prompt length and one decode plan that
-// attends over a static key/value cache of the context length. The decode step adds the new
-// row's score at its position (the cache's row there is still zero, so the sum is exact), blends
-// the new value row into the cache the same way, and masks the positions after it: each output
-// element is the same chain of operations as in a full forward over the same tokens, so the
-// logits agree bit for bit.
+// Generation for the GPT-2 family: a prefill plan per prompt length, and decoding by one plan per
+// block boundary that attends over a static key/value cache of the context length. Between two
+// stages the host writes the new key and value rows into the caches; positions after the current
+// one hold zeros and are masked, so each output element is the same chain of operations as in a
+// full forward over the same tokens (the extra terms add exact zeros), and the logits agree bit
+// for bit.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -67,12 +67,18 @@ GptGenerator::GptGenerator(Gpt& model, int64_t batch) : m_(model), batch_(batch)
   m_.eval();
   for (int64_t l = 0; l < c.layers; ++l)
     for (auto* cache : {&k_, &v_}) {
-      HostTensor z(DType::F32, {batch, c.heads, c.context, c.width / c.heads});
+      const int64_t D = c.width / c.heads;  // keys transposed: each head's scores read rows of positions
+      HostTensor z(DType::F32, cache == &k_ ? Shape{batch, c.heads, D, c.context} : Shape{batch, c.heads, c.context, D});
       std::memset(z.buffer->data(), 0, z.bytes());
       cache->push_back(Tensor::from(z));
       cache->back().stateful();
       (cache == &k_ ? k_host_ : v_host_).push_back(cache->back().value());  // shares its storage
     }
+  HostTensor mask(DType::F32, {1, c.context});
+  std::memset(mask.buffer->data(), 0, mask.bytes());
+  mask_ = Tensor::from(mask);
+  mask_.stateful();
+  mask_host_ = mask_.value();
   last_.resize(size_t(batch * c.vocab));
 }
 
@@ -87,20 +93,20 @@ void GptGenerator::reset() {
   pos_ = 0;
 }
 
-// Copies rows [0, count) of each layer's new keys and values (step outputs 1, 2, ...: [B, H,
-// count, D]) into the caches at positions [first, first + count).
-void GptGenerator::write_cache(size_t out0, int64_t first, int64_t count, CompiledStep& step) {
+// Copies rows [0, count) of a layer's new keys and values ([B, H, count, D]) into its caches at
+// positions [first, first + count): values as rows, keys as columns of [B, H, D, context].
+void GptGenerator::write_cache_layer(size_t l, const float* k, const float* v, int64_t first, int64_t count) {
   const GptConfig& c = m_.cfg;
   const int64_t H = c.heads, D = c.width / c.heads, T = c.context;
-  for (size_t l = 0; l < k_.size(); ++l)
-    for (int kv = 0; kv < 2; ++kv) {
-      HostTensor& cache = (kv ? v_host_ : k_host_)[l];
-      float* dst = static_cast<float*>(cache.buffer->data());
-      const float* src = step.output_ptr(out0 + 2 * l + size_t(kv));
-      for (int64_t bh = 0; bh < batch_ * H; ++bh)
-        std::memcpy(dst + (bh * T + first) * D, src + bh * count * D, size_t(count * D) * sizeof(float));
-      cache.buffer->mark_modified();
-    }
+  float* vd = static_cast<float*>(v_host_[l].buffer->data());
+  float* kd = static_cast<float*>(k_host_[l].buffer->data());
+  for (int64_t bh = 0; bh < batch_ * H; ++bh) {
+    std::memcpy(vd + (bh * T + first) * D, v + bh * count * D, size_t(count * D) * sizeof(float));
+    for (int64_t i = 0; i < count; ++i)
+      for (int64_t d = 0; d < D; ++d) kd[(bh * D + d) * T + first + i] = k[(bh * count + i) * D + d];
+  }
+  v_host_[l].buffer->mark_modified();
+  k_host_[l].buffer->mark_modified();
 }
 
 const float* GptGenerator::prefill(const std::vector<std::vector<int64_t>>& prompts) {
@@ -138,57 +144,76 @@ const float* GptGenerator::prefill(const std::vector<std::vector<int64_t>>& prom
         {{DType::I64, {B, P}}}));
   reset();
   std::vector<HostTensor> out = (*step)({tokens});
-  write_cache(1, 0, P, *step);
+  for (size_t l = 0; l < k_.size(); ++l)
+    write_cache_layer(l, step->output_ptr(1 + 2 * l), step->output_ptr(2 + 2 * l), 0, P);
   pos_ = P;
   std::memcpy(last_.data(), out[0].buffer->data(), last_.size() * sizeof(float));
   return last_.data();
 }
 
+void GptGenerator::compile_decode() {
+  const GptConfig& c = m_.cfg;
+  const int64_t B = batch_, C = c.width, H = c.heads, D = C / H;
+  const size_t L = m_.h.size();
+  auto split = [&](const Tensor& t) { return t.reshape({B, 1, H, D}).permute({0, 2, 1, 3}); };
+  // The projections of block l's input x: outputs x, q, k, v.
+  auto project = [&, split](size_t l, const Tensor& x) {
+    std::vector<Tensor> p = m_.h[l]->qkv(x);
+    return std::vector<Tensor>{x, split(p[0]), split(p[1]), split(p[2])};
+  };
+  // Block l's attention over its cache (the new row already written at the position; the rows
+  // after it are zero and masked, so they add exact zeros) and the rest of the block.
+  auto attend = [&](size_t l, const Tensor& x, const Tensor& q) {
+    Tensor scores = einsum("bhtd,bhds->bhts", {q, k_[l]});
+    return m_.h[l]->finish(x, gpt_attention_from_scores(scores, v_[l], mask_));
+  };
+  decode_.clear();
+  decode_.push_back(std::make_unique<CompiledStep>(compile(
+      [&, project](const std::vector<Tensor>& a) {
+        return project(0, m_.wte->forward(a[0]) + m_.wpe->forward(a[1]));
+      },
+      {{DType::I64, {B, 1}}, {DType::I64, {B, 1}}})));
+  const std::vector<std::pair<DType, Shape>> carried = {{DType::F32, {B, 1, C}}, {DType::F32, {B, H, 1, D}}};
+  for (size_t l = 1; l <= L; ++l)
+    decode_.push_back(std::make_unique<CompiledStep>(compile(
+        [&, l, project, attend](const std::vector<Tensor>& a) {
+          Tensor x = attend(l - 1, a[0], a[1]);
+          if (l < L) return project(l, x);
+          return std::vector<Tensor>{einsum("btc,vc->btv", {m_.ln_f->forward(x), m_.wte->weight}).reshape({B, c.vocab})};
+        },
+        carried)));
+}
+
 const float* GptGenerator::decode(const std::vector<int64_t>& tokens) {
   const GptConfig& c = m_.cfg;
-  const int64_t B = batch_, T = c.context;
+  const int64_t B = batch_, T = c.context, C = c.width, D = C / c.heads;
   if (pos_ < 1) throw Error("generate: decode needs a prefill first");
   if (pos_ >= T) throw Error("generate: the context of " + std::to_string(T) + " tokens is full");
   if (int64_t(tokens.size()) != B)
     throw Error("generate: " + std::to_string(tokens.size()) + " tokens for a batch of " + std::to_string(B));
-  if (!decode_)
-    decode_ = std::make_unique<CompiledStep>(compile(
-        [&](const std::vector<Tensor>& a) {
-          // a: tokens [B, 1], positions [B, 1], onehot(position) [T, 1], mask row [1, T].
-          std::vector<Tensor> kv;
-          Tensor logits = m_.forward_with(a[0], a[1], [&](size_t l, const Tensor& q, const Tensor& k, const Tensor& v) {
-            kv.push_back(k);
-            kv.push_back(v);
-            // Scores against the cache (whose row at the position is still zero) plus the new
-            // row's own score at the position; values with the new row blended in.
-            Tensor scores = einsum("bhtd,bhsd->bhts", {q, k_[l]}) +
-                            a[2].reshape({1, T}) * einsum("bhtd,bhsd->bhts", {q, k});
-            return gpt_attention_from_scores(scores, v_[l] + a[2] * v, a[3]);
-          });
-          std::vector<Tensor> out = {logits.reshape({B, c.vocab})};
-          out.insert(out.end(), kv.begin(), kv.end());
-          return out;
-        },
-        {{DType::I64, {B, 1}}, {DType::I64, {B, 1}}, {DType::F32, {T, 1}}, {DType::F32, {1, T}}}));
-  auto* tok = reinterpret_cast<int64_t*>(decode_->input_ptr(0));
-  auto* posn = reinterpret_cast<int64_t*>(decode_->input_ptr(1));
-  float* onehot = decode_->input_ptr(2);
-  float* mask = decode_->input_ptr(3);
-  for (int64_t b = 0; b < B; ++b) {
-    if (tokens[size_t(b)] < 0 || tokens[size_t(b)] >= c.vocab)
-      throw Error("generate: token " + std::to_string(tokens[size_t(b)]) + " is outside the vocabulary of " +
-                  std::to_string(c.vocab));
-    tok[b] = tokens[size_t(b)];
-    posn[b] = pos_;
+  for (int64_t tok : tokens)
+    if (tok < 0 || tok >= c.vocab)
+      throw Error("generate: token " + std::to_string(tok) + " is outside the vocabulary of " + std::to_string(c.vocab));
+  if (decode_.empty()) compile_decode();
+  auto* tok = reinterpret_cast<int64_t*>(decode_[0]->input_ptr(0));
+  auto* posn = reinterpret_cast<int64_t*>(decode_[0]->input_ptr(1));
+  for (int64_t b = 0; b < B; ++b) tok[b] = tokens[size_t(b)], posn[b] = pos_;
+  float* mask = static_cast<float*>(mask_host_.buffer->data());
+  for (int64_t j = 0; j < T; ++j) mask[j] = j > pos_ ? -1e9f : 0.0f;
+  mask_host_.buffer->mark_modified();
+  // Stage l computes block l's projections (after block l-1's attention and MLP): its new key and
+  // value rows go into the caches before the next stage attends over them.
+  for (size_t l = 0; l < decode_.size(); ++l) {
+    CompiledStep& st = *decode_[l];
+    st.run();
+    if (l + 1 == decode_.size()) break;
+    write_cache_layer(l, st.output_ptr(2), st.output_ptr(3), pos_, 1);
+    CompiledStep& next = *decode_[l + 1];
+    std::memcpy(next.input_ptr(0), st.output_ptr(0), size_t(B * C) * sizeof(float));
+    std::memcpy(next.input_ptr(1), st.output_ptr(1), size_t(B * c.heads * D) * sizeof(float));
   }
-  for (int64_t j = 0; j < T; ++j) {
-    onehot[j] = j == pos_ ? 1.0f : 0.0f;
-    mask[j] = j > pos_ ? -1e9f : 0.0f;
-  }
-  decode_->run();
-  write_cache(1, pos_, 1, *decode_);
   ++pos_;
-  return decode_->output_ptr(0);
+  return decode_.back()->output_ptr(0);
 }
 
 std::vector<std::vector<int64_t>> GptGenerator::generate(

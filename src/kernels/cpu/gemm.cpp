@@ -350,6 +350,23 @@ struct RowJob {
 };
 constexpr int64_t kRowChunk = 256;
 
+// Columns [n, n1) of one row of C from one row of A (B rows contiguous): 8 columns at a time, then
+// one at a time.
+__attribute__((target("avx2,fma"))) void row_columns(const GemmShape& s, const float* a, const float* B, float* C,
+                                                     int64_t n, int64_t n1, bool accumulate) {
+  for (; n + 8 <= n1; n += 8) {
+    __m256 c = accumulate ? _mm256_loadu_ps(C + n) : _mm256_setzero_ps();
+    for (int64_t k = 0; k < s.K; ++k)
+      c = _mm256_fmadd_ps(_mm256_broadcast_ss(a + k * s.a_cs), _mm256_loadu_ps(B + k * s.b_rs + n), c);
+    _mm256_storeu_ps(C + n, c);
+  }
+  for (; n < n1; ++n) {
+    float acc = accumulate ? C[n] : 0.0f;
+    for (int64_t k = 0; k < s.K; ++k) acc = std::fma(a[k * s.a_cs], B[k * s.b_rs + n], acc);
+    C[n] = acc;
+  }
+}
+
 __attribute__((target("avx2,fma"))) void row_times_matrix_chunk(const void* p, int64_t chunk) {
   const RowJob& j = *static_cast<const RowJob*>(p);
   const GemmShape& s = *j.s;
@@ -357,22 +374,31 @@ __attribute__((target("avx2,fma"))) void row_times_matrix_chunk(const void* p, i
   if (s.b_cs == 1) {  // B rows are k: 64 columns per block, then 8, then one at a time
     int64_t n = n0;
     for (; n + 64 <= n1; n += 64) row_block64(s.K, j.A, s.a_cs, j.B + n, s.b_rs, j.C + n, j.accumulate);
-    for (; n + 8 <= n1; n += 8) {
-      __m256 c = j.accumulate ? _mm256_loadu_ps(j.C + n) : _mm256_setzero_ps();
-      for (int64_t k = 0; k < s.K; ++k)
-        c = _mm256_fmadd_ps(_mm256_broadcast_ss(j.A + k * s.a_cs), _mm256_loadu_ps(j.B + k * s.b_rs + n), c);
-      _mm256_storeu_ps(j.C + n, c);
-    }
-    for (; n < n1; ++n) {
-      float acc = j.accumulate ? j.C[n] : 0.0f;
-      for (int64_t k = 0; k < s.K; ++k) acc = std::fma(j.A[k * s.a_cs], j.B[k * s.b_rs + n], acc);
-      j.C[n] = acc;
-    }
+    row_columns(s, j.A, j.B, j.C, n, n1, j.accumulate);
     return;
   }
   // B rows are n (B stored transposed): a matrix-vector product over those rows.
   GemmShape mv{n1 - n0, 1, s.K, s.b_cs, 1, s.a_cs, 1, 1};
   small_matvec_avx2(mv, j.B + n0 * s.b_cs, j.A, s.a_cs, j.C + n0, j.accumulate);
+}
+
+// A few rows of A times a large B with contiguous rows (decoding a batch of sequences): B is
+// streamed once in place, in blocks of kFewK rows by 64 columns that every row of A uses while the
+// block sits in L1. Each row's chains continue from C between k blocks, so every output is still
+// one FMA chain in ascending k.
+constexpr int64_t kFewRows = 8, kFewK = 16;
+
+__attribute__((target("avx2,fma"))) void rows_times_matrix_chunk(const void* p, int64_t chunk) {
+  const RowJob& j = *static_cast<const RowJob*>(p);
+  const GemmShape& s = *j.s;
+  const int64_t n0 = chunk * kRowChunk, n1 = std::min(s.N, n0 + kRowChunk);
+  int64_t n = n0;
+  for (; n + 64 <= n1; n += 64)
+    for (int64_t k0 = 0; k0 < s.K; k0 += kFewK)
+      for (int64_t m = 0; m < s.M; ++m)
+        row_block64(std::min(kFewK, s.K - k0), j.A + m * s.a_rs + k0 * s.a_cs, s.a_cs, j.B + k0 * s.b_rs + n, s.b_rs,
+                    j.C + m * s.c_rs + n, j.accumulate || k0 > 0);
+  for (int64_t m = 0; m < s.M; ++m) row_columns(s, j.A + m * s.a_rs, j.B, j.C + m * s.c_rs, n, n1, j.accumulate);
 }
 
 __attribute__((target("avx2,fma"))) void small_gemm_avx2(const GemmShape& s, const float* A,
@@ -594,6 +620,10 @@ void sgemm(const GemmShape& s, const float* A, const float* B, float* C, float* 
   if (s.M == 1 && !tiny && isa >= 1 && (s.b_cs == 1 || s.b_rs == 1)) {
     RowJob rj{&s, A, B, C, accumulate};
     return pool.run(ceil_div(s.N, kRowChunk), row_times_matrix_chunk, &rj);
+  }
+  if (s.M > 1 && s.M <= kFewRows && !tiny && isa >= 1 && s.b_cs == 1 && s.N >= 64) {
+    RowJob rj{&s, A, B, C, accumulate};
+    return pool.run(ceil_div(s.N, kRowChunk), rows_times_matrix_chunk, &rj);
   }
   bool small = mode == 1 || (mode == 0 && tiny);
   if (small && isa >= 1) {
