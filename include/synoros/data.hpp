@@ -156,7 +156,9 @@ class TextWindows {
   int64_t window_start(uint64_t step, int64_t row) const;
   // Fills inputs/targets with `batch` random windows of step `step`. Tensors of shape
   // [batch, T] with dtype I64 or I32 are written in place; otherwise allocated as I64.
-  void fill_random(uint64_t step, int64_t batch, HostTensor& inputs, HostTensor& targets) const;
+  // Rows [first_row, first_row + batch) of step `step`'s random windows (a row's window depends on
+  // the step and its row only, so a batch split into micro-batches sees the same windows).
+  void fill_random(uint64_t step, int64_t batch, HostTensor& inputs, HostTensor& targets, int64_t first_row = 0) const;
   // Evaluation: consecutive non-overlapping windows (start = (b * batch + row) * T).
   int64_t sequential_windows() const;
   // Fills batch `b` of sequential windows; rows past the last window are not produced (the

@@ -15,6 +15,9 @@ class Optimizer {
   virtual ~Optimizer() = default;
   // Records the update of every parameter with a gradient (eagerly, or into a compiled step).
   void step();
+  // The same with the given gradients (one per parameter, in order; undefined: no update), e.g.
+  // gradients accumulated over micro-batches. Clipping applies to them.
+  void step(std::vector<Tensor> grads);
   // Advances the step counter and rewrites the per-step scalars; call once before each run of
   // a compiled step (eager step() calls it itself).
   virtual void tick();

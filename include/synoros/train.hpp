@@ -31,8 +31,14 @@ CompiledStep compile_classifier_train(nn::Module& model, optim::Optimizer& opt, 
 // Inference over images [B, 1, 28, 28]: returns {logits}; the module is put in eval mode.
 CompiledStep compile_classifier_eval(nn::Module& model, int64_t batch);
 
-// Language-model step over (tokens [B, T] i64, targets [B, T] i64): returns {loss}.
-CompiledStep compile_lm_train(nn::Gpt& model, optim::Optimizer& opt, int64_t batch, int64_t context);
+// Language-model step over (tokens [B, T] i64, targets [B, T] i64): returns {loss}. With
+// `accumulated` (one stateful tensor per optimizer parameter), the update uses accumulated[i] +
+// scale * gradient_i: the last micro-batch of a gradient-accumulation step.
+CompiledStep compile_lm_train(nn::Gpt& model, optim::Optimizer& opt, int64_t batch, int64_t context,
+                              const std::vector<Tensor>& accumulated = {}, double scale = 1.0);
+// A micro-batch of gradient accumulation: accumulated[i] += scale * gradient_i; returns {loss}.
+CompiledStep compile_lm_accumulate(nn::Gpt& model, const optim::Optimizer& opt, const std::vector<Tensor>& accumulated,
+                                   double scale, int64_t batch, int64_t context);
 CompiledStep compile_lm_eval(nn::Gpt& model, int64_t batch, int64_t context);
 
 }  // namespace synoros::train
@@ -133,6 +139,10 @@ struct LmConfig {
   // every parameter trains).
   std::optional<nn::LoraConfig> lora;
   int64_t sequence = 0;  // training window length (0: the model's context)
+  // Gradient accumulation: micro-batches of `batch` windows per optimizer step (the step's
+  // windows are the same as one batch of accum x batch; the gradient is the mean of the
+  // micro-batches' means, summed in micro-batch order).
+  int64_t accum = 1;
   int64_t seq() const { return sequence > 0 ? sequence : model.context; }
 };
 
@@ -172,7 +182,9 @@ class LmTrainer {
   std::unique_ptr<optim::Optimizer> opt_;
   std::shared_ptr<const std::vector<uint8_t>> train_, val_;
   double unigram_ = 0;
-  std::unique_ptr<CompiledStep> step_fn_, val_fn_;
+  void compile_steps(std::unique_ptr<CompiledStep>& step, std::unique_ptr<CompiledStep>& accumulate);
+  std::unique_ptr<CompiledStep> step_fn_, accum_fn_, val_fn_;
+  std::vector<Tensor> acc_;  // accumulated gradients (accum > 1), zero between optimizer steps
   std::unique_ptr<nn::GptGenerator> gen_;
   HostTensor x_, y_;
   int64_t step_ = 0;

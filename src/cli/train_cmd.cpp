@@ -290,6 +290,7 @@ int train_lm(const Args& a) {
 
 int lm_loop(const Args& a, train::LmConfig c, const std::function<void(train::LmTrainer&, const std::string&)>& saved) {
   c.seed = uint64_t(a.integer("seed"));
+  c.accum = a.integer("accum", 1);
   c.data_dir = a.str("data-dir", "");
   if (a.str("data", "fortunes") != "fortunes") c.text_file = a.str("data");
   std::string out = a.str("out", "runs/" + c.name), save = a.str("save", out + "/checkpoint.safetensors");

@@ -171,10 +171,12 @@ void TextWindows::fill_rows(const std::vector<int64_t>& starts, HostTensor& inpu
   targets.buffer->mark_modified();
 }
 
-void TextWindows::fill_random(uint64_t step, int64_t batch, HostTensor& inputs, HostTensor& targets) const {
+void TextWindows::fill_random(uint64_t step, int64_t batch, HostTensor& inputs, HostTensor& targets,
+                              int64_t first_row) const {
   if (batch < 1) throw Error("TextWindows: batch must be >= 1, got " + std::to_string(batch));
+  if (first_row < 0) throw Error("TextWindows: first row must be >= 0, got " + std::to_string(first_row));
   std::vector<int64_t> starts(static_cast<size_t>(batch));
-  for (int64_t r = 0; r < batch; ++r) starts[size_t(r)] = window_start(step, r);
+  for (int64_t r = 0; r < batch; ++r) starts[size_t(r)] = window_start(step, first_row + r);
   fill_rows(starts, inputs, targets);
 }
 

@@ -36,12 +36,26 @@ void Optimizer::set_lr(double lr) {
 void Optimizer::tick() { ++t_; }
 
 void Optimizer::step() {
+  std::vector<Tensor> grads;
+  for (const Tensor& p : params_) grads.push_back(p.grad());
+  step(std::move(grads));
+}
+
+void Optimizer::step(std::vector<Tensor> all) {
+  if (all.size() != params_.size())
+    throw Error("optimizer: " + std::to_string(all.size()) + " gradients for " + std::to_string(params_.size()) +
+                " parameters");
   bool eager = !trace_state().active;
   if (eager) tick();
   std::vector<size_t> idx;
   std::vector<Tensor> grads;
   for (size_t i = 0; i < params_.size(); ++i)
-    if (params_[i].grad().defined()) idx.push_back(i), grads.push_back(params_[i].grad());
+    if (all[i].defined()) {
+      if (all[i].shape() != params_[i].shape())
+        throw Error("optimizer: gradient " + std::to_string(i) + " is " + shape_str(all[i].shape()) + ", its parameter " +
+                    shape_str(params_[i].shape()));
+      idx.push_back(i), grads.push_back(all[i]);
+    }
   if (clip_ > 0 && !grads.empty()) {
     // torch.nn.utils.clip_grad_norm_: scale = min(1, max_norm / (norm + 1e-6)).
     Tensor sq;

@@ -29,15 +29,54 @@ CompiledStep compile_classifier_eval(nn::Module& model, int64_t batch) {
                  {{DType::F32, {batch, 1, 28, 28}}});
 }
 
-CompiledStep compile_lm_train(nn::Gpt& model, optim::Optimizer& opt, int64_t batch, int64_t context) {
-  model.train();
+namespace {
+Tensor lm_loss(nn::Gpt& model, const std::vector<Tensor>& a, int64_t batch, int64_t context) {
   int64_t V = model.cfg.vocab;
+  return cross_entropy(model(a[0]).reshape({batch * context, V}), a[1].reshape({batch * context}));
+}
+
+void check_accumulators(const optim::Optimizer& opt, const std::vector<Tensor>& acc) {
+  if (acc.size() != opt.params().size())
+    throw Error("gradient accumulation: " + std::to_string(acc.size()) + " accumulators for " +
+                std::to_string(opt.params().size()) + " parameters");
+}
+}  // namespace
+
+CompiledStep compile_lm_train(nn::Gpt& model, optim::Optimizer& opt, int64_t batch, int64_t context,
+                              const std::vector<Tensor>& accumulated, double scale) {
+  model.train();
+  if (!accumulated.empty()) check_accumulators(opt, accumulated);
   return compile(
-      [&, V](const std::vector<Tensor>& a) {
-        Tensor logits = model(a[0]);
-        Tensor loss = cross_entropy(logits.reshape({batch * context, V}), a[1].reshape({batch * context}));
+      [&, batch, context, scale](const std::vector<Tensor>& a) {
+        Tensor loss = lm_loss(model, a, batch, context);
         loss.backward();
-        opt.step();
+        if (accumulated.empty()) {
+          opt.step();
+        } else {
+          std::vector<Tensor> grads;
+          for (size_t i = 0; i < accumulated.size(); ++i) {
+            Tensor g = opt.params()[i].grad();
+            grads.push_back(g.defined() ? accumulated[i] + g * scale : Tensor());
+          }
+          opt.step(grads);
+        }
+        return std::vector<Tensor>{loss};
+      },
+      {{DType::I64, {batch, context}}, {DType::I64, {batch, context}}});
+}
+
+CompiledStep compile_lm_accumulate(nn::Gpt& model, const optim::Optimizer& opt, const std::vector<Tensor>& accumulated,
+                                   double scale, int64_t batch, int64_t context) {
+  model.train();
+  check_accumulators(opt, accumulated);
+  return compile(
+      [&, batch, context, scale](const std::vector<Tensor>& a) {
+        Tensor loss = lm_loss(model, a, batch, context);
+        loss.backward();
+        for (size_t i = 0; i < accumulated.size(); ++i) {
+          Tensor g = opt.params()[i].grad();
+          if (g.defined()) Tensor(accumulated[i]).assign(accumulated[i] + g * scale);
+        }
         return std::vector<Tensor>{loss};
       },
       {{DType::I64, {batch, context}}, {DType::I64, {batch, context}}});

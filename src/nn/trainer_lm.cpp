@@ -1,6 +1,7 @@
 // The byte-level language-model trainer over the fortunes corpus.
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 
 #include "synoros/checkpoint.hpp"
@@ -27,6 +28,7 @@ std::string parameter_hash(const nn::Module& m) {
 
 LmTrainer::LmTrainer(LmConfig cfg) : cfg_(std::move(cfg)) {
   if (cfg_.batch < 1 || cfg_.steps < 1 || cfg_.lr <= 0) throw Error("train: batch, steps and lr must be positive");
+  if (cfg_.accum < 1) throw Error("train: gradient accumulation needs at least 1 micro-batch per step");
   if (!cfg_.base.empty()) {
     model_ = nn::Gpt::load(cfg_.base);
     cfg_.model = model_->cfg;
@@ -57,7 +59,17 @@ LmTrainer::LmTrainer(LmConfig cfg) : cfg_(std::move(cfg)) {
   }
   opt_ = std::make_unique<optim::AdamW>(params, cfg_.lr, 0.9, 0.95, 1e-8, cfg_.weight_decay);
   opt_->set_clip_norm(cfg_.clip);
-  step_fn_ = std::make_unique<CompiledStep>(compile_lm_train(*model_, *opt_, cfg_.batch, cfg_.seq()));
+  if (cfg_.accum > 1)
+    for (const Tensor& p : opt_->params()) acc_.push_back(Tensor::zeros(p.shape()).stateful());
+  compile_steps(step_fn_, accum_fn_);
+}
+
+void LmTrainer::compile_steps(std::unique_ptr<CompiledStep>& step, std::unique_ptr<CompiledStep>& accumulate) {
+  const double scale = 1.0 / double(cfg_.accum);
+  step = std::make_unique<CompiledStep>(compile_lm_train(*model_, *opt_, cfg_.batch, cfg_.seq(), acc_, scale));
+  if (cfg_.accum > 1)
+    accumulate = std::make_unique<CompiledStep>(
+        compile_lm_accumulate(*model_, *opt_, acc_, scale, cfg_.batch, cfg_.seq()));
 }
 
 LmTrainer::~LmTrainer() = default;
@@ -66,10 +78,19 @@ int64_t LmTrainer::train_steps(int64_t n, const std::function<void(int64_t, doub
   data::TextWindows windows(train_, cfg_.seq(), cfg_.seed);
   int64_t done = 0;
   for (; done < n && step_ < cfg_.steps; ++done) {
-    windows.fill_random(uint64_t(step_), cfg_.batch, x_, y_);
     opt_->set_lr(optim::warmup_cosine(cfg_.lr, step_, cfg_.warmup_steps, cfg_.steps, 0.1));
     opt_->tick();
-    double loss = (*step_fn_)({x_, y_})[0].get(0);
+    double loss = 0;
+    for (int64_t i = 0; i < cfg_.accum; ++i) {  // micro-batches: rows [i * batch, (i + 1) * batch)
+      windows.fill_random(uint64_t(step_), cfg_.batch, x_, y_, i * cfg_.batch);
+      loss += (*(i + 1 < cfg_.accum ? accum_fn_ : step_fn_))({x_, y_})[0].get(0);
+    }
+    loss /= double(cfg_.accum);
+    for (const Tensor& a : acc_) {  // the next step accumulates from zero
+      HostTensor h = a.value();
+      std::memset(h.buffer->data(), 0, h.bytes());
+      h.buffer->mark_modified();
+    }
     if (!std::isfinite(loss)) throw Error("train: the loss became " + std::to_string(loss) + " at step " + std::to_string(step_));
     ++step_;
     if (on_step) on_step(step_, loss);
@@ -124,6 +145,7 @@ std::map<std::string, std::string> LmTrainer::run_metadata() const {
           {"warmup", std::to_string(cfg_.warmup_steps)},
           {"kernels", fast_mode() ? "fast" : "default"}};
   if (cfg_.sequence > 0) md["sequence"] = std::to_string(cfg_.sequence);
+  md["accum"] = std::to_string(cfg_.accum);
   if (!cfg_.base.empty()) md["base"] = cfg_.base, md["base_hash"] = base_hash_;
   if (cfg_.lora) {
     md["lora_rank"] = std::to_string(cfg_.lora->rank);
@@ -161,14 +183,14 @@ void LmTrainer::load(const std::string& path, bool resume) {
   int64_t step = io::metadata_int(md, "step", path, 0, std::numeric_limits<int64_t>::max());
   io::Metadata expected = run_metadata();
   if (!resume)  // evaluation: only the model's shape must agree
-    for (const char* k : {"batch", "seed", "total_steps", "lr", "weight_decay", "clip", "warmup", "kernels"})
+    for (const char* k : {"batch", "seed", "total_steps", "lr", "weight_decay", "clip", "warmup", "kernels", "accum"})
       expected.erase(k);
   io::check_same_run(md, expected, path);
   // Fast mode: the step again with the recorded kernels, before any state changes.
-  std::unique_ptr<CompiledStep> replayed;
+  std::unique_ptr<CompiledStep> replayed, replayed_accum;
   if (replay_kernel_choices(md, path)) {
     try {
-      replayed = std::make_unique<CompiledStep>(compile_lm_train(*model_, *opt_, cfg_.batch, cfg_.seq()));
+      compile_steps(replayed, replayed_accum);
     } catch (...) {
       kernels::clear_replayed_choices();
       throw;
@@ -179,6 +201,7 @@ void LmTrainer::load(const std::string& path, bool resume) {
   opt_->restore_steps(step_);
   if (replayed) {
     step_fn_ = std::move(replayed);
+    accum_fn_ = std::move(replayed_accum);
     val_fn_.reset();
     gen_.reset();
   }

@@ -38,7 +38,7 @@ has "$out" "context 32, width 64, heads 2, layers 1" "generate from a text-file 
 # LoRA fine-tuning of the text-file checkpoint: PEFT's adapter directory, the same bytes on a
 # rerun, the adapters generating as they do merged, the checkpoint evaluating.
 ft=(finetune --base "$dir/t/checkpoint.safetensors" --data "$dir/text.txt" --lora-rank 4 --sequence 16 --batch 2
-    --steps 4 --eval-every 2 --sample 8 --no-progress)
+    --accum 2 --steps 4 --eval-every 2 --sample 8 --no-progress)
 out=$("$synoros" "${ft[@]}" --merge --out "$dir/ft1" 2>&1) || fail "finetune: $out"
 has "$out" "LoRA parameters (rank 4, alpha 8, c_attn,c_proj,c_fc)" "the adapter line"
 for f in adapter/adapter_model.safetensors adapter/adapter_config.json merged.safetensors checkpoint.safetensors; do
