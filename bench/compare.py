@@ -50,20 +50,30 @@ def torch_run(threads, min_time):
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
+# (label, `synoros memory` flags, torch_gpt.step_peak_bytes arguments)
+MEMORY_CASES = [("GPT training step (4 layers, width 256, 4 heads, sequence 128, batch 8)", [], (8, 128, None)),
+                ("gpt2-98m training step (sequence 256, batch 1)", ["--model", "gpt2-98m", "--context", "256"],
+                 (1, 256, "gpt2-98m"))]
+
+
 def memory_rows(bench):
-    """Peak bytes of one GPT training step: the engine's plan against PyTorch eager."""
+    """Peak bytes of GPT training steps: the engine's plan against PyTorch eager."""
     cli = os.path.join(os.path.dirname(bench), "synoros")
-    eng = json.loads(subprocess.run([cli, "memory"], check=True, capture_output=True,
-                                    text=True).stdout)
-    env = dict(os.environ, GLIBC_TUNABLES=TUNABLES, OMP_NUM_THREADS="1")
-    code = ("import sys; sys.path.insert(0, %r); import torch, torch_gpt; torch.set_num_threads(1); "
-            "print(torch_gpt.step_peak_bytes())" % HERE)
-    torch_peak = int(subprocess.run(["/usr/bin/python3", "-c", code], env=env, check=True,
-                                    capture_output=True, text=True).stdout.strip().splitlines()[-1])
-    return {"engine_planned_bytes": eng["planned_bytes"], "engine_unplanned_bytes": eng["unplanned_bytes"],
-            "torch_peak_bytes": torch_peak, "param_bytes": eng["param_bytes"],
-            "planned_over_unplanned": eng["planned_bytes"] / eng["unplanned_bytes"],
-            "planned_over_torch": eng["planned_bytes"] / torch_peak}
+    rows = []
+    for label, flags, (batch, context, preset) in MEMORY_CASES:
+        eng = json.loads(subprocess.run([cli, "memory"] + flags, check=True, capture_output=True,
+                                        text=True).stdout)
+        env = dict(os.environ, GLIBC_TUNABLES=TUNABLES, OMP_NUM_THREADS="1")
+        code = ("import sys; sys.path.insert(0, %r); import torch, torch_gpt; torch.set_num_threads(1); "
+                "print(torch_gpt.step_peak_bytes(%d, %d, %r))" % (HERE, batch, context, preset))
+        torch_peak = int(subprocess.run(["/usr/bin/python3", "-c", code], env=env, check=True,
+                                        capture_output=True, text=True).stdout.strip().splitlines()[-1])
+        rows.append({"case": label, "engine_planned_bytes": eng["planned_bytes"],
+                     "engine_unplanned_bytes": eng["unplanned_bytes"], "torch_peak_bytes": torch_peak,
+                     "param_bytes": eng["param_bytes"], "engine_scratch_bytes": eng["scratch_bytes"],
+                     "planned_over_unplanned": eng["planned_bytes"] / eng["unplanned_bytes"],
+                     "planned_over_torch": eng["planned_bytes"] / torch_peak})
+    return rows
 
 
 def run_peak(bench):
@@ -160,14 +170,13 @@ def main():
         for r in providers:
             print(f"  {r['name']:<34} {r['gflops']:7.1f} GFLOP/s = {100 * r['share_of_peak']:5.1f}% of peak")
     mem = None if args.no_memory else memory_rows(args.bench)
-    if mem:
-        print("\nGPT training step (4 layers, width 256, 4 heads, sequence 128, batch 8), peak bytes "
-              "beyond parameters and inputs:")
-        print(f"  engine planned   {mem['engine_planned_bytes'] / 1e6:9.1f} MB "
-              f"(arena incl. kernel scratch; {mem['planned_over_unplanned']:.2f}x unplanned, "
-              f"{mem['planned_over_torch']:.2f}x PyTorch)")
-        print(f"  engine unplanned {mem['engine_unplanned_bytes'] / 1e6:9.1f} MB")
-        print(f"  PyTorch eager    {mem['torch_peak_bytes'] / 1e6:9.1f} MB (heap live bytes, sampled after every op)")
+    for m in mem or []:
+        print(f"\n{m['case']}, peak bytes beyond parameters and inputs:")
+        print(f"  engine planned   {m['engine_planned_bytes'] / 1e6:9.1f} MB "
+              f"(arena; {m['planned_over_unplanned']:.2f}x unplanned, {m['planned_over_torch']:.2f}x PyTorch)")
+        print(f"  engine unplanned {m['engine_unplanned_bytes'] / 1e6:9.1f} MB; kernel scratch beside the arena "
+              f"{m['engine_scratch_bytes'] / 1e6:.1f} MB")
+        print(f"  PyTorch eager    {m['torch_peak_bytes'] / 1e6:9.1f} MB (heap live bytes, sampled after every op)")
     with open(args.json, "w") as f:
         json.dump({"medians_over_processes": args.processes, "modes": modes, "rows": rows, "memory": mem, "peak": peak,
                    "providers": providers},

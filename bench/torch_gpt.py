@@ -107,15 +107,18 @@ def save_safetensors(path, tensors, metadata=None):
         f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
 
 
-def step_peak_bytes(batch=8, context=128):
+def step_peak_bytes(batch=8, context=128, preset=None):
+    """Peak heap bytes of one training step (forward and backward) beyond the model and inputs:
+    the benchmark GPT, or a named configuration at this context."""
     torch.manual_seed(0)
-    model = Gpt(context=context)
-    tokens = torch.randint(0, 256, (batch, context))
-    targets = torch.randint(0, 256, (batch, context))
+    model = make(preset, context) if preset else Gpt(context=context)
+    vocab = model.vocab
+    tokens = torch.randint(0, vocab, (batch, context))
+    targets = torch.randint(0, vocab, (batch, context))
     base = live_bytes()
     with PeakAfterEachOp() as p:
         logits = model(tokens)
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, 256), targets.reshape(-1))
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1))
         loss.backward()
     return p.peak - base
 

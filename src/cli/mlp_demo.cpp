@@ -48,9 +48,13 @@ int print_plan(const Args& a) {
   return 0;
 }
 
-int gpt_memory(const Args&) {
-  nn::Gpt m(kBenchGpt, 1);
-  CompiledStep step = compile_gpt_grad(m, kBenchGptBatch);
+int gpt_memory(const Args& a) {
+  nn::GptConfig c = kBenchGpt;
+  if (a.has("model")) c = nn::GptConfig::preset(a.str("model"));
+  c.context = a.integer("context", c.context);
+  c.check();
+  nn::Gpt m(c, 1);
+  CompiledStep step = compile_gpt_grad(m, a.integer("batch", a.has("model") ? 1 : kBenchGptBatch));
   const Plan& p = step.plan();
   size_t params = 0;
   for (const Tensor& t : m.parameters()) params += size_t(t.numel()) * 4;

@@ -34,6 +34,7 @@ expect 2 "--lr must be a finite number, got 'inf'" -- train --lr inf
 expect 2 "--epochs 99999999999999999999 is out of range" -- train --epochs 99999999999999999999
 expect 2 "--epochs does not apply to gpt-tiny" -- train --model gpt-tiny --epochs 3
 expect 2 "--accum does not apply to resnet-mini" -- train --accum 2
+expect 2 "gpt2-7b" -- memory --model gpt2-7b
 expect 2 "--context does not apply to mlp" -- train --model mlp --context 32
 expect 2 "give --epochs or --steps, not both" -- train --model mlp --epochs 1 --steps 3
 expect 2 "--momentum applies to sgd only" -- train --model mlp --optimizer adamw --momentum 0.5
