@@ -89,59 +89,51 @@ void expect_close(const HostTensor& got, const HostTensor& want, double rel, con
   EXPECT_LE(worst, rel * scale) << what << ": largest difference " << worst << " against a scale of " << scale;
 }
 
-TEST(GptTorch, LogitsAndGradientsMatchPyTorch) {
-  if (!have_torch()) GTEST_SKIP() << "/usr/bin/python3 has no torch";
-  testing::TempDir dir("gpt_torch");
-  std::ofstream(dir.file("make.py")) << kScript;
+// Runs `script` (arguments: the source tree and `dir`) with Debian's Python.
+void run_script(const char* script, const testing::TempDir& dir) {
+  std::ofstream(dir.file("make.py")) << script;
   std::string cmd = "/usr/bin/python3 " + dir.file("make.py") + " " + SYNOROS_SOURCE_DIR + " " + dir.path.string() +
                     " > " + dir.file("out.txt") + " 2>&1";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << std::ifstream(dir.file("out.txt")).rdbuf();
-  auto m = nn::Gpt::load(dir.file("model.safetensors"));
-  EXPECT_EQ(m->cfg.str(), nn::GptConfig({40, 12, 24, 3, 2}).str());
-  io::Checkpoint want = io::load_safetensors(dir.file("expected.safetensors"));
+}
+
+// The script's tokens and targets against `m`: its logits, then a training step's loss and the
+// gradients of `params` (names as the script wrote them after "grad.").
+void expect_same_step(nn::Gpt& m, const nn::Named& params, io::Checkpoint& want) {
   HostTensor tokens(DType::I64, {2, 12}), targets(DType::I64, {2, 12});
   for (int64_t i = 0; i < 24; ++i)
     tokens.set(i, want.tensors["tokens"].get(i)), targets.set(i, want.tensors["targets"].get(i));
-  expect_close(m->forward(Tensor::from(tokens)).value(), want.tensors["logits"], 2e-5, "logits");
-  CompiledStep step = compile_gpt_grad(*m, 2);
+  expect_close(m.forward(Tensor::from(tokens)).value(), want.tensors["logits"], 2e-5, "logits");
+  std::vector<Tensor> ps;
+  for (auto& [n, p] : params) ps.push_back(p);
+  CompiledStep step = compile_gpt_grad(m, 2, ps);
   std::vector<HostTensor> outs = step({tokens, targets});
   expect_close(outs[0], want.tensors["loss"], 1e-5, "loss");
-  nn::Named params = m->named_parameters();
   for (size_t i = 0; i < params.size(); ++i)
     expect_close(outs[i + 1], want.tensors["grad." + params[i].first], 1e-4, "gradient of " + params[i].first);
+}
+
+TEST(GptTorch, LogitsAndGradientsMatchPyTorch) {
+  if (!have_torch()) GTEST_SKIP() << "/usr/bin/python3 has no torch";
+  testing::TempDir dir("gpt_torch");
+  ASSERT_NO_FATAL_FAILURE(run_script(kScript, dir));
+  auto m = nn::Gpt::load(dir.file("model.safetensors"));
+  EXPECT_EQ(m->cfg.str(), nn::GptConfig({40, 12, 24, 3, 2}).str());
+  io::Checkpoint want = io::load_safetensors(dir.file("expected.safetensors"));
+  expect_same_step(*m, m->named_parameters(), want);
 }
 
 TEST(GptTorch, LoraLogitsAndAdapterGradientsMatchPyTorch) {
   if (!have_torch()) GTEST_SKIP() << "/usr/bin/python3 has no torch";
   testing::TempDir dir("gpt_torch_lora");
-  std::ofstream(dir.file("make.py")) << kLoraScript;
-  std::string cmd = "/usr/bin/python3 " + dir.file("make.py") + " " + SYNOROS_SOURCE_DIR + " " + dir.path.string() +
-                    " > " + dir.file("out.txt") + " 2>&1";
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << std::ifstream(dir.file("out.txt")).rdbuf();
+  ASSERT_NO_FATAL_FAILURE(run_script(kLoraScript, dir));
   auto m = nn::Gpt::load(dir.file("base.safetensors"));
   std::string file = dir.file("adapter_model.safetensors");
   nn::GptLora lora(*m, nn::GptLora::read_config(file), 1);
   lora.load(file);
+  ASSERT_EQ(lora.named_parameters().size(), 16u);
   io::Checkpoint want = io::load_safetensors(dir.file("expected.safetensors"));
-  HostTensor tokens(DType::I64, {2, 12}), targets(DType::I64, {2, 12});
-  for (int64_t i = 0; i < 24; ++i)
-    tokens.set(i, want.tensors["tokens"].get(i)), targets.set(i, want.tensors["targets"].get(i));
-  expect_close(m->forward(Tensor::from(tokens)).value(), want.tensors["logits"], 2e-5, "logits");
-  CompiledStep step = compile(
-      [&](const std::vector<Tensor>& a) {
-        Tensor loss = m->loss(a[0], a[1]);
-        loss.backward();
-        std::vector<Tensor> out = {loss};
-        for (const Tensor& p : lora.parameters()) out.push_back(p.grad());
-        return out;
-      },
-      {{DType::I64, {2, 12}}, {DType::I64, {2, 12}}});
-  std::vector<HostTensor> outs = step({tokens, targets});
-  expect_close(outs[0], want.tensors["loss"], 1e-5, "loss");
-  nn::Named params = lora.named_parameters();
-  ASSERT_EQ(params.size(), 16u);
-  for (size_t i = 0; i < params.size(); ++i)
-    expect_close(outs[i + 1], want.tensors["grad." + params[i].first], 1e-4, "gradient of " + params[i].first);
+  expect_same_step(*m, lora.named_parameters(), want);
 }
 
 }  // namespace

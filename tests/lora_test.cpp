@@ -78,15 +78,7 @@ TEST(Lora, AdapterGradientsMatchTheOracle) {
   lc.rank = 4, lc.alpha = 6;  // scaling 1.5
   nn::GptLora lora(m, lc, 5);
   randomize_b(lora, 9);
-  CompiledStep step = compile(
-      [&](const std::vector<Tensor>& a) {
-        Tensor loss = m.loss(a[0], a[1]);
-        loss.backward();
-        std::vector<Tensor> out = {loss};
-        for (const Tensor& p : lora.parameters()) out.push_back(p.grad());
-        return out;
-      },
-      {{DType::I64, {2, c.context}}, {DType::I64, {2, c.context}}});
+  CompiledStep step = compile_gpt_grad(m, 2, lora.parameters());
   HostTensor x = tokens(c, 2), y = tokens(c, 3);
   auto outs = step({x, y});
   ASSERT_EQ(outs.size(), 1 + lora.named_parameters().size());

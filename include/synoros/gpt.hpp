@@ -73,6 +73,11 @@ class Gpt : public Module {
   // `attend(layer, q, k, v)` for q, k, v [B, H, T, D]; the result is logits [B, T, vocab].
   Tensor forward_with(const Tensor& tokens, const Tensor& positions,
                       const std::function<Tensor(size_t, const Tensor&, const Tensor&, const Tensor&)>& attend);
+  // The pieces forward_with() is made of, for callers that run a block at a time (decoding):
+  // token embeddings plus those of `positions` (i64 [B, T]; undefined: 0..T-1), and the final
+  // LayerNorm with the tied head ([B, T, width] -> [B, T, vocab]).
+  Tensor embed(const Tensor& tokens, const Tensor& positions);
+  Tensor head(const Tensor& x);
   // Mean cross-entropy of next-token prediction (targets i64 [B, T]).
   Tensor loss(const Tensor& tokens, const Tensor& targets);
 
@@ -93,8 +98,9 @@ class Gpt : public Module {
 };
 
 // One training step (forward, backward, gradients as outputs: loss first, then one per
-// parameter in named_parameters() order) over (tokens, targets) of [batch, context].
-CompiledStep compile_gpt_grad(Gpt& m, int64_t batch);
+// parameter in named_parameters() order, or of `params` when given, e.g. LoRA adapters) over
+// (tokens, targets) of [batch, context].
+CompiledStep compile_gpt_grad(Gpt& m, int64_t batch, const std::vector<Tensor>& params = {});
 
 // How the next token is picked from a row of logits.
 struct Sampling {

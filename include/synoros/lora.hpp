@@ -37,7 +37,10 @@ struct LoraAdapter {
   Tensor delta(const Tensor& x) const;  // x [B, T, in] -> [B, T, out]
 };
 
-class GptLora {
+// The adapters of a model, as a Module whose parameters are the adapters (PEFT's names, in the
+// model's order: for each adapted projection lora_A then lora_B) and whose forward is the adapted
+// model's.
+class GptLora : public Module {
  public:
   // Attaches adapters to every targeted projection of `model` (seeded A, zero B) and freezes the
   // model's parameters. A target that matches no projection is an error.
@@ -48,16 +51,14 @@ class GptLora {
   GptLora& operator=(const GptLora&) = delete;
 
   const LoraConfig& config() const { return cfg_; }
-  // PEFT's names, in the model's order: for each adapted projection lora_A then lora_B.
-  Named named_parameters() const;
-  std::vector<Tensor> parameters() const;
-  int64_t parameter_count() const;
+  // tokens i64 [B, T] -> the adapted model's logits.
+  Tensor forward(const Tensor& tokens) override;
 
   // Folds scaling * (B A)^T into each adapted base weight (forward then runs the plain model);
   // unmerge() restores the base weights bit for bit (merge keeps their values).
   void merge();
   void unmerge();
-  bool merged() const { return merged_; }
+  bool merged() const { return sites_.front().adapter->merged; }
 
   // The adapters as safetensors with PEFT's names; the rank, alpha and targets in the metadata.
   void save(const std::string& path) const;
@@ -83,7 +84,6 @@ class GptLora {
   LoraConfig cfg_;
   std::vector<Site> sites_;
   std::vector<std::pair<Tensor, bool>> frozen_;  // each model parameter and its requires_grad
-  bool merged_ = false;
 };
 
 }  // namespace synoros::nn

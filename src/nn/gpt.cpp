@@ -137,14 +137,21 @@ Tensor Gpt::forward_with(const Tensor& tokens, const Tensor& positions,
     throw Error("gpt: tokens must be i64 [B, T] with 1 <= T <= " + std::to_string(cfg.context) + ", got " +
                 shape_str(s));
   int64_t B = s[0], T = s[1], D = cfg.width / cfg.heads;
-  Tensor x = wte->forward(tokens) + (positions.defined() ? wpe->forward(positions) : wpe->weight.slice(0, 0, T));
+  Tensor x = embed(tokens, positions);
   auto split = [&](const Tensor& t) { return t.reshape({B, T, cfg.heads, D}).permute({0, 2, 1, 3}); };
   for (size_t l = 0; l < h.size(); ++l) {
     std::vector<Tensor> p = h[l]->qkv(x);
     x = h[l]->finish(x, attend(l, split(p[0]), split(p[1]), split(p[2])));
   }
-  return einsum("btc,vc->btv", {ln_f->forward(x), wte->weight});  // tied head
+  return head(x);
 }
+
+Tensor Gpt::embed(const Tensor& tokens, const Tensor& positions) {
+  return wte->forward(tokens) +
+         (positions.defined() ? wpe->forward(positions) : wpe->weight.slice(0, 0, tokens.shape()[1]));
+}
+
+Tensor Gpt::head(const Tensor& x) { return einsum("btc,vc->btv", {ln_f->forward(x), wte->weight}); }  // tied
 
 Tensor Gpt::forward(const Tensor& tokens) {
   if (tokens.shape().size() != 2) return forward_with(tokens, {}, {});  // the error message
@@ -244,14 +251,14 @@ std::shared_ptr<Gpt> Gpt::load(const std::string& path, int64_t heads) {
   return m;
 }
 
-CompiledStep compile_gpt_grad(Gpt& m, int64_t batch) {
+CompiledStep compile_gpt_grad(Gpt& m, int64_t batch, const std::vector<Tensor>& params) {
   Shape s = {batch, m.cfg.context};
   return compile(
-      [&m](const std::vector<Tensor>& a) {
+      [&m, &params](const std::vector<Tensor>& a) {
         Tensor loss = m.loss(a[0], a[1]);
         loss.backward();
         std::vector<Tensor> out = {loss};
-        for (const Tensor& p : m.parameters()) out.push_back(p.grad());
+        for (const Tensor& p : params.empty() ? m.parameters() : params) out.push_back(p.grad());
         return out;
       },
       {{DType::I64, s}, {DType::I64, s}});

@@ -170,7 +170,7 @@ void GptGenerator::compile_decode() {
   decode_.clear();
   decode_.push_back(std::make_unique<CompiledStep>(compile(
       [&, project](const std::vector<Tensor>& a) {
-        return project(0, m_.wte->forward(a[0]) + m_.wpe->forward(a[1]));
+        return project(0, m_.embed(a[0], a[1]));
       },
       {{DType::I64, {B, 1}}, {DType::I64, {B, 1}}})));
   const std::vector<std::pair<DType, Shape>> carried = {{DType::F32, {B, 1, C}}, {DType::F32, {B, H, 1, D}}};
@@ -179,7 +179,7 @@ void GptGenerator::compile_decode() {
         [&, l, project, attend](const std::vector<Tensor>& a) {
           Tensor x = attend(l - 1, a[0], a[1]);
           if (l < L) return project(l, x);
-          return std::vector<Tensor>{einsum("btc,vc->btv", {m_.ln_f->forward(x), m_.wte->weight}).reshape({B, c.vocab})};
+          return std::vector<Tensor>{m_.head(x).reshape({B, c.vocab})};
         },
         carried)));
 }

@@ -114,9 +114,9 @@ GptLora::GptLora(Gpt& model, LoraConfig cfg, uint64_t seed) : m_(model), cfg_(st
       uint64_t s = seed + 7919 * uint64_t(sites_.size() + 1);
       a->A = Tensor::uniform({cfg_.rank, in}, s, 1.0 / std::sqrt(double(in)));  // kaiming_uniform(a=sqrt(5))
       a->B = Tensor::zeros({out, cfg_.rank});
-      a->A.requires_grad();
-      a->B.requires_grad();
       a->scaling = cfg_.scaling();
+      register_parameter(kPeftPrefix + name + ".lora_A.weight", a->A);
+      register_parameter(kPeftPrefix + name + ".lora_B.weight", a->B);
       sites_.push_back({name, layer, a, {}});
     }
   }
@@ -133,7 +133,7 @@ GptLora::GptLora(Gpt& model, LoraConfig cfg, uint64_t seed) : m_(model), cfg_(st
 
 GptLora::~GptLora() {
   try {
-    if (merged_) unmerge();
+    unmerge();
   } catch (...) {
   }
   for (Site& s : sites_)
@@ -141,29 +141,10 @@ GptLora::~GptLora() {
   for (auto& [p, on] : frozen_) p.requires_grad(on);
 }
 
-Named GptLora::named_parameters() const {
-  Named out;
-  for (const Site& s : sites_) {
-    out.emplace_back(kPeftPrefix + s.name + ".lora_A.weight", s.adapter->A);
-    out.emplace_back(kPeftPrefix + s.name + ".lora_B.weight", s.adapter->B);
-  }
-  return out;
-}
-
-std::vector<Tensor> GptLora::parameters() const {
-  std::vector<Tensor> out;
-  for (auto& [n, t] : named_parameters()) out.push_back(t);
-  return out;
-}
-
-int64_t GptLora::parameter_count() const {
-  int64_t c = 0;
-  for (auto& [n, t] : named_parameters()) c += t.numel();
-  return c;
-}
+Tensor GptLora::forward(const Tensor& tokens) { return m_.forward(tokens); }
 
 void GptLora::merge() {
-  if (merged_) return;
+  if (merged()) return;
   for (Site& s : sites_) {
     HostTensor w = s.layer->weight.value();  // shares the parameter's storage
     HostTensor a = s.adapter->A.value(), b = s.adapter->B.value();
@@ -182,11 +163,10 @@ void GptLora::merge() {
     w.buffer->mark_modified();
     s.adapter->merged = true;
   }
-  merged_ = true;
 }
 
 void GptLora::unmerge() {
-  if (!merged_) return;
+  if (!merged()) return;
   for (Site& s : sites_) {
     HostTensor w = s.layer->weight.value();
     std::memcpy(w.buffer->data(), s.base.buffer->data(), w.bytes());
@@ -194,7 +174,6 @@ void GptLora::unmerge() {
     s.base = HostTensor();
     s.adapter->merged = false;
   }
-  merged_ = false;
 }
 
 void GptLora::save(const std::string& path) const {
@@ -275,7 +254,7 @@ void GptLora::load(const std::string& path) {
       t.erase(it);
     }
   if (!t.empty()) throw fail("unexpected tensor '" + t.begin()->first + "' (not one of this configuration's adapters)");
-  bool was = merged_;
+  bool was = merged();
   if (was) unmerge();
   for (auto& [src, dst] : copies) {
     HostTensor h = dst.value();  // shares the adapter's storage

@@ -40,6 +40,16 @@ void check_accumulators(const optim::Optimizer& opt, const std::vector<Tensor>& 
     throw Error("gradient accumulation: " + std::to_string(acc.size()) + " accumulators for " +
                 std::to_string(opt.params().size()) + " parameters");
 }
+
+// accumulated[i] + scale * gradient_i for each optimizer parameter (undefined without a gradient).
+std::vector<Tensor> accumulated_gradients(const optim::Optimizer& opt, const std::vector<Tensor>& acc, double scale) {
+  std::vector<Tensor> out;
+  for (size_t i = 0; i < acc.size(); ++i) {
+    Tensor g = opt.params()[i].grad();
+    out.push_back(g.defined() ? acc[i] + g * scale : Tensor());
+  }
+  return out;
+}
 }  // namespace
 
 CompiledStep compile_lm_train(nn::Gpt& model, optim::Optimizer& opt, int64_t batch, int64_t context,
@@ -50,16 +60,8 @@ CompiledStep compile_lm_train(nn::Gpt& model, optim::Optimizer& opt, int64_t bat
       [&, batch, context, scale](const std::vector<Tensor>& a) {
         Tensor loss = lm_loss(model, a, batch, context);
         loss.backward();
-        if (accumulated.empty()) {
-          opt.step();
-        } else {
-          std::vector<Tensor> grads;
-          for (size_t i = 0; i < accumulated.size(); ++i) {
-            Tensor g = opt.params()[i].grad();
-            grads.push_back(g.defined() ? accumulated[i] + g * scale : Tensor());
-          }
-          opt.step(grads);
-        }
+        if (accumulated.empty()) opt.step();
+        else opt.step(accumulated_gradients(opt, accumulated, scale));
         return std::vector<Tensor>{loss};
       },
       {{DType::I64, {batch, context}}, {DType::I64, {batch, context}}});
@@ -73,10 +75,9 @@ CompiledStep compile_lm_accumulate(nn::Gpt& model, const optim::Optimizer& opt, 
       [&, batch, context, scale](const std::vector<Tensor>& a) {
         Tensor loss = lm_loss(model, a, batch, context);
         loss.backward();
-        for (size_t i = 0; i < accumulated.size(); ++i) {
-          Tensor g = opt.params()[i].grad();
-          if (g.defined()) Tensor(accumulated[i]).assign(accumulated[i] + g * scale);
-        }
+        std::vector<Tensor> sums = accumulated_gradients(opt, accumulated, scale);
+        for (size_t i = 0; i < sums.size(); ++i)
+          if (sums[i].defined()) Tensor(accumulated[i]).assign(sums[i]);
         return std::vector<Tensor>{loss};
       },
       {{DType::I64, {batch, context}}, {DType::I64, {batch, context}}});
