@@ -63,6 +63,7 @@ std::vector<OpCase> all_cases() {
     c.push_back(unary(Op::Abs, s, -2, 2, 0.05));
     c.push_back(unary(Op::Relu, s, -2, 2, 0.05));
     c.push_back(unary(Op::Gelu, s));
+    c.push_back(unary(Op::GeluTanh, s));
     c.push_back(unary(Op::Sigmoid, s));
     c.push_back(unary(Op::Tanh, s));
   }
@@ -78,6 +79,7 @@ std::vector<OpCase> all_cases() {
     c.push_back(binary(Op::CmpEq, a, b, -2, 2, false));
     c.push_back(binary(Op::ReluGrad, a, b, -2, 2, false));
     c.push_back(binary(Op::GeluGrad, a, b, -2, 2, false));
+    c.push_back(binary(Op::GeluTanhGrad, a, b, -2, 2, false));
   }
   c.push_back({"where", {f32({3, 5}), f32({3, 5}), f32({5})},
                [](Graph& g, const std::vector<ValueId>& x) {

@@ -83,7 +83,8 @@ def elementwise(name, fn, inputs):
 F = torch.nn.functional
 unary = {
     "neg": torch.neg, "exp": torch.exp, "log": torch.log, "sqrt": torch.sqrt, "rsqrt": torch.rsqrt,
-    "abs": torch.abs, "relu": torch.relu, "gelu": F.gelu, "sigmoid": torch.sigmoid, "tanh": torch.tanh,
+    "abs": torch.abs, "relu": torch.relu, "gelu": F.gelu,
+    "gelu_tanh": lambda v: F.gelu(v, approximate="tanh"), "sigmoid": torch.sigmoid, "tanh": torch.tanh,
 }
 x = f32(UNARY_IN)
 for name, fn in unary.items():
@@ -99,6 +100,7 @@ binary = {
     # The engine's relu_grad(g, y) and gelu_grad(g, x): the upstream gradient first.
     "relu_grad": lambda g, v: torch.ops.aten.threshold_backward(g, v, 0),
     "gelu_grad": lambda g, v: torch.ops.aten.gelu_backward(g, v),
+    "gelu_tanh_grad": lambda g, v: torch.ops.aten.gelu_backward(g, v, approximate="tanh"),
 }
 for name, fn in binary.items():
     y = elementwise(name, fn, [a, b])

@@ -15,33 +15,27 @@ namespace synoros {
 using ValueId = int32_t;
 constexpr ValueId kNoValue = -1;
 
-// The op set of DESIGN.md. Adding an op means: a row in the op table (src/ir/op_table.cpp), a
-// kernel lowering (src/kernels/cpu/lowering.cpp), an oracle function and a row in the op tests.
+// The op set of DESIGN.md, expanded from its one definition (ops.def; docs/architecture.md has
+// the checklist for adding an op).
 enum class Op : uint8_t {
-  // leaves
-  Input, Param, Const,
-  // elementwise, unary
-  Neg, Exp, Log, Sqrt, Rsqrt, Abs, Relu, Gelu, Sigmoid, Tanh, Cast,
-  // elementwise, binary (numpy broadcasting)
-  Add, Sub, Mul, Div, Pow, Max, Min, CmpLt, CmpEq, ReluGrad, GeluGrad,
-  // elementwise, ternary
-  Where,
-  // reductions
-  Sum, ReduceMax, Mean,
-  // views: index maps, no arithmetic
-  Reshape, Permute, Expand, Slice, Pad, Stride, Shift, Unfold, Fold,
-  // contraction
-  Einsum,
-  // composites with fused kernels (each has a decomposition the oracle mirrors)
-  Softmax, LogSoftmax, SoftmaxGrad, LogSoftmaxGrad, LayerNorm, LayerNormGrad, BatchNorm, BatchNormSums,
-  CrossEntropy,
-  CrossEntropyGrad,
-  Embedding, EmbeddingGrad, Dropout, ReduceMaxGrad,
+#define SYNOROS_OP(Enum, ...) Enum,
+#define SYNOROS_MAP(Enum, ...) Enum,
+#include "synoros/ops.def"
   Count
 };
 constexpr size_t kOpCount = size_t(Op::Count);
 
 enum class OpKind : uint8_t { Leaf, Elementwise, Reduce, View, Contraction, Composite };
+
+// What the passes may assume of an op, beyond its kind (the last column of ops.def).
+enum OpProp : uint16_t {
+  kMap = 1,           // an elementwise map: one line kernel, fusable with its neighbours
+  kIntegers = 2,      // also over integer tensors (comparisons, where)
+  kAlias = 4,         // the output is the input's storage (reshape): no launch, no data moved
+  kAffineView = 8,    // an index map a strided read can follow (permute, slice, stride, expand, reshape)
+  kGatedView = 16,    // affine plus a zero-padding gate (pad, unfold)
+  kFoldableView = 32, // a view that may fold into the reads of its consumers
+};
 
 struct Attrs {
   std::vector<int64_t> ints;  // axes / perm / target shape / (axis, a, b) triples, per op
@@ -83,6 +77,8 @@ struct OpInfo {
   // float64 reference (integer tensors stay I64).
   HostTensor (*oracle)(const Node&, const std::vector<const HostTensor*>& in);
   Cost (*cost)(const Graph&, const Node&);
+  unsigned props;  // OpProp bits
+  bool has(OpProp p) const { return (props & p) != 0; }
 };
 
 const OpInfo& op_info(Op op);

@@ -138,9 +138,17 @@ class ReLU : public Module {
  public:
   Tensor forward(const Tensor& x) override { return x.relu(); }
 };
+// PyTorch's nn.GELU: approximate "none" (the erf form) or "tanh" (GPT-2's).
 class GELU : public Module {
  public:
-  Tensor forward(const Tensor& x) override { return x.gelu(); }
+  explicit GELU(const std::string& approximate = "none") : tanh_(approximate == "tanh") {
+    if (approximate != "none" && approximate != "tanh")
+      throw Error("GELU: approximate must be \"none\" or \"tanh\", got \"" + approximate + "\"");
+  }
+  Tensor forward(const Tensor& x) override { return tanh_ ? x.gelu_tanh() : x.gelu(); }
+
+ private:
+  bool tanh_;
 };
 class SiLU : public Module {
  public:

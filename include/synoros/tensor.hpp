@@ -47,13 +47,14 @@ class Tensor {
   Tensor operator*(double s) const;
   Tensor operator/(double s) const;
 
-  Tensor exp() const;
-  Tensor log() const;
-  Tensor sqrt() const;
-  Tensor relu() const;
-  Tensor gelu() const;
-  Tensor sigmoid() const;
-  Tensor tanh() const;
+  // The elementwise math of the op list (ops.def rows with api `method`): neg, exp, log, sqrt,
+  // rsqrt, abs, relu, gelu, sigmoid, tanh, ...
+#define SYNOROS_MAP(Enum, ident, arity, vjp, flops, vec, staged, api, props) SYNOROS_TENSOR_##api(ident)
+#define SYNOROS_TENSOR_method(ident) Tensor ident() const;
+#define SYNOROS_TENSOR_internal(ident)
+#include "synoros/ops.def"
+#undef SYNOROS_TENSOR_method
+#undef SYNOROS_TENSOR_internal
   Tensor pow(double e) const;
   Tensor sum(std::vector<int64_t> axes = {}, bool keepdim = false) const;
   Tensor mean(std::vector<int64_t> axes = {}, bool keepdim = false) const;

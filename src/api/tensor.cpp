@@ -113,13 +113,13 @@ Tensor Tensor::operator+(double s) const { return *this + sc(*this, s); }
 Tensor Tensor::operator-(double s) const { return *this - sc(*this, s); }
 Tensor Tensor::operator*(double s) const { return *this * sc(*this, s); }
 Tensor Tensor::operator/(double s) const { return *this / sc(*this, s); }
-Tensor Tensor::exp() const { return apply(Op::Exp, {*this}); }
-Tensor Tensor::log() const { return apply(Op::Log, {*this}); }
-Tensor Tensor::sqrt() const { return apply(Op::Sqrt, {*this}); }
-Tensor Tensor::relu() const { return apply(Op::Relu, {*this}); }
-Tensor Tensor::gelu() const { return apply(Op::Gelu, {*this}); }
-Tensor Tensor::sigmoid() const { return apply(Op::Sigmoid, {*this}); }
-Tensor Tensor::tanh() const { return apply(Op::Tanh, {*this}); }
+#define SYNOROS_MAP(Enum, ident, arity, vjp, flops, vec, staged, api, props) SYNOROS_TENSOR_##api(Enum, ident)
+#define SYNOROS_TENSOR_method(Enum, ident) \
+  Tensor Tensor::ident() const { return apply(Op::Enum, {*this}); }
+#define SYNOROS_TENSOR_internal(Enum, ident)
+#include "synoros/ops.def"
+#undef SYNOROS_TENSOR_method
+#undef SYNOROS_TENSOR_internal
 Tensor Tensor::pow(double e) const { return bin(Op::Pow, *this, sc(*this, e)); }
 Tensor Tensor::sum(std::vector<int64_t> axes, bool keep) const { return red(Op::Sum, *this, std::move(axes), keep); }
 Tensor Tensor::mean(std::vector<int64_t> axes, bool keep) const { return red(Op::Mean, *this, std::move(axes), keep); }

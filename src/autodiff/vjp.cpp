@@ -49,6 +49,9 @@ void vjp_relu(Graph& g, ValueId v, ValueId go, GradIn& gi) {
 void vjp_gelu(Graph& g, ValueId v, ValueId go, GradIn& gi) {
   gi[0] = g.binary(Op::GeluGrad, go, x0(g, v));
 }
+void vjp_gelu_tanh(Graph& g, ValueId v, ValueId go, GradIn& gi) {
+  gi[0] = g.binary(Op::GeluTanhGrad, go, x0(g, v));
+}
 void vjp_sigmoid(Graph& g, ValueId v, ValueId go, GradIn& gi) {
   gi[0] = mul(g, go, mul(g, v, sub(g, sc(g, v, 1.0), v)));
 }
@@ -371,4 +374,7 @@ void vjp_dropout(Graph& g, ValueId v, ValueId go, GradIn& gi) {
 namespace synoros::opdefs {
 // Piecewise-constant ops (comparisons): the gradient through them is zero almost everywhere.
 void vjp_none(Graph&, ValueId, ValueId, GradIn&) {}
+void no_vjp(Graph& g, ValueId v, ValueId, GradIn&) {
+  throw Error(std::string(op_name(g.node(v).op)) + " is not differentiable");
+}
 }  // namespace synoros::opdefs

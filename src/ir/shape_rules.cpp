@@ -67,7 +67,7 @@ std::vector<int> reduce_axes(const Node& n, const Shape& in) {
 
 void infer_leaf(const Graph&, Node&) {}
 
-void infer_unary_float(const Graph& g, Node& n) {
+void infer_map1(const Graph& g, Node& n) {
   require_float(g, n, 0);
   n.dtype = in_dtype(g, n, 0);
   n.shape = in_shape(g, n, 0);
@@ -75,16 +75,16 @@ void infer_unary_float(const Graph& g, Node& n) {
 
 void infer_cast(const Graph& g, Node& n) { n.shape = in_shape(g, n, 0); }
 
-void infer_binary(const Graph& g, Node& n) {
+void infer_map2(const Graph& g, Node& n) {
   DType a = in_dtype(g, n, 0), b = in_dtype(g, n, 1);
   if (a != b)
     throw Error(std::string("dtype mismatch: ") + dtype_name(a) + " vs " + dtype_name(b));
-  if (n.op != Op::CmpLt && n.op != Op::CmpEq) require_float(g, n, 0);
+  if (!op_info(n.op).has(kIntegers)) require_float(g, n, 0);
   n.dtype = a;
   n.shape = broadcast_shapes(in_shape(g, n, 0), in_shape(g, n, 1), op_name(n.op));
 }
 
-void infer_where(const Graph& g, Node& n) {
+void infer_map3(const Graph& g, Node& n) {
   if (in_dtype(g, n, 1) != in_dtype(g, n, 2))
     throw Error(std::string("dtype mismatch between branches: ") + dtype_name(in_dtype(g, n, 1)) +
                 " vs " + dtype_name(in_dtype(g, n, 2)));
@@ -383,6 +383,6 @@ namespace synoros::opdefs {
 void infer_dropout(const Graph& g, Node& n) {
   if (!(n.attrs.scalar >= 0.0 && n.attrs.scalar < 1.0))
     throw Error("dropout probability must be in [0, 1), got " + std::to_string(n.attrs.scalar));
-  infer_unary_float(g, n);
+  infer_map1(g, n);
 }
 }  // namespace synoros::opdefs

@@ -8,7 +8,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "kernels/cpu/scalar_ops.hpp"
+#include "ir/scalar_ops.hpp"
 #include "synoros/gpt.hpp"
 
 namespace synoros::nn {

@@ -1,6 +1,6 @@
 // The float64 oracle: the plainest possible definition of every op, written with multi-index
-// loops and no cleverness. It shares no code with the kernels except the dropout RNG, which is
-// part of the op's definition.
+// loops and no cleverness. It shares with the kernels only what defines an op: each elementwise
+// map's double definition (ir/scalar_ops.hpp, the float path has its own) and the dropout RNG.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -8,6 +8,7 @@
 #include "core/philox.hpp"
 #include "ir/einsum_spec.hpp"
 #include "ir/op_defs.hpp"
+#include "ir/scalar_ops.hpp"
 
 namespace synoros::opdefs {
 
@@ -48,35 +49,27 @@ int64_t index_or_throw(double v, int64_t limit, const char* op) {
 }
 }  // namespace
 
-double ref_gelu(double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }
-double ref_gelu_grad(double x) {
-  const double pi = 3.14159265358979323846;
-  return 0.5 * (1.0 + std::erf(x / std::sqrt(2.0))) + x * std::exp(-0.5 * x * x) / std::sqrt(2 * pi);
-}
-
 HostTensor oracle_leaf(const Node& n, const OracleIn&) {
   throw Error(std::string("oracle: leaf '") + n.name + "' must be fed, not evaluated");
 }
 
-HostTensor oracle_unary(const Node& n, const OracleIn& in) {
-  HostTensor out = make_out(n);
-  for (int64_t i = 0; i < out.numel(); ++i) {
-    double x = in[0]->get(i), y = 0;
-    switch (n.op) {
-      case Op::Neg: y = -x; break;
-      case Op::Exp: y = std::exp(x); break;
-      case Op::Log: y = std::log(x); break;
-      case Op::Sqrt: y = std::sqrt(x); break;
-      case Op::Rsqrt: y = 1.0 / std::sqrt(x); break;
-      case Op::Abs: y = std::fabs(x); break;
-      case Op::Relu: y = x < 0 ? 0.0 : x; break;  // NaN and -0 pass (op_table.cpp's rules)
-      case Op::Gelu: y = ref_gelu(x); break;
-      case Op::Sigmoid: y = 1.0 / (1.0 + std::exp(-x)); break;
-      case Op::Tanh: y = std::tanh(x); break;
-      default: throw Error("oracle_unary: not a unary op");
-    }
-    out.set(i, y);
+// An elementwise map's oracle is its scalar definition over doubles (fn::Enum::f, scalar_ops.hpp).
+HostTensor oracle_map1(const Node& n, const OracleIn& in) {
+  double (*f)(double) = nullptr;
+  switch (n.op) {
+#define SYNOROS_MAP(Enum, ident, arity, ...) SYNOROS_ORACLE_CASE##arity(Enum)
+#define SYNOROS_ORACLE_CASE1(Enum) \
+  case Op::Enum: f = [](double x) { return fn::Enum::f(x); }; break;
+#define SYNOROS_ORACLE_CASE2(Enum)
+#define SYNOROS_ORACLE_CASE3(Enum)
+#include "synoros/ops.def"
+#undef SYNOROS_ORACLE_CASE1
+#undef SYNOROS_ORACLE_CASE2
+#undef SYNOROS_ORACLE_CASE3
+    default: throw Error(std::string("oracle: ") + op_name(n.op) + " is not a unary map");
   }
+  HostTensor out = make_out(n);
+  for (int64_t i = 0; i < out.numel(); ++i) out.set(i, f(in[0]->get(i)));
   return out;
 }
 
@@ -89,38 +82,48 @@ HostTensor oracle_cast(const Node& n, const OracleIn& in) {
   return out;
 }
 
-HostTensor oracle_binary(const Node& n, const OracleIn& in) {
+HostTensor oracle_map2(const Node& n, const OracleIn& in) {
+  double (*f)(double, double) = nullptr;
+  switch (n.op) {
+#define SYNOROS_MAP(Enum, ident, arity, ...) SYNOROS_ORACLE_CASE##arity(Enum)
+#define SYNOROS_ORACLE_CASE2(Enum) \
+  case Op::Enum: f = [](double a, double b) { return fn::Enum::f(a, b); }; break;
+#define SYNOROS_ORACLE_CASE1(Enum)
+#define SYNOROS_ORACLE_CASE3(Enum)
+#include "synoros/ops.def"
+#undef SYNOROS_ORACLE_CASE1
+#undef SYNOROS_ORACLE_CASE2
+#undef SYNOROS_ORACLE_CASE3
+    default: throw Error(std::string("oracle: ") + op_name(n.op) + " is not a binary map");
+  }
   HostTensor out = make_out(n);
   for (int64_t i = 0; i < out.numel(); ++i) {
     auto idx = unravel(i, n.shape);
-    double a = in[0]->get(broadcast_source(idx, in[0]->shape));
-    double b = in[1]->get(broadcast_source(idx, in[1]->shape));
-    double y = 0;
-    switch (n.op) {
-      case Op::Add: y = a + b; break;
-      case Op::Sub: y = a - b; break;
-      case Op::Mul: y = a * b; break;
-      case Op::Div: y = a / b; break;
-      case Op::Pow: y = std::pow(a, b); break;
-      case Op::Max: y = std::isnan(a) || std::isnan(b) ? NAN : a < b ? b : a; break;  // ties: a
-      case Op::Min: y = std::isnan(a) || std::isnan(b) ? NAN : b < a ? b : a; break;
-      case Op::CmpLt: y = a < b ? 1.0 : 0.0; break;
-      case Op::CmpEq: y = a == b ? 1.0 : 0.0; break;
-      case Op::ReluGrad: y = b <= 0 ? 0.0 : a; break;  // a NaN b passes a
-      case Op::GeluGrad: y = a * ref_gelu_grad(b); break;
-      default: throw Error("oracle_binary: not a binary op");
-    }
-    out.set(i, y);
+    out.set(i, f(in[0]->get(broadcast_source(idx, in[0]->shape)), in[1]->get(broadcast_source(idx, in[1]->shape))));
   }
   return out;
 }
 
-HostTensor oracle_where(const Node& n, const OracleIn& in) {
+HostTensor oracle_map3(const Node& n, const OracleIn& in) {
+  double (*f)(double, double, double) = nullptr;
+  switch (n.op) {
+#define SYNOROS_MAP(Enum, ident, arity, ...) SYNOROS_ORACLE_CASE##arity(Enum)
+#define SYNOROS_ORACLE_CASE3(Enum) \
+  case Op::Enum: f = [](double c, double a, double b) { return fn::Enum::f(c, a, b); }; break;
+#define SYNOROS_ORACLE_CASE1(Enum)
+#define SYNOROS_ORACLE_CASE2(Enum)
+#include "synoros/ops.def"
+#undef SYNOROS_ORACLE_CASE1
+#undef SYNOROS_ORACLE_CASE2
+#undef SYNOROS_ORACLE_CASE3
+    default: throw Error(std::string("oracle: ") + op_name(n.op) + " is not a ternary map");
+  }
   HostTensor out = make_out(n);
   for (int64_t i = 0; i < out.numel(); ++i) {
     auto idx = unravel(i, n.shape);
-    bool c = in[0]->get(broadcast_source(idx, in[0]->shape)) != 0.0;
-    out.set(i, in[c ? 1 : 2]->get(broadcast_source(idx, in[c ? 1 : 2]->shape)));
+    double x[3];
+    for (size_t k = 0; k < 3; ++k) x[k] = in[k]->get(broadcast_source(idx, in[k]->shape));
+    out.set(i, f(x[0], x[1], x[2]));
   }
   return out;
 }

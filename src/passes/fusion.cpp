@@ -8,7 +8,7 @@ namespace synoros::passes {
 
 bool fusable(const Graph& g, ValueId v) {
   const Node& n = g.node(v);
-  if (op_info(n.op).kind != OpKind::Elementwise || n.op == Op::Cast) return false;
+  if (!op_info(n.op).has(kMap)) return false;
   for (ValueId x : n.in)
     if (g.dtype(x) != n.dtype) return false;
   return true;
@@ -18,7 +18,7 @@ namespace {
 std::vector<int> distinct_readers(const Graph& g, const std::vector<bool>& launched) {
   std::vector<int> readers(g.size(), 0);
   for (size_t i = 0; i < g.size(); ++i)
-    if (launched[i] || g.node(ValueId(i)).op == Op::Reshape) {
+    if (launched[i] || op_info(g.node(ValueId(i)).op).has(kAlias)) {
       std::vector<ValueId> in = g.node(ValueId(i)).in;  // distinct readers: x*x reads x once
       std::sort(in.begin(), in.end());
       in.erase(std::unique(in.begin(), in.end()), in.end());
@@ -53,8 +53,7 @@ std::vector<ValueId> epilogue_producers(const Graph& g, const std::vector<Fusion
 }
 
 bool foldable_view(const Graph& g, ValueId v) {
-  Op op = g.node(v).op;
-  return op_info(op).kind == OpKind::View && op != Op::Reshape && op != Op::Fold;
+  return op_info(g.node(v).op).has(kFoldableView);
 }
 
 std::vector<FusionGroup> fuse_elementwise(const Graph& g, const std::vector<bool>& launched,

@@ -4,11 +4,9 @@
 
 namespace synoros::passes {
 
-bool is_affine_view_op(Op op) {
-  return op == Op::Permute || op == Op::Slice || op == Op::Stride || op == Op::Expand || op == Op::Reshape;
-}
+bool is_affine_view_op(Op op) { return op_info(op).has(kAffineView); }
 
-bool is_gated_view_op(Op op) { return op == Op::Pad || op == Op::Unfold; }
+bool is_gated_view_op(Op op) { return op_info(op).has(kGatedView); }
 
 bool reshape_strides(const Shape& shape, const std::vector<int64_t>& strides, const Shape& new_shape,
                      std::vector<int64_t>& out) {

@@ -61,7 +61,7 @@ void fold_views_into_einsums(const Graph& g, const std::vector<bool>& needed,
       const Node& nd = g.node(ValueId(i));
       bool view_op = passes::is_affine_view_op(nd.op) || passes::is_gated_view_op(nd.op);
       bool candidate = needed[i] && !observable[i] && !blocked[i] && view_op &&
-                       (nd.op == Op::Reshape || (launched[i] && !fused_away[i]));
+                       (op_info(nd.op).has(kAlias) || (launched[i] && !fused_away[i]));
       if (!candidate || readers[i].empty()) continue;
       bool ok = true;
       for (ValueId r : readers[i]) ok = ok && (g.node(r).op == Op::Einsum || only[size_t(r)]);
@@ -101,7 +101,7 @@ void fold_views_into_einsums(const Graph& g, const std::vector<bool>& needed,
     }
     if (changed) continue;
     for (size_t i = 0; i < n; ++i)
-      if (only[i] && g.node(ValueId(i)).op != Op::Reshape) fused_away[i] = true;
+      if (only[i] && !op_info(g.node(ValueId(i)).op).has(kAlias)) fused_away[i] = true;
   }
   // Einsums reading nothing folded keep plain operands.
   for (size_t i = 0; i < n; ++i) {
@@ -157,8 +157,8 @@ Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
   for (size_t i = 0; i < n; ++i) {
     const Node& nd = graph_.node(ValueId(i));
     if (!needed[i]) continue;
-    alias_root[i] = nd.op == Op::Reshape ? alias_root[size_t(nd.in[0])] : ValueId(i);
-    launched[i] = op_info(nd.op).kind != OpKind::Leaf && !folded[i] && nd.op != Op::Reshape;
+    alias_root[i] = op_info(nd.op).has(kAlias) ? alias_root[size_t(nd.in[0])] : ValueId(i);
+    launched[i] = op_info(nd.op).kind != OpKind::Leaf && !folded[i] && !op_info(nd.op).has(kAlias);
     observable[i] = nd.op == Op::Input || folded[i] || opts.keep_intermediates;
   }
   for (ValueId o : outputs_) observable[size_t(alias_root[size_t(o)])] = true;
@@ -234,7 +234,7 @@ Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
     const Node& vn = graph_.node(v);
     kernels::LowerCtx ctx{graph_, v, vn, {}, out, storage};
     auto param_buffer = [&](ValueId x) -> const Buffer* {
-      while (graph_.node(x).op == Op::Reshape) x = graph_.node(x).in[0];
+      while (op_info(graph_.node(x).op).has(kAlias)) x = graph_.node(x).in[0];
       return graph_.node(x).op == Op::Param ? graph_.node(x).data->buffer.get() : nullptr;
     };
     if (prologue_of[size_t(v)] >= 0) {
@@ -350,7 +350,7 @@ Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
   for (size_t i = 0; i < n; ++i) {
     const Node& nd = graph_.node(ValueId(i));
     mi.in_arena[i] = needed[i] && !fused_away[i] && nd.op != Op::Param && nd.op != Op::Const &&
-                     nd.op != Op::Reshape;
+                     !op_info(nd.op).has(kAlias);
     if (!launched[i] || fused_away[i]) continue;
     mi.order.push_back(ValueId(i));
     mi.scratch.push_back(frame[i]);
@@ -388,7 +388,7 @@ Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
     const Node& nd = graph_.node(ValueId(i));
     if (!needed[i] || fused_away[i]) continue;
     if (nd.op == Op::Param || nd.op == Op::Const) ptrs_[i] = nd.data->buffer->data();
-    else if (nd.op == Op::Reshape) ptrs_[i] = ptrs_[size_t(nd.in[0])];
+    else if (op_info(nd.op).has(kAlias)) ptrs_[i] = ptrs_[size_t(nd.in[0])];
     else ptrs_[i] = base + impl_->memory.offset[i];
     if (nd.op == Op::Input) impl_->inputs.push_back(ValueId(i));
   }

@@ -6,7 +6,7 @@
 #include <type_traits>
 
 #include "kernels/cpu/line_fn.hpp"
-#include "kernels/cpu/scalar_ops.hpp"
+#include "ir/scalar_ops.hpp"
 
 #include "kernels/cpu/cpu_kernels.hpp"
 

@@ -1,4 +1,4 @@
-// Op -> CPU kernel lowering. One row per op, in enum order, checked at compile time.
+// Op -> CPU kernel lowering, one row per op expanded from the op list (ops.def).
 #include <cstdlib>
 #include <cstring>
 
@@ -13,47 +13,12 @@ namespace synoros::kernels {
 
 namespace {
 using LowerFn = Launch (*)(LowerCtx&);
-struct Row {
-  Op op;
-  LowerFn fn;  // nullptr: leaves and reshape need no launch
+constexpr LowerFn none = nullptr;  // leaves and aliases need no launch
+constexpr LowerFn kLower[] = {
+#define SYNOROS_OP(Enum, ident, arity, kind, infer, vjp, oracle, cost, lower, props) lower,
+#define SYNOROS_MAP(Enum, ...) lower_map,
+#include "synoros/ops.def"
 };
-
-constexpr Row kRows[] = {
-    {Op::Input, nullptr},        {Op::Param, nullptr},
-    {Op::Const, nullptr},        {Op::Neg, lower_map},
-    {Op::Exp, lower_map},        {Op::Log, lower_map},
-    {Op::Sqrt, lower_map},       {Op::Rsqrt, lower_map},
-    {Op::Abs, lower_map},        {Op::Relu, lower_map},
-    {Op::Gelu, lower_map},       {Op::Sigmoid, lower_map},
-    {Op::Tanh, lower_map},       {Op::Cast, lower_cast},
-    {Op::Add, lower_map},        {Op::Sub, lower_map},
-    {Op::Mul, lower_map},        {Op::Div, lower_map},
-    {Op::Pow, lower_map},        {Op::Max, lower_map},
-    {Op::Min, lower_map},        {Op::CmpLt, lower_map},
-    {Op::CmpEq, lower_map},      {Op::ReluGrad, lower_map},
-    {Op::GeluGrad, lower_map},   {Op::Where, lower_map},
-    {Op::Sum, lower_reduce},     {Op::ReduceMax, lower_reduce},
-    {Op::Mean, lower_reduce},    {Op::Reshape, nullptr},
-    {Op::Permute, lower_view},   {Op::Expand, lower_view},
-    {Op::Slice, lower_view},     {Op::Pad, lower_view},
-    {Op::Stride, lower_view},    {Op::Shift, lower_view},
-    {Op::Unfold, lower_view},    {Op::Fold, lower_fold},
-    {Op::Einsum, lower_einsum},  {Op::Softmax, lower_softmax},
-    {Op::LogSoftmax, lower_softmax}, {Op::SoftmaxGrad, lower_softmax_grad},
-    {Op::LogSoftmaxGrad, lower_softmax_grad}, {Op::LayerNorm, lower_layernorm},
-    {Op::LayerNormGrad, lower_layernorm}, {Op::BatchNorm, lower_batchnorm},
-    {Op::BatchNormSums, lower_batchnorm_sums},
-    {Op::CrossEntropy, lower_cross_entropy}, {Op::CrossEntropyGrad, lower_cross_entropy_grad},
-    {Op::Embedding, lower_embedding}, {Op::EmbeddingGrad, lower_embedding_grad},
-    {Op::Dropout, lower_dropout},    {Op::ReduceMaxGrad, lower_reduce_max_grad},
-};
-static_assert(std::size(kRows) == kOpCount, "every op needs a CPU lowering row");
-constexpr bool rows_in_order() {
-  for (size_t i = 0; i < std::size(kRows); ++i)
-    if (size_t(kRows[i].op) != i) return false;
-  return true;
-}
-static_assert(rows_in_order(), "CPU lowering rows must follow the Op enum order");
 
 Isa detect_isa() {
   __builtin_cpu_init();
@@ -136,7 +101,7 @@ Launch sequence(PlanStorage& storage, Launch first, Launch second, ValueId node)
 }
 
 Launch lower(LowerCtx& c) {
-  LowerFn fn = kRows[size_t(c.node.op)].fn;
+  LowerFn fn = kLower[size_t(c.node.op)];
   if (!fn) return {nullptr, nullptr, c.id};
   return fn(c);
 }

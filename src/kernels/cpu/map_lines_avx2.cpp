@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include "kernels/cpu/line_fn.hpp"
-#include "kernels/cpu/scalar_ops.hpp"
+#include "ir/scalar_ops.hpp"
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
 #include "kernels/cpu/vec_math.hpp"  // its templates built for AVX2

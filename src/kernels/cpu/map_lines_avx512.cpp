@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include "kernels/cpu/line_fn.hpp"
-#include "kernels/cpu/scalar_ops.hpp"
+#include "ir/scalar_ops.hpp"
 // GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), which -Wmaybe-uninitialized
 // (and, in the sanitizer build, -Wuninitialized) reports as a use of an uninitialised value (a
 // false positive, as in gemm.cpp).

@@ -6,7 +6,7 @@
 #include <type_traits>
 
 #include "kernels/cpu/line_fn.hpp"
-#include "kernels/cpu/scalar_ops.hpp"
+#include "ir/scalar_ops.hpp"
 #include "synoros/ir.hpp"
 #ifdef SYNOROS_VEC_MATH
 #include "kernels/cpu/vec_math.hpp"
@@ -68,12 +68,16 @@ void vline1(void* out, const void* const* in, const int64_t* s, int64_t n) {
   for (; i + VecF::kLanes <= n; i += VecF::kLanes) VecF::store(o + i, Vf(VecF::load(a + i)));
   if (i < n) VecF::store_n(o + i, Vf(VecF::load_n(a + i, n - i)), n - i);
 }
+template <class F, auto Vf>
+LineFn vec_line() {
+  if constexpr (Vf == nullptr) return nullptr;
+  else return vline1<F, Vf>;
+}
 LineFn pick_vec_math(Op op) {
   switch (op) {
-    case Op::Exp: return vline1<fn::Exp, vmath::exp<VecF>>;
-    case Op::Sigmoid: return vline1<fn::Sigmoid, vmath::sigmoid<VecF>>;
-    case Op::Tanh: return vline1<fn::Tanh, vmath::tanh<VecF>>;
-    case Op::Gelu: return vline1<fn::Gelu, vmath::gelu<VecF>>;
+#define SYNOROS_MAP(Enum, ident, arity, vjp, flops, vec, staged, api, props) \
+  case Op::Enum: return arity == 1 ? vec_line<fn::Enum, vec>() : nullptr;
+#include "synoros/ops.def"
     default: return nullptr;
   }
 }
@@ -194,17 +198,18 @@ void sline2(void* out, const void* const* in, const int64_t* s, int64_t n, const
   }
 }
 
+template <class F, int Arity, auto Vf>
+StagedLineFn staged_line() {
+  if constexpr (Vf == nullptr) return nullptr;
+  else if constexpr (Arity == 1) return sline1<F, Vf>;
+  else return sline2<F, Vf>;
+}
 StagedLineFn pick_staged(Op op, DType t) {
   if (t != DType::F32) return nullptr;
   switch (op) {
-    case Op::Exp: return sline1<fn::Exp, vmath::exp<VecF>>;
-    case Op::Sigmoid: return sline1<fn::Sigmoid, vmath::sigmoid<VecF>>;
-    case Op::Tanh: return sline1<fn::Tanh, vmath::tanh<VecF>>;
-    case Op::Gelu: return sline1<fn::Gelu, vmath::gelu<VecF>>;
-    case Op::Relu: return sline1<fn::Relu, vrelu>;
-    case Op::Add: return sline2<fn::Add, vadd>;
-    case Op::Sub: return sline2<fn::Sub, vsub>;
-    case Op::Mul: return sline2<fn::Mul, vmul>;
+#define SYNOROS_MAP(Enum, ident, arity, vjp, flops, vec, staged, api, props) \
+  case Op::Enum: return staged_line<fn::Enum, arity, staged>();
+#include "synoros/ops.def"
     default: return nullptr;
   }
 }
@@ -213,33 +218,22 @@ LineFn pick_vec_math(Op) { return nullptr; }
 StagedLineFn pick_staged(Op, DType) { return nullptr; }
 #endif
 
+// The scalar line of map F over T: integer tensors only where the op allows them (kIntegers).
+template <class T, class F, int Arity, unsigned Props>
+LineFn typed_line() {
+  if constexpr (std::is_integral_v<T> && (Props & kIntegers) == 0) return nullptr;
+  else if constexpr (Arity == 1) return line1<F, T>;
+  else if constexpr (Arity == 2) return line2<F, T>;
+  else return line3<F, T>;
+}
 template <class T>
 LineFn pick_typed(Op op) {
   if constexpr (std::is_same_v<T, float>)
     if (LineFn f = pick_vec_math(op)) return f;
   switch (op) {
-    case Op::Neg: return line1<fn::Neg, T>;
-    case Op::Exp: return line1<fn::Exp, T>;
-    case Op::Log: return line1<fn::Log, T>;
-    case Op::Sqrt: return line1<fn::Sqrt, T>;
-    case Op::Rsqrt: return line1<fn::Rsqrt, T>;
-    case Op::Abs: return line1<fn::Abs, T>;
-    case Op::Relu: return line1<fn::Relu, T>;
-    case Op::Gelu: return line1<fn::Gelu, T>;
-    case Op::Sigmoid: return line1<fn::Sigmoid, T>;
-    case Op::Tanh: return line1<fn::Tanh, T>;
-    case Op::Add: return line2<fn::Add, T>;
-    case Op::Sub: return line2<fn::Sub, T>;
-    case Op::Mul: return line2<fn::Mul, T>;
-    case Op::Div: return line2<fn::Div, T>;
-    case Op::Pow: return line2<fn::Pow, T>;
-    case Op::Max: return line2<fn::Max, T>;
-    case Op::Min: return line2<fn::Min, T>;
-    case Op::CmpLt: return line2<fn::CmpLt, T>;
-    case Op::CmpEq: return line2<fn::CmpEq, T>;
-    case Op::ReluGrad: return line2<fn::ReluGrad, T>;
-    case Op::GeluGrad: return line2<fn::GeluGrad, T>;
-    case Op::Where: return line3<fn::Where, T>;
+#define SYNOROS_MAP(Enum, ident, arity, vjp, flops, vec, staged, api, props) \
+  case Op::Enum: return typed_line<T, fn::Enum, arity, unsigned(props)>();
+#include "synoros/ops.def"
     default: return nullptr;
   }
 }
@@ -248,16 +242,8 @@ LineFn pick_line(Op op, DType t) {
   switch (t) {
     case DType::F32: return pick_typed<float>(op);
     case DType::F64: return pick_typed<double>(op);
-    case DType::I32:
-      if (op == Op::CmpLt) return line2<fn::CmpLt, int32_t>;
-      if (op == Op::CmpEq) return line2<fn::CmpEq, int32_t>;
-      if (op == Op::Where) return line3<fn::Where, int32_t>;
-      return nullptr;
-    case DType::I64:
-      if (op == Op::CmpLt) return line2<fn::CmpLt, int64_t>;
-      if (op == Op::CmpEq) return line2<fn::CmpEq, int64_t>;
-      if (op == Op::Where) return line3<fn::Where, int64_t>;
-      return nullptr;
+    case DType::I32: return pick_typed<int32_t>(op);
+    case DType::I64: return pick_typed<int64_t>(op);
   }
   return nullptr;
 }

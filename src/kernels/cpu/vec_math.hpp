@@ -1,4 +1,4 @@
-// exp, sigmoid, tanh and gelu written once over a vector-traits type V, step for step the
+// exp, sigmoid, tanh, gelu and gelu_tanh written once over a vector-traits type V, step for step the
 // operations of scalar_ops.hpp's definitions, so each lane gives exactly the scalar function's
 // bits (tests/vector_math_test.cpp compares every lane against it, over all 2^32 inputs when
 // SYNOROS_EXHAUSTIVE=1). Why not let the compiler vectorise the scalar source: it if-converts
@@ -18,7 +18,7 @@
 // a zero-masked vdivps), AVX2 with the integer bit tricks.
 #pragma once
 
-#include "kernels/cpu/scalar_ops.hpp"
+#include "ir/scalar_ops.hpp"
 
 namespace synoros::kernels::vmath {
 
@@ -93,6 +93,14 @@ template <class V>
 typename V::R gelu(typename V::R x) {
   auto e = erf<V>(V::mul(x, V::set(0.70710678118654752440f)));
   return V::mul(V::mul(V::set(0.5f), x), V::add(V::set(1.0f), e));
+}
+
+// fn::GeluTanh: (x/2) (1 + tanh(b (x + k x^3))), in the scalar source's order.
+template <class V>
+typename V::R gelu_tanh(typename V::R x) {
+  auto cube = V::mul(V::mul(x, x), x);
+  auto inner = V::mul(V::set(fn::kGeluBeta<float>), V::add(x, V::mul(V::set(fn::kGeluKappa<float>), cube)));
+  return V::mul(V::mul(V::set(0.5f), x), V::add(V::set(1.0f), tanh<V>(inner)));
 }
 
 }  // namespace synoros::kernels::vmath

@@ -1,14 +1,15 @@
-// The scalar definition of each elementwise op as the fast path computes it (float or double).
-// The same source is compiled for every ISA with -ffp-contract=off and explicit FMAs, so all
-// give the same bits. What each op gives for NaN, infinities and signed zeros is tabulated with
-// the op table (src/ir/op_table.cpp); comments here note where a definition's form carries a rule.
+// The scalar definition of each elementwise op (a SYNOROS_MAP row of ops.def): fn::Enum::f over
+// float is what the fast path computes, over double what the float64 oracle computes. The same
+// source is compiled for every ISA with -ffp-contract=off and explicit FMAs, so all give the same
+// bits. What each op gives for NaN, infinities and signed zeros is tabulated with
+// the op list (include/synoros/ops.def); comments here note where a definition's form carries a rule.
 #pragma once
 
 #include <bit>
 #include <cmath>
 #include <cstdint>
 
-namespace synoros::kernels::fn {
+namespace synoros::fn {
 
 // Every polynomial step below is an explicit fused multiply-add (std::fma): one rounding, the
 // same on every instruction set (the AVX2 and AVX-512 builds emit vfmadd; the scalar fallback
@@ -182,6 +183,18 @@ struct Tanh {
   static float f(float x) { return tanh_f32(x); }
   static double f(double x) { return std::tanh(x); }
 };
+// GPT-2's gelu, PyTorch's gelu(approximate="tanh"): x/2 (1 + tanh(b (x + k x^3))), b = sqrt(2/pi),
+// k = 0.044715, in PyTorch's order; its gradient g (d/dx), written as PyTorch's backward.
+template <class T>
+constexpr T kGeluBeta = T(0.79788456080286535588);
+template <class T>
+constexpr T kGeluKappa = T(0.044715);
+struct GeluTanh {
+  template <class T> static T f(T x) {
+    T inner = kGeluBeta<T> * (x + kGeluKappa<T> * (x * x * x));
+    return (T(0.5) * x) * (T(1) + Tanh::f(inner));
+  }
+};
 
 struct Add { template <class T> static T f(T a, T b) { return a + b; } };
 struct Sub { template <class T> static T f(T a, T b) { return a - b; } };
@@ -209,6 +222,19 @@ struct GeluGrad {
     return g * (cdf + x * pdf);
   }
 };
+struct GeluTanhGrad {
+  template <class T> static T f(T g, T x) {
+    T x_sq = x * x;
+    T t = Tanh::f(kGeluBeta<T> * (x + kGeluKappa<T> * (x_sq * x)));
+    T left = T(0.5) * x, right = T(1) + t;
+    T d_right = left * (T(1) - t * t) * kGeluBeta<T> * (T(1) + T(3) * kGeluKappa<T> * x_sq);
+    return g * (T(0.5) * right + d_right);
+  }
+};
 struct Where { template <class T> static T f(T c, T a, T b) { return c != T(0) ? a : b; } };
 
-}  // namespace synoros::kernels::fn
+}  // namespace synoros::fn
+
+namespace synoros::kernels {
+namespace fn = ::synoros::fn;
+}  // namespace synoros::kernels
