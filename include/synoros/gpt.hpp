@@ -27,9 +27,6 @@ struct GptConfig {
   int64_t parameter_count() const;
 };
 
-// GPT-2's tanh approximation of GELU (Hugging Face's "gelu_new").
-Tensor gelu_tanh(const Tensor& x);
-
 struct LoraAdapter;
 
 // GPT-2's projection: y = x W + b with W [in, out] (the transpose of Linear's layout), plus a

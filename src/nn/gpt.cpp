@@ -48,12 +48,6 @@ int64_t GptConfig::parameter_count() const {
   return vocab * C + context * C + layers * block + 2 * C;
 }
 
-Tensor gelu_tanh(const Tensor& x) {
-  const double k = std::sqrt(2.0 / M_PI);
-  Tensor inner = (x + (x * x * x) * 0.044715) * k;
-  return (x * 0.5) * (inner.tanh() + 1.0);
-}
-
 namespace {
 Tensor filled(Shape s, double v) {
   HostTensor h(DType::F32, std::move(s));
@@ -99,7 +93,7 @@ std::vector<Tensor> GptBlock::qkv(const Tensor& x) {
 
 Tensor GptBlock::finish(const Tensor& x, const Tensor& y) {
   Tensor r = x + attn_proj->forward(y);
-  return r + mlp_proj->forward(gelu_tanh(c_fc->forward(ln_2->forward(r))));
+  return r + mlp_proj->forward(c_fc->forward(ln_2->forward(r)).gelu_tanh());
 }
 
 Tensor GptBlock::forward(const Tensor& x) {
