@@ -13,13 +13,11 @@ using OracleIn = std::vector<const HostTensor*>;
 // Each op's shape and dtype rule (src/ir/shape_rules.cpp), VJP (src/autodiff/vjp.cpp: appends the
 // nodes computing each input's adjoint, kNoValue where none flows) and float64 oracle
 // (src/oracle/oracle_ops.cpp), declared from the op list. An elementwise map of N inputs shares
-// infer_mapN and oracle_mapN.
+// infer_mapN, and every map oracle_map.
 void infer_map1(const Graph&, Node&);
 void infer_map2(const Graph&, Node&);
 void infer_map3(const Graph&, Node&);
-HostTensor oracle_map1(const Node&, const OracleIn&);
-HostTensor oracle_map2(const Node&, const OracleIn&);
-HostTensor oracle_map3(const Node&, const OracleIn&);
+HostTensor oracle_map(const Node&, const OracleIn&);
 void no_vjp(Graph&, ValueId, ValueId, GradIn&);  // marks an op as not differentiable
 void vjp_none(Graph&, ValueId, ValueId, GradIn&);  // differentiable, with a zero gradient
 #define SYNOROS_OP(Enum, ident, arity, kind, infer, vjp, oracle, ...) \

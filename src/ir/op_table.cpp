@@ -40,7 +40,7 @@ constexpr OpInfo kOps[] = {
 #define SYNOROS_OP(Enum, ident, arity, kind, infer, vjp, oracle, cost, lower, props) \
   {Op::Enum, #ident, arity, OpKind::kind, infer, differentiable(vjp), oracle, cost, props},
 #define SYNOROS_MAP(Enum, ident, arity, vjp, flops, vec, staged, api, props)                        \
-  {Op::Enum, #ident, arity, OpKind::Elementwise, infer_map##arity, differentiable(vjp), oracle_map##arity, \
+  {Op::Enum, #ident, arity, OpKind::Elementwise, infer_map##arity, differentiable(vjp), oracle_map, \
    cost_map<flops>, unsigned(kMap | (props))},
 #include "synoros/ops.def"
 };

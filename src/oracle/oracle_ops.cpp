@@ -53,26 +53,6 @@ HostTensor oracle_leaf(const Node& n, const OracleIn&) {
   throw Error(std::string("oracle: leaf '") + n.name + "' must be fed, not evaluated");
 }
 
-// An elementwise map's oracle is its scalar definition over doubles (fn::Enum::f, scalar_ops.hpp).
-HostTensor oracle_map1(const Node& n, const OracleIn& in) {
-  double (*f)(double) = nullptr;
-  switch (n.op) {
-#define SYNOROS_MAP(Enum, ident, arity, ...) SYNOROS_ORACLE_CASE##arity(Enum)
-#define SYNOROS_ORACLE_CASE1(Enum) \
-  case Op::Enum: f = [](double x) { return fn::Enum::f(x); }; break;
-#define SYNOROS_ORACLE_CASE2(Enum)
-#define SYNOROS_ORACLE_CASE3(Enum)
-#include "synoros/ops.def"
-#undef SYNOROS_ORACLE_CASE1
-#undef SYNOROS_ORACLE_CASE2
-#undef SYNOROS_ORACLE_CASE3
-    default: throw Error(std::string("oracle: ") + op_name(n.op) + " is not a unary map");
-  }
-  HostTensor out = make_out(n);
-  for (int64_t i = 0; i < out.numel(); ++i) out.set(i, f(in[0]->get(i)));
-  return out;
-}
-
 HostTensor oracle_cast(const Node& n, const OracleIn& in) {
   HostTensor out = make_out(n);
   for (int64_t i = 0; i < out.numel(); ++i) {
@@ -82,48 +62,31 @@ HostTensor oracle_cast(const Node& n, const OracleIn& in) {
   return out;
 }
 
-HostTensor oracle_map2(const Node& n, const OracleIn& in) {
-  double (*f)(double, double) = nullptr;
-  switch (n.op) {
-#define SYNOROS_MAP(Enum, ident, arity, ...) SYNOROS_ORACLE_CASE##arity(Enum)
-#define SYNOROS_ORACLE_CASE2(Enum) \
-  case Op::Enum: f = [](double a, double b) { return fn::Enum::f(a, b); }; break;
-#define SYNOROS_ORACLE_CASE1(Enum)
-#define SYNOROS_ORACLE_CASE3(Enum)
-#include "synoros/ops.def"
-#undef SYNOROS_ORACLE_CASE1
-#undef SYNOROS_ORACLE_CASE2
-#undef SYNOROS_ORACLE_CASE3
-    default: throw Error(std::string("oracle: ") + op_name(n.op) + " is not a binary map");
-  }
-  HostTensor out = make_out(n);
-  for (int64_t i = 0; i < out.numel(); ++i) {
-    auto idx = unravel(i, n.shape);
-    out.set(i, f(in[0]->get(broadcast_source(idx, in[0]->shape)), in[1]->get(broadcast_source(idx, in[1]->shape))));
-  }
-  return out;
+// An elementwise map's oracle is its scalar definition over doubles (fn::Enum::f, scalar_ops.hpp).
+namespace {
+template <class F, int Arity>
+double apply_map(const double* x) {
+  if constexpr (Arity == 1) return F::f(x[0]);
+  else if constexpr (Arity == 2) return F::f(x[0], x[1]);
+  else return F::f(x[0], x[1], x[2]);
 }
-
-HostTensor oracle_map3(const Node& n, const OracleIn& in) {
-  double (*f)(double, double, double) = nullptr;
-  switch (n.op) {
-#define SYNOROS_MAP(Enum, ident, arity, ...) SYNOROS_ORACLE_CASE##arity(Enum)
-#define SYNOROS_ORACLE_CASE3(Enum) \
-  case Op::Enum: f = [](double c, double a, double b) { return fn::Enum::f(c, a, b); }; break;
-#define SYNOROS_ORACLE_CASE1(Enum)
-#define SYNOROS_ORACLE_CASE2(Enum)
+double map_scalar(Op op, const double* x) {
+  switch (op) {
+#define SYNOROS_MAP(Enum, ident, arity, ...) \
+  case Op::Enum: return apply_map<fn::Enum, arity>(x);
 #include "synoros/ops.def"
-#undef SYNOROS_ORACLE_CASE1
-#undef SYNOROS_ORACLE_CASE2
-#undef SYNOROS_ORACLE_CASE3
-    default: throw Error(std::string("oracle: ") + op_name(n.op) + " is not a ternary map");
+    default: throw Error(std::string("oracle: ") + op_name(op) + " is not an elementwise map");
   }
+}
+}  // namespace
+
+HostTensor oracle_map(const Node& n, const OracleIn& in) {
   HostTensor out = make_out(n);
+  double x[3];
   for (int64_t i = 0; i < out.numel(); ++i) {
     auto idx = unravel(i, n.shape);
-    double x[3];
-    for (size_t k = 0; k < 3; ++k) x[k] = in[k]->get(broadcast_source(idx, in[k]->shape));
-    out.set(i, f(x[0], x[1], x[2]));
+    for (size_t k = 0; k < in.size(); ++k) x[k] = in[k]->get(broadcast_source(idx, in[k]->shape));
+    out.set(i, map_scalar(n.op, x));
   }
   return out;
 }
