@@ -15,6 +15,10 @@
 
 namespace synoros {
 
+namespace passes {
+struct Placement;
+}
+
 // A fixed set of workers. Kernels split work into chunks whose boundaries depend only on the
 // problem, never on the number of threads, so results are identical for any pool size.
 class ThreadPool {
@@ -141,6 +145,7 @@ class Plan {
  private:
   struct Impl;
   void run_checked();
+  void bind_buffers(const passes::Placement& p);
   Graph graph_;
   std::vector<ValueId> outputs_;
   std::vector<Launch> launches_;

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "kernels/cpu/cpu_kernels.hpp"
 
 namespace synoros::passes {
 
@@ -98,8 +97,8 @@ std::vector<FusionGroup> fuse_elementwise(const Graph& g, const std::vector<bool
         if (g.shape(x) != g.shape(root) || g.dtype(x) != g.dtype(root)) continue;
         std::vector<ValueId> trial = members;
         trial.push_back(x);
-        if (trial.size() > size_t(kernels::kFuseMaxMembers) ||
-            count_externals(trial).size() > size_t(kernels::kFuseMaxExternals))
+        if (trial.size() > size_t(kFuseMaxMembers) ||
+            count_externals(trial).size() > size_t(kFuseMaxExternals))
           continue;
         members.push_back(x);
         taken[size_t(x)] = true;

@@ -9,6 +9,10 @@
 
 namespace synoros::passes {
 
+// The largest group the fused kernel takes (kernels::lower_group sizes its tables from these).
+constexpr int kFuseMaxMembers = 16;
+constexpr int kFuseMaxExternals = 8;
+
 struct FusionGroup {
   std::vector<ValueId> members;    // tape order; the last member is the group's output
   std::vector<ValueId> externals;  // values read from outside the group, first-use order

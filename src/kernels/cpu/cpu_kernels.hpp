@@ -2,6 +2,7 @@
 #pragma once
 
 #include "kernels/kernel_api.hpp"
+#include "passes/fusion.hpp"
 
 namespace synoros::kernels {
 
@@ -12,8 +13,9 @@ Launch lower_map(LowerCtx& c);       // elementwise unary/binary/ternary with br
 // broadcast against the output shape. Each block of output is computed instruction by
 // instruction through L1-resident scratch, so intermediates never reach memory. Every element
 // goes through the same scalar operations as unfused, so the bits are identical.
-constexpr int kFuseMaxMembers = 16;
-constexpr int kFuseMaxExternals = 8;
+// At most passes::kFuseMaxMembers members and kFuseMaxExternals externals.
+using passes::kFuseMaxMembers;
+using passes::kFuseMaxExternals;
 Launch lower_group(const Graph& g, const std::vector<ValueId>& members,
                    const std::vector<ValueId>& externals, const std::vector<void*>& ext_ptrs,
                    void* out, PlanStorage& storage);
