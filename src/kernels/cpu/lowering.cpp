@@ -107,3 +107,9 @@ Launch lower(LowerCtx& c) {
 }
 
 }  // namespace synoros::kernels
+
+namespace synoros {
+bool fast_mode() { return kernels::fast_kernels(); }
+void set_fast_mode(bool on) { kernels::set_fast_kernels(on); }
+}  // namespace synoros
+

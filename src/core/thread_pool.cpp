@@ -6,7 +6,6 @@
 #include "synoros/config.hpp"
 
 #include "synoros/runtime.hpp"
-#include "kernels/kernel_api.hpp"
 
 namespace synoros {
 
@@ -123,8 +122,6 @@ std::unique_ptr<ThreadPool>& pool_slot() {
 }  // namespace
 
 ThreadPool& default_pool() { return *pool_slot(); }
-bool fast_mode() { return kernels::fast_kernels(); }
-void set_fast_mode(bool on) { kernels::set_fast_kernels(on); }
 
 void set_num_threads(int n) {
   std::unique_ptr<ThreadPool> p = make_pool(n);  // the old pool stays if this throws
