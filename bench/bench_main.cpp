@@ -8,6 +8,7 @@
 
 #include "kernels/providers.hpp"
 #include "synoros/synoros.hpp"
+#include "synoros/tiny_mlp.hpp"
 
 namespace {
 using namespace synoros;

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "kernels/kernel_api.hpp"
+#include "synoros/tiny_mlp.hpp"
 #include "test_util.hpp"
 
 namespace synoros {

@@ -42,7 +42,7 @@ TEST(Gpt, LearnsAFixedBatch) {
   nn::GptConfig c = tiny();
   nn::Gpt m(c, 1);
   HostTensor x = tokens(c, 2), y = tokens(c, 3);
-  SGD opt(m.parameters(), 0.5);
+  optim::SGD opt(m.parameters(), 0.5);
   double first = 0, last = 0;
   for (int i = 0; i < 40; ++i) {
     Tensor loss = m.loss(Tensor::from(x), Tensor::from(y));

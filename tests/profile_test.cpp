@@ -1,6 +1,7 @@
 // Measure: the profiler times every launch and accounts for every op's FLOPs.
 #include <gtest/gtest.h>
 
+#include "synoros/tiny_mlp.hpp"
 #include "test_util.hpp"
 
 namespace synoros {

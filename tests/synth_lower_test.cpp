@@ -169,7 +169,7 @@ TEST(SynthLower, TrainsThroughTheTensorApi) {
   EXPECT_LT(var, 2.0);
   Tensor target = Tensor::randn(y0.shape(), 10);
   for (auto& t : w) t.requires_grad();
-  SGD opt(w, 0.05);
+  optim::SGD opt(w, 0.05);
   double first = 0, last = 0;
   for (int step = 0; step < 15; ++step) {
     Tensor loss = mse_loss(apply(syn.spec(), *conv, bind, x, w), target);

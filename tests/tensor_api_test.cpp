@@ -3,6 +3,7 @@
 
 #include <cstring>
 
+#include "synoros/tiny_mlp.hpp"
 #include "test_util.hpp"
 
 namespace synoros {
@@ -48,7 +49,7 @@ TEST(TensorApi, CompiledStepMatchesEagerStepBitForBit) {
   for (int it = 0; it < 5; ++it) {
     Tensor loss = mse_loss(eager.forward(Tensor::from(task.x)), Tensor::from(task.target));
     loss.backward();
-    SGD opt(eager.params(), 0.05);
+    optim::SGD opt(eager.params(), 0.05);
     opt.step();
     opt.zero_grad();
     double eager_loss = loss.item();
@@ -71,7 +72,7 @@ TEST(TensorApi, TracingLeavesEagerGradientsUntouched) {
 TEST(TensorApi, EagerLoopReusesCachedPlans) {
   TinyTask task(4);
   TinyMLP m(6);
-  SGD opt(m.params(), 0.01);
+  optim::SGD opt(m.params(), 0.01);
   auto step = [&] {
     mse_loss(m.forward(Tensor::from(task.x)), Tensor::from(task.target)).backward();
     opt.step();

@@ -49,7 +49,9 @@ class Module {
 
 using ModulePtr = std::shared_ptr<Module>;
 
-// ---- functional forms
+// ---- functional forms (also under nn::functional, PyTorch's torch.nn.functional)
+// x [..., in] @ weight[out, in]^T + bias [out] (bias may be undefined), as torch's F.linear.
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
 // x [N, C, H, W], w [O, C/groups, kh, kw], bias [O] or undefined.
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t stride = 1, int64_t padding = 0,
               int64_t dilation = 1, int64_t groups = 1);
@@ -58,6 +60,15 @@ Tensor avg_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t paddi
 Tensor adaptive_avg_pool2d(const Tensor& x, int64_t out_h, int64_t out_w);
 Tensor silu(const Tensor& x);
 Tensor flatten(const Tensor& x, int64_t start_dim = 1);
+namespace functional {
+using nn::adaptive_avg_pool2d;
+using nn::avg_pool2d;
+using nn::conv2d;
+using nn::flatten;
+using nn::linear;
+using nn::max_pool2d;
+using nn::silu;
+}  // namespace functional
 // Fraction-free accuracy helper: number of rows whose largest logit is at the label (ties count
 // for the first maximum, as torch.argmax).
 int64_t count_correct(const HostTensor& logits, const HostTensor& labels);

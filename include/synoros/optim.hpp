@@ -18,6 +18,8 @@ class Optimizer {
   // The same with the given gradients (one per parameter, in order; undefined: no update), e.g.
   // gradients accumulated over micro-batches. Clipping applies to them.
   void step(std::vector<Tensor> grads);
+  // Clears every parameter's accumulated gradient (torch's optimizer.zero_grad()).
+  void zero_grad();
   // Advances the step counter and rewrites the per-step scalars; call once before each run of
   // a compiled step (eager step() calls it itself).
   virtual void tick();

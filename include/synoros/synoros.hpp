@@ -8,7 +8,6 @@
 #include "synoros/oracle.hpp"
 #include "synoros/runtime.hpp"
 #include "synoros/tensor.hpp"
-#include "synoros/tiny_mlp.hpp"
 #include "synoros/gpt.hpp"
 #include "synoros/lora.hpp"
 #include "synoros/profile.hpp"

@@ -26,6 +26,10 @@ class Tensor {
   // A value embedded into plans as a constant (folded at compile time, never fed).
   static Tensor constant(HostTensor value);
   static Tensor zeros(Shape shape, DType t = DType::F32);
+  static Tensor ones(Shape shape, DType t = DType::F32);
+  static Tensor full(Shape shape, double value, DType t = DType::F32);
+  // 0, 1, ..., n - 1.
+  static Tensor arange(int64_t n, DType t = DType::F32);
   // N(0, std^2) from a seeded generator: the same seed gives the same bits everywhere.
   static Tensor randn(Shape shape, uint64_t seed, double std = 1.0);
   // U(-bound, bound), seeded.
@@ -70,6 +74,21 @@ class Tensor {
   Tensor cast(DType t) const;
   Tensor slice(int64_t axis, int64_t start, int64_t end) const;
   Tensor dropout(double p, uint64_t seed) const;
+  // PyTorch's clamp: min(max(x, lo), hi) (hi wins where lo > hi); NaN stays NaN; the gradient
+  // passes where lo <= x <= hi.
+  Tensor clamp(double lo, double hi) const;
+  Tensor clamp_min(double lo) const;
+  Tensor clamp_max(double hi) const;
+  // Drops axis if its size is 1 (else returns the tensor unchanged, as PyTorch); inserts a size-1
+  // axis at `axis` in [-rank - 1, rank].
+  Tensor squeeze(int64_t axis) const;
+  Tensor unsqueeze(int64_t axis) const;
+  // A copy: later assign()s to this tensor's storage do not reach it; the gradient flows through.
+  Tensor clone() const;
+  // torch.amin, and var/std with Bessel's correction by default (correction = 1).
+  Tensor min(std::vector<int64_t> axes = {}, bool keepdim = false) const;
+  Tensor var(std::vector<int64_t> axes = {}, int64_t correction = 1, bool keepdim = false) const;
+  Tensor std(std::vector<int64_t> axes = {}, int64_t correction = 1, bool keepdim = false) const;
   // Generic escape hatch: any op of the table with these attrs.
   static Tensor apply(Op op, const std::vector<Tensor>& in, const Attrs& attrs = {},
                       DType cast_to = DType::F32);
@@ -109,6 +128,15 @@ class Tensor {
 
 inline Tensor operator*(double s, const Tensor& t) { return t * s; }
 inline Tensor operator+(double s, const Tensor& t) { return t + s; }
+Tensor operator-(double s, const Tensor& t);
+Tensor operator/(double s, const Tensor& t);
+
+// cond != 0 ? a : b, broadcast (torch.where; cond of the branches' dtype).
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+// Joins tensors of one dtype and rank, equal but along `axis` (torch.cat); every element keeps its
+// bits, -0 included. stack: along a new axis.
+Tensor cat(const std::vector<Tensor>& tensors, int64_t axis = 0);
+Tensor stack(const std::vector<Tensor>& tensors, int64_t axis = 0);
 
 // einsum over one or two operands, e.g. einsum("bhtd,bhsd->bhts", {q, k}).
 Tensor einsum(const std::string& spec, const std::vector<Tensor>& operands);
@@ -123,18 +151,6 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets);
 
 // Realizes several tensors with one plan (shared work is computed once).
 void realize(const std::vector<Tensor>& ts);
-
-// Plain SGD (momentum and friends come with the training stack).
-class SGD {
- public:
-  SGD(std::vector<Tensor> params, double lr) : params_(std::move(params)), lr_(lr) {}
-  void step();
-  void zero_grad();
-
- private:
-  std::vector<Tensor> params_;
-  double lr_;
-};
 
 // A whole step (forward, backward, optimizer update) captured once and replayed on new inputs.
 class CompiledStep {

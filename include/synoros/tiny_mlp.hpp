@@ -7,9 +7,6 @@
 
 namespace synoros {
 
-// y = x @ w^T + b with PyTorch's layout (w is [out, in]).
-Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b);
-
 struct TinyMLP {
   static constexpr int64_t kBatch = 8, kIn = 16, kHidden = 32, kOut = 8;
   Tensor w1, b1, w2, b2;

@@ -50,6 +50,18 @@ Tensor Tensor::scalar(double v, DType t) {
 }
 Tensor Tensor::constant(HostTensor value) { return Tensor(leaf(std::move(value), true)); }
 Tensor Tensor::zeros(Shape shape, DType t) { return from(HostTensor(t, std::move(shape))); }
+Tensor Tensor::ones(Shape shape, DType t) { return full(std::move(shape), 1.0, t); }
+Tensor Tensor::full(Shape shape, double value, DType t) {
+  HostTensor h(t, std::move(shape));
+  for (int64_t i = 0; i < h.numel(); ++i) h.set(i, value);
+  return from(std::move(h));
+}
+Tensor Tensor::arange(int64_t n, DType t) {
+  if (n < 0) throw Error("arange: n must be >= 0, got " + std::to_string(n));
+  HostTensor h(t, {n});
+  for (int64_t i = 0; i < n; ++i) h.set(i, double(i));
+  return from(std::move(h));
+}
 Tensor Tensor::randn(Shape shape, uint64_t seed, double std) {
   HostTensor h(DType::F32, std::move(shape));
   std::mt19937_64 rng(seed);
@@ -156,6 +168,101 @@ Tensor Tensor::dropout(double p, uint64_t seed) const {
   return apply(Op::Dropout, {*this}, at);
 }
 
+// Selections rather than max/min, whose gradients split at ties: PyTorch's clamp passes the whole
+// gradient at the bounds.
+Tensor Tensor::clamp_min(double lo) const {
+  Tensor b = sc(*this, lo);
+  return where(bin(Op::CmpLt, *this, b), b, *this);
+}
+Tensor Tensor::clamp_max(double hi) const {
+  Tensor b = sc(*this, hi);
+  return where(bin(Op::CmpLt, b, *this), b, *this);
+}
+Tensor Tensor::clamp(double lo, double hi) const { return clamp_min(lo).clamp_max(hi); }
+Tensor Tensor::squeeze(int64_t axis) const {
+  Shape s = shape();
+  int64_t r = int64_t(s.size());
+  if (axis < -r || axis >= r)
+    throw Error("squeeze: axis " + std::to_string(axis) + " is out of range for shape " + shape_str(s));
+  size_t a = size_t(axis < 0 ? axis + r : axis);
+  if (s[a] != 1) return *this;
+  s.erase(s.begin() + std::ptrdiff_t(a));
+  return reshape(s);
+}
+Tensor Tensor::unsqueeze(int64_t axis) const {
+  Shape s = shape();
+  int64_t r = int64_t(s.size());
+  if (axis < -r - 1 || axis > r)
+    throw Error("unsqueeze: axis " + std::to_string(axis) + " is out of range for shape " + shape_str(s));
+  s.insert(s.begin() + std::ptrdiff_t(axis < 0 ? axis + r + 1 : axis), 1);
+  return reshape(s);
+}
+Tensor Tensor::clone() const { return cast(dtype()); }
+Tensor Tensor::min(std::vector<int64_t> axes, bool keep) const { return -((-*this).max(std::move(axes), keep)); }
+Tensor Tensor::var(std::vector<int64_t> axes, int64_t correction, bool keep) const {
+  Tensor d = *this - mean(axes, true);
+  Graph g;  // the reduced element count, from the reduction's own axis rules
+  ValueId x = g.input(dtype(), shape(), "x");
+  int64_t n = numel() / std::max<int64_t>(1, synoros::numel(g.shape(g.sum(x, axes, true))));
+  // PyTorch divides by max(0, n - correction): a zero divisor gives inf or NaN, as there.
+  return (d * d).sum(std::move(axes), keep) * (1.0 / double(std::max<int64_t>(0, n - correction)));
+}
+Tensor Tensor::std(std::vector<int64_t> axes, int64_t correction, bool keep) const {
+  return var(std::move(axes), correction, keep).sqrt();
+}
+
+Tensor operator-(double s, const Tensor& t) { return sc(t, s) - t; }
+Tensor operator/(double s, const Tensor& t) { return sc(t, s) / t; }
+
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) { return Tensor::apply(Op::Where, {cond, a, b}); }
+
+Tensor cat(const std::vector<Tensor>& ts, int64_t axis) {
+  if (ts.empty()) throw Error("cat: no tensors");
+  const Shape& s0 = ts[0].shape();
+  int64_t r = int64_t(s0.size());
+  if (r == 0) throw Error("cat: zero-dimensional tensors cannot be joined");
+  if (axis < -r || axis >= r) throw Error("cat: axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(r));
+  size_t a = size_t(axis < 0 ? axis + r : axis);
+  int64_t total = 0;
+  for (const Tensor& t : ts) {
+    Shape s = t.shape();
+    if (t.dtype() != ts[0].dtype() || s.size() != s0.size())
+      throw Error("cat: " + shape_str(s) + " " + dtype_name(t.dtype()) + " does not join " + shape_str(s0) + " " + dtype_name(ts[0].dtype()));
+    s[a] = s0[a];
+    if (s != s0) throw Error("cat: shapes " + shape_str(s0) + " and " + shape_str(t.shape()) + " differ off axis " + std::to_string(a));
+    total += t.shape()[a];
+  }
+  // Each piece padded to the whole, then selected where it lies: a select copies bits (a sum
+  // with the zero padding would turn -0 into +0).
+  Tensor out;
+  int64_t at = 0;
+  Shape mshape(s0.size(), 1);
+  mshape[a] = total;
+  for (const Tensor& t : ts) {
+    int64_t len = t.shape()[a];
+    Attrs pad;
+    pad.ints = {int64_t(a), at, total - at - len};
+    Tensor piece = Tensor::apply(Op::Pad, {t}, pad);
+    if (!out.defined()) {
+      out = piece;
+    } else {
+      HostTensor mask(t.dtype(), mshape);
+      for (int64_t i = at; i < at + len; ++i) mask.set(i, 1.0);
+      out = where(Tensor::constant(std::move(mask)), piece, out);
+    }
+    at += len;
+  }
+  return out;
+}
+Tensor stack(const std::vector<Tensor>& ts, int64_t axis) {
+  if (ts.empty()) throw Error("stack: no tensors");
+  int64_t r = int64_t(ts[0].shape().size());
+  if (axis < -r - 1 || axis > r) throw Error("stack: axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(r));
+  std::vector<Tensor> u;
+  for (const Tensor& t : ts) u.push_back(t.unsqueeze(axis));
+  return cat(u, axis < 0 ? axis + r + 1 : axis);
+}
+
 Tensor einsum(const std::string& spec, const std::vector<Tensor>& operands) {
   Attrs at;
   at.spec = spec;
@@ -254,22 +361,6 @@ void Tensor::assign(const Tensor& v) {
   const HostTensor& nv = *need(v).value;
   std::memcpy(t.value->buffer->data(), nv.buffer->data(), nv.bytes());
   t.value->buffer->mark_modified();
-}
-
-void SGD::step() {
-  std::vector<Tensor> news;
-  for (Tensor& p : params_) {
-    if (!p.grad().defined()) continue;
-    news.push_back(p - p.grad() * lr_);
-  }
-  if (!trace_state().active) realize(news);
-  size_t k = 0;
-  for (Tensor& p : params_)
-    if (p.grad().defined()) p.assign(news[k++]);
-}
-
-void SGD::zero_grad() {
-  for (Tensor& p : params_) p.zero_grad();
 }
 
 }  // namespace synoros

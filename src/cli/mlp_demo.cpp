@@ -10,6 +10,7 @@
 #include "cli/commands.hpp"
 #include "kernels/kernel_api.hpp"
 #include "synoros/synoros.hpp"
+#include "synoros/tiny_mlp.hpp"
 
 namespace synoros::cli {
 

@@ -8,6 +8,7 @@
 #include "kernels/providers.hpp"
 #include "synoros/search.hpp"
 #include "synoros/synoros.hpp"
+#include "synoros/tiny_mlp.hpp"
 
 namespace synoros::cli {
 

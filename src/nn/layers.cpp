@@ -27,14 +27,17 @@ Linear::Linear(int64_t in, int64_t out, bool has_bias, uint64_t seed) {
   if (has_bias) bias = register_parameter("bias", Tensor::uniform({out}, seed + 0x9e37, bound));
 }
 
-Tensor Linear::forward(const Tensor& x) {
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   const Shape& s = x.shape();
+  if (weight.shape().size() != 2) throw Error("linear: weight must be [out, in], got " + shape_str(weight.shape()));
   if (s.empty() || s.back() != weight.shape()[1])
-    throw Error("Linear: input " + shape_str(s) + " does not end in " + std::to_string(weight.shape()[1]) + " features");
-  if (s.size() > 8) throw Error("Linear: input rank " + std::to_string(s.size()) + " is above 8");
+    throw Error("linear: input " + shape_str(s) + " does not end in " + std::to_string(weight.shape()[1]) + " features");
+  if (s.size() > 8) throw Error("linear: input rank " + std::to_string(s.size()) + " is above 8");
   Tensor y = einsum(linear_spec(s.size()), {x, weight});
   return bias.defined() ? y + bias : y;
 }
+
+Tensor Linear::forward(const Tensor& x) { return linear(x, weight, bias); }
 
 Conv2d::Conv2d(int64_t in, int64_t out, int64_t k, uint64_t seed, int64_t s, int64_t p, int64_t d, int64_t g, bool has_bias)
     : stride(s), padding(p), dilation(d), groups(g) {

@@ -35,6 +35,10 @@ void Optimizer::set_lr(double lr) {
 
 void Optimizer::tick() { ++t_; }
 
+void Optimizer::zero_grad() {
+  for (Tensor& p : params_) p.zero_grad();
+}
+
 void Optimizer::step() {
   std::vector<Tensor> grads;
   for (const Tensor& p : params_) grads.push_back(p.grad());

@@ -1,15 +1,11 @@
 #include "synoros/tiny_mlp.hpp"
 
+#include "synoros/nn.hpp"
+#include "synoros/optim.hpp"
+
 #include <cmath>
 
 namespace synoros {
-
-Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
-  if (x.shape().size() != 2) throw Error("linear: input must be [batch, in], got " + shape_str(x.shape()));
-  Attrs at;
-  at.spec = "mk,nk->mn";
-  return Tensor::apply(Op::Einsum, {x, w}, at) + b;
-}
 
 TinyMLP::TinyMLP(uint64_t seed) {
   w1 = Tensor::uniform({kHidden, kIn}, seed, 1.0 / std::sqrt(double(kIn)));
@@ -19,7 +15,7 @@ TinyMLP::TinyMLP(uint64_t seed) {
   for (Tensor* p : {&w1, &b1, &w2, &b2}) p->requires_grad();
 }
 
-Tensor TinyMLP::forward(const Tensor& x) const { return linear(linear(x, w1, b1).relu(), w2, b2); }
+Tensor TinyMLP::forward(const Tensor& x) const { return nn::linear(nn::linear(x, w1, b1).relu(), w2, b2); }
 
 namespace {
 std::vector<std::pair<DType, Shape>> tiny_args() {
@@ -44,7 +40,7 @@ CompiledStep compile_tiny_mlp_sgd(TinyMLP& m, double lr) {
       [&m, lr](const std::vector<Tensor>& a) {
         Tensor loss = mse_loss(m.forward(a[0]), a[1]);
         loss.backward();
-        SGD opt(m.params(), lr);
+        optim::SGD opt(m.params(), lr);
         opt.step();
         return std::vector<Tensor>{loss};
       },
