@@ -17,6 +17,20 @@ namespace synoros::fn {
 // keeps the compiler from fusing anything else.
 inline float fmaf_(float a, float b, float c) { return __builtin_fmaf(a, b, c); }
 
+// Horner's scheme in z, highest coefficient first: one fused step per coefficient (vec_math.hpp's
+// poly is the same steps over vectors).
+template <class... C>
+inline float horner(float z, float c0, C... cs) {
+  float p = c0;
+  ((p = fmaf_(p, z, cs)), ...);
+  return p;
+}
+// x clamped to [-lim, lim]; NaN passes (the comparisons are false).
+inline float clamp_abs(float x, float lim) {
+  float c = x > lim ? lim : x;
+  return c < -lim ? -lim : c;
+}
+
 // float32 exp with a fixed polynomial (Cephes' expf coefficients): only IEEE +, -, *, fma,
 // integer shifts and conversions, branch-free, so it vectorises and gives the same bits on every
 // ISA. Accurate to about 1 ulp; NaN propagates, overflow gives inf, underflow is gradual down to 0.
@@ -26,12 +40,8 @@ inline float exp_f32(float x) {
   float n = fmaf_(xc, 1.44269504088896341f, 12582912.0f) - 12582912.0f;  // round to nearest
   float r = fmaf_(n, -0.693359375f, xc);
   r = fmaf_(n, 2.12194440e-4f, r);
-  float p = 1.9875691500e-4f;
-  p = fmaf_(p, r, 1.3981999507e-3f);
-  p = fmaf_(p, r, 8.3334519073e-3f);
-  p = fmaf_(p, r, 4.1665795894e-2f);
-  p = fmaf_(p, r, 1.6666665459e-1f);
-  p = fmaf_(p, r, 5.0000001201e-1f);
+  float p = horner(r, 1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f,
+                   1.6666665459e-1f, 5.0000001201e-1f);
   float e = fmaf_(p, r * r, r) + 1.0f;
   // Scale by 2^n in two halves so every intermediate stays a normal float.
   int32_t ni = static_cast<int32_t>(n);
@@ -75,22 +85,13 @@ inline float sigmoid_f32(float x) {
 // 7.9, the fit's own end, they give 1 - 3 ulp). Near 0 it is x (p/q = x (1 - 1.3e-7)); NaN
 // passes the clamps (the comparisons are false) and stays NaN.
 inline float tanh_f32(float x) {
-  const float lim = 8.7f;
-  float c = x > lim ? lim : x;
-  c = c < -lim ? -lim : c;
+  float c = clamp_abs(x, 8.7f);
   float z = c * c;
-  float p = -2.76076847742355e-16f;
-  p = fmaf_(p, z, 2.00018790482477e-13f);
-  p = fmaf_(p, z, -8.60467152213735e-11f);
-  p = fmaf_(p, z, 5.12229709037114e-08f);
-  p = fmaf_(p, z, 1.48572235717979e-05f);
-  p = fmaf_(p, z, 6.37261928875436e-04f);
-  p = fmaf_(p, z, 4.89352455891786e-03f);
-  p = p * c;
-  float q = 1.19825839466702e-06f;
-  q = fmaf_(q, z, 1.18534705686654e-04f);
-  q = fmaf_(q, z, 2.26843463243900e-03f);
-  q = fmaf_(q, z, 4.89352518554385e-03f);
+  float p = horner(z, -2.76076847742355e-16f, 2.00018790482477e-13f, -8.60467152213735e-11f,
+                   5.12229709037114e-08f, 1.48572235717979e-05f, 6.37261928875436e-04f,
+                   4.89352455891786e-03f) * c;
+  float q = horner(z, 1.19825839466702e-06f, 1.18534705686654e-04f, 2.26843463243900e-03f,
+                   4.89352518554385e-03f);
   return p / q;
 }
 
@@ -107,15 +108,9 @@ inline float log_f32(float x) {
   float f = lo ? (m + m) - 1.0f : m - 1.0f;
   float ef = float(lo ? e - 1 : e) - (tiny ? 23.0f : 0.0f);
   float z = f * f;
-  float p = 7.0376836292e-2f;
-  p = fmaf_(p, f, -1.1514610310e-1f);
-  p = fmaf_(p, f, 1.1676998740e-1f);
-  p = fmaf_(p, f, -1.2420140846e-1f);
-  p = fmaf_(p, f, 1.4249322787e-1f);
-  p = fmaf_(p, f, -1.6668057665e-1f);
-  p = fmaf_(p, f, 2.0000714765e-1f);
-  p = fmaf_(p, f, -2.4999993993e-1f);
-  p = fmaf_(p, f, 3.3333331174e-1f);
+  float p = horner(f, 7.0376836292e-2f, -1.1514610310e-1f, 1.1676998740e-1f, -1.2420140846e-1f,
+                   1.4249322787e-1f, -1.6668057665e-1f, 2.0000714765e-1f, -2.4999993993e-1f,
+                   3.3333331174e-1f);
   float y = p * f * z;
   y = fmaf_(ef, -2.12194440e-4f, y);
   y = fmaf_(-0.5f, z, y);
@@ -133,22 +128,13 @@ inline float log_f32(float x) {
 // NaN stays NaN.
 constexpr float kErfLimit = 0x1.d62674p+1f;
 inline float erf_f32(float x) {
-  float c = x > kErfLimit ? kErfLimit : x;
-  c = c < -kErfLimit ? -kErfLimit : c;
+  float c = clamp_abs(x, kErfLimit);
   float z = c * c;
-  float p = -2.72614225801306e-10f;
-  p = fmaf_(p, z, 2.77068142495902e-08f);
-  p = fmaf_(p, z, -2.10102402082508e-06f);
-  p = fmaf_(p, z, -5.69250639462346e-05f);
-  p = fmaf_(p, z, -7.34990630326855e-04f);
-  p = fmaf_(p, z, -2.95459980854025e-03f);
-  p = fmaf_(p, z, -1.60960333262415e-02f);
-  p = p * c;
-  float q = -1.45660718464996e-05f;
-  q = fmaf_(q, z, -2.13374055278905e-04f);
-  q = fmaf_(q, z, -1.68282697438203e-03f);
-  q = fmaf_(q, z, -7.37332916720468e-03f);
-  q = fmaf_(q, z, -1.42647390514189e-02f);
+  float p = horner(z, -2.72614225801306e-10f, 2.77068142495902e-08f, -2.10102402082508e-06f,
+                   -5.69250639462346e-05f, -7.34990630326855e-04f, -2.95459980854025e-03f,
+                   -1.60960333262415e-02f) * c;
+  float q = horner(z, -1.45660718464996e-05f, -2.13374055278905e-04f, -1.68282697438203e-03f,
+                   -7.37332916720468e-03f, -1.42647390514189e-02f);
   float y = p / q;
   return x != x ? x : y;
 }
