@@ -46,10 +46,9 @@ TEST(TensorOps, SqueezeUnsqueezeAndClone) {
   EXPECT_EQ(x.unsqueeze(3).shape(), (Shape{2, 1, 3, 1}));
   EXPECT_THROW(x.unsqueeze(5), Error);
   EXPECT_THROW(x.squeeze(3), Error);
-  // A clone keeps its values when the original's storage is overwritten.
+  // A clone keeps the values it was taken with when the original's storage is overwritten.
   Tensor w = Tensor::from({1.0f, -0.0f, 3.0f}, {3});
   Tensor c = w.clone();
-  realize({c});
   w.assign(Tensor::full({3}, 7.0));
   std::vector<float> cv = vals(c);
   EXPECT_EQ(cv[0], 1.0f);
@@ -90,6 +89,23 @@ TEST(TensorOps, AminVarStdMatchFloat64) {
   for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(g[i], gw[i], 1e-6) << i;
 }
 
+// PyTorch's gelu(approximate="tanh") and its backward in float64 (torch 1.13, printed once).
+TEST(TensorOps, GeluTanhMatchesPyTorch) {
+  const std::vector<double> x = {-3, -1, -0.5, 0, 0.5, 1, 3};
+  const std::vector<double> y = {-0.0036373920817729943, -0.15880800939172324, -0.15428599017485606, 0.0,
+                                 0.34571400982514394, 0.8411919906082768, 2.996362607918227};
+  const std::vector<double> dy = {-0.011584166630969648, -0.08296408384578252, 0.13263009646535764, 0.5,
+                                  0.8673699035346424, 1.0829640838457826, 1.0115841666309695};
+  std::vector<float> xf(x.begin(), x.end());
+  Tensor t = Tensor::from(xf, {7});
+  std::vector<float> got = vals(t.gelu_tanh());
+  std::vector<float> g = grad_of(Tensor::from(xf, {7}), [](const Tensor& u) { return u.gelu_tanh(); }, Tensor::scalar(1.0));
+  for (size_t i = 0; i < x.size(); ++i) {
+    EXPECT_NEAR(got[i], y[i], 2e-7 + 2e-5 * std::fabs(y[i])) << "x = " << x[i];
+    EXPECT_NEAR(g[i], dy[i], 2e-7 + 2e-5 * std::fabs(dy[i])) << "x = " << x[i];
+  }
+}
+
 TEST(TensorOps, FactoriesAndScalarFirstArithmetic) {
   EXPECT_EQ(vals(Tensor::ones({2, 2})), (std::vector<float>{1, 1, 1, 1}));
   EXPECT_EQ(vals(Tensor::full({3}, -2.5)), (std::vector<float>{-2.5f, -2.5f, -2.5f}));
@@ -121,7 +137,6 @@ TEST(TensorOps, WhereCatAndStack) {
   EXPECT_THROW(cat({p, r}, 0), Error);
   EXPECT_THROW(cat({}, 0), Error);
   EXPECT_THROW(cat({p, Tensor::arange(2, DType::I64).reshape({1, 2})}, 0), Error);
-  std::vector<int64_t> cint = {0, 1, 2, 3};
   EXPECT_EQ(vals(cat({Tensor::arange(2, DType::I64), Tensor::arange(2, DType::I64)}, 0).cast(DType::F32)),
             (std::vector<float>{0, 1, 0, 1}));
 
@@ -130,6 +145,12 @@ TEST(TensorOps, WhereCatAndStack) {
   EXPECT_EQ(vals(s), (std::vector<float>{1, 2, 2, 4, 3, 6}));
   EXPECT_EQ(stack({a, a}, -1).shape(), (Shape{3, 2}));
   EXPECT_EQ(stack({a, a}).shape(), (Shape{2, 3}));
+  std::vector<Tensor> five;  // joined as a tree: every piece lands in its place
+  for (int k = 0; k < 5; ++k) five.push_back(Tensor::full({1, k + 1}, double(k)));
+  std::vector<float> v5 = vals(cat(five, 1));
+  ASSERT_EQ(v5.size(), 15u);
+  for (int k = 0, i = 0; k < 5; ++k)
+    for (int j = 0; j <= k; ++j, ++i) EXPECT_EQ(v5[size_t(i)], float(k)) << i;
 
   // The gradient of each piece is its slice of the upstream gradient.
   Tensor pa = Tensor::from({1.0f, 2.0f, 3.0f, 4.0f}, {2, 2});

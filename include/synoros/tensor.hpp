@@ -75,7 +75,7 @@ class Tensor {
   Tensor slice(int64_t axis, int64_t start, int64_t end) const;
   Tensor dropout(double p, uint64_t seed) const;
   // PyTorch's clamp: min(max(x, lo), hi) (hi wins where lo > hi); NaN stays NaN; the gradient
-  // passes where lo <= x <= hi.
+  // passes where lo <= x <= hi, and (unlike PyTorch's) at a NaN x.
   Tensor clamp(double lo, double hi) const;
   Tensor clamp_min(double lo) const;
   Tensor clamp_max(double hi) const;
@@ -83,7 +83,9 @@ class Tensor {
   // axis at `axis` in [-rank - 1, rank].
   Tensor squeeze(int64_t axis) const;
   Tensor unsqueeze(int64_t axis) const;
-  // A copy: later assign()s to this tensor's storage do not reach it; the gradient flows through.
+  // A copy, taken when called (inside compile(), when the step runs): later assign()s to this
+  // tensor's storage do not reach it; the gradient flows through. (A clone of a tensor that
+  // requires grad reads as modified once that tensor is assigned; detach() it to keep using it.)
   Tensor clone() const;
   // torch.amin, and var/std with Bessel's correction by default (correction = 1).
   Tensor min(std::vector<int64_t> axes = {}, bool keepdim = false) const;

@@ -182,6 +182,7 @@ Tensor Tensor::clamp(double lo, double hi) const { return clamp_min(lo).clamp_ma
 Tensor Tensor::squeeze(int64_t axis) const {
   Shape s = shape();
   int64_t r = int64_t(s.size());
+  if (r == 0 && (axis == 0 || axis == -1)) return *this;  // as PyTorch
   if (axis < -r || axis >= r)
     throw Error("squeeze: axis " + std::to_string(axis) + " is out of range for shape " + shape_str(s));
   size_t a = size_t(axis < 0 ? axis + r : axis);
@@ -197,7 +198,11 @@ Tensor Tensor::unsqueeze(int64_t axis) const {
   s.insert(s.begin() + std::ptrdiff_t(axis < 0 ? axis + r + 1 : axis), 1);
   return reshape(s);
 }
-Tensor Tensor::clone() const { return cast(dtype()); }
+Tensor Tensor::clone() const {
+  Tensor c = cast(dtype());
+  if (!trace_state().active) realize({c});  // the copy is taken now, as PyTorch's
+  return c;
+}
 Tensor Tensor::min(std::vector<int64_t> axes, bool keep) const { return -((-*this).max(std::move(axes), keep)); }
 Tensor Tensor::var(std::vector<int64_t> axes, int64_t correction, bool keep) const {
   Tensor d = *this - mean(axes, true);
@@ -205,7 +210,7 @@ Tensor Tensor::var(std::vector<int64_t> axes, int64_t correction, bool keep) con
   ValueId x = g.input(dtype(), shape(), "x");
   int64_t n = numel() / std::max<int64_t>(1, synoros::numel(g.shape(g.sum(x, axes, true))));
   // PyTorch divides by max(0, n - correction): a zero divisor gives inf or NaN, as there.
-  return (d * d).sum(std::move(axes), keep) * (1.0 / double(std::max<int64_t>(0, n - correction)));
+  return (d * d).sum(std::move(axes), keep) / double(std::max<int64_t>(0, n - correction));
 }
 Tensor Tensor::std(std::vector<int64_t> axes, int64_t correction, bool keep) const {
   return var(std::move(axes), correction, keep).sqrt();
@@ -223,36 +228,33 @@ Tensor cat(const std::vector<Tensor>& ts, int64_t axis) {
   if (r == 0) throw Error("cat: zero-dimensional tensors cannot be joined");
   if (axis < -r || axis >= r) throw Error("cat: axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(r));
   size_t a = size_t(axis < 0 ? axis + r : axis);
-  int64_t total = 0;
   for (const Tensor& t : ts) {
     Shape s = t.shape();
     if (t.dtype() != ts[0].dtype() || s.size() != s0.size())
       throw Error("cat: " + shape_str(s) + " " + dtype_name(t.dtype()) + " does not join " + shape_str(s0) + " " + dtype_name(ts[0].dtype()));
     s[a] = s0[a];
     if (s != s0) throw Error("cat: shapes " + shape_str(s0) + " and " + shape_str(t.shape()) + " differ off axis " + std::to_string(a));
-    total += t.shape()[a];
   }
-  // Each piece padded to the whole, then selected where it lies: a select copies bits (a sum
-  // with the zero padding would turn -0 into +0).
-  Tensor out;
-  int64_t at = 0;
-  Shape mshape(s0.size(), 1);
-  mshape[a] = total;
-  for (const Tensor& t : ts) {
-    int64_t len = t.shape()[a];
-    Attrs pad;
-    pad.ints = {int64_t(a), at, total - at - len};
-    Tensor piece = Tensor::apply(Op::Pad, {t}, pad);
-    if (!out.defined()) {
-      out = piece;
-    } else {
-      HostTensor mask(t.dtype(), mshape);
-      for (int64_t i = at; i < at + len; ++i) mask.set(i, 1.0);
-      out = where(Tensor::constant(std::move(mask)), piece, out);
-    }
-    at += len;
-  }
-  return out;
+  // Halves joined pairwise: each padded to their sum and selected where it lies (a select copies
+  // bits; a sum with the zero padding would turn -0 into +0). log2(pieces) levels of full-size
+  // work, not one per piece.
+  auto pad = [a](const Tensor& t, int64_t before, int64_t after) {
+    Attrs at;
+    at.ints = {int64_t(a), before, after};
+    return Tensor::apply(Op::Pad, {t}, at);
+  };
+  std::function<Tensor(size_t, size_t)> join = [&](size_t lo, size_t hi) -> Tensor {
+    if (hi - lo == 1) return ts[lo];
+    size_t mid = (lo + hi) / 2;
+    Tensor left = join(lo, mid), right = join(mid, hi);
+    int64_t nl = left.shape()[a], nr = right.shape()[a];
+    Shape mshape(s0.size(), 1);
+    mshape[a] = nl + nr;
+    HostTensor mask(left.dtype(), mshape);
+    for (int64_t i = nl; i < nl + nr; ++i) mask.set(i, 1.0);
+    return where(Tensor::constant(std::move(mask)), pad(right, nl, 0), pad(left, 0, nr));
+  };
+  return join(0, ts.size());
 }
 Tensor stack(const std::vector<Tensor>& ts, int64_t axis) {
   if (ts.empty()) throw Error("stack: no tensors");

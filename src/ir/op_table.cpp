@@ -34,7 +34,13 @@ Cost cost_einsum(const Graph& g, const Node& n) {
   return {2 * iters, in_bytes(g, n) + out_bytes(n)};
 }
 
-constexpr auto differentiable = [](auto f) { return f == no_vjp ? nullptr : f; };
+// 1 where a row's vjp column is no_vjp (not differentiable), else 0: decided by the preprocessor,
+// since comparing function addresses is not a constant expression under -fsanitize=undefined.
+#define SYNOROS_SECOND_(a, b, ...) b
+#define SYNOROS_SECOND(...) SYNOROS_SECOND_(__VA_ARGS__)
+#define SYNOROS_NOT_DIFFERENTIABLE_no_vjp ~, 1
+#define SYNOROS_NOT_DIFFERENTIABLE(vjp) SYNOROS_SECOND(SYNOROS_NOT_DIFFERENTIABLE_##vjp, 0, ~)
+#define differentiable(vjp) (SYNOROS_NOT_DIFFERENTIABLE(vjp) ? nullptr : vjp)
 
 constexpr OpInfo kOps[] = {
 #define SYNOROS_OP(Enum, ident, arity, kind, infer, vjp, oracle, cost, lower, props) \

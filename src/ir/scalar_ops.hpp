@@ -213,7 +213,8 @@ struct GeluTanhGrad {
     T x_sq = x * x;
     T t = Tanh::f(kGeluBeta<T> * (x + kGeluKappa<T> * (x_sq * x)));
     T left = T(0.5) * x, right = T(1) + t;
-    T d_right = left * (T(1) - t * t) * kGeluBeta<T> * (T(1) + T(3) * kGeluKappa<T> * x_sq);
+    T inner_d = kGeluBeta<T> * (T(1) + T(3) * kGeluKappa<T> * x_sq);
+    T d_right = left * (T(1) - t * t) * inner_d;
     return g * (T(0.5) * right + d_right);
   }
 };

@@ -1,6 +1,10 @@
 // The float64 oracle: the plainest possible definition of every op, written with multi-index
-// loops and no cleverness. It shares with the kernels only what defines an op: each elementwise
-// map's double definition (ir/scalar_ops.hpp, the float path has its own) and the dropout RNG.
+// loops and no cleverness. It shares with the kernels what defines an op: the dropout RNG, and
+// each elementwise map's double definition (ir/scalar_ops.hpp). Maps with a float definition of
+// their own (exp, log, gelu, sigmoid, tanh and their relatives: polynomials) are checked against
+// an independent formula; for the rest the float kernel is the same formula in float, so the op
+// cases check broadcasting, fusion and every ISA's lines, and the formula itself is checked
+// against PyTorch (tests/nan_rules_test.cpp, tests/tensor_ops_test.cpp).
 #include <algorithm>
 #include <cmath>
 #include <limits>

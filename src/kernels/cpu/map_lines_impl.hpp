@@ -68,15 +68,20 @@ void vline1(void* out, const void* const* in, const int64_t* s, int64_t n) {
   for (; i + VecF::kLanes <= n; i += VecF::kLanes) VecF::store(o + i, Vf(VecF::load(a + i)));
   if (i < n) VecF::store_n(o + i, Vf(VecF::load_n(a + i, n - i)), n - i);
 }
+// The line of a vector form, or none where the row names none (nullptr): a specialisation,
+// since comparing function addresses is not a constant expression under -fsanitize=undefined.
 template <class F, auto Vf>
-LineFn vec_line() {
-  if constexpr (Vf == nullptr) return nullptr;
-  else return vline1<F, Vf>;
-}
+struct VecLine {
+  static LineFn get() { return vline1<F, Vf>; }
+};
+template <class F>
+struct VecLine<F, nullptr> {
+  static LineFn get() { return nullptr; }
+};
 LineFn pick_vec_math(Op op) {
   switch (op) {
 #define SYNOROS_MAP(Enum, ident, arity, vjp, flops, vec, staged, api, props) \
-  case Op::Enum: return arity == 1 ? vec_line<fn::Enum, vec>() : nullptr;
+  case Op::Enum: return arity == 1 ? VecLine<fn::Enum, vec>::get() : nullptr;
 #include "synoros/ops.def"
     default: return nullptr;
   }
@@ -199,16 +204,21 @@ void sline2(void* out, const void* const* in, const int64_t* s, int64_t n, const
 }
 
 template <class F, int Arity, auto Vf>
-StagedLineFn staged_line() {
-  if constexpr (Vf == nullptr) return nullptr;
-  else if constexpr (Arity == 1) return sline1<F, Vf>;
-  else return sline2<F, Vf>;
-}
+struct StagedLine {
+  static StagedLineFn get() {
+    if constexpr (Arity == 1) return sline1<F, Vf>;
+    else return sline2<F, Vf>;
+  }
+};
+template <class F, int Arity>
+struct StagedLine<F, Arity, nullptr> {
+  static StagedLineFn get() { return nullptr; }
+};
 StagedLineFn pick_staged(Op op, DType t) {
   if (t != DType::F32) return nullptr;
   switch (op) {
 #define SYNOROS_MAP(Enum, ident, arity, vjp, flops, vec, staged, api, props) \
-  case Op::Enum: return staged_line<fn::Enum, arity, staged>();
+  case Op::Enum: return StagedLine<fn::Enum, arity, staged>::get();
 #include "synoros/ops.def"
     default: return nullptr;
   }
