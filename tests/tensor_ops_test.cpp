@@ -116,6 +116,11 @@ TEST(TensorOps, FactoriesAndScalarFirstArithmetic) {
   EXPECT_EQ(vals(2.0 - x), (std::vector<float>{1, -2}));
   EXPECT_EQ(vals(1.0 / x), (std::vector<float>{1, 0.25f}));
   EXPECT_EQ(vals(3.0 * x + 1.0), (std::vector<float>{4, 13}));
+  // Methods generated from the op list's rows.
+  Tensor s = Tensor::from({-4.0f, 0.25f}, {2});
+  EXPECT_EQ(vals(s.abs()), (std::vector<float>{4, 0.25f}));
+  EXPECT_EQ(vals(s.neg()), (std::vector<float>{4, -0.25f}));
+  EXPECT_EQ(vals(s.abs().rsqrt()), (std::vector<float>{0.5f, 2}));
 }
 
 TEST(TensorOps, WhereCatAndStack) {

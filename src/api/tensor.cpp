@@ -205,10 +205,9 @@ Tensor Tensor::clone() const {
 }
 Tensor Tensor::min(std::vector<int64_t> axes, bool keep) const { return -((-*this).max(std::move(axes), keep)); }
 Tensor Tensor::var(std::vector<int64_t> axes, int64_t correction, bool keep) const {
-  Tensor d = *this - mean(axes, true);
-  Graph g;  // the reduced element count, from the reduction's own axis rules
-  ValueId x = g.input(dtype(), shape(), "x");
-  int64_t n = numel() / std::max<int64_t>(1, synoros::numel(g.shape(g.sum(x, axes, true))));
+  Tensor m = mean(axes, true);
+  Tensor d = *this - m;
+  int64_t n = numel() / std::max<int64_t>(1, m.numel());  // elements per reduced group
   // PyTorch divides by max(0, n - correction): a zero divisor gives inf or NaN, as there.
   return (d * d).sum(std::move(axes), keep) / double(std::max<int64_t>(0, n - correction));
 }

@@ -40,13 +40,13 @@ Cost cost_einsum(const Graph& g, const Node& n) {
 #define SYNOROS_SECOND(...) SYNOROS_SECOND_(__VA_ARGS__)
 #define SYNOROS_NOT_DIFFERENTIABLE_no_vjp ~, 1
 #define SYNOROS_NOT_DIFFERENTIABLE(vjp) SYNOROS_SECOND(SYNOROS_NOT_DIFFERENTIABLE_##vjp, 0, ~)
-#define differentiable(vjp) (SYNOROS_NOT_DIFFERENTIABLE(vjp) ? nullptr : vjp)
+#define SYNOROS_DIFFERENTIABLE(vjp) (SYNOROS_NOT_DIFFERENTIABLE(vjp) ? nullptr : vjp)
 
 constexpr OpInfo kOps[] = {
 #define SYNOROS_OP(Enum, ident, arity, kind, infer, vjp, oracle, cost, lower, props) \
-  {Op::Enum, #ident, arity, OpKind::kind, infer, differentiable(vjp), oracle, cost, props},
+  {Op::Enum, #ident, arity, OpKind::kind, infer, SYNOROS_DIFFERENTIABLE(vjp), oracle, cost, props},
 #define SYNOROS_MAP(Enum, ident, arity, vjp, flops, vec, staged, api, props)                        \
-  {Op::Enum, #ident, arity, OpKind::Elementwise, infer_map##arity, differentiable(vjp), oracle_map, \
+  {Op::Enum, #ident, arity, OpKind::Elementwise, infer_map##arity, SYNOROS_DIFFERENTIABLE(vjp), oracle_map, \
    cost_map<flops>, unsigned(kMap | (props))},
 #include "synoros/ops.def"
 };
