@@ -4,6 +4,7 @@
 set -euo pipefail
 pkgs=("$@")
 [ ${#pkgs[@]} -gt 0 ] || pkgs=(build-essential cmake ninja-build libgtest-dev libbenchmark-dev libopenblas-dev python3
+      python3-dev python3-venv python3-numpy
       python3-torch python3-threadpoolctl zlib1g-dev nlohmann-json3-dev libdnnl-dev libxsmm-dev
       openmpi-bin libopenmpi-dev
       dataset-fashion-mnist fortunes)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs, builds with warnings as errors, runs every test, then runs the suite once more under
-# AddressSanitizer + UndefinedBehaviorSanitizer.
+# AddressSanitizer + UndefinedBehaviorSanitizer; then builds and installs the Python package with
+# pip into a fresh virtual environment and runs its tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install_deps.sh
@@ -8,6 +9,12 @@ jobs=$(nproc)
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DSYNOROS_WERROR=ON > /dev/null
 cmake --build build
 ctest --test-dir build --output-on-failure -j "$jobs"
+# The Python package, exactly as a user installs it (scikit-build-core and nanobind come from
+# PyPI); the environment sees Debian's NumPy and PyTorch, which the parity tests compare against.
+rm -rf build/venv
+/usr/bin/python3 -m venv --system-site-packages build/venv
+build/venv/bin/pip install -q ".[test]"
+(cd build && venv/bin/python -m pytest -q ../python/tests)
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSYNOROS_WERROR=ON \
       -DSYNOROS_SANITIZE=ON -DSYNOROS_BENCH=OFF > /dev/null
 cmake --build build-asan

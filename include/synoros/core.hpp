@@ -57,6 +57,14 @@ size_t live_buffer_bytes();
 class Buffer {
  public:
   Buffer(size_t bytes, Device device = {});
+  // Memory owned elsewhere (a NumPy array, a PyTorch tensor), kept alive by `owner` while the
+  // buffer lives. It must have the layout of the engine's own buffers: 64-byte aligned, its size
+  // rounded up to 64 bytes readable (kernels may load whole vectors); see borrowable().
+  Buffer(void* external, size_t bytes, std::shared_ptr<void> owner, Device device = {});
+  static bool borrowable(const void* p, size_t bytes) {
+    return reinterpret_cast<uintptr_t>(p) % 64 == 0 && bytes % 64 == 0 && bytes > 0;
+  }
+  bool borrowed() const { return owner_ != nullptr; }
   ~Buffer();
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
@@ -76,6 +84,7 @@ class Buffer {
   size_t bytes_ = 0;
   Device device_;
   uint64_t version_ = 0;
+  std::shared_ptr<void> owner_;  // set for borrowed memory
 };
 
 // A dense row-major host tensor: what users feed in and read out.

@@ -127,6 +127,8 @@ class GptGenerator {
  public:
   GptGenerator(Gpt& model, int64_t batch);
   ~GptGenerator();
+  GptGenerator(const GptGenerator&) = delete;  // it owns compiled plans bound to its caches
+  GptGenerator& operator=(const GptGenerator&) = delete;
   int64_t batch() const { return batch_; }
   int64_t position() const { return pos_; }
   // Empties the cache.

@@ -67,6 +67,7 @@ class Tensor {
   Tensor permute(std::vector<int64_t> perm) const;
   Tensor transpose() const;  // swaps the last two axes
   Tensor expand(Shape s) const;
+  // torch.matmul: 1-D operands, broadcast batch axes.
   Tensor matmul(const Tensor& o) const;
   Tensor softmax(int64_t axis = -1) const;
   Tensor log_softmax(int64_t axis = -1) const;
@@ -150,6 +151,22 @@ Tensor embedding(const Tensor& weight, const Tensor& indices);
 // Losses.
 Tensor mse_loss(const Tensor& pred, const Tensor& target);
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets);
+
+// Gradient recording (torch.no_grad). While disabled on a thread, ops record no gradient path:
+// their results never require a gradient, and backward() does not reach through them. (Results
+// stay lazy, as everywhere: a parameter is read when the result is realized.)
+bool grad_enabled();
+void set_grad_enabled(bool on);
+class NoGradGuard {
+ public:
+  NoGradGuard() : prev_(grad_enabled()) { set_grad_enabled(false); }
+  ~NoGradGuard() { set_grad_enabled(prev_); }
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool prev_;
+};
 
 // Realizes several tensors with one plan (shared work is computed once).
 void realize(const std::vector<Tensor>& ts);

@@ -66,7 +66,9 @@ bool depends_on_grad(const TensorImpl& root, std::unordered_map<const TensorImpl
     auto [t, expanded] = stack.back();
     stack.pop_back();
     if (memo.count(t)) continue;
-    if (t->in.empty()) {
+    if (t->no_grad) {
+      memo[t] = false;
+    } else if (t->in.empty()) {
       memo[t] = t->requires_grad;
     } else if (!expanded) {
       stack.push_back({t, true});

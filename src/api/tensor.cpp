@@ -84,18 +84,46 @@ DType Tensor::dtype() const { return need(*this).dtype; }
 bool Tensor::realized() const { return need(*this).value != nullptr; }
 bool Tensor::is_leaf() const { return need(*this).in.empty(); }
 
+namespace {
+thread_local bool g_grad_enabled = true;
+
+// An input seen with gradient recording off: a leaf requiring a gradient is replaced by an alias
+// of its storage that does not (read in place, so assign()s reach it as they reach the leaf); a
+// value computed from such leaves is cut from them (realized, as detach(); while compile() traces,
+// where nothing can be realized, it is kept: a traced step differentiates only what it asks for).
+std::shared_ptr<TensorImpl> without_grad(const Tensor& x) {
+  std::unordered_map<const TensorImpl*, bool> memo;
+  if (!depends_on_grad(need(x), memo)) return x.impl_ptr();
+  if (!x.is_leaf()) return trace_state().active ? x.impl_ptr() : x.detach().impl_ptr();
+  auto a = std::make_shared<TensorImpl>();
+  a->dtype = x.impl()->dtype;
+  a->shape = x.impl()->shape;
+  a->value = x.impl()->value;
+  a->placeholder = x.impl()->placeholder;
+  a->stateful = true;
+  return a;
+}
+}  // namespace
+
+bool grad_enabled() { return g_grad_enabled; }
+void set_grad_enabled(bool on) { g_grad_enabled = on; }
+
 Tensor Tensor::apply(Op op, const std::vector<Tensor>& in, const Attrs& attrs, DType cast_to) {
   // Shape and dtype come from the op table's own rules, on a scratch graph of the inputs.
   Graph g;
   std::vector<ValueId> ids;
   for (const Tensor& t : in) ids.push_back(g.input(need(t).dtype, need(t).shape, "x"));
   ValueId v = g.add(op, ids, attrs, cast_to);
+  // Inputs first: a node's sequence number (its program order) must follow its inputs'.
+  std::vector<std::shared_ptr<TensorImpl>> inputs;
+  for (const Tensor& x : in) inputs.push_back(g_grad_enabled ? x.impl_ptr() : without_grad(x));
   auto t = std::make_shared<TensorImpl>();
   t->op = op;
   t->attrs = attrs;
   t->dtype = g.dtype(v);
   t->shape = g.shape(v);
-  for (const Tensor& x : in) t->in.push_back(x.impl_ptr());
+  t->in = std::move(inputs);
+  t->no_grad = !g_grad_enabled;
   return Tensor(t);
 }
 
@@ -148,6 +176,35 @@ Tensor Tensor::transpose() const {
 }
 Tensor Tensor::expand(Shape s) const { return with_ints(Op::Expand, *this, std::move(s)); }
 Tensor Tensor::matmul(const Tensor& o) const {
+  // torch.matmul's shapes: a 1-D operand gains an axis that the result drops; batch axes
+  // broadcast; a 2-D right operand under a batched left one is one GEMM over all rows.
+  const Shape &as = shape(), &bs = o.shape();
+  if (as.empty() || bs.empty())
+    throw Error("matmul: both operands need at least one axis, got " + shape_str(as) + " and " + shape_str(bs));
+  if (as.size() == 1 && bs.size() == 1) return unsqueeze(0).matmul(o.unsqueeze(-1)).reshape({});
+  if (as.size() == 1) return unsqueeze(0).matmul(o).squeeze(-2);
+  if (bs.size() == 1) return matmul(o.unsqueeze(-1)).squeeze(-1);
+  if (as.size() > 2 && bs.size() == 2) {
+    Shape rows{numel() / as.back(), as.back()}, out(as.begin(), as.end() - 1);
+    out.push_back(bs.back());
+    return reshape(rows).matmul(o).reshape(out);
+  }
+  if (as.size() != bs.size() || !std::equal(as.begin(), as.end() - 2, bs.begin())) {
+    size_t r = std::max(as.size(), bs.size());
+    Shape batch(r - 2, 1);
+    for (size_t i = 0; i + 2 < r; ++i) {
+      int64_t da = i + as.size() >= r ? as[i + as.size() - r] : 1, db = i + bs.size() >= r ? bs[i + bs.size() - r] : 1;
+      if (da != db && da != 1 && db != 1)
+        throw Error("matmul: batch axes of " + shape_str(as) + " and " + shape_str(bs) + " do not broadcast");
+      batch[i] = std::max(da, db);
+    }
+    Shape ea = batch, eb = batch;
+    ea.insert(ea.end(), as.end() - 2, as.end());
+    eb.insert(eb.end(), bs.end() - 2, bs.end());
+    Tensor a2 = as.size() == r ? *this : reshape([&] { Shape s(r - as.size(), 1); s.insert(s.end(), as.begin(), as.end()); return s; }());
+    Tensor b2 = bs.size() == r ? o : o.reshape([&] { Shape s(r - bs.size(), 1); s.insert(s.end(), bs.begin(), bs.end()); return s; }());
+    return (a2.shape() == ea ? a2 : a2.expand(ea)).matmul(b2.shape() == eb ? b2 : b2.expand(eb));
+  }
   Graph g;  // reuse the builder's spec construction and checks
   ValueId v = g.matmul(g.input(dtype(), shape(), "a"), g.input(o.dtype(), o.shape(), "b"));
   Attrs at;

@@ -21,6 +21,7 @@ struct TensorImpl : std::enable_shared_from_this<TensorImpl> {
   bool is_const = false;                         // embedded into plans as a constant
   bool requires_grad = false;
   bool stateful = false;                         // storage rewritten between runs: read in place
+  bool no_grad = false;                          // recorded with gradients off: no path through it
   std::shared_ptr<TensorImpl> grad;
   int placeholder = -1;                          // argument slot while tracing compile()
   // A realized value that kept its inputs (it lies on a gradient path): the versions of the leaf

@@ -119,7 +119,16 @@ Buffer::Buffer(size_t bytes, Device device) : bytes_(bytes), device_(device) {
   std::memset(data_, 0, rounded);
 }
 
+Buffer::Buffer(void* external, size_t bytes, std::shared_ptr<void> owner, Device device)
+    : data_(external), bytes_(bytes), device_(device), owner_(std::move(owner)) {
+  if (!owner_) throw Error("Buffer: borrowed memory needs an owner that keeps it alive");
+  if (!borrowable(external, bytes))
+    throw Error("Buffer: borrowed memory must be 64-byte aligned and a non-zero multiple of 64 bytes, got " +
+                std::to_string(bytes) + " bytes at offset " + std::to_string(reinterpret_cast<uintptr_t>(external) % 64));
+}
+
 Buffer::~Buffer() {
+  if (owner_) return;  // the owner frees it; it was never counted
   std::free(data_);
   g_live_bytes.fetch_sub(bytes_ == 0 ? 64 : (bytes_ + 63) / 64 * 64, std::memory_order_relaxed);
 }

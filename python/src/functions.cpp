@@ -1,0 +1,143 @@
+// Free functions: factories, joins, einsum, losses, the functional layers, gradient mode and
+// compile().
+#include <nanobind/stl/function.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/unique_ptr.h>
+#include <nanobind/stl/vector.h>
+
+#include "bindings.hpp"
+#include "synoros/nn.hpp"
+#include "synoros/optim.hpp"
+
+namespace synoros::py {
+namespace {
+
+// compile(fn) from Python: the traced step plus its argument specs, run on arrays.
+struct PyCompiled {
+  CompiledStep step;
+  std::vector<std::pair<DType, Shape>> specs;
+  std::vector<nb::object> optimizers;  // stepped inside: ticked before each run
+
+  nb::list call(const std::vector<AnyArray>& args) {
+    if (args.size() != specs.size())
+      throw Error("compiled step: expects " + std::to_string(specs.size()) + " arguments, got " +
+                  std::to_string(args.size()));
+    std::vector<HostTensor> in;
+    in.reserve(args.size());
+    for (const AnyArray& a : args) in.push_back(host_from_array(a, true));
+    for (const nb::object& o : optimizers) nb::cast<optim::Optimizer&>(o).tick();
+    std::vector<HostTensor> out;
+    {
+      nb::gil_scoped_release no_gil;
+      out = step(in);
+    }
+    nb::list l;
+    for (const HostTensor& h : out) l.append(array_from_host(h));
+    return l;
+  }
+};
+
+}  // namespace
+
+std::vector<nb::object>*& traced_optimizers() {
+  static thread_local std::vector<nb::object>* list = nullptr;
+  return list;
+}
+
+void bind_functions(nb::module_& m) {
+  // Factories (float32 unless a dtype is given).
+  m.def("tensor_from_array", [](const AnyArray& a, bool share, bool requires_grad) {
+    Tensor t = Tensor::from(host_from_array(a, share));
+    if (requires_grad) t.requires_grad();
+    return t;
+  }, nb::arg("array"), nb::arg("share") = false, nb::arg("requires_grad") = false,
+     "A leaf holding the array's values: its memory when share is set and the layout allows, else a copy.");
+  m.def("shares_memory", [](const Tensor& t, const AnyArray& a) {
+    return t.realized() && t.value().buffer->data() == a.data();
+  }, nb::arg("tensor"), nb::arg("array"));
+  m.def("zeros", [](nb::handle s, DType d) { return Tensor::zeros(shape_arg(s), d); }, nb::arg("shape"),
+        nb::arg("dtype") = DType::F32);
+  m.def("ones", [](nb::handle s, DType d) { return Tensor::ones(shape_arg(s), d); }, nb::arg("shape"),
+        nb::arg("dtype") = DType::F32);
+  m.def("full", [](nb::handle s, double v, DType d) { return Tensor::full(shape_arg(s), v, d); }, nb::arg("shape"),
+        nb::arg("fill_value"), nb::arg("dtype") = DType::F32);
+  m.def("arange", &Tensor::arange, nb::arg("end"), nb::arg("dtype") = DType::F32);
+  m.def("scalar", &Tensor::scalar, nb::arg("value"), nb::arg("dtype") = DType::F32);
+  m.def("randn", [](nb::handle s, std::optional<uint64_t> seed, double std) {
+    return Tensor::randn(shape_arg(s), seed_arg(seed), std);
+  }, nb::arg("shape"), nb::kw_only(), nb::arg("seed") = nb::none(), nb::arg("std") = 1.0);
+  m.def("uniform", [](nb::handle s, double bound, std::optional<uint64_t> seed) {
+    return Tensor::uniform(shape_arg(s), seed_arg(seed), bound);
+  }, nb::arg("shape"), nb::arg("bound"), nb::kw_only(), nb::arg("seed") = nb::none());
+  // Joins, selection, einsum.
+  m.def("where", &where, nb::arg("condition"), nb::arg("input"), nb::arg("other"));
+  m.def("cat", &cat, nb::arg("tensors"), nb::arg("dim") = 0);
+  m.def("stack", &stack, nb::arg("tensors"), nb::arg("dim") = 0);
+  m.def("einsum", [](const std::string& spec, nb::args ops) {
+    std::vector<Tensor> v;
+    for (nb::handle h : ops) {
+      if (nb::isinstance<Tensor>(h)) v.push_back(nb::cast<Tensor>(h));
+      else for (nb::handle x : h) v.push_back(nb::cast<Tensor>(x));
+    }
+    return einsum(spec, v);
+  }, nb::arg("equation"), nb::arg("operands"));
+  m.def("realize", &realize, nb::arg("tensors"), nb::call_guard<nb::gil_scoped_release>(),
+        "Computes several tensors with one plan (work they share is done once).");
+  // Losses and the functional layers (synoros.nn.functional).
+  m.def("mse_loss", &mse_loss, nb::arg("input"), nb::arg("target"));
+  m.def("cross_entropy", &cross_entropy, nb::arg("input"), nb::arg("target"));
+  m.def("layer_norm", [](const Tensor& x, const Tensor& w, const Tensor& b, double eps) {
+    return layer_norm(x, w, b, eps);
+  }, nb::arg("input"), nb::arg("weight"), nb::arg("bias"), nb::arg("eps") = 1e-5);
+  m.def("embedding", [](const Tensor& indices, const Tensor& weight) { return embedding(weight, indices); },
+        nb::arg("input"), nb::arg("weight"));
+  m.def("linear", [](const Tensor& x, const Tensor& w, std::optional<Tensor> b) {
+    return nn::linear(x, w, b ? *b : Tensor());
+  }, nb::arg("input"), nb::arg("weight"), nb::arg("bias") = nb::none());
+  m.def("conv2d", [](const Tensor& x, const Tensor& w, std::optional<Tensor> b, int64_t stride, int64_t padding,
+                     int64_t dilation, int64_t groups) {
+    return nn::conv2d(x, w, b ? *b : Tensor(), stride, padding, dilation, groups);
+  }, nb::arg("input"), nb::arg("weight"), nb::arg("bias") = nb::none(), nb::arg("stride") = 1,
+     nb::arg("padding") = 0, nb::arg("dilation") = 1, nb::arg("groups") = 1);
+  m.def("max_pool2d", [](const Tensor& x, int64_t k, std::optional<int64_t> s, int64_t p) {
+    return nn::max_pool2d(x, k, s.value_or(k), p);
+  }, nb::arg("input"), nb::arg("kernel_size"), nb::arg("stride") = nb::none(), nb::arg("padding") = 0);
+  m.def("avg_pool2d", [](const Tensor& x, int64_t k, std::optional<int64_t> s, int64_t p) {
+    return nn::avg_pool2d(x, k, s.value_or(k), p);
+  }, nb::arg("input"), nb::arg("kernel_size"), nb::arg("stride") = nb::none(), nb::arg("padding") = 0);
+  m.def("adaptive_avg_pool2d", [](const Tensor& x, std::pair<int64_t, int64_t> hw) {
+    return nn::adaptive_avg_pool2d(x, hw.first, hw.second);
+  }, nb::arg("input"), nb::arg("output_size"));
+  m.def("silu", &nn::silu, nb::arg("input"));
+  m.def("flatten", &nn::flatten, nb::arg("input"), nb::arg("start_dim") = 1);
+  m.def("dropout", [](const Tensor& x, double p, bool training, std::optional<uint64_t> seed) {
+    return training && p > 0 ? x.dropout(p, seed_arg(seed)) : x;
+  }, nb::arg("input"), nb::arg("p") = 0.5, nb::arg("training") = true, nb::kw_only(), nb::arg("seed") = nb::none());
+  // Gradient mode (torch.no_grad and friends build on these).
+  m.def("is_grad_enabled", &grad_enabled);
+  m.def("set_grad_enabled", &set_grad_enabled, nb::arg("mode"));
+  // compile(): the step traced once on argument specs, then replayed on arrays.
+  nb::class_<PyCompiled>(m, "CompiledStep", "A whole step (forward, backward, update) traced once, replayed on arrays.")
+      .def("__call__", &PyCompiled::call, nb::arg("args"))
+      .def_prop_ro("specs", [](const PyCompiled& c) { return c.specs; });
+  m.def("compile_step", [](nb::callable fn, std::vector<std::pair<DType, Shape>> specs) {
+    auto c = std::make_unique<PyCompiled>();
+    c->specs = specs;
+    struct Tracing {  // optimizer steps inside the trace register with this step
+      explicit Tracing(std::vector<nb::object>* l) { traced_optimizers() = l; }
+      ~Tracing() { traced_optimizers() = nullptr; }
+    } tracing(&c->optimizers);
+    c->step = compile([&](const std::vector<Tensor>& args) {
+      nb::list l;
+      for (const Tensor& t : args) l.append(nb::cast(t));
+      nb::object r = fn(*nb::tuple(l));
+      if (nb::isinstance<Tensor>(r)) return std::vector<Tensor>{nb::cast<Tensor>(r)};
+      return nb::cast<std::vector<Tensor>>(r);
+    }, specs);
+    return c;
+  }, nb::arg("fn"), nb::arg("specs"));
+}
+
+}  // namespace synoros::py

@@ -1,0 +1,66 @@
+// The GPT family: configuration, model, and generation with the KV-cached decoder.
+#include <nanobind/stl/function.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include "bindings.hpp"
+#include "synoros/gpt.hpp"
+
+namespace synoros::py {
+
+void bind_gpt(nb::module_& top) {
+  nb::module_ m = top.def_submodule("models", "Models of the engine");
+  nb::class_<nn::GptConfig>(m, "GPTConfig")
+      .def("__init__", [](nn::GptConfig* self, int64_t vocab, int64_t context, int64_t width, int64_t heads,
+                          int64_t layers) {
+        new (self) nn::GptConfig{vocab, context, width, heads, layers};
+        self->check();
+      }, nb::arg("vocab_size") = 256, nb::arg("block_size") = 64, nb::arg("n_embd") = 128, nb::arg("n_head") = 4,
+         nb::arg("n_layer") = 2)
+      .def_static("preset", &nn::GptConfig::preset, nb::arg("name"), "A named configuration (gpt2-11m, gpt2-98m, ...).")
+      .def_static("preset_names", &nn::GptConfig::preset_names)
+      .def_rw("vocab_size", &nn::GptConfig::vocab)
+      .def_rw("block_size", &nn::GptConfig::context)
+      .def_rw("n_embd", &nn::GptConfig::width)
+      .def_rw("n_head", &nn::GptConfig::heads)
+      .def_rw("n_layer", &nn::GptConfig::layers)
+      .def("parameter_count", &nn::GptConfig::parameter_count)
+      .def("__repr__", &nn::GptConfig::str);
+
+  nb::class_<nn::Gpt, nn::Module>(m, "GPT", nb::dynamic_attr(), "A GPT-2-style decoder (PyTorch GPT-2's layout and names).")
+      .def("__init__", [](nn::Gpt* self, const nn::GptConfig& c, std::optional<uint64_t> seed) {
+        new (self) nn::Gpt(c, seed_arg(seed));
+      }, nb::arg("config"), nb::kw_only(), nb::arg("seed") = nb::none())
+      .def_ro("config", &nn::Gpt::cfg)
+      .def("loss", &nn::Gpt::loss, nb::arg("tokens"), nb::arg("targets"),
+           "Mean cross-entropy of the next-token predictions.")
+      .def("save", &nn::Gpt::save, nb::arg("path"), nb::call_guard<nb::gil_scoped_release>())
+      // A generator without a reference back to the model, for the model's own cache (its __dict__,
+      // cleared before the model is destroyed): no reference cycle to leak.
+      .def("_generator", [](nn::Gpt& g, int64_t batch) { return new nn::GptGenerator(g, batch); }, nb::arg("batch"),
+           nb::rv_policy::take_ownership)
+      .def_static("load", &nn::Gpt::load, nb::arg("path"), nb::arg("n_head") = 0,
+                  nb::call_guard<nb::gil_scoped_release>());
+
+  nb::class_<nn::GptGenerator>(m, "GPTGenerator", "Prefill and KV-cached decoding for a fixed batch.")
+      .def(nb::init<nn::Gpt&, int64_t>(), nb::arg("model"), nb::arg("batch") = 1, nb::keep_alive<1, 2>())
+      .def_prop_ro("batch", &nn::GptGenerator::batch)
+      .def_prop_ro("position", &nn::GptGenerator::position)
+      .def("reset", &nn::GptGenerator::reset)
+      .def("generate", [](nn::GptGenerator& g, const std::vector<std::vector<int64_t>>& prompts, int64_t n,
+                          double temperature, int64_t top_k, double top_p, uint64_t seed) {
+        nn::Sampling s;
+        s.temperature = temperature;
+        s.top_k = top_k;
+        s.top_p = top_p;
+        s.seed = seed;
+        nb::gil_scoped_release no_gil;
+        return g.generate(prompts, n, s);
+      }, nb::arg("prompts"), nb::arg("max_new_tokens"), nb::arg("temperature") = 1.0, nb::arg("top_k") = 0,
+         nb::arg("top_p") = 1.0, nb::arg("seed") = 1,
+         "New tokens for each prompt (temperature 0: greedy). The same seed gives the same tokens everywhere.");
+}
+
+}  // namespace synoros::py

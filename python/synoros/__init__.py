@@ -1,0 +1,334 @@
+"""Synoros from Python: a PyTorch-shaped front end over the Synoros engine.
+
+Tensors are lazy: operations are recorded and run as one planned, fused graph when a value is
+read (``item()``, ``numpy()``, ``print``), or replayed as a whole compiled step
+(``synoros.compile``). The same seeds give the same bits on every machine.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import functools
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+
+from . import _C
+from ._C import (  # noqa: F401  (re-exported)
+    Error,
+    Tensor,
+    adaptive_avg_pool2d,
+    arange,
+    cat,
+    clear_plan_cache,
+    cross_entropy,
+    einsum,
+    embedding,
+    fast_mode,
+    get_num_threads,
+    is_grad_enabled,
+    layer_norm,
+    manual_seed,
+    measure_peak,
+    mse_loss,
+    plan_cache_size,
+    realize,
+    set_fast_mode,
+    set_num_threads,
+    stack,
+    uniform,
+    where,
+)
+from ._C import dtype
+
+float32 = dtype.float32
+float64 = dtype.float64
+int32 = dtype.int32
+int64 = dtype.int64
+float = float32  # noqa: A001  (torch.float)
+double = float64
+long = int64
+
+_NP_TO_DTYPE = {
+    np.dtype(np.float32): float32,
+    np.dtype(np.float64): float64,
+    np.dtype(np.int32): int32,
+    np.dtype(np.int64): int64,
+}
+_DTYPE_TO_NP = {v: k for k, v in _NP_TO_DTYPE.items()}
+
+
+def _as_array(data: Any, dtype: _C.dtype | None) -> np.ndarray:
+    if isinstance(data, Tensor):
+        data = data.numpy()
+    elif hasattr(data, "__dlpack__") and not isinstance(data, np.ndarray):
+        data = np.from_dlpack(data)
+    a = np.asarray(data)
+    if dtype is not None:
+        a = a.astype(_DTYPE_TO_NP[dtype], copy=False)
+    elif a.dtype.kind == "f" and (a.dtype != np.float64 or not isinstance(data, np.ndarray)):
+        a = a.astype(np.float32, copy=False)  # Python floats become float32, as in torch.tensor
+    elif a.dtype.kind in "iub" and a.dtype not in (np.int32, np.int64):
+        a = a.astype(np.int64)
+    if a.dtype not in _NP_TO_DTYPE:
+        raise Error(f"tensor: unsupported element type {a.dtype}; synoros holds float32, float64, int32, int64")
+    return np.ascontiguousarray(a)
+
+
+def tensor(data: Any, dtype: _C.dtype | None = None, requires_grad: bool = False) -> Tensor:
+    """A new leaf tensor with a copy of ``data`` (nested lists, NumPy arrays, tensors)."""
+    return _C.tensor_from_array(_as_array(data, dtype), share=False, requires_grad=requires_grad)
+
+
+def from_numpy(array: np.ndarray) -> Tensor:
+    """A tensor over the array's memory when its layout allows (C-contiguous, 64-byte aligned, a
+    multiple of 64 bytes: what NumPy arrays that synoros returned, and PyTorch's CPU tensors,
+    have); otherwise over a copy. ``synoros.shares_memory`` tells which."""
+    return _C.tensor_from_array(_as_array(array, None), share=True)
+
+
+def from_dlpack(obj: Any) -> Tensor:
+    """A tensor from any DLPack exporter (a PyTorch CPU tensor, say), sharing its memory when the
+    layout allows (see ``from_numpy``)."""
+    return _C.tensor_from_array(obj, share=True)
+
+
+def shares_memory(t: Tensor, array: Any) -> bool:
+    """Whether ``t`` holds its values in ``array``'s memory."""
+    return _C.shares_memory(t, np.asarray(array) if not hasattr(array, "__dlpack__") else array)
+
+
+def _dtype_arg(dtype: _C.dtype | None) -> _C.dtype:
+    return float32 if dtype is None else dtype
+
+
+def _shape(size: Sequence[int]) -> tuple[int, ...]:
+    if len(size) == 1 and not isinstance(size[0], int):
+        return tuple(size[0])
+    return tuple(size)
+
+
+def zeros(*size: int, dtype: _C.dtype | None = None, requires_grad: bool = False) -> Tensor:
+    return _C.zeros(_shape(size), _dtype_arg(dtype)).requires_grad_(requires_grad)
+
+
+def ones(*size: int, dtype: _C.dtype | None = None, requires_grad: bool = False) -> Tensor:
+    return _C.ones(_shape(size), _dtype_arg(dtype)).requires_grad_(requires_grad)
+
+
+def full(size: Sequence[int], fill_value: float, dtype: _C.dtype | None = None,
+         requires_grad: bool = False) -> Tensor:
+    return _C.full(tuple(size), fill_value, _dtype_arg(dtype)).requires_grad_(requires_grad)
+
+
+def zeros_like(t: Tensor) -> Tensor:
+    return _C.zeros(t.shape, t.dtype)
+
+
+def ones_like(t: Tensor) -> Tensor:
+    return _C.ones(t.shape, t.dtype)
+
+
+def randn(*size: int, seed: int | None = None, requires_grad: bool = False) -> Tensor:
+    """Normal samples from a seeded generator: the same seed gives the same bits everywhere
+    (without one, the next seed of the sequence ``manual_seed`` restarts)."""
+    return _C.randn(_shape(size), seed=seed).requires_grad_(requires_grad)
+
+
+def _unary(name: str) -> Callable[[Tensor], Tensor]:
+    def f(input: Tensor) -> Tensor:
+        return getattr(input, name)()
+    f.__name__ = name
+    f.__doc__ = f"torch.{name}: elementwise, as Tensor.{name}()."
+    return f
+
+
+for _name in ("exp", "log", "sqrt", "rsqrt", "abs", "relu", "sigmoid", "tanh", "neg"):
+    globals()[_name] = _unary(_name)
+
+
+def matmul(a: Tensor, b: Tensor) -> Tensor:
+    return a.matmul(b)
+
+
+def softmax(input: Tensor, dim: int) -> Tensor:
+    return input.softmax(dim)
+
+
+def log_softmax(input: Tensor, dim: int) -> Tensor:
+    return input.log_softmax(dim)
+
+
+def maximum(a: Tensor, b: Tensor) -> Tensor:
+    return a.maximum(b)
+
+
+def minimum(a: Tensor, b: Tensor) -> Tensor:
+    return a.minimum(b)
+
+
+# --- Gradient mode -------------------------------------------------------------------------
+
+
+class set_grad_enabled(contextlib.ContextDecorator):
+    """Context manager (and decorator) turning gradient recording on or off on this thread."""
+
+    def __init__(self, mode: bool) -> None:
+        self.prev = _C.is_grad_enabled()
+        self.mode = mode
+        _C.set_grad_enabled(mode)
+
+    def __enter__(self) -> None:
+        _C.set_grad_enabled(self.mode)
+
+    def __exit__(self, *exc: object) -> None:
+        _C.set_grad_enabled(self.prev)
+
+
+class no_grad(contextlib.ContextDecorator):
+    """torch.no_grad: ops inside record no gradient path (their results never require grad)."""
+
+    def __enter__(self) -> None:
+        self.prev = _C.is_grad_enabled()
+        _C.set_grad_enabled(False)
+
+    def __exit__(self, *exc: object) -> None:
+        _C.set_grad_enabled(self.prev)
+
+
+class enable_grad(contextlib.ContextDecorator):
+    def __enter__(self) -> None:
+        self.prev = _C.is_grad_enabled()
+        _C.set_grad_enabled(True)
+
+    def __exit__(self, *exc: object) -> None:
+        _C.set_grad_enabled(self.prev)
+
+
+# --- Tensor conveniences written in Python -------------------------------------------------
+
+
+def _getitem(self: Tensor, index: Any) -> Tensor:
+    """Basic indexing: integers, slices with step 1, ``None`` and ``...``."""
+    if not isinstance(index, tuple):
+        index = (index,)
+    if sum(1 for i in index if i is Ellipsis) > 1:
+        raise IndexError("an index can only have a single ellipsis")
+    n_real = sum(1 for i in index if i is not None and i is not Ellipsis)
+    if n_real > self.ndim:
+        raise IndexError(f"too many indices for a tensor of dimension {self.ndim}")
+    expanded: list[Any] = []
+    for i in index:
+        if i is Ellipsis:
+            expanded.extend([slice(None)] * (self.ndim - n_real))
+        else:
+            expanded.append(i)
+    out = self
+    axis = 0
+    for i in expanded:
+        if i is None:
+            out = out.unsqueeze(axis)
+            axis += 1
+        elif isinstance(i, slice):
+            size = out.shape[axis]
+            start, stop, step = i.indices(size)
+            if step != 1:
+                raise IndexError("synoros: slices with a step other than 1 are not supported")
+            if (start, stop) != (0, size):
+                out = out.slice(axis, start, max(start, stop))
+            axis += 1
+        elif isinstance(i, (int, np.integer)):
+            size = out.shape[axis]
+            j = int(i) + size if i < 0 else int(i)
+            if not 0 <= j < size:
+                raise IndexError(f"index {int(i)} is out of bounds for dimension {axis} with size {size}")
+            out = out.slice(axis, j, j + 1).squeeze(axis)
+        else:
+            raise IndexError(f"synoros: unsupported index {i!r} (integers, slices, None and ... are)")
+    return out
+
+
+def _repr(self: Tensor) -> str:
+    body = np.array2string(self.numpy(), separator=", ", prefix="tensor(")
+    extra = ""
+    if self.dtype not in (float32, int64):
+        extra += f", dtype=synoros.{self.dtype.name}"
+    if self.requires_grad:
+        extra += ", requires_grad=True"
+    return f"tensor({body}{extra})"
+
+
+def _array(self: Tensor, dtype: Any = None, copy: Any = None) -> np.ndarray:
+    a = self.numpy()
+    if dtype is not None:
+        a = a.astype(dtype)
+    return np.array(a, copy=True) if copy else a
+
+
+Tensor.__getitem__ = _getitem  # type: ignore[method-assign]
+Tensor.__repr__ = _repr  # type: ignore[method-assign]
+Tensor.__array__ = _array  # type: ignore[attr-defined]
+Tensor.tolist = lambda self: self.numpy().tolist()  # type: ignore[attr-defined]
+Tensor.__float__ = lambda self: builtins.float(self.item())  # type: ignore[attr-defined]
+Tensor.__int__ = lambda self: builtins.int(self.item())  # type: ignore[attr-defined]
+Tensor.__bool__ = lambda self: builtins.bool(self.item())  # type: ignore[attr-defined]
+Tensor.__hash__ = object.__hash__  # type: ignore[assignment]
+Tensor.max = lambda self, dim=None, keepdim=False: self.amax(dim, keepdim)  # type: ignore[attr-defined]
+Tensor.min = lambda self, dim=None, keepdim=False: self.amin(dim, keepdim)  # type: ignore[attr-defined]
+
+
+# --- compile -------------------------------------------------------------------------------
+
+
+class CompiledFunction:
+    """A whole step captured once per argument signature and replayed on NumPy arrays (or
+    anything array-like); returns NumPy arrays."""
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+        self.steps: dict[tuple, _C.CompiledStep] = {}
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args: Any) -> Any:
+        arrays = [_as_array(a, None) for a in args]
+        key = tuple((a.dtype.str, a.shape) for a in arrays)
+        step = self.steps.get(key)
+        if step is None:
+            specs = [(_NP_TO_DTYPE[a.dtype], list(a.shape)) for a in arrays]
+            step = self.steps[key] = _C.compile_step(self.fn, specs)
+        out = step(arrays)
+        return out[0] if len(out) == 1 else tuple(out)
+
+
+def compile(fn: Callable[..., Any] | None = None) -> Any:
+    """Traces ``fn`` (tensors in, a tensor or tensors out) once per argument signature, with
+    its backward pass and optimizer updates, into one planned step; calls replay it. Parameter
+    updates inside (``optimizer.step()``) persist across calls. Usable as ``@synoros.compile``."""
+    if fn is None:
+        return compile
+    return CompiledFunction(fn)
+
+
+# --- checkpoints ---------------------------------------------------------------------------
+
+
+def save(state: Any, path: str, metadata: dict[str, str] | None = None) -> None:
+    """Writes a state dict (name -> tensor or array; or a module, whose state_dict is taken)
+    to a safetensors file."""
+    if hasattr(state, "state_dict"):
+        state = state.state_dict()
+    items = [(k, v if isinstance(v, Tensor) else tensor(v)) for k, v in state.items()]
+    _C.save_safetensors(items, str(path), metadata or {})
+
+
+def load(path: str, with_metadata: bool = False) -> Any:
+    """The tensors of a safetensors file by name (and its metadata, when asked)."""
+    tensors, md = _C.load_safetensors(str(path))
+    state = dict(tensors)
+    return (state, md) if with_metadata else state
+
+
+from . import nn, optim, data, models, synth  # noqa: E402
+
+__all__ = [name for name in globals() if not name.startswith("_")]

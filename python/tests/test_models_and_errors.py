@@ -1,0 +1,134 @@
+"""GPT generation, the synthesizer, and bad input raising synoros.Error (never a crash)."""
+
+import numpy as np
+import pytest
+
+import synoros
+from synoros.models import GPT, GPTConfig
+from synoros.synth import Options, Spec, Synthesizer
+
+# A small convolution-like spec (two bindings) that enumerates in well under a second.
+SMALL = ("input: C_in, H; output: C_out, H; coef: k=3:2, g=2:2;"
+         "bind: C_in=4, C_out=4, H=8; bind: C_in=8, C_out=8, H=6; cap: C_in=2, C_out=2, H=0")
+
+
+def small_synthesizer():
+    return Synthesizer(Spec.parse(SMALL), Options(max_depth=5, max_reductions=3))
+
+
+def test_gpt_generates_the_same_tokens_for_the_same_seed():
+    cfg = GPTConfig(vocab_size=256, block_size=32, n_embd=32, n_head=2, n_layer=1)
+    m = GPT(cfg, seed=3)
+    a = m.generate([[1, 2, 3], [4, 5, 6]], 8, temperature=0.8, seed=5)
+    b = m.generate([[1, 2, 3], [4, 5, 6]], 8, temperature=0.8, seed=5)
+    assert a == b and len(a) == 2 and all(len(r) == 8 for r in a)
+    assert all(0 <= t < 256 for r in a for t in r)
+    text = m.generate("Hello", 5, temperature=0)
+    assert isinstance(text, str)
+
+
+def test_gpt_greedy_generation_follows_the_forward_pass():
+    cfg = GPTConfig(vocab_size=64, block_size=16, n_embd=32, n_head=2, n_layer=1)
+    m = GPT(cfg, seed=4)
+    prompt = [3, 1, 4, 1, 5]
+    tok = m.generate([prompt], 1, temperature=0)[0][0]
+    logits = m(synoros.tensor([prompt])).numpy()
+    assert tok == int(np.argmax(logits[0, -1]))
+
+
+def test_gpt_loss_trains():
+    cfg = GPTConfig(vocab_size=32, block_size=8, n_embd=16, n_head=2, n_layer=1)
+    m = GPT(cfg, seed=1)
+    opt = synoros.optim.AdamW(m.parameters(), lr=3e-3)
+    r = np.random.default_rng(0)
+    seq = r.integers(0, 32, (4, 9))
+    x, y = synoros.tensor(seq[:, :-1]), synoros.tensor(seq[:, 1:])
+    first = None
+    for _ in range(15):
+        opt.zero_grad()
+        loss = m.loss(x, y)
+        loss.backward()
+        opt.step()
+        first = first if first is not None else loss.item()
+    assert loss.item() < first
+
+
+def test_synthesizer_finds_operators_and_exports_them():
+    syn = small_synthesizer()
+    ops = syn.enumerate(max_operators=20)
+    assert 0 < len(ops) <= 20
+    assert len({op.canonical for op in ops}) == len(ops)
+    op = ops[-1]
+    assert syn.formula(op)
+    assert syn.flops(op) > 0
+    again = syn.from_actions(op.actions)
+    assert again.canonical == op.canonical
+    reward = syn.flops_proxy_reward(syn.flops(op))
+    best = syn.random_search(reward, samples=30, seed=2, keep_best=3)
+    assert best and best[0][0] >= best[-1][0]
+    calls = []
+    python_reward = lambda o: calls.append(o.canonical) or 1.0 / (1 + o.depth)
+    found = syn.random_search(python_reward, samples=10, seed=2)
+    assert calls and found
+    src = syn.pytorch_module(op)
+    assert "class SynthOp" in src
+
+
+def test_synthesized_operator_runs_in_the_engine():
+    syn = small_synthesizer()
+    op = syn.enumerate(max_operators=5)[-1]
+    w = syn.init_weights(op)
+    x = synoros.randn(*syn.spec.input_shape(0), seed=1)
+    y = syn.apply(op, x, w)
+    assert y.shape == tuple(syn.spec.output_shape(0))
+    assert np.isfinite(y.numpy()).all()
+
+
+@pytest.mark.parametrize("bad", [
+    lambda: synoros.randn(2, 3, seed=1) @ synoros.randn(4, 5, seed=2),
+    lambda: synoros.randn(2, 3, seed=1) + synoros.randn(4, 5, seed=2),
+    lambda: synoros.randn(2, 3, seed=1).reshape(4, -1),
+    lambda: synoros.randn(2, 3, seed=1).softmax(5),
+    lambda: synoros.randn(2, 3, seed=1).item(),
+    lambda: synoros.nn.Linear(3, 2)(synoros.randn(2, 4, seed=1)),
+    lambda: synoros.load("/nonexistent/file.safetensors"),
+    lambda: GPTConfig.preset("no-such-model"),
+    lambda: synoros.tensor(np.zeros(3, dtype=np.complex64)),
+    lambda: Spec.parse("[N] -> [M]"),
+])
+def test_bad_input_raises_a_clear_error(bad):
+    with pytest.raises(synoros.Error) as e:
+        r = bad()
+        if isinstance(r, synoros.Tensor):
+            r.numpy()
+    assert str(e.value)
+
+
+def test_error_is_a_runtime_error_with_the_engines_message():
+    with pytest.raises(RuntimeError, match="matmul|einsum"):
+        (synoros.randn(2, 3, seed=1) @ synoros.randn(4, 5, seed=2)).numpy()
+
+
+def test_corrupt_checkpoint_is_an_error_not_a_crash(tmp_path):
+    p = tmp_path / "bad.safetensors"
+    p.write_bytes(b"\xff" * 40)
+    with pytest.raises(synoros.Error):
+        synoros.load(p)
+
+
+def test_exported_pytorch_module_computes_what_the_engine_computes():
+    torch = pytest.importorskip("torch")
+    from synoros.synth import load_pytorch_module
+
+    syn = small_synthesizer()
+    for op in syn.enumerate(max_operators=40)[-5:]:
+        weights = syn.init_weights(op, seed=3)
+        x = synoros.randn(*syn.spec.input_shape(0), seed=4)
+        want = syn.apply(op, x, weights).numpy()
+        cls = load_pytorch_module(syn.pytorch_module(op), "SynthOp")
+        module = cls()
+        with torch.no_grad():
+            for i, w in enumerate(weights):
+                getattr(module, f"w{i}").copy_(torch.from_numpy(w.numpy().copy()))
+            got = module(torch.from_numpy(x.numpy().copy())).numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=syn.formula(op))

@@ -1,0 +1,158 @@
+"""Tensor values and gradients against PyTorch on random inputs, and the NumPy/DLPack exchange."""
+
+import numpy as np
+import pytest
+
+import synoros
+from conftest import torch_or_skip
+
+torch = torch_or_skip()
+
+UNARY = ["exp", "tanh", "sigmoid", "relu", "abs", "neg", "gelu"]
+
+
+def pair(a, requires_grad=True):
+    return (synoros.tensor(a, requires_grad=requires_grad),
+            torch.tensor(a, requires_grad=requires_grad))
+
+
+@pytest.mark.parametrize("name", UNARY)
+def test_unary_values_and_gradients_match_pytorch(name, rng):
+    a = rng.standard_normal((3, 5)).astype(np.float32)
+    s, t = pair(a)
+    torch_op = torch.nn.functional.gelu if name == "gelu" else lambda x: getattr(x, name)()
+    ys, yt = getattr(s, name)(), torch_op(t)
+    np.testing.assert_allclose(ys.numpy(), yt.detach().numpy(), rtol=1e-5, atol=1e-6)
+    (ys * ys).sum().backward()
+    (yt * yt).sum().backward()
+    np.testing.assert_allclose(s.grad.numpy(), t.grad.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_log_sqrt_rsqrt_on_positive_inputs(rng):
+    a = rng.uniform(0.5, 2.0, (4, 3)).astype(np.float32)
+    for name in ["log", "sqrt", "rsqrt"]:
+        s, t = pair(a)
+        getattr(s, name)().sum().backward()
+        getattr(t, name)().sum().backward()
+        np.testing.assert_allclose(s.grad.numpy(), t.grad.numpy(), rtol=1e-5)
+
+
+def test_binary_operators_broadcast_and_differentiate_as_pytorch(rng):
+    a = rng.standard_normal((4, 1, 3)).astype(np.float32)
+    b = rng.uniform(0.5, 1.5, (5, 3)).astype(np.float32)
+    sa, ta = pair(a)
+    sb, tb = pair(b)
+    fs = ((sa + sb) * sb - sa / sb + 2.0 - 3.0 * sa + 1.0 / sb) ** 2
+    ft = ((ta + tb) * tb - ta / tb + 2.0 - 3.0 * ta + 1.0 / tb) ** 2
+    np.testing.assert_allclose(fs.numpy(), ft.detach().numpy(), rtol=1e-5, atol=1e-5)
+    fs.mean().backward()
+    ft.mean().backward()
+    np.testing.assert_allclose(sa.grad.numpy(), ta.grad.numpy(), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(sb.grad.numpy(), tb.grad.numpy(), rtol=1e-4, atol=1e-6)
+
+
+def test_reductions_shapes_and_matmul_match_pytorch(rng):
+    a = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    w = rng.standard_normal((4, 5)).astype(np.float32)
+    sa, ta = pair(a)
+    sw, tw = pair(w)
+    ys = (sa @ sw).softmax(-1).sum(dim=1) + sa.mean(dim=(1, 2), keepdim=True).reshape(2, -1) \
+        + sa.amax(dim=2).var(dim=1, keepdim=True) + sa.transpose(1, 2).permute(0, 2, 1)[:, 0, :1]
+    yt = (ta @ tw).softmax(-1).sum(dim=1) + ta.mean(dim=(1, 2), keepdim=True).reshape(2, -1) \
+        + ta.amax(dim=2).var(dim=1, keepdim=True) + ta.transpose(1, 2).permute(0, 2, 1)[:, 0, :1]
+    np.testing.assert_allclose(ys.numpy(), yt.detach().numpy(), rtol=1e-5, atol=1e-5)
+    ys.sum().backward()
+    yt.sum().backward()
+    np.testing.assert_allclose(sa.grad.numpy(), ta.grad.numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(sw.grad.numpy(), tw.grad.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_indexing_matches_numpy(rng):
+    a = rng.standard_normal((4, 5, 6)).astype(np.float32)
+    s = synoros.tensor(a)
+    for idx in [1, -1, (slice(1, 3),), (Ellipsis, 2), (0, slice(None), slice(2, -1)), (None, 1),
+                (slice(None), -2, None)]:
+        np.testing.assert_array_equal(s[idx].numpy(), a[idx])
+    with pytest.raises(IndexError):
+        s[4]
+    with pytest.raises(IndexError):
+        s[::2]
+
+
+def test_cat_stack_where_clamp_match_pytorch(rng):
+    a = rng.standard_normal((2, 3)).astype(np.float32)
+    b = rng.standard_normal((2, 3)).astype(np.float32)
+    sa, sb = synoros.tensor(a), synoros.tensor(b)
+    ta, tb = torch.tensor(a), torch.tensor(b)
+    np.testing.assert_array_equal(synoros.cat([sa, sb], 1).numpy(), torch.cat([ta, tb], 1).numpy())
+    np.testing.assert_array_equal(synoros.stack([sa, sb], 0).numpy(), torch.stack([ta, tb], 0).numpy())
+    np.testing.assert_array_equal(synoros.where(sa > 0.0, sa, sb).numpy(), torch.where(ta > 0, ta, tb).numpy())
+    np.testing.assert_array_equal(sa.clamp(-0.5, 0.5).numpy(), ta.clamp(-0.5, 0.5).numpy())
+    np.testing.assert_array_equal(sa.clamp(min=0.1).numpy(), ta.clamp(min=0.1).numpy())
+
+
+def test_factories_and_dtypes():
+    assert synoros.zeros(2, 3).shape == (2, 3)
+    assert synoros.ones((4,), dtype=synoros.float64).dtype == synoros.float64
+    assert synoros.tensor([1, 2, 3]).dtype == synoros.int64
+    assert synoros.tensor([1.0, 2.0]).dtype == synoros.float32
+    assert synoros.arange(5).tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
+    assert synoros.full((2,), 7.0).tolist() == [7.0, 7.0]
+    x = synoros.tensor([[1.5, -2.0]])
+    assert x.to(synoros.float64).dtype == synoros.float64
+    assert float(x.sum()) == -0.5
+    assert "tensor([[ 1.5, -2. ]])" == repr(x)
+
+
+def test_randn_is_the_same_for_the_same_seed():
+    a = synoros.randn(3, 4, seed=5).numpy()
+    b = synoros.randn(3, 4, seed=5).numpy()
+    assert a.tobytes() == b.tobytes()
+    synoros.manual_seed(9)
+    c = synoros.randn(3, 4).numpy()
+    synoros.manual_seed(9)
+    d = synoros.randn(3, 4).numpy()
+    assert c.tobytes() == d.tobytes()
+    assert c.tobytes() != a.tobytes()
+
+
+def test_numpy_export_shares_the_tensors_memory():
+    t = synoros.randn(64, 8, seed=1)
+    a = t.numpy()
+    b = t.numpy()
+    assert np.shares_memory(a, b)
+    assert synoros.shares_memory(t, a)
+    assert not a.flags.writeable  # writes go through copy_, so plans see them
+
+
+def test_numpy_round_trip_without_copies():
+    a = synoros.randn(16, 16, seed=2).numpy()  # the engine's layout: 64-byte aligned
+    t = synoros.from_numpy(a)
+    assert synoros.shares_memory(t, a)
+    assert np.shares_memory(t.numpy(), a)
+    # An array without the engine's layout is copied, and says so.
+    odd = np.arange(7, dtype=np.float32)
+    u = synoros.from_numpy(odd)
+    assert not synoros.shares_memory(u, odd)
+    np.testing.assert_array_equal(u.numpy(), odd)
+
+
+def test_dlpack_both_ways_without_copies():
+    tt = torch.arange(64, dtype=torch.float32).reshape(4, 16)  # PyTorch aligns to 64 bytes
+    s = synoros.from_dlpack(tt)
+    assert synoros.shares_memory(s, tt)
+    np.testing.assert_array_equal(s.numpy(), tt.numpy())
+    back = torch.from_dlpack(s)
+    assert back.data_ptr() == tt.data_ptr()
+    r = synoros.randn(8, 8, seed=3)
+    tr = torch.from_dlpack(r)
+    assert tr.data_ptr() == r.numpy().ctypes.data
+    np.testing.assert_array_equal(tr.numpy(), r.numpy())
+
+
+def test_shared_memory_stays_alive_after_the_source_is_gone():
+    a = synoros.randn(32, 2, seed=4).numpy()
+    expect = a.copy()
+    t = synoros.from_numpy(a)
+    del a
+    np.testing.assert_array_equal(t.numpy(), expect)

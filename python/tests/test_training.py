@@ -1,0 +1,142 @@
+"""Modules, optimizers, no_grad, compile and checkpoints: a short training run end to end."""
+
+import numpy as np
+import pytest
+
+import synoros
+import synoros.nn as nn
+import synoros.nn.functional as F
+from conftest import torch_or_skip
+
+
+class MLP(nn.Module):
+    def __init__(self, seed=1):
+        super().__init__()
+        self.fc1 = nn.Linear(16, 32, seed=seed)
+        self.fc2 = nn.Linear(32, 4, seed=seed + 1)
+        self.scale = nn.Parameter(synoros.ones(4))
+
+    def forward(self, x):
+        return self.fc2(F.relu(self.fc1(x))) * self.scale
+
+
+def data(seed=3, n=64):
+    r = np.random.default_rng(seed)
+    x = r.standard_normal((n, 16)).astype(np.float32)
+    y = r.integers(0, 4, n)
+    return x, y
+
+
+def test_parameters_and_state_dict_have_pytorchs_names():
+    m = MLP()
+    names = [n for n, _ in m.named_parameters()]
+    assert names == ["scale", "fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"]
+    assert list(m.state_dict()) == names
+    assert isinstance(m.fc1, nn.Module)
+    seq = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    assert [n for n, _ in seq.named_parameters()] == ["0.weight", "0.bias", "2.weight", "2.bias"]
+    assert m.parameter_count() == 16 * 32 + 32 + 32 * 4 + 4 + 4
+
+
+def test_linear_matches_pytorch_with_the_same_weights():
+    torch = torch_or_skip()
+    lin = nn.Linear(5, 3, seed=7)
+    ref = torch.nn.Linear(5, 3)
+    with torch.no_grad():
+        ref.weight.copy_(torch.from_numpy(lin.weight.numpy().copy()))
+        ref.bias.copy_(torch.from_numpy(lin.bias.numpy().copy()))
+    x = np.random.default_rng(1).standard_normal((2, 5)).astype(np.float32)
+    np.testing.assert_allclose(lin(synoros.tensor(x)).numpy(), ref(torch.tensor(x)).detach().numpy(), rtol=1e-5,
+                               atol=1e-6)
+
+
+def train_eager(steps=20, opt_name="sgd"):
+    synoros.manual_seed(11)
+    m = MLP()
+    opt = (synoros.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) if opt_name == "sgd"
+           else synoros.optim.AdamW(m.parameters(), lr=1e-2))
+    x, y = data()
+    xs, ys = synoros.tensor(x), synoros.tensor(y)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = F.cross_entropy(m(xs), ys)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return m, losses
+
+
+@pytest.mark.parametrize("opt_name", ["sgd", "adamw"])
+def test_a_short_training_run_learns_and_reruns_bit_for_bit(opt_name):
+    m1, l1 = train_eager(opt_name=opt_name)
+    m2, l2 = train_eager(opt_name=opt_name)
+    assert l1[-1] < 0.75 * l1[0]
+    assert l1 == l2
+    for (_, a), (_, b) in zip(m1.named_parameters(), m2.named_parameters()):
+        assert a.numpy().tobytes() == b.numpy().tobytes()
+
+
+@pytest.mark.parametrize("opt_name", ["sgd", "adamw"])
+def test_compiled_step_gives_the_eager_losses_and_weights(opt_name):
+    # AdamW's bias corrections advance per step: the compiled step must tick the optimizer.
+    m_eager, eager = train_eager(opt_name=opt_name)
+    synoros.manual_seed(11)
+    m = MLP()
+    opt = (synoros.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) if opt_name == "sgd"
+           else synoros.optim.AdamW(m.parameters(), lr=1e-2))
+    x, y = data()
+
+    @synoros.compile
+    def step(x, y):
+        opt.zero_grad()
+        loss = F.cross_entropy(m(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    compiled = [float(step(x, y)) for _ in range(20)]
+    np.testing.assert_allclose(compiled, eager, rtol=1e-4)
+    assert len(step.steps) == 1
+    assert opt.steps == 20
+    for (n, a), (_, b) in zip(m.named_parameters(), m_eager.named_parameters()):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-3, atol=1e-5, err_msg=n)
+
+
+def test_no_grad_records_no_gradient_path():
+    w = synoros.randn(3, 3, seed=1, requires_grad=True)
+    x = synoros.randn(2, 3, seed=2)
+    with synoros.no_grad():
+        y = x @ w
+        assert not y.requires_grad
+    assert synoros.is_grad_enabled()
+    (x @ w).sum().backward()
+    assert w.grad is not None
+    # Outside no_grad a result depends on w; inside it does not.
+    z = (x @ w * 2).sum()
+    with synoros.no_grad():
+        z2 = (x @ w * 2).sum()
+    np.testing.assert_allclose(z.item(), z2.item(), rtol=1e-6)
+
+
+def test_checkpoint_round_trip(tmp_path):
+    m, _ = train_eager(steps=3)
+    path = tmp_path / "mlp.safetensors"
+    synoros.save(m, path, metadata={"note": "three steps"})
+    state, md = synoros.load(path, with_metadata=True)
+    assert md["note"] == "three steps"
+    fresh = MLP(seed=99)
+    fresh.load_state_dict(state)
+    for (n, a), (_, b) in zip(m.named_parameters(), fresh.named_parameters()):
+        assert a.numpy().tobytes() == b.numpy().tobytes(), n
+    with pytest.raises(synoros.Error, match="missing keys"):
+        fresh.load_state_dict({"scale": state["scale"]})
+
+
+def test_optimizer_state_dict_round_trip():
+    m, _ = train_eager(steps=3, opt_name="adamw")
+    opt = synoros.optim.AdamW(m.parameters(), lr=1e-2)
+    sd = opt.state_dict()
+    assert sd["steps"] == 0 and sd["lr"] == pytest.approx(1e-2)
+    opt.load_state_dict({"state": sd["state"], "steps": 5, "lr": 0.5})
+    assert opt.steps == 5 and opt.lr == 0.5
