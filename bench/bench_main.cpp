@@ -45,6 +45,33 @@ void TinyMLP_Sgd(benchmark::State& state) {
 }
 BENCHMARK(TinyMLP_Sgd)->Name("TinyMLP/SgdStep");
 
+// The same step built as the Python package builds it (bench/python_compare.py): nn modules,
+// optim::SGD and compile(), so that Python's replay can be set against this replay.
+void TinyMLP_SgdModules(benchmark::State& state) {
+  TinyTask task(1);
+  nn::Sequential model;
+  model.add(std::make_shared<nn::Linear>(16, 32, true, 1));
+  model.add(std::make_shared<nn::ReLU>());
+  model.add(std::make_shared<nn::Linear>(32, 8, true, 2));
+  optim::SGD opt(model.parameters(), 1e-3);
+  CompiledStep step = compile(
+      [&](const std::vector<Tensor>& a) {
+        opt.zero_grad();
+        Tensor loss = mse_loss(model(a[0]), a[1]);
+        loss.backward();
+        opt.step();
+        return std::vector<Tensor>{loss};
+      },
+      {{DType::F32, {8, 16}}, {DType::F32, {8, 8}}});
+  load(step, task);
+  for (auto _ : state) {
+    opt.tick();
+    step.run();
+    benchmark::DoNotOptimize(step.output_ptr(0));
+  }
+}
+BENCHMARK(TinyMLP_SgdModules)->Name("TinyMLP/SgdStepModules");
+
 // y = tanh((sigmoid(relu(x*1.5 + 0.5) * x) - 0.25) * 2) over x[1024, 1024], out of place.
 Tensor eltwise_chain(const Tensor& x) { return ((((x * 1.5 + 0.5).relu() * x).sigmoid() - 0.25) * 2.0).tanh(); }
 

@@ -89,21 +89,30 @@ def synoros_steps():
 
 
 def cpp_step_ns(bench):
-    res = subprocess.run([bench, "--benchmark_format=json", "--benchmark_filter=^TinyMLP/SgdStep$",
+    res = subprocess.run([bench, "--benchmark_format=json", "--benchmark_filter=^TinyMLP/SgdStepModules$",
                           "--benchmark_min_time=0.5", "--benchmark_repetitions=5",
                           "--benchmark_report_aggregates_only=true"],
                          env=dict(os.environ, SYNOROS_NUM_THREADS="1"), check=True, capture_output=True, text=True)
     for b in json.loads(res.stdout)["benchmarks"]:
         if b["name"].endswith("_median"):
             return b["real_time"] * {"ns": 1, "us": 1e3, "ms": 1e6}[b["time_unit"]]
-    raise RuntimeError("no TinyMLP/SgdStep median in the benchmark output")
+    raise RuntimeError("no TinyMLP/SgdStepModules median in the benchmark output")
+
+
+TORCH_STEP = """
+import json, sys, time, torch
+sys.path.insert(0, sys.argv[1])
+from torch_scenarios import tiny_mlp, time_ns
+torch.set_num_threads(1)
+print(json.dumps(time_ns(tiny_mlp(True))))
+"""
 
 
 def torch_step_ns(python):
+    """PyTorch eager's step (bench/torch_scenarios.py's, as compare.py times it), one thread."""
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
-    res = subprocess.run([python, os.path.join(HERE, "torch_scenarios.py"), "1", "TinyMLP/SgdStep"], env=env,
-                         check=True, capture_output=True, text=True, cwd=HERE)
-    return json.loads(res.stdout.strip().splitlines()[-1])["TinyMLP/SgdStep"]
+    res = subprocess.run([python, "-c", TORCH_STEP, HERE], env=env, check=True, capture_output=True, text=True)
+    return json.loads(res.stdout.strip().splitlines()[-1])
 
 
 def torch_version(python):

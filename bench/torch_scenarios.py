@@ -5,7 +5,10 @@ import time
 
 import torch
 from scenario_list import MATMUL_SHAPES, matmul_name
-from threadpoolctl import threadpool_limits
+try:
+    from threadpoolctl import threadpool_limits
+except ImportError:  # PyTorch 2.x's environment (.peers/) has no threadpoolctl; only main() needs it
+    threadpool_limits = None
 
 
 def tiny_mlp(with_sgd):

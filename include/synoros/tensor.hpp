@@ -180,6 +180,11 @@ class CompiledStep {
   void run();
   float* input_ptr(size_t i);
   const float* output_ptr(size_t i);
+  // The traced signature: whether argument i is read at all (an unread one is not fed), and
+  // each output's dtype and shape.
+  bool uses_input(size_t i) const { return inputs_.at(i) != kNoValue; }
+  size_t num_outputs() const { return outputs_.size(); }
+  std::pair<DType, Shape> output_spec(size_t i) const;
   Plan& plan() { return *plan_; }
 
  private:

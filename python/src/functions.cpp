@@ -1,50 +1,13 @@
-// Free functions: factories, joins, einsum, losses, the functional layers, gradient mode and
-// compile().
-#include <nanobind/stl/function.h>
+// Free functions: factories, joins, einsum, losses, the functional layers and gradient mode.
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
-#include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/vector.h>
 
 #include "bindings.hpp"
 #include "synoros/nn.hpp"
-#include "synoros/optim.hpp"
 
 namespace synoros::py {
-namespace {
-
-// compile(fn) from Python: the traced step plus its argument specs, run on arrays.
-struct PyCompiled {
-  CompiledStep step;
-  std::vector<std::pair<DType, Shape>> specs;
-  std::vector<nb::object> optimizers;  // stepped inside: ticked before each run
-
-  nb::list call(const std::vector<AnyArray>& args) {
-    if (args.size() != specs.size())
-      throw Error("compiled step: expects " + std::to_string(specs.size()) + " arguments, got " +
-                  std::to_string(args.size()));
-    std::vector<HostTensor> in;
-    in.reserve(args.size());
-    for (const AnyArray& a : args) in.push_back(host_from_array(a, true));
-    for (const nb::object& o : optimizers) nb::cast<optim::Optimizer&>(o).tick();
-    std::vector<HostTensor> out;
-    {
-      nb::gil_scoped_release no_gil;
-      out = step(in);
-    }
-    nb::list l;
-    for (const HostTensor& h : out) l.append(array_from_host(h));
-    return l;
-  }
-};
-
-}  // namespace
-
-std::vector<nb::object>*& traced_optimizers() {
-  static thread_local std::vector<nb::object>* list = nullptr;
-  return list;
-}
 
 void bind_functions(nb::module_& m) {
   // Factories (float32 unless a dtype is given).
@@ -118,26 +81,6 @@ void bind_functions(nb::module_& m) {
   // Gradient mode (torch.no_grad and friends build on these).
   m.def("is_grad_enabled", &grad_enabled);
   m.def("set_grad_enabled", &set_grad_enabled, nb::arg("mode"));
-  // compile(): the step traced once on argument specs, then replayed on arrays.
-  nb::class_<PyCompiled>(m, "CompiledStep", "A whole step (forward, backward, update) traced once, replayed on arrays.")
-      .def("__call__", &PyCompiled::call, nb::arg("args"))
-      .def_prop_ro("specs", [](const PyCompiled& c) { return c.specs; });
-  m.def("compile_step", [](nb::callable fn, std::vector<std::pair<DType, Shape>> specs) {
-    auto c = std::make_unique<PyCompiled>();
-    c->specs = specs;
-    struct Tracing {  // optimizer steps inside the trace register with this step
-      explicit Tracing(std::vector<nb::object>* l) { traced_optimizers() = l; }
-      ~Tracing() { traced_optimizers() = nullptr; }
-    } tracing(&c->optimizers);
-    c->step = compile([&](const std::vector<Tensor>& args) {
-      nb::list l;
-      for (const Tensor& t : args) l.append(nb::cast(t));
-      nb::object r = fn(*nb::tuple(l));
-      if (nb::isinstance<Tensor>(r)) return std::vector<Tensor>{nb::cast<Tensor>(r)};
-      return nb::cast<std::vector<Tensor>>(r);
-    }, specs);
-    return c;
-  }, nb::arg("fn"), nb::arg("specs"));
 }
 
 }  // namespace synoros::py

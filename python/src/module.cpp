@@ -99,4 +99,6 @@ NB_MODULE(_C, m) {
   bind_io(m);
   bind_gpt(m);
   bind_runtime(m);
+  bind_search(m);
+  bind_compile(m);
 }

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import functools
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
@@ -281,33 +280,17 @@ Tensor.min = lambda self, dim=None, keepdim=False: self.amin(dim, keepdim)  # ty
 # --- compile -------------------------------------------------------------------------------
 
 
-class CompiledFunction:
-    """A whole step captured once per argument signature and replayed on NumPy arrays (or
-    anything array-like); returns NumPy arrays."""
-
-    def __init__(self, fn: Callable[..., Any]) -> None:
-        self.fn = fn
-        self.steps: dict[tuple, _C.CompiledStep] = {}
-        functools.update_wrapper(self, fn)
-
-    def __call__(self, *args: Any) -> Any:
-        arrays = [_as_array(a, None) for a in args]
-        key = tuple((a.dtype.str, a.shape) for a in arrays)
-        step = self.steps.get(key)
-        if step is None:
-            specs = [(_NP_TO_DTYPE[a.dtype], list(a.shape)) for a in arrays]
-            step = self.steps[key] = _C.compile_step(self.fn, specs)
-        out = step(arrays)
-        return out[0] if len(out) == 1 else tuple(out)
-
-
 def compile(fn: Callable[..., Any] | None = None) -> Any:
     """Traces ``fn`` (tensors in, a tensor or tensors out) once per argument signature, with
     its backward pass and optimizer updates, into one planned step; calls replay it. Parameter
     updates inside (``optimizer.step()``) persist across calls. Usable as ``@synoros.compile``."""
     if fn is None:
         return compile
-    return CompiledFunction(fn)
+    return _C.CompiledFunction(fn, _convert_arg)
+
+
+def _convert_arg(a: Any) -> np.ndarray:
+    return _as_array(a, None)
 
 
 # --- checkpoints ---------------------------------------------------------------------------
@@ -329,6 +312,6 @@ def load(path: str, with_metadata: bool = False) -> Any:
     return (state, md) if with_metadata else state
 
 
-from . import nn, optim, data, models, synth  # noqa: E402
+from . import nn, optim, data, models, synth, search  # noqa: E402
 
 __all__ = [name for name in globals() if not name.startswith("_")]

@@ -132,3 +132,21 @@ def test_exported_pytorch_module_computes_what_the_engine_computes():
                 getattr(module, f"w{i}").copy_(torch.from_numpy(w.numpy().copy()))
             got = module(torch.from_numpy(x.numpy().copy())).numpy()
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=syn.formula(op))
+
+
+def test_operator_search_trains_and_times_the_baseline_network():
+    try:
+        synoros.data.FashionMNIST(train=False, limit=1)
+    except synoros.Error:
+        pytest.skip("dataset-fashion-mnist is not installed")
+    spec = synoros.search.resnet_conv_spec(8)
+    cfg = synoros.search.ProxyConfig()
+    cfg.train_images, cfg.test_images, cfg.width = 256, 128, 8
+    e = synoros.search.evaluate(spec, None, 0, cfg)
+    assert not e.failed, e.error
+    assert e.key == "baseline" and 0.0 <= e.accuracy <= 1.0 and e.params > 0
+    again = synoros.search.Evaluation.from_json(e.to_json())
+    assert again.accuracy == e.accuracy and again.key == e.key
+    net = synoros.search.network(spec, None, 0, seed=1, width=8)
+    assert isinstance(net, synoros.nn.Module)
+    assert net(synoros.randn(2, 1, 28, 28, seed=1)).shape == (2, 10)

@@ -140,3 +140,20 @@ def test_optimizer_state_dict_round_trip():
     assert sd["steps"] == 0 and sd["lr"] == pytest.approx(1e-2)
     opt.load_state_dict({"state": sd["state"], "steps": 5, "lr": 0.5})
     assert opt.steps == 5 and opt.lr == 0.5
+
+
+def test_compiled_function_traces_once_per_signature_and_checks_arguments():
+    @synoros.compile
+    def f(x):
+        return (x * 2.0).sum(), x + 1.0
+
+    s, y = f(np.ones((4, 16), np.float32))
+    assert float(s) == 128.0 and y.shape == (4, 16) and (y == 2).all()
+    s2, _ = f(np.ones((2, 16), np.float32))  # a new shape: a second trace
+    assert float(s2) == 64.0 and len(f.steps) == 2
+    f([[1.0, 2.0]])  # lists become float32 arrays
+    step = next(iter(f.steps.values()))
+    with pytest.raises(synoros.Error, match=r"argument 0 is f32\[3,16\]"):
+        step([np.ones((3, 16), np.float32)])
+    with pytest.raises(synoros.Error, match="expects 1 arguments"):
+        step([])

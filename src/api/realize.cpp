@@ -271,6 +271,10 @@ void CompiledStep::run() {
 
 float* CompiledStep::input_ptr(size_t i) { return plan_->data<float>(inputs_.at(i)); }
 const float* CompiledStep::output_ptr(size_t i) { return plan_->data<float>(outputs_.at(i)); }
+std::pair<DType, Shape> CompiledStep::output_spec(size_t i) const {
+  const Node& n = plan_->graph().node(outputs_.at(i));
+  return {n.dtype, n.shape};
+}
 
 CompiledStep compile(const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& fn,
                      const std::vector<std::pair<DType, Shape>>& arg_specs) {

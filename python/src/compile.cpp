@@ -1,0 +1,219 @@
+// synoros.compile: a Python function traced into one CompiledStep per argument signature and
+// replayed on arrays. Arguments are read through the buffer protocol straight into the plan's
+// input buffers; anything else (lists, tensors, strided arrays) is converted first.
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/unique_ptr.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstring>
+#include <map>
+
+#include "bindings.hpp"
+#include "synoros/optim.hpp"
+
+namespace synoros::py {
+
+std::vector<nb::object>*& traced_optimizers() {
+  static thread_local std::vector<nb::object>* list = nullptr;
+  return list;
+}
+
+namespace {
+
+// One argument's memory, held for the duration of a call.
+struct View {
+  Py_buffer b{};
+  bool held = false;
+  DType dtype = DType::F32;
+  View() = default;
+  View(const View&) = delete;
+  View& operator=(const View&) = delete;
+  ~View() {
+    if (held) PyBuffer_Release(&b);
+  }
+  // A C-contiguous buffer of an engine dtype; false (and nothing held) otherwise.
+  bool take(PyObject* o) {
+    if (PyObject_GetBuffer(o, &b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) {
+      PyErr_Clear();
+      return false;
+    }
+    held = true;
+    const char* f = b.format ? b.format : "B";
+    if (*f == '@' || *f == '=' || *f == '<') ++f;
+    bool ok = f[1] == '\0';
+    if (ok && *f == 'f' && b.itemsize == 4) dtype = DType::F32;
+    else if (ok && *f == 'd' && b.itemsize == 8) dtype = DType::F64;
+    else if (ok && (*f == 'i' || *f == 'l') && b.itemsize == 4) dtype = DType::I32;
+    else if (ok && (*f == 'l' || *f == 'q') && b.itemsize == 8) dtype = DType::I64;
+    else ok = false;
+    if (!ok) {
+      PyBuffer_Release(&b);
+      held = false;
+    }
+    return ok;
+  }
+  Shape shape() const { return Shape(b.shape, b.shape + b.ndim); }
+};
+
+const char* numpy_dtype(DType t) {
+  switch (t) {
+    case DType::F32: return "float32";
+    case DType::F64: return "float64";
+    case DType::I32: return "int32";
+    case DType::I64: return "int64";
+  }
+  return "float32";
+}
+
+// One traced step and what it needs around each run.
+struct Step {
+  CompiledStep step;
+  std::vector<std::pair<DType, Shape>> specs;
+  std::vector<nb::object> optimizers;  // stepped inside the trace: ticked before each run
+
+  static std::unique_ptr<Step> trace(const nb::callable& fn, std::vector<std::pair<DType, Shape>> specs) {
+    auto s = std::make_unique<Step>();
+    s->specs = std::move(specs);
+    struct Tracing {  // optimizer steps inside the trace register with this step
+      explicit Tracing(std::vector<nb::object>* l) { traced_optimizers() = l; }
+      ~Tracing() { traced_optimizers() = nullptr; }
+    } tracing(&s->optimizers);
+    s->step = compile([&](const std::vector<Tensor>& args) {
+      nb::list l;
+      for (const Tensor& t : args) l.append(nb::cast(t));
+      nb::object r = fn(*nb::tuple(l));
+      if (nb::isinstance<Tensor>(r)) return std::vector<Tensor>{nb::cast<Tensor>(r)};
+      return nb::cast<std::vector<Tensor>>(r);
+    }, s->specs);
+    return s;
+  }
+
+  // Runs on argument views already checked against specs; new NumPy arrays out.
+  nb::object run(const std::vector<View>& views) {
+    for (size_t i = 0; i < views.size(); ++i)
+      if (step.uses_input(i)) std::memcpy(step.input_ptr(i), views[i].b.buf, size_t(views[i].b.len));
+    for (const nb::object& o : optimizers) nb::cast<optim::Optimizer&>(o).tick();
+    {
+      nb::gil_scoped_release no_gil;
+      step.run();
+    }
+    static nb::object* empty = new nb::object(nb::module_::import_("numpy").attr("empty"));  // never freed:
+    size_t n = step.num_outputs();                                                          // outlives exit
+    nb::list outs;
+    for (size_t i = 0; i < n; ++i) {
+      auto [dt, shape] = step.output_spec(i);
+      nb::list dims;
+      for (int64_t d : shape) dims.append(d);
+      nb::object arr = (*empty)(nb::tuple(dims), numpy_dtype(dt));
+      View v;
+      if (!v.take(arr.ptr())) throw Error("compiled step: numpy.empty gave no writable buffer");
+      std::memcpy(v.b.buf, step.output_ptr(i), size_t(v.b.len));
+      outs.append(arr);
+    }
+    return n == 1 ? nb::object(outs[0]) : nb::object(nb::tuple(outs));
+  }
+
+  // A direct call with a sequence of arrays, checked against the traced signature.
+  nb::object call(nb::handle args) {
+    size_t n = nb::len(args);
+    if (n != specs.size())
+      throw Error("compiled step: expects " + std::to_string(specs.size()) + " arguments, got " + std::to_string(n));
+    std::vector<View> views(n);
+    for (size_t i = 0; i < n; ++i) {
+      nb::object a = args[i];
+      if (!views[i].take(a.ptr()))
+        throw Error("compiled step: argument " + std::to_string(i) +
+                    " is not a C-contiguous array of float32, float64, int32 or int64");
+      if (views[i].dtype != specs[i].first || views[i].shape() != specs[i].second)
+        throw Error("compiled step: argument " + std::to_string(i) + " is " + dtype_name(views[i].dtype) +
+                    shape_str(views[i].shape()) + ", the step was traced for " + dtype_name(specs[i].first) +
+                    shape_str(specs[i].second));
+    }
+    return run(views);
+  }
+};
+
+// synoros.compile(fn): a step per argument signature (dtypes and shapes).
+struct Function {
+  nb::callable fn;
+  nb::callable convert;  // an argument without a usable buffer -> a contiguous array
+  std::map<std::vector<int64_t>, std::unique_ptr<Step>> steps;
+
+  Function(nb::callable f, nb::callable c) : fn(std::move(f)), convert(std::move(c)) {}
+  Function(const Function&) = delete;
+  Function& operator=(const Function&) = delete;
+
+  nb::object call(nb::args args) {
+    if (!fn.is_valid()) throw Error("compile: this compiled function has been cleared");
+    size_t n = args.size();
+    std::vector<View> views(n);
+    std::vector<nb::object> converted(n);
+    std::vector<int64_t> key;
+    for (size_t i = 0; i < n; ++i) {
+      if (!views[i].take(args[i].ptr())) {
+        converted[i] = convert(args[i]);
+        if (!views[i].take(converted[i].ptr()))
+          throw Error("compile: argument " + std::to_string(i) + " did not convert to an array of an engine dtype");
+      }
+      key.push_back(int64_t(views[i].dtype));
+      key.push_back(views[i].b.ndim);
+      key.insert(key.end(), views[i].b.shape, views[i].b.shape + views[i].b.ndim);
+    }
+    auto it = steps.find(key);
+    if (it == steps.end()) {
+      std::vector<std::pair<DType, Shape>> specs;
+      for (const View& v : views) specs.push_back({v.dtype, v.shape()});
+      it = steps.emplace(key, Step::trace(fn, std::move(specs))).first;
+    }
+    return it->second->run(views);
+  }
+};
+
+// The garbage collector sees what a compiled function holds: a module-level function's globals
+// hold the compiled function itself, a cycle that would otherwise never be freed.
+int function_traverse(PyObject* self, visitproc visit, void* arg) {
+  Py_VISIT(Py_TYPE(self));
+  if (!nb::inst_ready(self)) return 0;
+  Function* f = nb::inst_ptr<Function>(self);
+  Py_VISIT(f->fn.ptr());
+  Py_VISIT(f->convert.ptr());
+  for (const auto& [key, step] : f->steps)
+    for (const nb::object& o : step->optimizers) Py_VISIT(o.ptr());
+  return 0;
+}
+
+int function_clear(PyObject* self) {
+  Function* f = nb::inst_ptr<Function>(self);
+  f->fn.reset();
+  f->convert.reset();
+  for (auto& [key, step] : f->steps) step->optimizers.clear();
+  return 0;
+}
+
+PyType_Slot function_slots[] = {{Py_tp_traverse, reinterpret_cast<void*>(function_traverse)},
+                                {Py_tp_clear, reinterpret_cast<void*>(function_clear)},
+                                {0, nullptr}};
+
+}  // namespace
+
+void bind_compile(nb::module_& m) {
+  nb::class_<Step>(m, "CompiledStep", "One traced step (forward, backward, update), replayed on arrays.")
+      .def("__call__", &Step::call, nb::arg("args"))
+      .def_prop_ro("specs", [](const Step& s) { return s.specs; });
+  nb::class_<Function>(m, "CompiledFunction", nb::type_slots(function_slots),
+                       "A function traced once per argument signature (dtypes and shapes) and replayed.")
+      .def(nb::init<nb::callable, nb::callable>(), nb::arg("fn"), nb::arg("convert"))
+      .def("__call__", &Function::call)
+      .def_prop_ro("steps", [](nb::handle self) {
+        nb::dict d;
+        for (auto& [key, step] : nb::cast<Function&>(self).steps) {
+          nb::list k;
+          for (int64_t x : key) k.append(x);
+          d[nb::tuple(k)] = nb::cast(step.get(), nb::rv_policy::reference_internal, self);
+        }
+        return d;
+      }, "The traced steps by signature.");
+}
+
+}  // namespace synoros::py
