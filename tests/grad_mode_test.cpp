@@ -54,6 +54,37 @@ TEST(GradMode, NoGradCutsAComputedValueFromItsLeaves) {
   EXPECT_EQ(w.grad().to_vector(), (std::vector<float>{2.0f, 5.0f}));
 }
 
+TEST(GradMode, InsideCompileUpdatesWorkAndACutOnTheLossPathIsRefused) {
+  Tensor w = Tensor::from({1.0f, 2.0f}, {2}).requires_grad();
+  CompiledStep step = compile(
+      [&](const std::vector<Tensor>& a) {
+        Tensor loss = (a[0] * w * w).sum();
+        loss.backward();
+        {
+          NoGradGuard guard;  // the manual SGD idiom
+          w.assign(w - w.grad() * 0.125);
+        }
+        return std::vector<Tensor>{loss};
+      },
+      {{DType::F32, {2}}});
+  step({Tensor::from({1.0f, 1.0f}, {2}).value()});
+  EXPECT_EQ(w.to_vector(), (std::vector<float>{0.75f, 1.5f}));  // w - 0.125 * 2w
+  EXPECT_THROW(compile(
+                   [&](const std::vector<Tensor>& a) {
+                     Tensor h = w * w, cut;
+                     {
+                       NoGradGuard guard;
+                       cut = h + 1.0;
+                     }
+                     Tensor loss = (cut * w * a[0]).sum();
+                     loss.backward();
+                     return std::vector<Tensor>{loss};
+                   },
+                   {{DType::F32, {2}}}),
+               Error);
+  EXPECT_TRUE(grad_enabled());
+}
+
 // A plain loop product in double: out[b][m][n] = sum_k a[b][m][k] * c[b][k][n].
 std::vector<double> loop_matmul(const std::vector<float>& a, const std::vector<float>& c, int64_t B, int64_t M,
                                 int64_t K, int64_t N, bool a_batched, bool c_batched) {
@@ -94,6 +125,9 @@ TEST(Matmul, BroadcastsBatchAxesAndTakesVectorsAsPyTorch) {
   EXPECT_THROW(a.matmul(Tensor::randn({2, 5, 2}, 7)), Error);
   EXPECT_THROW(a.matmul(Tensor::randn({4, 2}, 8)), Error);
   EXPECT_THROW(Tensor::scalar(1.0).matmul(v), Error);
+  // Empty axes: a zero-size contraction gives zeros, a zero batch broadcasts as zero.
+  EXPECT_EQ(Tensor::zeros({2, 3, 0}).matmul(Tensor::zeros({0, 5})).shape(), (Shape{2, 3, 5}));
+  EXPECT_EQ(Tensor::zeros({0, 3, 4}).matmul(Tensor::zeros({1, 4, 5})).shape(), (Shape{0, 3, 5}));
   // Gradients reach both operands through the broadcast.
   Tensor x = Tensor::randn({4, 5}, 9).requires_grad(), y = Tensor::randn({3, 5, 2}, 10).requires_grad();
   x.matmul(y).sum().backward();

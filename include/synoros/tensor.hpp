@@ -154,7 +154,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets);
 
 // Gradient recording (torch.no_grad). While disabled on a thread, ops record no gradient path:
 // their results never require a gradient, and backward() does not reach through them. (Results
-// stay lazy, as everywhere: a parameter is read when the result is realized.)
+// stay lazy, as everywhere: a parameter is read when the result is realized.) Inside compile(),
+// an update under no_grad is fine; a loss computed from a no_grad value that was itself computed
+// from tensors requiring gradients is refused by backward() (the traced tape cannot cut it).
 bool grad_enabled();
 void set_grad_enabled(bool on);
 class NoGradGuard {

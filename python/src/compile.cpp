@@ -8,6 +8,7 @@
 
 #include <cstring>
 #include <map>
+#include <mutex>
 
 #include "bindings.hpp"
 #include "synoros/optim.hpp"
@@ -71,6 +72,7 @@ struct Step {
   CompiledStep step;
   std::vector<std::pair<DType, Shape>> specs;
   std::vector<nb::object> optimizers;  // stepped inside the trace: ticked before each run
+  std::mutex mu;                       // one run at a time: the plan has one set of buffers
 
   static std::unique_ptr<Step> trace(const nb::callable& fn, std::vector<std::pair<DType, Shape>> specs) {
     auto s = std::make_unique<Step>();
@@ -89,29 +91,36 @@ struct Step {
     return s;
   }
 
-  // Runs on argument views already checked against specs; new NumPy arrays out.
+  // Runs on argument views already checked against specs; new NumPy arrays out. The output
+  // arrays are made first; then, without the GIL and under the step's lock (its plan has one set
+  // of buffers), inputs go in, the step runs and outputs come out.
   nb::object run(const std::vector<View>& views) {
-    for (size_t i = 0; i < views.size(); ++i)
-      if (step.uses_input(i)) std::memcpy(step.input_ptr(i), views[i].b.buf, size_t(views[i].b.len));
-    for (const nb::object& o : optimizers) nb::cast<optim::Optimizer&>(o).tick();
-    {
-      nb::gil_scoped_release no_gil;
-      step.run();
-    }
     static nb::object* empty = new nb::object(nb::module_::import_("numpy").attr("empty"));  // never freed:
     size_t n = step.num_outputs();                                                          // outlives exit
-    nb::list outs;
+    std::vector<nb::object> arrays(n);
+    std::vector<View> outs(n);
     for (size_t i = 0; i < n; ++i) {
       auto [dt, shape] = step.output_spec(i);
       nb::list dims;
       for (int64_t d : shape) dims.append(d);
-      nb::object arr = (*empty)(nb::tuple(dims), numpy_dtype(dt));
-      View v;
-      if (!v.take(arr.ptr())) throw Error("compiled step: numpy.empty gave no writable buffer");
-      std::memcpy(v.b.buf, step.output_ptr(i), size_t(v.b.len));
-      outs.append(arr);
+      arrays[i] = (*empty)(nb::tuple(dims), numpy_dtype(dt));
+      if (!outs[i].take(arrays[i].ptr())) throw Error("compiled step: numpy.empty gave no usable buffer");
     }
-    return n == 1 ? nb::object(outs[0]) : nb::object(nb::tuple(outs));
+    std::vector<optim::Optimizer*> opts;
+    for (const nb::object& o : optimizers) opts.push_back(&nb::cast<optim::Optimizer&>(o));
+    {
+      nb::gil_scoped_release no_gil;
+      std::lock_guard<std::mutex> lock(mu);
+      for (size_t i = 0; i < views.size(); ++i)
+        if (step.uses_input(i)) std::memcpy(step.input_ptr(i), views[i].b.buf, size_t(views[i].b.len));
+      for (optim::Optimizer* o : opts) o->tick();
+      step.run();
+      for (size_t i = 0; i < n; ++i) std::memcpy(outs[i].b.buf, step.output_ptr(i), size_t(outs[i].b.len));
+    }
+    if (n == 1) return arrays[0];
+    nb::list l;
+    for (const nb::object& a : arrays) l.append(a);
+    return nb::tuple(l);
   }
 
   // A direct call with a sequence of arrays, checked against the traced signature.
@@ -149,7 +158,7 @@ struct Function {
     size_t n = args.size();
     std::vector<View> views(n);
     std::vector<nb::object> converted(n);
-    std::vector<int64_t> key;
+    std::vector<int64_t> key{int64_t(grad_enabled())};  // traced under this gradient mode
     for (size_t i = 0; i < n; ++i) {
       if (!views[i].take(args[i].ptr())) {
         converted[i] = convert(args[i]);

@@ -51,6 +51,7 @@ HostTensor host_from_array(const AnyArray& a, bool share) {
     // The array (or whatever owns its memory) stays alive as long as the buffer; releasing it
     // may run Python code (a DLPack deleter), so that happens holding the GIL.
     std::shared_ptr<void> owner(new AnyArray(a), [](void* p) {
+      if (!Py_IsInitialized()) return;  // released after the interpreter ended: nothing to free
       nb::gil_scoped_acquire gil;
       delete static_cast<AnyArray*>(p);
     });

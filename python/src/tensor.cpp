@@ -3,6 +3,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include "api/tensor_impl.hpp"
 #include "bindings.hpp"
 
 namespace synoros::py {
@@ -63,8 +64,13 @@ void bind_tensor(nb::module_& m) {
         if (t.shape().empty()) throw nb::type_error("len() of a 0-d tensor");
         return t.shape()[0];
       })
-      .def_prop_rw("requires_grad", &Tensor::requires_grad_enabled,
-                   [](Tensor& t, bool on) { t.requires_grad(on); })
+      // A leaf's flag; for a computed tensor, whether a leaf requiring a gradient lies behind it
+      // (PyTorch's reading of the same property).
+      .def_prop_rw("requires_grad", [](const Tensor& t) {
+        if (t.is_leaf()) return t.requires_grad_enabled();
+        std::unordered_map<const TensorImpl*, bool> memo;
+        return depends_on_grad(*t.impl(), memo);
+      }, [](Tensor& t, bool on) { t.requires_grad(on); })
       .def("requires_grad_", [](Tensor& t, bool on) { return t.requires_grad(on); }, nb::arg("requires_grad") = true)
       .def_prop_ro("grad", [](const Tensor& t) -> std::optional<Tensor> {
         Tensor g = t.grad();
@@ -121,6 +127,8 @@ void bind_tensor(nb::module_& m) {
       .def("__lt__", [](const Tensor& a, double b) { return compare_lt(a, scalar_like(a, b)); }, nb::is_operator())
       .def("__gt__", [](const Tensor& a, const Tensor& b) { return compare_lt(b, a); }, nb::is_operator())
       .def("__gt__", [](const Tensor& a, double b) { return compare_lt(scalar_like(a, b), a); }, nb::is_operator())
+      .def("eq", [](const Tensor& a, const Tensor& b) { return Tensor::apply(Op::CmpEq, {a, b}, {}, a.dtype()); })
+      .def("eq", [](const Tensor& a, double b) { return Tensor::apply(Op::CmpEq, {a, scalar_like(a, b)}, {}, a.dtype()); })
       .def("add", [](const Tensor& a, const Tensor& b) { return a + b; })
       .def("sub", [](const Tensor& a, const Tensor& b) { return a - b; })
       .def("mul", [](const Tensor& a, const Tensor& b) { return a * b; })

@@ -7,6 +7,7 @@ read (``item()``, ``numpy()``, ``print``), or replayed as a whole compiled step
 
 from __future__ import annotations
 
+import atexit
 import builtins
 import contextlib
 from typing import Any, Callable, Iterable, Sequence
@@ -81,10 +82,12 @@ def tensor(data: Any, dtype: _C.dtype | None = None, requires_grad: bool = False
 
 
 def from_numpy(array: np.ndarray) -> Tensor:
-    """A tensor over the array's memory when its layout allows (C-contiguous, 64-byte aligned, a
-    multiple of 64 bytes: what NumPy arrays that synoros returned, and PyTorch's CPU tensors,
-    have); otherwise over a copy. ``synoros.shares_memory`` tells which."""
-    return _C.tensor_from_array(_as_array(array, None), share=True)
+    """A tensor over the array's memory when the array is writable and its layout allows
+    (C-contiguous, 64-byte aligned, a multiple of 64 bytes, as PyTorch's CPU tensors of such
+    sizes are); otherwise over a copy. ``synoros.shares_memory`` tells which. Updates to the
+    tensor (``copy_``, an optimizer step) then write into the array."""
+    a = _as_array(array, None)
+    return _C.tensor_from_array(a, share=bool(a.flags.writeable))
 
 
 def from_dlpack(obj: Any) -> Tensor:
@@ -170,39 +173,57 @@ def minimum(a: Tensor, b: Tensor) -> Tensor:
 # --- Gradient mode -------------------------------------------------------------------------
 
 
-class set_grad_enabled(contextlib.ContextDecorator):
-    """Context manager (and decorator) turning gradient recording on or off on this thread."""
+class _GradMode(contextlib.ContextDecorator):
+    """A context manager and decorator that sets gradient recording on this thread and restores
+    the previous mode on exit (nested and recursive uses each restore their own)."""
 
-    def __init__(self, mode: bool) -> None:
-        self.prev = _C.is_grad_enabled()
-        self.mode = mode
-        _C.set_grad_enabled(mode)
+    mode = True
+
+    def __init__(self) -> None:
+        self._prev: list[bool] = []
 
     def __enter__(self) -> None:
+        self._prev.append(_C.is_grad_enabled())
         _C.set_grad_enabled(self.mode)
 
     def __exit__(self, *exc: object) -> None:
-        _C.set_grad_enabled(self.prev)
+        _C.set_grad_enabled(self._prev.pop())
+
+    def _recreate_cm(self) -> "_GradMode":
+        return type(self)()
 
 
-class no_grad(contextlib.ContextDecorator):
+class no_grad(_GradMode):
     """torch.no_grad: ops inside record no gradient path (their results never require grad)."""
 
-    def __enter__(self) -> None:
-        self.prev = _C.is_grad_enabled()
-        _C.set_grad_enabled(False)
+    mode = False
+
+
+class enable_grad(_GradMode):
+    """torch.enable_grad: gradient recording on inside, whatever it was outside."""
+
+    mode = True
+
+
+class set_grad_enabled(_GradMode):
+    """torch.set_grad_enabled(mode): called, it sets the mode at once; used with ``with``, the
+    previous mode comes back on exit."""
+
+    def __init__(self, mode: bool) -> None:
+        super().__init__()
+        self.mode = bool(mode)
+        self._prev.append(_C.is_grad_enabled())
+        _C.set_grad_enabled(self.mode)
+
+    def __enter__(self) -> None:  # the mode was set when called
+        pass
 
     def __exit__(self, *exc: object) -> None:
-        _C.set_grad_enabled(self.prev)
+        if self._prev:
+            _C.set_grad_enabled(self._prev.pop())
 
-
-class enable_grad(contextlib.ContextDecorator):
-    def __enter__(self) -> None:
-        self.prev = _C.is_grad_enabled()
-        _C.set_grad_enabled(True)
-
-    def __exit__(self, *exc: object) -> None:
-        _C.set_grad_enabled(self.prev)
+    def _recreate_cm(self) -> "set_grad_enabled":
+        return self
 
 
 # --- Tensor conveniences written in Python -------------------------------------------------
@@ -273,6 +294,10 @@ Tensor.__float__ = lambda self: builtins.float(self.item())  # type: ignore[attr
 Tensor.__int__ = lambda self: builtins.int(self.item())  # type: ignore[attr-defined]
 Tensor.__bool__ = lambda self: builtins.bool(self.item())  # type: ignore[attr-defined]
 Tensor.__hash__ = object.__hash__  # type: ignore[assignment]
+Tensor.__eq__ = lambda self, o: self.eq(o)  # type: ignore[assignment,method-assign]
+Tensor.__ne__ = lambda self, o: 1.0 - self.eq(o)  # type: ignore[assignment,method-assign]
+Tensor.__le__ = lambda self, o: (self < o) + self.eq(o)  # type: ignore[method-assign,operator]
+Tensor.__ge__ = lambda self, o: (self > o) + self.eq(o)  # type: ignore[method-assign,operator]
 Tensor.max = lambda self, dim=None, keepdim=False: self.amax(dim, keepdim)  # type: ignore[attr-defined]
 Tensor.min = lambda self, dim=None, keepdim=False: self.amin(dim, keepdim)  # type: ignore[attr-defined]
 
@@ -311,6 +336,10 @@ def load(path: str, with_metadata: bool = False) -> Any:
     state = dict(tensors)
     return (state, md) if with_metadata else state
 
+
+# Cached plans hold tensors that may share memory with Python arrays: release them while the
+# interpreter is still there.
+atexit.register(_C.clear_plan_cache)
 
 from . import nn, optim, data, models, synth, search  # noqa: E402
 

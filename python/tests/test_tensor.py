@@ -4,22 +4,24 @@ import numpy as np
 import pytest
 
 import synoros
-from conftest import torch_or_skip
 
-torch = torch_or_skip()
+
+@pytest.fixture
+def torch():
+    return pytest.importorskip("torch", reason="PyTorch is needed for parity tests")
 
 UNARY = ["exp", "tanh", "sigmoid", "relu", "abs", "neg", "gelu"]
 
 
-def pair(a, requires_grad=True):
+def pair(torch, a, requires_grad=True):
     return (synoros.tensor(a, requires_grad=requires_grad),
             torch.tensor(a, requires_grad=requires_grad))
 
 
 @pytest.mark.parametrize("name", UNARY)
-def test_unary_values_and_gradients_match_pytorch(name, rng):
+def test_unary_values_and_gradients_match_pytorch(torch, name, rng):
     a = rng.standard_normal((3, 5)).astype(np.float32)
-    s, t = pair(a)
+    s, t = pair(torch, a)
     torch_op = torch.nn.functional.gelu if name == "gelu" else lambda x: getattr(x, name)()
     ys, yt = getattr(s, name)(), torch_op(t)
     np.testing.assert_allclose(ys.numpy(), yt.detach().numpy(), rtol=1e-5, atol=1e-6)
@@ -28,20 +30,20 @@ def test_unary_values_and_gradients_match_pytorch(name, rng):
     np.testing.assert_allclose(s.grad.numpy(), t.grad.numpy(), rtol=1e-4, atol=1e-5)
 
 
-def test_log_sqrt_rsqrt_on_positive_inputs(rng):
+def test_log_sqrt_rsqrt_on_positive_inputs(torch, rng):
     a = rng.uniform(0.5, 2.0, (4, 3)).astype(np.float32)
     for name in ["log", "sqrt", "rsqrt"]:
-        s, t = pair(a)
+        s, t = pair(torch, a)
         getattr(s, name)().sum().backward()
         getattr(t, name)().sum().backward()
         np.testing.assert_allclose(s.grad.numpy(), t.grad.numpy(), rtol=1e-5)
 
 
-def test_binary_operators_broadcast_and_differentiate_as_pytorch(rng):
+def test_binary_operators_broadcast_and_differentiate_as_pytorch(torch, rng):
     a = rng.standard_normal((4, 1, 3)).astype(np.float32)
     b = rng.uniform(0.5, 1.5, (5, 3)).astype(np.float32)
-    sa, ta = pair(a)
-    sb, tb = pair(b)
+    sa, ta = pair(torch, a)
+    sb, tb = pair(torch, b)
     fs = ((sa + sb) * sb - sa / sb + 2.0 - 3.0 * sa + 1.0 / sb) ** 2
     ft = ((ta + tb) * tb - ta / tb + 2.0 - 3.0 * ta + 1.0 / tb) ** 2
     np.testing.assert_allclose(fs.numpy(), ft.detach().numpy(), rtol=1e-5, atol=1e-5)
@@ -51,11 +53,11 @@ def test_binary_operators_broadcast_and_differentiate_as_pytorch(rng):
     np.testing.assert_allclose(sb.grad.numpy(), tb.grad.numpy(), rtol=1e-4, atol=1e-6)
 
 
-def test_reductions_shapes_and_matmul_match_pytorch(rng):
+def test_reductions_shapes_and_matmul_match_pytorch(torch, rng):
     a = rng.standard_normal((2, 3, 4)).astype(np.float32)
     w = rng.standard_normal((4, 5)).astype(np.float32)
-    sa, ta = pair(a)
-    sw, tw = pair(w)
+    sa, ta = pair(torch, a)
+    sw, tw = pair(torch, w)
     ys = (sa @ sw).softmax(-1).sum(dim=1) + sa.mean(dim=(1, 2), keepdim=True).reshape(2, -1) \
         + sa.amax(dim=2).var(dim=1, keepdim=True) + sa.transpose(1, 2).permute(0, 2, 1)[:, 0, :1]
     yt = (ta @ tw).softmax(-1).sum(dim=1) + ta.mean(dim=(1, 2), keepdim=True).reshape(2, -1) \
@@ -79,7 +81,7 @@ def test_indexing_matches_numpy(rng):
         s[::2]
 
 
-def test_cat_stack_where_clamp_match_pytorch(rng):
+def test_cat_stack_where_clamp_match_pytorch(torch, rng):
     a = rng.standard_normal((2, 3)).astype(np.float32)
     b = rng.standard_normal((2, 3)).astype(np.float32)
     sa, sb = synoros.tensor(a), synoros.tensor(b)
@@ -125,19 +127,46 @@ def test_numpy_export_shares_the_tensors_memory():
     assert not a.flags.writeable  # writes go through copy_, so plans see them
 
 
+def aligned_array(shape):
+    """A writable float32 array at a 64-byte aligned address (the engine's buffer layout)."""
+    n = int(np.prod(shape))
+    raw = np.empty(n + 16, np.float32)
+    off = (-raw.ctypes.data % 64) // 4
+    a = raw[off:off + n].reshape(shape)
+    a[...] = np.arange(n, dtype=np.float32).reshape(shape)
+    return a
+
+
 def test_numpy_round_trip_without_copies():
-    a = synoros.randn(16, 16, seed=2).numpy()  # the engine's layout: 64-byte aligned
+    a = aligned_array((16, 16))
     t = synoros.from_numpy(a)
     assert synoros.shares_memory(t, a)
     assert np.shares_memory(t.numpy(), a)
-    # An array without the engine's layout is copied, and says so.
+    # An update to the tensor writes into the array, as torch.from_numpy's tensors do.
+    t.copy_(synoros.ones(16, 16))
+    assert (a == 1).all()
+    # An array without the engine's layout is copied, and says so; so is a read-only one.
     odd = np.arange(7, dtype=np.float32)
     u = synoros.from_numpy(odd)
     assert not synoros.shares_memory(u, odd)
     np.testing.assert_array_equal(u.numpy(), odd)
+    ro = aligned_array((4, 16))
+    ro.flags.writeable = False
+    assert not synoros.shares_memory(synoros.from_numpy(ro), ro)
 
 
-def test_dlpack_both_ways_without_copies():
+def test_comparisons_give_ones_and_zeros():
+    a = synoros.tensor([1.0, 2.0, float("nan")])
+    b = synoros.tensor([2.0, 2.0, 1.0])
+    assert (a < b).tolist() == [1.0, 0.0, 0.0]
+    assert (a <= b).tolist() == [1.0, 1.0, 0.0]
+    assert (a >= b).tolist() == [0.0, 1.0, 0.0]
+    assert (a == b).tolist() == [0.0, 1.0, 0.0]
+    assert (a != b).tolist() == [1.0, 0.0, 1.0]
+    assert (a > 1.5).tolist() == [0.0, 1.0, 0.0]
+
+
+def test_dlpack_both_ways_without_copies(torch):
     tt = torch.arange(64, dtype=torch.float32).reshape(4, 16)  # PyTorch aligns to 64 bytes
     s = synoros.from_dlpack(tt)
     assert synoros.shares_memory(s, tt)
@@ -151,8 +180,9 @@ def test_dlpack_both_ways_without_copies():
 
 
 def test_shared_memory_stays_alive_after_the_source_is_gone():
-    a = synoros.randn(32, 2, seed=4).numpy()
+    a = aligned_array((32, 2))
     expect = a.copy()
     t = synoros.from_numpy(a)
+    assert synoros.shares_memory(t, a)
     del a
     np.testing.assert_array_equal(t.numpy(), expect)

@@ -90,7 +90,7 @@ thread_local bool g_grad_enabled = true;
 // An input seen with gradient recording off: a leaf requiring a gradient is replaced by an alias
 // of its storage that does not (read in place, so assign()s reach it as they reach the leaf); a
 // value computed from such leaves is cut from them (realized, as detach(); while compile() traces,
-// where nothing can be realized, it is kept: a traced step differentiates only what it asks for).
+// where nothing can be realized, it is kept, and backward() refuses a loss behind such a value).
 std::shared_ptr<TensorImpl> without_grad(const Tensor& x) {
   std::unordered_map<const TensorImpl*, bool> memo;
   if (!depends_on_grad(need(x), memo)) return x.impl_ptr();
@@ -185,7 +185,9 @@ Tensor Tensor::matmul(const Tensor& o) const {
   if (as.size() == 1) return unsqueeze(0).matmul(o).squeeze(-2);
   if (bs.size() == 1) return matmul(o.unsqueeze(-1)).squeeze(-1);
   if (as.size() > 2 && bs.size() == 2) {
-    Shape rows{numel() / as.back(), as.back()}, out(as.begin(), as.end() - 1);
+    int64_t lead = 1;
+    for (size_t i = 0; i + 1 < as.size(); ++i) lead *= as[i];
+    Shape rows{lead, as.back()}, out(as.begin(), as.end() - 1);
     out.push_back(bs.back());
     return reshape(rows).matmul(o).reshape(out);
   }
@@ -196,7 +198,7 @@ Tensor Tensor::matmul(const Tensor& o) const {
       int64_t da = i + as.size() >= r ? as[i + as.size() - r] : 1, db = i + bs.size() >= r ? bs[i + bs.size() - r] : 1;
       if (da != db && da != 1 && db != 1)
         throw Error("matmul: batch axes of " + shape_str(as) + " and " + shape_str(bs) + " do not broadcast");
-      batch[i] = std::max(da, db);
+      batch[i] = da == 1 ? db : da;
     }
     Shape ea = batch, eb = batch;
     ea.insert(ea.end(), as.end() - 2, as.end());
@@ -375,6 +377,17 @@ void Tensor::backward() const {
   const TensorImpl& L = need(*this);
   if (!L.shape.empty()) throw Error("backward: loss must be a scalar, got shape " + shape_str(L.shape));
   Lowered low = lower_dag({impl_});
+  if (trace_state().active) {
+    // While compile() traces, a value recorded under no_grad keeps its inputs (nothing can be
+    // realized to cut it), and the tape's autodiff would differentiate through it: refuse.
+    std::unordered_map<const TensorImpl*, bool> memo;
+    for (const auto& t : low.by_id)
+      if (t && t->no_grad)
+        for (const auto& x : t->in)
+          if (depends_on_grad(*x, memo))
+            throw Error("backward: a value recorded under no_grad inside compile() from tensors that require "
+                        "gradients lies behind this loss; compute it from detached values or outside the step");
+  }
   std::vector<ValueId> wrt;
   std::vector<std::shared_ptr<TensorImpl>> params;
   for (const auto& [impl, id] : low.params) {
