@@ -50,3 +50,16 @@ def test_readme_quick_start_runs():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert float(r.stdout.strip()) < 1.0
+
+
+def test_python_guide_quick_start_runs(tmp_path):
+    guide = open(os.path.join(ROOT, "docs", "python.md")).read()
+    code = re.search(r"## Quick start\n\n```python\n(.*?)```", guide, re.S).group(1)
+    # Run in a scratch directory (it saves a file there), importing this same synoros.
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(synoros.__file__)))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                       env=env)
+    assert r.returncode == 0, r.stderr
+    loss, shape = r.stdout.split(" ", 1)
+    assert float(loss) > 0 and shape.strip() == "(32, 16)"
+    assert set(synoros.load(tmp_path / "mlp.safetensors")) == {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"}
