@@ -86,6 +86,34 @@ struct CompileOptions {
   bool keep_intermediates = false;  // every value stays readable after run() (verify needs it)
   bool fuse = true;                 // fuse elementwise chains (SYNOROS_NO_FUSION=1 turns it off)
   ThreadPool* pool = nullptr;       // default_pool() when null
+  bool recompile = true;            // Recompile on the second run (see Plan::recompile; needs
+                                    // generated kernels on: SYNOROS_NO_JIT=1 turns them off)
+};
+
+// Recompile: fused elementwise groups replaced by kernels generated for them (a loop kernel
+// rendered to C++, compiled by the system compiler, loaded; cached on disk). Each candidate is
+// checked bit for bit against the interpreter's kernel on the plan's own data, timed against it
+// and taken only when faster; the choice is kept in the tuning cache like every selection.
+struct RecompileOptions {
+  // The measured time of each launch, in launch order (a profile's, or a timed run's): only
+  // groups taking at least min_share of their sum and min_ns each are candidates. Empty: every
+  // group is one.
+  std::vector<double> launch_ns;
+  double min_share = 0.01;
+  double min_ns = 20000;
+};
+struct RecompileEntry {
+  ValueId node;         // the group's output
+  std::string kernel;   // its loop kernel, as text
+  std::string outcome;  // "generated", "interpreter" (faster), "rejected: ...", "failed: ..."
+  double interpreter_ns = 0, generated_ns = 0;  // on the probe elements (0: a cached choice)
+  double compile_seconds = 0;
+  bool cached = false;  // the choice came from the tuning cache
+};
+struct RecompileReport {
+  std::vector<RecompileEntry> entries;  // one per candidate group
+  int generated() const;
+  std::string table() const;
 };
 
 // Where one value lives in a plan's arena, and when (launch steps, inclusive; -1 = before the
@@ -105,6 +133,10 @@ struct LaunchInfo {
   std::string kernel;  // the kernel selection pinned (e.g. engine-packed, openblas), or the op
 };
 
+namespace kernels::jit {
+struct LoopKernel;
+}
+
 // A compiled program: a flat list of launches over pre-resolved buffers. run() allocates nothing.
 class Plan {
  public:
@@ -113,7 +145,13 @@ class Plan {
   Plan(const Plan&) = delete;
   Plan& operator=(const Plan&) = delete;
 
+  // Runs the launches. The second run of a plan compiled with CompileOptions::recompile also
+  // times each launch and then recompiles its hot groups (with those times), once.
   void run();
+  // Recompile now (see RecompileOptions); never while another thread runs this plan.
+  RecompileReport recompile(const RecompileOptions& opts = {});
+  // The loop kernels of its launched fused groups (what Recompile and the renderers work on).
+  std::vector<const kernels::jit::LoopKernel*> loop_kernels() const;
 
   // Inputs are plan-owned buffers. set_input checks dtype and shape against the input node.
   void set_input(ValueId input, const HostTensor& value);
@@ -145,6 +183,7 @@ class Plan {
  private:
   struct Impl;
   void run_checked();
+  void run_and_recompile();
   void bind_buffers(const passes::Placement& p);
   Graph graph_;
   std::vector<ValueId> outputs_;

@@ -34,6 +34,11 @@ const std::vector<Variable>& variables() {
       {"SYNOROS_DATA_DIR", Kind::Path, "a directory", "/usr/share/datasets/fashion-mnist",
        "Fashion-MNIST's IDX files"},
       {"SYNOROS_FORTUNES_DIR", Kind::Path, "a directory", "/usr/share/games/fortunes", "the fortunes corpus"},
+      {"SYNOROS_NO_JIT", Kind::Flag, "0|1", "0",
+       "switch generated kernels off (Recompile keeps the interpreter's kernels)"},
+      {"SYNOROS_JIT_CXX", Kind::Path, "a compiler command", "c++", "the compiler of generated kernels"},
+      {"SYNOROS_JIT_CACHE", Kind::Path, "a directory", "$XDG_CACHE_HOME/synoros/jit",
+       "where compiled kernels are cached"},
       {"SYNOROS_VERBOSE", Kind::Flag, "0|1", "0", "log kernel selection (rejected candidates) on stderr"},
       {"SYNOROS_EXHAUSTIVE", Kind::Flag, "0|1", "0", "tests: check vector math over every float input"},
   };

@@ -52,8 +52,13 @@ class PlanStorage {
     return base_ + off;
   }
   size_t scratch_bytes() const { return peak_; }
+  // The fused elementwise groups lowered into this plan (lower_group's arguments), by output
+  // node: what Recompile may replace with generated kernels.
+  void register_group(ValueId node, void* group_args) { groups_.push_back({node, group_args}); }
+  const std::vector<std::pair<ValueId, void*>>& groups() const { return groups_; }
 
  private:
+  std::vector<std::pair<ValueId, void*>> groups_;
   std::vector<std::unique_ptr<Buffer>> blocks_;
   std::vector<std::shared_ptr<void>> owned_;
   bool sizing_ = false;
@@ -143,8 +148,8 @@ bool fast_kernels();
 bool strict_kernels();
 void set_fast_kernels(bool on);
 void set_strict_kernels(bool on);
-// The kernel configuration a plan is compiled under ("avx512", "avx2 fast", "avx512
-// conv=gemm"): plans are reused only under the same one.
+// The kernel configuration a plan is compiled under ("avx512 jit", "avx2 fast", "avx512
+// conv=gemm"; "jit" while generated kernels are on): plans are reused only under the same one.
 std::string kernel_config();
 Isa best_isa();  // what this CPU supports
 void set_isa(Isa isa);

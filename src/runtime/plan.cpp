@@ -10,28 +10,16 @@
 
 #include "kernels/kernel_api.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
+#include "kernels/jit/compiler.hpp"
 #include "kernels/onednn_conv.hpp"
 #include "kernels/providers.hpp"
 #include "passes/placement.hpp"
+#include "runtime/plan_impl.hpp"
 #include "runtime/plan_lowering.hpp"
 #include "synoros/config.hpp"
 #include "synoros/runtime.hpp"
 
 namespace synoros {
-
-struct Plan::Impl {
-  std::unique_ptr<kernels::PlanStorage> storage;
-  std::unique_ptr<Buffer> arena;
-  passes::MemoryPlan memory;
-  std::vector<std::vector<ValueId>> groups;  // fused groups of more than one op
-  std::vector<LaunchInfo> info;              // per launch
-  std::string compiled_for;
-  std::vector<bool> readable;                // holds its value after run()
-  bool keep_all = false;
-  std::vector<ValueId> inputs;
-  std::vector<bool> fed;
-  size_t unfed = 0;
-};
 
 namespace {
 bool env_flag(const char* name) { return config::flag(name); }
@@ -64,6 +52,7 @@ Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
   size_t n = graph_.size();
   impl_->compiled_for = kernels::kernel_config();
   impl_->keep_all = opts.keep_intermediates;
+  impl_->auto_recompile = opts.recompile && !opts.check_finite;
 
   // Track, then Place. Checking for non-finite values names the op that produced one, so
   // nothing is fused then.
@@ -154,6 +143,7 @@ void Plan::run() {
   }
   if (check_finite_) return run_checked();
   ThreadPool& pool = pool_ ? *pool_ : default_pool();
+  if (impl_->auto_recompile && impl_->runs < 2 && ++impl_->runs == 2 && kernels::jit::enabled()) return run_and_recompile();
   for (const Launch& l : launches_) l.fn(l.args, pool);
 }
 

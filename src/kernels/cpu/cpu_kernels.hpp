@@ -1,6 +1,7 @@
 // CPU kernel lowerings, one per op family. src/kernels/cpu/lowering.cpp maps ops onto these.
 #pragma once
 
+#include "kernels/jit/loop_ir.hpp"
 #include "kernels/kernel_api.hpp"
 #include "passes/fusion.hpp"
 
@@ -24,6 +25,15 @@ Launch lower_group(const Graph& g, const std::vector<ValueId>& members,
 // once per launch (it refreshes the group's tiled broadcast rows).
 void group_eval(const void* group_args, int64_t begin, int64_t end, void* dst);
 void group_prepare(const void* group_args);
+// A group's loop kernel (null where none can replace it), its output's element count, and the
+// generated run it uses in place of its instructions (null: the interpreter's line kernels).
+const jit::LoopKernel* group_loop_kernel(const void* group_args);
+int64_t group_elements(const void* group_args);
+// How the runtime walks the group's output ("r2t64i64": rank, broadcast-tile row, inner run): runs
+// of another length or shape may favour another kernel.
+std::string group_walk(const void* group_args);
+void group_set_run(void* group_args, jit::RunFn run);
+jit::RunFn group_run(const void* group_args);
 Launch lower_cast(LowerCtx& c);
 Launch lower_dropout(LowerCtx& c);
 Launch lower_reduce(LowerCtx& c);    // sum, max, mean

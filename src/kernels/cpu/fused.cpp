@@ -2,9 +2,12 @@
 // line kernel over an L1-resident block, reading externals in place (with broadcast strides).
 #include <algorithm>
 #include <cstring>
+#include <string>
+#include <type_traits>
 
 #include "kernels/cpu/cpu_kernels.hpp"
 #include "kernels/cpu/line_fn.hpp"
+#include "kernels/jit/loop_ir.hpp"
 #include "kernels/cpu/odometer.hpp"
 
 namespace synoros::kernels {
@@ -43,12 +46,18 @@ struct GroupArgs {
   char* tile_src[kFuseMaxExternals];
   int64_t tile_bytes;
   mutable bool tile_valid[kFuseMaxExternals];
+  // The group as a loop kernel (null where it reads through a folded view or is not float32),
+  // and the generated run that replaces the instructions once Recompile chose it (else null).
+  const jit::LoopKernel* loop;
+  jit::RunFn jit;
 };
+static_assert(std::is_trivially_destructible_v<GroupArgs>, "plan storage never runs destructors");
 
 // Runs the group's instructions over one run [pos, pos + len) whose externals start at ext.
 // The last instruction writes to `dst` (the block's place in the output, or a caller's buffer).
 inline void run_block(const GroupArgs& a, char (*slots)[kBlock * 8], const char* const* ext,
                       const int64_t* s_inner, int64_t pos, int64_t len, char* dst_at) {
+  if (a.jit) return a.jit(ext, dst_at, len);  // the whole group in one generated loop
   static constexpr int64_t one[3] = {1, 1, 1};
   for (int i = 0; i < a.n_instr; ++i) {
     const Instr& in = a.instr[i];
@@ -174,6 +183,18 @@ void streamed_launch(const void* p, ThreadPool& pool) {
 }
 }  // namespace
 
+const jit::LoopKernel* group_loop_kernel(const void* group_args) {
+  return static_cast<const GroupArgs*>(group_args)->loop;
+}
+int64_t group_elements(const void* group_args) { return static_cast<const GroupArgs*>(group_args)->total; }
+std::string group_walk(const void* group_args) {
+  const GroupArgs& a = *static_cast<const GroupArgs*>(group_args);
+  return "r" + std::to_string(a.rank) + (a.tile_n > 0 ? "t" + std::to_string(a.tile_n) : "") + "i" +
+         std::to_string(a.shape[a.rank - 1]);
+}
+void group_set_run(void* group_args, jit::RunFn run) { static_cast<GroupArgs*>(group_args)->jit = run; }
+jit::RunFn group_run(const void* group_args) { return static_cast<const GroupArgs*>(group_args)->jit; }
+
 void group_eval(const void* group_args, int64_t begin, int64_t end, void* dst) {
   group_range(*static_cast<const GroupArgs*>(group_args), begin, end, static_cast<char*>(dst));
 }
@@ -240,6 +261,37 @@ void fold_stages(const Graph& g, const std::vector<ValueId>& members, const std:
     in = Instr{nullptr, nullptr, 0, {0, 0, 0}, nullptr, {}};
   }
 }
+
+namespace {
+// The group's instructions as a loop kernel over the innermost run (before stages are folded:
+// the kernel computes each member itself), or null where a generated loop cannot replace them: a
+// member read through a folded view's gather, or a value other than float32.
+const jit::LoopKernel* loop_kernel(const Graph& g, const std::vector<ValueId>& members, const GroupArgs& a,
+                                   const std::vector<bool>& read_direct, PlanStorage& storage) {
+  auto k = std::make_unique<jit::LoopKernel>();
+  k->dtype = DType::F32;
+  for (int e = 0; e < a.n_ext; ++e) k->inputs.push_back({read_direct[size_t(e)] ? a.stride[e][a.rank - 1] : 0});
+  std::vector<int> stmt_of(members.size(), -1);
+  for (int i = 0; i < a.n_instr; ++i) {
+    const Instr& in = a.instr[i];
+    if (in.gather) return nullptr;
+    if (!in.fn) continue;  // a broadcast its readers read in place
+    const Node& n = g.node(members[size_t(i)]);
+    if (n.dtype != DType::F32 || !op_info(n.op).has(kMap)) return nullptr;
+    for (ValueId x : n.in)
+      if (g.dtype(x) != DType::F32) return nullptr;
+    jit::LoopStmt st{n.op, in.nsrc, {0, 0, 0}};
+    for (int j = 0; j < in.nsrc; ++j) {
+      if (in.src[j] >= 0 && stmt_of[size_t(in.src[j])] < 0) return nullptr;
+      st.arg[j] = in.src[j] >= 0 ? stmt_of[size_t(in.src[j])] : in.src[j];
+    }
+    stmt_of[size_t(i)] = int(k->body.size());
+    k->body.push_back(st);
+  }
+  if (stmt_of.back() < 0) return nullptr;
+  return storage.own(std::move(k));
+}
+}  // namespace
 
 Launch lower_group(const Graph& g, const std::vector<ValueId>& members,
                    const std::vector<ValueId>& externals, const std::vector<void*>& ext_ptrs,
@@ -372,6 +424,9 @@ Launch lower_group(const Graph& g, const std::vector<ValueId>& members,
       }
     }
   }
+  a->loop = loop_kernel(g, members, *a, read_direct, storage);
+  a->jit = nullptr;
+  storage.register_group(members.back(), a);
   fold_stages(g, members, externals, *a);
   return {group_launch, a, members.back()};
 }

@@ -1,0 +1,27 @@
+// Recompile for one fused elementwise group: its loop kernel rendered, compiled (or loaded from
+// the cache), checked bit for bit against the interpreter's instructions on the plan's own data,
+// timed against them, and installed only when faster. The choice is kept in the tuning cache like
+// every selection, so a rerun neither times nor (with a warm kernel cache) compiles anything.
+#pragma once
+
+#include <string>
+
+namespace synoros::kernels::jit {
+
+struct GroupRecompile {
+  std::string kernel;   // the loop kernel's text
+  std::string outcome;  // "generated", "interpreter" (it was faster), "rejected: ...", "failed: ..."
+  double interpreter_ns = 0, generated_ns = 0;  // per probe run (0 when taken from the cache)
+  double compile_seconds = 0;
+  bool cached = false;  // the choice came from the tuning cache
+};
+
+// group_args: a fused group of the plan being recompiled (PlanStorage::groups()), none of whose
+// launches may run meanwhile. Returns nothing useful (empty kernel) for a group without a loop
+// kernel.
+GroupRecompile recompile_group(void* group_args);
+
+// Elements of a group's output the bit check and the timing run over (its first ones).
+constexpr long kProbeElements = 1 << 16;
+
+}  // namespace synoros::kernels::jit

@@ -1,0 +1,177 @@
+// The C++ renderer: a loop kernel as one function over a run, for the system compiler.
+#include <sstream>
+
+#include "kernels/jit/render.hpp"
+
+namespace synoros::kernels::jit {
+
+namespace {
+
+// The vector form of an op, where the engine has one: the same IEEE operation (+, -, *, /,
+// relu's max(0, x)) or vec_math.hpp's polynomial, which gives fn::Enum::f's bits in every lane.
+const char* vector_form(Op op) {
+  switch (op) {
+    case Op::Add: return "VecF::add(%0, %1)";
+    case Op::Sub: return "VecF::sub(%0, %1)";
+    case Op::Mul: return "VecF::mul(%0, %1)";
+    case Op::Div: return "VecF::div(%0, %1)";
+    case Op::Relu: return "VecF::max(VecF::set(0.0f), %0)";
+    case Op::Exp: return "vmath::exp<VecF>(%0)";
+    case Op::Sigmoid: return "vmath::sigmoid<VecF>(%0)";
+    case Op::Tanh: return "vmath::tanh<VecF>(%0)";
+    case Op::Gelu: return "vmath::gelu<VecF>(%0)";
+    case Op::GeluTanh: return "vmath::gelu_tanh<VecF>(%0)";
+    default: return nullptr;
+  }
+}
+
+// fn's struct for an op: the enum's own name (ops.def's rows name both alike).
+const char* fn_name(Op op) {
+  switch (op) {
+#define SYNOROS_MAP(Enum, ident, arity, vjp, flops, vec, staged, api, props) \
+  case Op::Enum: return #Enum;
+#include "synoros/ops.def"
+    default: return nullptr;
+  }
+}
+
+std::string arg_name(int a) { return a >= 0 ? "v" + std::to_string(a) : "x" + std::to_string(-a - 1); }
+
+std::string substitute(const char* form, const LoopStmt& s) {
+  std::string out;
+  for (const char* p = form; *p; ++p) {
+    if (*p == '%' && p[1] >= '0' && p[1] <= '2') {
+      out += arg_name(s.arg[p[1] - '0']);
+      ++p;
+    } else {
+      out += *p;
+    }
+  }
+  return out;
+}
+
+const char* ctype(DType t) {
+  switch (t) {
+    case DType::F32: return "float";
+    case DType::F64: return "double";
+    case DType::I32: return "int32_t";
+    case DType::I64: return "int64_t";
+  }
+  return "float";
+}
+
+void check(const LoopKernel& k) {
+  if (k.body.empty()) throw Error("jit: a loop kernel needs at least one statement");
+  for (size_t i = 0; i < k.body.size(); ++i) {
+    const LoopStmt& s = k.body[i];
+    if (!fn_name(s.op)) throw Error(std::string("jit: ") + op_name(s.op) + " is not an elementwise map");
+    for (int j = 0; j < s.nargs; ++j) {
+      int a = s.arg[j];
+      if (a >= int(i) || (a < 0 && size_t(-a - 1) >= k.inputs.size()))
+        throw Error("jit: statement " + std::to_string(i) + " reads an undefined value");
+    }
+  }
+}
+
+// The body over scalars: plain code the compiler may vectorise (the same IEEE operations).
+void scalar_loop(std::ostringstream& o, const LoopKernel& k, const char* T) {
+  o << "  for (int64_t i = 0; i < n; ++i) {\n";
+  for (size_t j = 0; j < k.inputs.size(); ++j)
+    o << "    const " << T << " x" << j << " = in" << j << "[i * " << k.inputs[j].stride << "];\n";
+  for (size_t i = 0; i < k.body.size(); ++i) {
+    const LoopStmt& s = k.body[i];
+    o << "    " << T << " v" << i << " = fn::" << fn_name(s.op) << "::f(";
+    for (int j = 0; j < s.nargs; ++j) o << (j ? ", " : "") << arg_name(s.arg[j]);
+    o << ");\n    SYNOROS_KEEP(v" << i << ");\n";
+  }
+  o << "    out[i] = v" << k.body.size() - 1 << ";\n  }\n";
+}
+
+// One vector step of the body at element i: `tail` for the last, partial vector of m lanes (loads
+// masked, strided inputs read only below m, the store masked).
+void vector_step(std::ostringstream& o, const LoopKernel& k, bool tail) {
+  const char* ind = "    ";
+  for (size_t j = 0; j < k.inputs.size(); ++j) {
+    int64_t s = k.inputs[j].stride;
+    if (s == 0) continue;  // broadcast: set once before the loop
+    if (s == 1) {
+      o << ind << "const VecF::R x" << j << " = " << (tail ? "VecF::load_n(in" : "VecF::load(in") << j << " + i"
+        << (tail ? ", m" : "") << ");\n";
+    } else {
+      o << ind << "VecF::R x" << j << ";\n" << ind << "{\n" << ind << "  alignas(64) float t[L];\n" << ind
+        << "  for (int64_t l = 0; l < L; ++l) t[l] = " << (tail ? "l < m ? " : "") << "in" << j << "[(i + l) * " << s
+        << "]" << (tail ? " : 0.0f" : "") << ";\n"
+        << ind << "  x" << j << " = VecF::load(t);\n" << ind << "}\n";
+    }
+  }
+  for (size_t i = 0; i < k.body.size(); ++i) {
+    const LoopStmt& s = k.body[i];
+    if (const char* form = vector_form(s.op)) {
+      o << ind << "VecF::R v" << i << " = " << substitute(form, s) << ";\n" << ind << "SYNOROS_KEEP(v" << i << ");\n";
+      continue;
+    }
+    // No vector form: lane by lane through the scalar definition.
+    o << ind << "VecF::R v" << i << ";\n" << ind << "{\n" << ind << "  alignas(64) float a[3][L], r[L];\n";
+    for (int j = 0; j < s.nargs; ++j) o << ind << "  VecF::store(a[" << j << "], " << arg_name(s.arg[j]) << ");\n";
+    o << ind << "  for (int64_t l = 0; l < L; ++l) r[l] = fn::" << fn_name(s.op) << "::f(";
+    for (int j = 0; j < s.nargs; ++j) o << (j ? ", " : "") << "a[" << j << "][l]";
+    o << ");\n" << ind << "  v" << i << " = VecF::load(r);\n" << ind << "}\n" << ind << "SYNOROS_KEEP(v" << i << ");\n";
+  }
+  std::string last = "v" + std::to_string(k.body.size() - 1);
+  if (tail) o << ind << "VecF::store_n(out + i, " << last << ", m);\n";
+  else o << ind << "VecF::store(out + i, " << last << ");\n";
+}
+
+}  // namespace
+
+std::string LoopKernel::text() const {
+  std::ostringstream o;
+  o << dtype_name(dtype) << " in";
+  for (const LoopInput& in : inputs) o << ' ' << in.stride;
+  o << " |";
+  for (const LoopStmt& s : body) {
+    o << ' ' << op_name(s.op) << '(';
+    for (int j = 0; j < s.nargs; ++j) o << (j ? "," : "") << arg_name(s.arg[j]);
+    o << ')';
+  }
+  return o.str();
+}
+
+std::string render_cpp(const LoopKernel& k, Isa isa, const std::string& symbol) {
+  check(k);
+  const char* T = ctype(k.dtype);
+  bool vec = isa != Isa::Scalar && k.dtype == DType::F32;
+  std::ostringstream o;
+  o << "// Generated by Synoros: " << k.text() << "\n";
+  o << "#include <cstdint>\n#include \"ir/scalar_ops.hpp\"\n";
+  if (vec) {
+    o << "#include \"kernels/cpu/vec_math.hpp\"\n";
+    o << (isa == Isa::Avx512 ? "#include \"kernels/cpu/vec_avx512.hpp\"\nusing VecF = synoros::kernels::avx512::VecF;\n"
+                             : "#include \"kernels/cpu/vec_avx2.hpp\"\nusing VecF = synoros::kernels::avx2::VecF;\n");
+    o << "namespace vmath = synoros::kernels::vmath;\n";
+  }
+  o << "namespace fn = synoros::fn;\n";
+  // Each statement's value is opaque to the optimiser: no folding across ops (-a + b into b - a
+  // changes a NaN's sign), so every op runs exactly as its line kernel does.
+  o << "#define SYNOROS_KEEP(v) __asm__(\"\" : \"+v\"(v))\n\n";
+  o << "extern \"C\" void " << symbol << "(const char* const* ext, char* out_, int64_t n) {\n";
+  for (size_t j = 0; j < k.inputs.size(); ++j)
+    o << "  const " << T << "* in" << j << " = reinterpret_cast<const " << T << "*>(ext[" << j << "]);\n";
+  o << "  " << T << "* out = reinterpret_cast<" << T << "*>(out_);\n";
+  if (!vec) {
+    scalar_loop(o, k, T);
+    o << "}\n";
+    return o.str();
+  }
+  o << "  constexpr int64_t L = VecF::kLanes;\n";
+  for (size_t j = 0; j < k.inputs.size(); ++j)
+    if (k.inputs[j].stride == 0) o << "  const VecF::R x" << j << " = VecF::set(in" << j << "[0]);\n";
+  o << "  int64_t i = 0;\n  for (; i + L <= n; i += L) {\n";
+  vector_step(o, k, false);
+  o << "  }\n  if (i < n) {\n    const int64_t m = n - i;\n";
+  vector_step(o, k, true);
+  o << "  }\n}\n";
+  return o.str();
+}
+
+}  // namespace synoros::kernels::jit

@@ -1,0 +1,92 @@
+// Recompile, the last step of Track -> Place -> Measure -> Recompile: the plan's hot fused groups
+// get generated kernels where those are faster (kernels/jit/recompile_group.hpp decides each).
+#include <chrono>
+#include <iomanip>
+#include <map>
+#include <sstream>
+
+#include "kernels/cpu/cpu_kernels.hpp"
+#include "kernels/jit/compiler.hpp"
+#include "kernels/jit/recompile_group.hpp"
+#include "runtime/plan_impl.hpp"
+
+namespace synoros {
+
+int RecompileReport::generated() const {
+  int n = 0;
+  for (const RecompileEntry& e : entries) n += e.outcome == "generated";
+  return n;
+}
+
+std::string RecompileReport::table() const {
+  std::ostringstream o;
+  o << "recompile: " << generated() << " of " << entries.size() << " candidate groups generated\n";
+  o << std::left << std::setw(8) << "node" << std::setw(12) << "outcome" << std::right << std::setw(12)
+    << "interp ns" << std::setw(12) << "gen ns" << std::setw(10) << "compile" << "  kernel\n";
+  o << std::fixed << std::setprecision(0);
+  for (const RecompileEntry& e : entries) {
+    std::string outcome = e.outcome.substr(0, e.outcome.find(':'));
+    o << std::left << std::setw(8) << ("%" + std::to_string(e.node)) << std::setw(12)
+      << (outcome + (e.cached ? "*" : "")) << std::right << std::setw(12) << e.interpreter_ns << std::setw(12)
+      << e.generated_ns << std::setw(9) << std::setprecision(2) << e.compile_seconds << "s" << std::setprecision(0)
+      << "  " << e.kernel << "\n";
+    if (e.outcome.find(':') != std::string::npos) o << "        " << e.outcome << "\n";
+  }
+  if (!entries.empty()) o << "(* the tuning cache's choice)\n";
+  return o.str();
+}
+
+RecompileReport Plan::recompile(const RecompileOptions& opts) {
+  RecompileReport report;
+  if (!kernels::jit::enabled()) return report;
+  if (!opts.launch_ns.empty() && opts.launch_ns.size() != launches_.size())
+    throw Error("recompile: " + std::to_string(opts.launch_ns.size()) + " launch times for a plan of " +
+                std::to_string(launches_.size()) + " launches");
+  std::map<ValueId, size_t> launch_of;
+  for (size_t k = 0; k < launches_.size(); ++k) launch_of[launches_[k].node] = k;
+  double sum = 0;
+  for (double t : opts.launch_ns) sum += t;
+  for (const auto& [node, group] : impl_->storage->groups()) {
+    auto it = launch_of.find(node);
+    if (it == launch_of.end() || !kernels::group_loop_kernel(group)) continue;  // folded, or not a loop
+    size_t k = it->second;
+    if (!opts.launch_ns.empty() && (opts.launch_ns[k] < opts.min_ns || opts.launch_ns[k] < opts.min_share * sum))
+      continue;
+    kernels::jit::GroupRecompile g = kernels::jit::recompile_group(group);
+    report.entries.push_back({node, g.kernel, g.outcome, g.interpreter_ns, g.generated_ns, g.compile_seconds, g.cached});
+    // The label says whether the launch now runs generated code (a later recompile may undo it).
+    std::string& label = impl_->info[k].kernel;
+    const std::string tag = " generated";
+    if (label == "generated") label = op_name(graph_.node(node).op);
+    else if (label.size() > tag.size() && label.compare(label.size() - tag.size(), tag.size(), tag) == 0)
+      label.resize(label.size() - tag.size());
+    if (kernels::group_run(group)) label = label == op_name(graph_.node(node).op) ? "generated" : label + tag;
+  }
+  return report;
+}
+
+std::vector<const kernels::jit::LoopKernel*> Plan::loop_kernels() const {
+  std::map<ValueId, bool> launched;
+  for (const Launch& l : launches_) launched[l.node] = true;
+  std::vector<const kernels::jit::LoopKernel*> out;
+  for (const auto& [node, group] : impl_->storage->groups()) {
+    const kernels::jit::LoopKernel* k = kernels::group_loop_kernel(group);
+    if (k && launched.count(node)) out.push_back(k);
+  }
+  return out;
+}
+
+void Plan::run_and_recompile() {
+  ThreadPool& pool = pool_ ? *pool_ : default_pool();
+  using Clock = std::chrono::steady_clock;
+  RecompileOptions opts;
+  opts.launch_ns.reserve(launches_.size());
+  for (const Launch& l : launches_) {
+    auto t0 = Clock::now();
+    l.fn(l.args, pool);
+    opts.launch_ns.push_back(std::chrono::duration<double, std::nano>(Clock::now() - t0).count());
+  }
+  recompile(opts);
+}
+
+}  // namespace synoros

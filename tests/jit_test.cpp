@@ -1,0 +1,380 @@
+// Recompile's generated kernels: every elementwise op rendered to C++, compiled at run time and
+// run in place of the interpreter's line kernels gives the interpreter's bits (special values,
+// broadcasts, strided reads, ragged tails, every instruction set); the kernel cache compiles once,
+// rebuilds a corrupt entry and falls back to the interpreter when no compiler runs; selection
+// keeps the interpreter when it is faster; training gives the same bytes with generation on and
+// off. Selection times come from an injected timer, never from the clock.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <set>
+
+#include "kernels/jit/compiler.hpp"
+#include "kernels/jit/nvrtc.hpp"
+#include "kernels/jit/render.hpp"
+#include "kernels/jit/sha256.hpp"
+#include "ir/scalar_ops.hpp"
+#include "kernels/kernel_api.hpp"
+#include "kernels/providers.hpp"
+#include "synoros/config.hpp"
+#include "synoros/gpt.hpp"
+#include "synoros/optim.hpp"
+#include "synoros/train.hpp"
+#include "test_util.hpp"
+
+namespace synoros {
+namespace {
+
+// The suite's defaults, set before any test reads the environment (a variable already set wins):
+// generated kernels off except where a test switches them on (each costs a compiler run, and the
+// rest of the suite checks the interpreter they must match), compiled into the build tree.
+const bool kSuiteDefaults = [] {
+  ::setenv("SYNOROS_NO_JIT", "1", 0);
+  ::setenv("SYNOROS_JIT_CACHE", SYNOROS_BINARY_DIR "/jit-test", 0);
+  return true;
+}();
+
+// Generated kernels on, a private kernel cache and tuning cache, and a selection timer that
+// reports the generated candidate (the second) faster unless told otherwise.
+struct JitScope {
+  testing::TempDir dir{"jit"};
+  config::ScopedOverride on{"SYNOROS_NO_JIT", "0"};
+  config::ScopedOverride cache{"SYNOROS_JIT_CACHE", dir.file("kernels").c_str()};
+  config::ScopedOverride tuning{"SYNOROS_TUNING_CACHE", dir.file("tuning.txt").c_str()};
+  explicit JitScope(bool generated_faster = true) {
+    kernels::reload_tuning_cache();
+    kernels::set_selection_timer([generated_faster](size_t n) {
+      std::vector<double> t(n, 1000.0);
+      t[generated_faster ? 1 : 0] = 500.0;
+      return t;
+    });
+  }
+  ~JitScope() {
+    kernels::set_selection_timer({});
+    kernels::reload_tuning_cache();
+  }
+};
+
+HostTensor special_tensor(const Shape& s, uint64_t seed) {
+  HostTensor h = testing::random_tensor({DType::F32, s, -3.0, 3.0}, seed);
+  const float specials[] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(), 0.0f, -0.0f, 1e-40f, -1e-40f, 1e30f,
+                            -1e30f, 88.5f, -88.5f, 9.0f, -9.0f};
+  float* p = static_cast<float*>(h.buffer->data());
+  for (int64_t i = 0; i < numel(s); i += 7) p[i] = specials[size_t(i / 7) % std::size(specials)];
+  return h;
+}
+
+void expect_same_bits(const HostTensor& a, const HostTensor& e, const std::string& what) {
+  ASSERT_EQ(a.bytes(), e.bytes()) << what;
+  ASSERT_EQ(std::memcmp(a.buffer->data(), e.buffer->data(), a.bytes()), 0) << what;
+}
+
+// Builds y = f(graph) as a fused group, runs it with the interpreter, recompiles (every group a
+// candidate), runs again and compares both with an unfused plan. Returns the report.
+RecompileReport check_group(const Graph& g, ValueId y, const std::vector<std::pair<ValueId, HostTensor>>& feeds,
+                            const std::string& what) {
+  CompileOptions plain, manual;
+  plain.fuse = false;
+  manual.recompile = false;
+  Plan plan(g, {y}, manual), ref(g, {y}, plain);
+  for (Plan* p : {&plan, &ref}) {
+    for (const auto& [v, h] : feeds) p->set_input(v, h);
+    p->run();
+  }
+  HostTensor before = plan.read(y), expect = ref.read(y);
+  expect_same_bits(before, expect, what + " (interpreter)");
+  RecompileReport r = plan.recompile();
+  plan.run();
+  expect_same_bits(plan.read(y), expect, what + " (generated)");
+  return r;
+}
+
+TEST(Sha256, KnownDigests) {
+  EXPECT_EQ(kernels::jit::sha256_hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(kernels::jit::sha256_hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(kernels::jit::sha256_hex(std::string(1000, 'a')).substr(0, 16), "41edece42d63e8d9");
+}
+
+class JitOps : public ::testing::TestWithParam<kernels::Isa> {};
+
+TEST_P(JitOps, EveryMapGivesTheInterpretersBits) {
+  kernels::Isa isa = GetParam();
+  if (int(isa) > int(kernels::best_isa())) GTEST_SKIP() << "this CPU lacks " << kernels::isa_name(isa);
+  testing::IsaScope at_isa(isa);
+  JitScope jit;
+  struct Row {
+    Op op;
+    int arity;
+  };
+  std::vector<Row> rows;
+#define SYNOROS_MAP(Enum, ident, arity, vjp, flops, vec, staged, api, props) rows.push_back({Op::Enum, arity});
+#include "synoros/ops.def"
+  ASSERT_GT(rows.size(), 20u);
+  int generated = 0;
+  for (const Row& row : rows) {
+    for (int64_t cols : {1, 7, 8, 9, 33, 300}) {
+      std::string what = std::string(kernels::isa_name(isa)) + " " + op_name(row.op) + " cols=" + std::to_string(cols);
+      Graph g;
+      const int64_t R = 5;
+      ValueId x = g.input(DType::F32, {R, cols}, "x");
+      ValueId b = g.input(DType::F32, {1, cols}, "b");   // a row broadcast down the rows
+      ValueId c = g.input(DType::F32, {R, cols}, "c");
+      ValueId s = g.input(DType::F32, {}, "s");           // a scalar fed at run time
+      // A producer in the group, so the op under test reads a member and externals.
+      ValueId t = g.binary(Op::Mul, x, g.scalar(1.25));
+      ValueId y;
+      // A row broadcast at odd widths (one column would be a gathered expand: no loop kernel).
+      ValueId other = cols % 2 && cols > 1 ? g.expand(b, {R, cols}) : c;
+      if (row.arity == 1) y = g.unary(row.op, t);
+      else if (row.arity == 2) y = g.binary(row.op, t, other);
+      else y = g.add(row.op, {g.binary(Op::CmpLt, t, s), t, other});
+      y = g.binary(Op::Add, y, s);
+      // s is no NaN: where both operands of an op are NaNs of opposite signs, which one comes out
+      // follows the operand order the compiler picked for that op's code (IEEE leaves it open), and
+      // a generated kernel whose probe shows it is refused (Jit.OppositeNaNsAreRefusedNotWrong).
+      HostTensor hs(DType::F32, {});
+      hs.set(0, -9.0);
+      RecompileReport r = check_group(g, y, {{x, special_tensor({R, cols}, 1)}, {b, special_tensor({1, cols}, 2)},
+                                              {c, special_tensor({R, cols}, 3)}, {s, hs}},
+                                      what);
+      for (const RecompileEntry& e : r.entries) {
+        EXPECT_EQ(e.outcome, "generated") << what << ": " << e.kernel;
+        generated += e.outcome == "generated";
+      }
+    }
+  }
+  EXPECT_GE(generated, int(rows.size()) * 6);  // every op's group, at every width
+}
+
+INSTANTIATE_TEST_SUITE_P(Isa, JitOps,
+                         ::testing::Values(kernels::Isa::Scalar, kernels::Isa::Avx2, kernels::Isa::Avx512),
+                         [](const auto& p) { return std::string(kernels::isa_name(p.param)); });
+
+// A chain of transcendentals over long runs.
+TEST(Jit, LongChainsGiveTheInterpretersBits) {
+  JitScope jit;
+  for (int64_t n : {3, 64, 257}) {
+    Graph g;
+    ValueId x = g.input(DType::F32, {n, 6}, "x"), y = g.input(DType::F32, {n, 6}, "y");
+    ValueId t = g.binary(Op::Add, g.unary(Op::Tanh, x), y);
+    t = g.unary(Op::GeluTanh, g.binary(Op::Mul, g.unary(Op::Sigmoid, t), g.unary(Op::Exp, x)));
+    RecompileReport r = check_group(g, t, {{x, special_tensor({n, 6}, 5)}, {y, special_tensor({n, 6}, 6)}},
+                                    "n=" + std::to_string(n));
+    EXPECT_EQ(r.generated(), 1) << n;
+  }
+}
+
+// Where the two operands of an add are NaNs of opposite signs, the interpreter's line kernel and
+// a generated loop may return either (IEEE leaves it open); the bit check on the plan's data
+// refuses such a kernel, so the plan's bits stay the interpreter's.
+TEST(Jit, OppositeNaNsAreRefusedNotWrong) {
+  JitScope jit;
+  Graph g;
+  ValueId x = g.input(DType::F32, {64}, "x"), s = g.input(DType::F32, {}, "s");
+  ValueId y = g.binary(Op::Add, g.unary(Op::Neg, g.binary(Op::Mul, x, g.scalar(1.25))), s);
+  HostTensor hs(DType::F32, {});
+  hs.set(0, std::numeric_limits<double>::quiet_NaN());
+  RecompileReport r = check_group(g, y, {{x, special_tensor({64}, 5)}, {s, hs}}, "opposite NaNs");
+  ASSERT_EQ(r.entries.size(), 1u);
+  EXPECT_TRUE(r.entries[0].outcome == "generated" || r.entries[0].outcome.rfind("rejected: ", 0) == 0)
+      << r.entries[0].outcome;
+}
+
+// Strided inputs (the renderer's gather lanes), at every length around the vector width.
+TEST(Jit, StridedInputsReadOnlyTheirElements) {
+  JitScope jit;
+  kernels::jit::LoopKernel k;
+  k.inputs = {{3}, {1}};
+  k.body = {{Op::Sub, 2, {-1, -2, 0}}, {Op::Tanh, 1, {0, 0, 0}}};
+  kernels::Isa isa = kernels::active_isa();
+  kernels::jit::Compiled c = kernels::jit::compile(kernels::jit::render_cpp(k, isa, "synoros_run"), "synoros_run", isa);
+  ASSERT_TRUE(c.symbol) << c.error;
+  for (int64_t n : {1, 7, 8, 9, 17, 40}) {
+    std::vector<float> a(static_cast<size_t>(3 * (n - 1) + 1)), b(static_cast<size_t>(n)), out(static_cast<size_t>(n));
+    for (size_t i = 0; i < a.size(); ++i) a[i] = float(i) * 0.25f - 2;
+    for (size_t i = 0; i < b.size(); ++i) b[i] = 1.0f - float(i) * 0.125f;
+    const char* ext[2] = {reinterpret_cast<const char*>(a.data()), reinterpret_cast<const char*>(b.data())};
+    reinterpret_cast<kernels::jit::RunFn>(c.symbol)(ext, reinterpret_cast<char*>(out.data()), n);
+    for (int64_t i = 0; i < n; ++i) EXPECT_EQ(out[size_t(i)], fn::Tanh::f(a[size_t(3 * i)] - b[size_t(i)])) << n << " " << i;
+  }
+}
+
+TEST(Jit, AWarmCacheCompilesNothingAndACorruptEntryIsRebuilt) {
+  JitScope jit;
+  kernels::jit::LoopKernel k;
+  k.inputs = {{1}, {0}};
+  k.body = {{Op::Mul, 2, {-1, -2, 0}}, {Op::Exp, 1, {0, 0, 0}}};
+  kernels::Isa isa = kernels::active_isa();
+  std::string src = kernels::jit::render_cpp(k, isa, "synoros_run");
+  auto call = [](const kernels::jit::Compiled& c) {
+    float x[11], s = 0.5f, out[11];
+    for (int i = 0; i < 11; ++i) x[i] = float(i) - 5;
+    const char* ext[2] = {reinterpret_cast<const char*>(x), reinterpret_cast<const char*>(&s)};
+    reinterpret_cast<kernels::jit::RunFn>(c.symbol)(ext, reinterpret_cast<char*>(out), 11);
+    for (int i = 0; i < 11; ++i) EXPECT_EQ(out[i], fn::Exp::f(x[i] * s)) << i;
+  };
+  int64_t runs = kernels::jit::compiler_runs();
+  kernels::jit::Compiled a = kernels::jit::compile(src, "synoros_run", isa);
+  ASSERT_TRUE(a.symbol) << a.error;
+  EXPECT_FALSE(a.cached);
+  EXPECT_EQ(kernels::jit::compiler_runs(), runs + 1);
+  call(a);
+  // A new process finds it on disk: no compiler run.
+  kernels::jit::forget_loaded_kernels();
+  kernels::jit::Compiled b = kernels::jit::compile(src, "synoros_run", isa);
+  ASSERT_TRUE(b.symbol) << b.error;
+  EXPECT_TRUE(b.cached);
+  EXPECT_EQ(b.key, a.key);
+  EXPECT_EQ(kernels::jit::compiler_runs(), runs + 1);
+  // A truncated shared object (written whole as a new file: the loaded one stays mapped) is
+  // detected by its checksum, rebuilt, and works again.
+  int truncated = 0;
+  for (const auto& f : std::filesystem::directory_iterator(kernels::jit::cache_dir())) {
+    if (f.path().extension() != ".so") continue;
+    std::filesystem::path cut = f.path().string() + ".cut";
+    std::filesystem::copy_file(f.path(), cut);
+    std::filesystem::resize_file(cut, 100);
+    std::filesystem::rename(cut, f.path());
+    ++truncated;
+  }
+  ASSERT_EQ(truncated, 1);
+  kernels::jit::forget_loaded_kernels();
+  kernels::jit::Compiled c = kernels::jit::compile(src, "synoros_run", isa);
+  ASSERT_TRUE(c.symbol) << c.error;
+  EXPECT_FALSE(c.cached);
+  EXPECT_EQ(kernels::jit::compiler_runs(), runs + 2);
+  call(c);
+}
+
+TEST(Jit, ACompilerFailureFallsBackToTheInterpreter) {
+  JitScope jit;
+  Graph g;
+  ValueId x = g.input(DType::F32, {100}, "x");
+  ValueId y = g.unary(Op::Sigmoid, g.binary(Op::Mul, x, g.scalar(2.0)));
+  for (const char* cxx : {"/nonexistent/c++", "false"}) {
+    config::ScopedOverride broken("SYNOROS_JIT_CXX", cxx);
+    RecompileReport r = check_group(g, y, {{x, special_tensor({100}, 7)}}, cxx);
+    ASSERT_EQ(r.entries.size(), 1u) << cxx;
+    EXPECT_EQ(r.entries[0].outcome.rfind("failed: ", 0), 0u) << r.entries[0].outcome;
+  }
+  // Rendering something that is not a map is an Error, not a crash.
+  kernels::jit::LoopKernel bad;
+  bad.body = {{Op::Sum, 1, {-1, 0, 0}}};
+  bad.inputs = {{1}};
+  testing::expect_error([&] { kernels::jit::render_cpp(bad, kernels::Isa::Scalar, "f"); }, {"not an elementwise map"});
+}
+
+TEST(Jit, OffMeansOff) {
+  JitScope jit;
+  config::ScopedOverride off("SYNOROS_NO_JIT", "1");
+  Graph g;
+  ValueId x = g.input(DType::F32, {100}, "x");
+  ValueId y = g.unary(Op::Tanh, g.binary(Op::Mul, x, g.scalar(2.0)));
+  int64_t runs = kernels::jit::compiler_runs();
+  EXPECT_TRUE(check_group(g, y, {{x, special_tensor({100}, 8)}}, "off").entries.empty());
+  EXPECT_EQ(kernels::jit::compiler_runs(), runs);
+}
+
+TEST(Jit, SelectionKeepsTheFasterKernelAndCachesTheChoice) {
+  Graph g;
+  ValueId x = g.input(DType::F32, {4096}, "x");
+  ValueId y = g.unary(Op::Gelu, g.binary(Op::Add, x, g.scalar(0.5)));
+  {
+    JitScope slower(false);
+    RecompileReport r = check_group(g, y, {{x, special_tensor({4096}, 9)}}, "interpreter faster");
+    ASSERT_EQ(r.entries.size(), 1u);
+    EXPECT_EQ(r.entries[0].outcome, "interpreter");
+    EXPECT_FALSE(r.entries[0].cached);
+    EXPECT_EQ(r.entries[0].interpreter_ns, 500.0);
+    // The second time the tuning cache answers: nothing compiled, nothing timed.
+    int64_t runs = kernels::jit::compiler_runs();
+    r = check_group(g, y, {{x, special_tensor({4096}, 9)}}, "cached");
+    ASSERT_EQ(r.entries.size(), 1u);
+    EXPECT_TRUE(r.entries[0].cached);
+    EXPECT_EQ(r.entries[0].outcome, "interpreter");
+    EXPECT_EQ(kernels::jit::compiler_runs(), runs);
+  }
+  {
+    JitScope faster(true);
+    CompileOptions manual;
+    manual.recompile = false;
+    Plan plan(g, {y}, manual);
+    plan.set_input(x, special_tensor({4096}, 9));
+    plan.run();
+    // Launch times: a group below the thresholds is no candidate.
+    RecompileOptions cold;
+    cold.launch_ns = std::vector<double>(plan.launches().size(), 10.0);
+    EXPECT_TRUE(plan.recompile(cold).entries.empty());
+    RecompileReport r = plan.recompile();
+    EXPECT_EQ(r.generated(), 1);
+    EXPECT_NE(r.table().find("generated"), std::string::npos);
+    bool labelled = false;
+    for (const LaunchInfo& li : plan.launch_info()) labelled |= li.kernel.find("generated") != std::string::npos;
+    EXPECT_TRUE(labelled);
+    testing::expect_error([&] { plan.recompile(RecompileOptions{{1.0, 2.0, 3.0}}); }, {"3 launch times"});
+  }
+}
+
+std::vector<float> train_lm(bool jit, int steps) {
+  nn::GptConfig c{40, 8, 16, 2, 2};
+  nn::Gpt model(c, 3);
+  optim::AdamW opt(model.parameters(), 1e-2);
+  CompiledStep step = train::compile_lm_train(model, opt, 2, 8);
+  HostTensor x = testing::random_tensor({DType::I64, {2, 8}, 0, 40.0}, 11);
+  HostTensor y = testing::random_tensor({DType::I64, {2, 8}, 0, 40.0}, 12);
+  for (int i = 0; i < steps; ++i) {
+    opt.tick();
+    step({x, y});
+    if (i == 0 && jit) {
+      EXPECT_GT(step.plan().recompile().generated(), 0);
+    }
+  }
+  std::vector<float> out;
+  for (auto& [n, p] : model.named_parameters()) {
+    std::vector<float> v = p.to_vector();
+    out.insert(out.end(), v.begin(), v.end());
+  }
+  return out;
+}
+
+TEST(Jit, TrainingGivesTheSameBytesWithAndWithoutGeneratedKernels) {
+  std::vector<float> off;
+  {
+    config::ScopedOverride no("SYNOROS_NO_JIT", "1");
+    off = train_lm(false, 4);
+  }
+  JitScope jit;
+  std::vector<float> on = train_lm(true, 4);
+  ASSERT_EQ(on.size(), off.size());
+  EXPECT_EQ(std::memcmp(on.data(), off.data(), on.size() * sizeof(float)), 0);
+  EXPECT_NE(on, train_lm(true, 0));  // training moved the parameters
+}
+
+// The CUDA renderer: every loop kernel of the GPT training step compiles with NVRTC to PTX and
+// an sm_90 cubin (no GPU needed; running them is the CUDA backend's part).
+TEST(JitCuda, EveryGroupOfTheGptStepCompilesWithNvrtc) {
+  std::string why;
+  if (!kernels::jit::nvrtc_available(&why)) GTEST_SKIP() << why;
+  nn::GptConfig c{40, 8, 16, 2, 2};
+  nn::Gpt model(c, 3);
+  optim::AdamW opt(model.parameters(), 1e-2);
+  CompiledStep step = train::compile_lm_train(model, opt, 2, 8);
+  std::vector<const kernels::jit::LoopKernel*> kernels = step.plan().loop_kernels();
+  ASSERT_GE(kernels.size(), 5u);
+  std::set<std::string> seen;
+  for (const kernels::jit::LoopKernel* k : kernels) {
+    if (!seen.insert(k->text()).second) continue;
+    kernels::jit::CudaBinary b = kernels::jit::nvrtc_compile(kernels::jit::render_cuda(*k, "synoros_run"), "sm_90");
+    EXPECT_TRUE(b.ok) << k->text() << "\n" << b.log;
+    EXPECT_NE(b.ptx.find(".entry synoros_run"), std::string::npos) << k->text();
+  }
+}
+
+}  // namespace
+}  // namespace synoros
