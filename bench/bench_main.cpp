@@ -4,9 +4,11 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <vector>
 
 #include "kernels/providers.hpp"
+#include "synoros/config.hpp"
 #include "synoros/synoros.hpp"
 #include "synoros/tiny_mlp.hpp"
 
@@ -75,19 +77,41 @@ BENCHMARK(TinyMLP_SgdModules)->Name("TinyMLP/SgdStepModules");
 // y = tanh((sigmoid(relu(x*1.5 + 0.5) * x) - 0.25) * 2) over x[1024, 1024], out of place.
 Tensor eltwise_chain(const Tensor& x) { return ((((x * 1.5 + 0.5).relu() * x).sigmoid() - 0.25) * 2.0).tanh(); }
 
-void EltwiseChain(benchmark::State& state) {
-  CompiledStep step = compile([](const std::vector<Tensor>& a) { return std::vector<Tensor>{eltwise_chain(a[0])}; },
-                              {{DType::F32, {1024, 1024}}});
-  HostTensor x = Tensor::randn({1024, 1024}, 3).value();
-  std::memcpy(step.input_ptr(0), x.buffer->data(), x.bytes());
+// A compiled step over one input, timed with generated kernels off (jit=0: the interpreter's line
+// kernels) or on (jit=1: Recompile on the second run, as users get it).
+void run_elementwise(benchmark::State& state, const std::function<Tensor(const std::vector<Tensor>&)>& f,
+                     const std::vector<std::pair<DType, Shape>>& specs, int64_t bytes) {
+  config::ScopedOverride jit("SYNOROS_NO_JIT", state.range(0) ? "0" : "1");
+  CompiledStep step = compile([&f](const std::vector<Tensor>& a) { return std::vector<Tensor>{f(a)}; }, specs);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    HostTensor x = Tensor::randn(specs[i].second, 3 + i).value();
+    std::memcpy(step.input_ptr(i), x.buffer->data(), x.bytes());
+  }
+  step.run();
+  step.run();  // the second run recompiles (jit=1)
   for (auto _ : state) {
     step.run();
     benchmark::DoNotOptimize(step.output_ptr(0));
   }
-  state.SetBytesProcessed(int64_t(state.iterations()) * 2 * 1024 * 1024 * 4);
+  state.SetBytesProcessed(int64_t(state.iterations()) * bytes);
   state.counters["launches"] = double(step.plan().launches().size());
+  int generated = 0;
+  for (const LaunchInfo& li : step.plan().launch_info()) generated += li.kernel.find("generated") != std::string::npos;
+  state.counters["generated"] = generated;
 }
-BENCHMARK(EltwiseChain)->Name("EltwiseChain")->UseRealTime();
+
+void EltwiseChain(benchmark::State& state) {
+  run_elementwise(state, [](const std::vector<Tensor>& a) { return eltwise_chain(a[0]); }, {{DType::F32, {1024, 1024}}},
+                  2 * 1024 * 1024 * 4);
+}
+BENCHMARK(EltwiseChain)->Name("EltwiseChain")->ArgName("jit")->Arg(0)->Arg(1)->UseRealTime();
+
+// GPT-2's MLP activation: gelu_tanh(x + bias) over [8*512, 3072].
+void BiasGeluTanh(benchmark::State& state) {
+  run_elementwise(state, [](const std::vector<Tensor>& a) { return (a[0] + a[1]).gelu_tanh(); },
+                  {{DType::F32, {4096, 3072}}, {DType::F32, {3072}}}, 2 * 4096 * 3072 * 4);
+}
+BENCHMARK(BiasGeluTanh)->Name("BiasGeluTanh")->ArgName("jit")->Arg(0)->Arg(1)->UseRealTime();
 
 // C[M,N] = A[M,K] @ B[K,N] through measured kernel selection (batched when batch > 1).
 void Matmul(benchmark::State& state) {
