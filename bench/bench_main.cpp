@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "kernels/providers.hpp"
@@ -77,11 +78,12 @@ BENCHMARK(TinyMLP_SgdModules)->Name("TinyMLP/SgdStepModules");
 // y = tanh((sigmoid(relu(x*1.5 + 0.5) * x) - 0.25) * 2) over x[1024, 1024], out of place.
 Tensor eltwise_chain(const Tensor& x) { return ((((x * 1.5 + 0.5).relu() * x).sigmoid() - 0.25) * 2.0).tanh(); }
 
-// A compiled step over one input, timed with generated kernels off (jit=0: the interpreter's line
-// kernels) or on (jit=1: Recompile on the second run, as users get it).
+// A compiled step, timed as users get it (Recompile on the second run: generated kernels where
+// they win; SYNOROS_NO_JIT=1 turns them off) or, with `interpreter`, with generated kernels off.
 void run_elementwise(benchmark::State& state, const std::function<Tensor(const std::vector<Tensor>&)>& f,
-                     const std::vector<std::pair<DType, Shape>>& specs, int64_t bytes) {
-  config::ScopedOverride jit("SYNOROS_NO_JIT", state.range(0) ? "0" : "1");
+                     const std::vector<std::pair<DType, Shape>>& specs, int64_t bytes, bool interpreter) {
+  std::optional<config::ScopedOverride> off;
+  if (interpreter) off.emplace("SYNOROS_NO_JIT", "1");
   CompiledStep step = compile([&f](const std::vector<Tensor>& a) { return std::vector<Tensor>{f(a)}; }, specs);
   for (size_t i = 0; i < specs.size(); ++i) {
     HostTensor x = Tensor::randn(specs[i].second, 3 + i).value();
@@ -100,18 +102,20 @@ void run_elementwise(benchmark::State& state, const std::function<Tensor(const s
   state.counters["generated"] = generated;
 }
 
-void EltwiseChain(benchmark::State& state) {
+void EltwiseChain(benchmark::State& state, bool interpreter) {
   run_elementwise(state, [](const std::vector<Tensor>& a) { return eltwise_chain(a[0]); }, {{DType::F32, {1024, 1024}}},
-                  2 * 1024 * 1024 * 4);
+                  2 * 1024 * 1024 * 4, interpreter);
 }
-BENCHMARK(EltwiseChain)->Name("EltwiseChain")->ArgName("jit")->Arg(0)->Arg(1)->UseRealTime();
+BENCHMARK_CAPTURE(EltwiseChain, jit, false)->Name("EltwiseChain")->UseRealTime();
+BENCHMARK_CAPTURE(EltwiseChain, interpreter, true)->Name("EltwiseChain/interpreter")->UseRealTime();
 
 // GPT-2's MLP activation: gelu_tanh(x + bias) over [8*512, 3072].
-void BiasGeluTanh(benchmark::State& state) {
+void BiasGeluTanh(benchmark::State& state, bool interpreter) {
   run_elementwise(state, [](const std::vector<Tensor>& a) { return (a[0] + a[1]).gelu_tanh(); },
-                  {{DType::F32, {4096, 3072}}, {DType::F32, {3072}}}, 2 * 4096 * 3072 * 4);
+                  {{DType::F32, {4096, 3072}}, {DType::F32, {3072}}}, 2 * 4096 * 3072 * 4, interpreter);
 }
-BENCHMARK(BiasGeluTanh)->Name("BiasGeluTanh")->ArgName("jit")->Arg(0)->Arg(1)->UseRealTime();
+BENCHMARK_CAPTURE(BiasGeluTanh, jit, false)->Name("BiasGeluTanh")->UseRealTime();
+BENCHMARK_CAPTURE(BiasGeluTanh, interpreter, true)->Name("BiasGeluTanh/interpreter")->UseRealTime();
 
 // C[M,N] = A[M,K] @ B[K,N] through measured kernel selection (batched when batch > 1).
 void Matmul(benchmark::State& state) {

@@ -35,6 +35,13 @@ def eltwise_chain():
     return lambda: torch.tanh((torch.sigmoid(torch.relu(x * 1.5 + 0.5) * x) - 0.25) * 2)
 
 
+def bias_gelu_tanh():
+    torch.manual_seed(0)
+    x = torch.randn(4096, 3072)
+    b = torch.randn(3072)
+    return lambda: torch.nn.functional.gelu(x + b, approximate="tanh")
+
+
 def matmul(bt, m, k, n):
     torch.manual_seed(0)
     a = torch.randn(bt, m, k) if bt > 1 else torch.randn(m, k)
@@ -76,6 +83,7 @@ SCENARIOS = {
     "Conv3x3": conv3x3,
     "Depthwise3x3": depthwise3x3,
     "EltwiseChain": eltwise_chain,
+    "BiasGeluTanh": bias_gelu_tanh,
     "TinyMLP/FwdBwd": lambda: tiny_mlp(False),
     "TinyMLP/SgdStep": lambda: tiny_mlp(True),
 }

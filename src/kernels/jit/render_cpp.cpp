@@ -35,13 +35,16 @@ const char* fn_name(Op op) {
   }
 }
 
+constexpr int kUnroll = 4;  // vectors per step of the main loop
+
 std::string arg_name(int a) { return a >= 0 ? "v" + std::to_string(a) : "x" + std::to_string(-a - 1); }
 
-std::string substitute(const char* form, const LoopStmt& s) {
+template <class Name>
+std::string substitute(const char* form, const LoopStmt& s, const Name& name) {
   std::string out;
   for (const char* p = form; *p; ++p) {
     if (*p == '%' && p[1] >= '0' && p[1] <= '2') {
-      out += arg_name(s.arg[p[1] - '0']);
+      out += name(s.arg[p[1] - '0']);
       ++p;
     } else {
       out += *p;
@@ -87,39 +90,55 @@ void scalar_loop(std::ostringstream& o, const LoopKernel& k, const char* T) {
   o << "    out[i] = v" << k.body.size() - 1 << ";\n  }\n";
 }
 
-// One vector step of the body at element i: `tail` for the last, partial vector of m lanes (loads
+// U vector steps of the body, at elements i + u * L for u < U, interleaved statement by statement
+// so that the latency-bound polynomial chains of the U vectors overlap (as the interpreter's
+// staged lines process four vectors per step). `tail`: one last, partial vector of m lanes (loads
 // masked, strided inputs read only below m, the store masked).
-void vector_step(std::ostringstream& o, const LoopKernel& k, bool tail) {
+void vector_step(std::ostringstream& o, const LoopKernel& k, int U, bool tail) {
   const char* ind = "    ";
+  auto name = [&](int a, int u) {
+    if (a < 0 && k.inputs[size_t(-a - 1)].stride == 0) return arg_name(a);  // broadcast: set once
+    return arg_name(a) + "_" + std::to_string(u);
+  };
+  auto at = [](int u) { return u ? "i + " + std::to_string(u) + " * L" : std::string("i"); };
   for (size_t j = 0; j < k.inputs.size(); ++j) {
     int64_t s = k.inputs[j].stride;
-    if (s == 0) continue;  // broadcast: set once before the loop
-    if (s == 1) {
-      o << ind << "const VecF::R x" << j << " = " << (tail ? "VecF::load_n(in" : "VecF::load(in") << j << " + i"
-        << (tail ? ", m" : "") << ");\n";
-    } else {
-      o << ind << "VecF::R x" << j << ";\n" << ind << "{\n" << ind << "  alignas(64) float t[L];\n" << ind
-        << "  for (int64_t l = 0; l < L; ++l) t[l] = " << (tail ? "l < m ? " : "") << "in" << j << "[(i + l) * " << s
-        << "]" << (tail ? " : 0.0f" : "") << ";\n"
-        << ind << "  x" << j << " = VecF::load(t);\n" << ind << "}\n";
+    if (s == 0) continue;
+    for (int u = 0; u < U; ++u) {
+      std::string x = name(-int(j) - 1, u);
+      if (s == 1) {
+        o << ind << "const VecF::R " << x << " = " << (tail ? "VecF::load_n(in" : "VecF::load(in") << j << " + " << at(u)
+          << (tail ? ", m" : "") << ");\n";
+      } else {
+        o << ind << "VecF::R " << x << ";\n" << ind << "{\n" << ind << "  alignas(64) float t[L];\n" << ind
+          << "  for (int64_t l = 0; l < L; ++l) t[l] = " << (tail ? "l < m ? " : "") << "in" << j << "[(" << at(u)
+          << " + l) * " << s << "]" << (tail ? " : 0.0f" : "") << ";\n"
+          << ind << "  " << x << " = VecF::load(t);\n" << ind << "}\n";
+      }
     }
   }
   for (size_t i = 0; i < k.body.size(); ++i) {
     const LoopStmt& s = k.body[i];
-    if (const char* form = vector_form(s.op)) {
-      o << ind << "VecF::R v" << i << " = " << substitute(form, s) << ";\n" << ind << "SYNOROS_KEEP(v" << i << ");\n";
-      continue;
+    for (int u = 0; u < U; ++u) {
+      std::string v = "v" + std::to_string(i) + "_" + std::to_string(u);
+      auto nm = [&](int a) { return name(a, u); };
+      if (const char* form = vector_form(s.op)) {
+        o << ind << "VecF::R " << v << " = " << substitute(form, s, nm) << ";\n";
+      } else {  // no vector form: lane by lane through the scalar definition
+        o << ind << "VecF::R " << v << ";\n" << ind << "{\n" << ind << "  alignas(64) float a[3][L], r[L];\n";
+        for (int j = 0; j < s.nargs; ++j) o << ind << "  VecF::store(a[" << j << "], " << nm(s.arg[j]) << ");\n";
+        o << ind << "  for (int64_t l = 0; l < L; ++l) r[l] = fn::" << fn_name(s.op) << "::f(";
+        for (int j = 0; j < s.nargs; ++j) o << (j ? ", " : "") << "a[" << j << "][l]";
+        o << ");\n" << ind << "  " << v << " = VecF::load(r);\n" << ind << "}\n";
+      }
+      o << ind << "SYNOROS_KEEP(" << v << ");\n";
     }
-    // No vector form: lane by lane through the scalar definition.
-    o << ind << "VecF::R v" << i << ";\n" << ind << "{\n" << ind << "  alignas(64) float a[3][L], r[L];\n";
-    for (int j = 0; j < s.nargs; ++j) o << ind << "  VecF::store(a[" << j << "], " << arg_name(s.arg[j]) << ");\n";
-    o << ind << "  for (int64_t l = 0; l < L; ++l) r[l] = fn::" << fn_name(s.op) << "::f(";
-    for (int j = 0; j < s.nargs; ++j) o << (j ? ", " : "") << "a[" << j << "][l]";
-    o << ");\n" << ind << "  v" << i << " = VecF::load(r);\n" << ind << "}\n" << ind << "SYNOROS_KEEP(v" << i << ");\n";
   }
-  std::string last = "v" + std::to_string(k.body.size() - 1);
-  if (tail) o << ind << "VecF::store_n(out + i, " << last << ", m);\n";
-  else o << ind << "VecF::store(out + i, " << last << ");\n";
+  for (int u = 0; u < U; ++u) {
+    std::string last = "v" + std::to_string(k.body.size() - 1) + "_" + std::to_string(u);
+    if (tail) o << ind << "VecF::store_n(out + i, " << last << ", m);\n";
+    else o << ind << "VecF::store(out + " << at(u) << ", " << last << ");\n";
+  }
 }
 
 }  // namespace
@@ -166,10 +185,12 @@ std::string render_cpp(const LoopKernel& k, Isa isa, const std::string& symbol) 
   o << "  constexpr int64_t L = VecF::kLanes;\n";
   for (size_t j = 0; j < k.inputs.size(); ++j)
     if (k.inputs[j].stride == 0) o << "  const VecF::R x" << j << " = VecF::set(in" << j << "[0]);\n";
-  o << "  int64_t i = 0;\n  for (; i + L <= n; i += L) {\n";
-  vector_step(o, k, false);
+  o << "  int64_t i = 0;\n  for (; i + " << kUnroll << " * L <= n; i += " << kUnroll << " * L) {\n";
+  vector_step(o, k, kUnroll, false);
+  o << "  }\n  for (; i + L <= n; i += L) {\n";
+  vector_step(o, k, 1, false);
   o << "  }\n  if (i < n) {\n    const int64_t m = n - i;\n";
-  vector_step(o, k, true);
+  vector_step(o, k, 1, true);
   o << "  }\n}\n";
   return o.str();
 }

@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""Fused elementwise rows side by side: the engine as users run it (Recompile: generated kernels
+where they win), the engine's interpreter (SYNOROS_NO_JIT=1), PyTorch eager and torch.compile.
+
+PyTorch: scripts/install_peers.sh's PyTorch 2.x environment (.peers/bin/python) when it exists,
+eager and torch.compile; otherwise Debian's /usr/bin/python3 (eager only). Rounds interleave the
+sides; medians are printed with ratios (above 1: the engine is faster) and each row's traffic as a
+share of the one-core streaming bandwidth `synoros peak` measures in the same run.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+# name: (bytes moved per run, PyTorch setup code defining f)
+ROWS = {
+    "EltwiseChain": (2 * 1024 * 1024 * 4,
+                     "x = torch.randn(1024, 1024)\n"
+                     "def f(): return torch.tanh((torch.sigmoid(torch.relu(x * 1.5 + 0.5) * x) - 0.25) * 2)\n"),
+    "BiasGeluTanh": (2 * 4096 * 3072 * 4,
+                     "x = torch.randn(4096, 3072); b = torch.randn(3072)\n"
+                     "def f(): return torch.nn.functional.gelu(x + b, approximate='tanh')\n"),
+}
+
+TORCH = r"""
+import json, sys, time, torch
+torch.manual_seed(0)
+torch.set_num_threads(1)
+out = {}
+for name, (setup, compiled) in json.loads(sys.argv[1]).items():
+    scope = {"torch": torch}
+    exec(setup, scope)
+    fn = torch.compile(scope["f"]) if compiled else scope["f"]
+    for _ in range(20):
+        fn()
+    n = 1
+    while True:
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        dt = time.perf_counter() - t0
+        if dt >= %(min_time)f:
+            break
+        n *= 2
+    out[name + (":compile" if compiled else "")] = dt * 1e9 / n
+print(json.dumps({"version": torch.__version__, "times": out}))
+"""
+
+
+def engine(bench, min_time):
+    flt = "^(" + "|".join(ROWS) + ")(/interpreter)?/real_time$"
+    env = dict(os.environ, SYNOROS_NUM_THREADS="1")
+    res = subprocess.run([bench, "--benchmark_format=json", f"--benchmark_filter={flt}",
+                          f"--benchmark_min_time={min_time}"], env=env, check=True, capture_output=True, text=True)
+    return {b["name"].replace("/real_time", ""): b["real_time"] * {"ns": 1, "us": 1e3, "ms": 1e6}[b["time_unit"]]
+            for b in json.loads(res.stdout)["benchmarks"]}
+
+
+def torch_times(python, min_time, compiled):
+    spec = {name: (setup, compiled) for name, (_, setup) in ROWS.items()}
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    res = subprocess.run([python, "-c", TORCH % {"min_time": min_time}, json.dumps(spec)], env=env, check=True,
+                         capture_output=True, text=True)
+    data = json.loads(res.stdout.strip().splitlines()[-1])
+    return data["version"], data["times"]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    peers = os.path.join(HERE, "..", ".peers", "bin", "python")
+    ap.add_argument("--bench", default=os.path.join(HERE, "..", "build", "synoros_bench"))
+    ap.add_argument("--python", default=peers if os.path.exists(peers) else "/usr/bin/python3")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--min-time", type=float, default=0.5)
+    ap.add_argument("--json", default="fusion_results.json")
+    args = ap.parse_args()
+    compiled = os.path.abspath(args.python) == os.path.abspath(peers)
+    samples, peaks, version = {}, [], ""
+    for _ in range(args.rounds):
+        for k, v in engine(args.bench, args.min_time).items():
+            samples.setdefault(k, []).append(v)
+        for c in ([False, True] if compiled else [False]):
+            version, t = torch_times(args.python, args.min_time, c)
+            for k, v in t.items():
+                samples.setdefault("torch:" + k, []).append(v)
+        cli = os.path.join(os.path.dirname(args.bench), "synoros")
+        peaks.append(json.loads(subprocess.run([cli, "peak"], check=True, capture_output=True, text=True).stdout))
+    gbps = max(p["gbps"] for p in peaks)
+    med = {k: statistics.median(v) for k, v in samples.items()}
+    print(f"one thread; PyTorch {version} eager{' and torch.compile' if compiled else ''}; "
+          f"streaming bandwidth {gbps:.1f} GB/s (one core, synoros peak)")
+    rows = []
+    for name, (nbytes, _) in ROWS.items():
+        e, i = med[name], med[name + "/interpreter"]
+        row = {"row": name, "engine_ns": e, "interpreter_ns": i, "eager_ns": med["torch:" + name],
+               "share_of_bandwidth": nbytes / e / gbps}
+        line = (f"{name:14s} engine {e / 1e6:7.3f} ms (interpreter {i / 1e6:7.3f}, {i / e:4.2f}x)  "
+                f"eager {row['eager_ns'] / 1e6:7.3f} ms = {row['eager_ns'] / e:4.2f}x")
+        if compiled:
+            row["compile_ns"] = med["torch:" + name + ":compile"]
+            line += f"  torch.compile {row['compile_ns'] / 1e6:7.3f} ms = {row['compile_ns'] / e:4.2f}x"
+        line += f"  {nbytes / e:5.1f} GB/s = {row['share_of_bandwidth']:.0%} of bandwidth"
+        print(line)
+        rows.append(row)
+    with open(args.json, "w") as f:
+        json.dump({"torch": version, "gbps": gbps, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
