@@ -60,15 +60,7 @@ struct JitScope {
   }
 };
 
-HostTensor special_tensor(const Shape& s, uint64_t seed) {
-  HostTensor h = testing::random_tensor({DType::F32, s, -3.0, 3.0}, seed);
-  const float specials[] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
-                            -std::numeric_limits<float>::infinity(), 0.0f, -0.0f, 1e-40f, -1e-40f, 1e30f,
-                            -1e30f, 88.5f, -88.5f, 9.0f, -9.0f};
-  float* p = static_cast<float*>(h.buffer->data());
-  for (int64_t i = 0; i < numel(s); i += 7) p[i] = specials[size_t(i / 7) % std::size(specials)];
-  return h;
-}
+HostTensor special_tensor(const Shape& s, uint64_t seed) { return testing::special_tensor(s, seed, 7); }
 
 void expect_same_bits(const HostTensor& a, const HostTensor& e, const std::string& what) {
   ASSERT_EQ(a.bytes(), e.bytes()) << what;

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -117,6 +118,18 @@ void expect_error(F f, std::vector<std::string> fragments) {
     std::string m = e.what();
     for (const auto& fr : fragments) EXPECT_NE(m.find(fr), std::string::npos) << "message: " << m;
   }
+}
+
+// Random values in [-3, 3) with NaN, infinities, signed zeros, denormals and large magnitudes
+// written at every `every`-th element.
+inline HostTensor special_tensor(const Shape& s, uint64_t seed, int64_t every = 5) {
+  HostTensor h = random_tensor({DType::F32, s, -3.0, 3.0}, seed);
+  const float specials[] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(), 0.0f, -0.0f, 1e-40f, -1e-40f, 1e30f,
+                            -1e30f, 88.5f, -88.5f, 9.0f, -9.0f};
+  float* p = static_cast<float*>(h.buffer->data());
+  for (int64_t i = 0; i < numel(s); i += every) p[i] = specials[size_t(i / every) % std::size(specials)];
+  return h;
 }
 
 // A fresh directory removed when the test ends.

@@ -36,6 +36,11 @@ struct LoopKernel {
   std::string text() const;
 };
 
+// fn's definition of an elementwise map ("GeluTanh" for fn::GeluTanh), or null for other ops.
+const char* fn_name(Op op);
+// The renderers' name of a statement's argument: "v3" (statement 3) or "x0" (input 0).
+std::string value_name(int arg);
+
 // The signature every generated run has: out[0, n) from ext[k] (input k at the run's start).
 using RunFn = void (*)(const char* const* ext, char* out, int64_t n);
 

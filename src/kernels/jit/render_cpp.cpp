@@ -25,19 +25,7 @@ const char* vector_form(Op op) {
   }
 }
 
-// fn's struct for an op: the enum's own name (ops.def's rows name both alike).
-const char* fn_name(Op op) {
-  switch (op) {
-#define SYNOROS_MAP(Enum, ident, arity, vjp, flops, vec, staged, api, props) \
-  case Op::Enum: return #Enum;
-#include "synoros/ops.def"
-    default: return nullptr;
-  }
-}
-
 constexpr int kUnroll = 4;  // vectors per step of the main loop
-
-std::string arg_name(int a) { return a >= 0 ? "v" + std::to_string(a) : "x" + std::to_string(-a - 1); }
 
 template <class Name>
 std::string substitute(const char* form, const LoopStmt& s, const Name& name) {
@@ -68,6 +56,7 @@ void check(const LoopKernel& k) {
   for (size_t i = 0; i < k.body.size(); ++i) {
     const LoopStmt& s = k.body[i];
     if (!fn_name(s.op)) throw Error(std::string("jit: ") + op_name(s.op) + " is not an elementwise map");
+    if (s.nargs < 1 || s.nargs > 3) throw Error("jit: statement " + std::to_string(i) + " has " + std::to_string(s.nargs) + " arguments");
     for (int j = 0; j < s.nargs; ++j) {
       int a = s.arg[j];
       if (a >= int(i) || (a < 0 && size_t(-a - 1) >= k.inputs.size()))
@@ -84,7 +73,7 @@ void scalar_loop(std::ostringstream& o, const LoopKernel& k, const char* T) {
   for (size_t i = 0; i < k.body.size(); ++i) {
     const LoopStmt& s = k.body[i];
     o << "    " << T << " v" << i << " = fn::" << fn_name(s.op) << "::f(";
-    for (int j = 0; j < s.nargs; ++j) o << (j ? ", " : "") << arg_name(s.arg[j]);
+    for (int j = 0; j < s.nargs; ++j) o << (j ? ", " : "") << value_name(s.arg[j]);
     o << ");\n    SYNOROS_KEEP(v" << i << ");\n";
   }
   o << "    out[i] = v" << k.body.size() - 1 << ";\n  }\n";
@@ -97,8 +86,8 @@ void scalar_loop(std::ostringstream& o, const LoopKernel& k, const char* T) {
 void vector_step(std::ostringstream& o, const LoopKernel& k, int U, bool tail) {
   const char* ind = "    ";
   auto name = [&](int a, int u) {
-    if (a < 0 && k.inputs[size_t(-a - 1)].stride == 0) return arg_name(a);  // broadcast: set once
-    return arg_name(a) + "_" + std::to_string(u);
+    if (a < 0 && k.inputs[size_t(-a - 1)].stride == 0) return value_name(a);  // broadcast: set once
+    return value_name(a) + "_" + std::to_string(u);
   };
   auto at = [](int u) { return u ? "i + " + std::to_string(u) + " * L" : std::string("i"); };
   for (size_t j = 0; j < k.inputs.size(); ++j) {
@@ -142,19 +131,6 @@ void vector_step(std::ostringstream& o, const LoopKernel& k, int U, bool tail) {
 }
 
 }  // namespace
-
-std::string LoopKernel::text() const {
-  std::ostringstream o;
-  o << dtype_name(dtype) << " in";
-  for (const LoopInput& in : inputs) o << ' ' << in.stride;
-  o << " |";
-  for (const LoopStmt& s : body) {
-    o << ' ' << op_name(s.op) << '(';
-    for (int j = 0; j < s.nargs; ++j) o << (j ? "," : "") << arg_name(s.arg[j]);
-    o << ')';
-  }
-  return o.str();
-}
 
 std::string render_cpp(const LoopKernel& k, Isa isa, const std::string& symbol) {
   check(k);

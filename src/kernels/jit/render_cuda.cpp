@@ -55,17 +55,6 @@ std::string scalar_ops_text() {
   throw Error("jit: the prelude has no ir/scalar_ops.hpp");
 }
 
-const char* fn_struct(Op op) {
-  switch (op) {
-#define SYNOROS_MAP(Enum, ident, arity, vjp, flops, vec, staged, api, props) \
-  case Op::Enum: return #Enum;
-#include "synoros/ops.def"
-    default: return nullptr;
-  }
-}
-
-std::string arg_name(int a) { return a >= 0 ? "v" + std::to_string(a) : "x" + std::to_string(-a - 1); }
-
 }  // namespace
 
 std::string render_cuda(const LoopKernel& k, const std::string& symbol) {
@@ -80,10 +69,10 @@ std::string render_cuda(const LoopKernel& k, const std::string& symbol) {
     o << "    const float x" << j << " = ext[" << j << "][i * " << k.inputs[j].stride << "];\n";
   for (size_t i = 0; i < k.body.size(); ++i) {
     const LoopStmt& s = k.body[i];
-    const char* name = fn_struct(s.op);
+    const char* name = fn_name(s.op);
     if (!name) throw Error(std::string("jit: ") + op_name(s.op) + " is not an elementwise map");
     o << "    const float v" << i << " = synoros::fn::" << name << "::f(";
-    for (int j = 0; j < s.nargs; ++j) o << (j ? ", " : "") << arg_name(s.arg[j]);
+    for (int j = 0; j < s.nargs; ++j) o << (j ? ", " : "") << value_name(s.arg[j]);
     o << ");\n";
   }
   o << "    out[i] = v" << k.body.size() - 1 << ";\n  }\n}\n";
