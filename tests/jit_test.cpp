@@ -163,19 +163,37 @@ TEST(Jit, LongChainsGiveTheInterpretersBits) {
 }
 
 // Where the two operands of an add are NaNs of opposite signs, the interpreter's line kernel and
-// a generated loop may return either (IEEE leaves it open); the bit check on the plan's data
-// refuses such a kernel, so the plan's bits stay the interpreter's.
-TEST(Jit, OppositeNaNsAreRefusedNotWrong) {
+// a generated loop may return either (IEEE leaves it open). A kernel installed on data without
+// such pairs and checked again on data with them is refused and uninstalled: the plan's bits are
+// the interpreter's again, and its launch no longer says "generated".
+TEST(Jit, ARecompileThatRefusesUninstalls) {
   JitScope jit;
   Graph g;
   ValueId x = g.input(DType::F32, {64}, "x"), s = g.input(DType::F32, {}, "s");
   ValueId y = g.binary(Op::Add, g.unary(Op::Neg, g.binary(Op::Mul, x, g.scalar(1.25))), s);
+  CompileOptions manual, plain;
+  manual.recompile = false;
+  plain.fuse = false;
+  Plan plan(g, {y}, manual), ref(g, {y}, plain);
   HostTensor hs(DType::F32, {});
+  hs.set(0, -9.0);
+  for (Plan* p : {&plan, &ref}) p->set_input(x, special_tensor({64}, 5)), p->set_input(s, hs), p->run();
+  ASSERT_EQ(plan.recompile().generated(), 1);
+  auto labelled = [&] {
+    for (const LaunchInfo& li : plan.launch_info())
+      if (li.kernel.find("generated") != std::string::npos) return true;
+    return false;
+  };
+  EXPECT_TRUE(labelled());
   hs.set(0, std::numeric_limits<double>::quiet_NaN());
-  RecompileReport r = check_group(g, y, {{x, special_tensor({64}, 5)}, {s, hs}}, "opposite NaNs");
+  for (Plan* p : {&plan, &ref}) p->set_input(s, hs), p->run();
+  RecompileReport r = plan.recompile();
   ASSERT_EQ(r.entries.size(), 1u);
-  EXPECT_TRUE(r.entries[0].outcome == "generated" || r.entries[0].outcome.rfind("rejected: ", 0) == 0)
-      << r.entries[0].outcome;
+  const std::string& outcome = r.entries[0].outcome;
+  EXPECT_TRUE(outcome == "generated" || outcome.rfind("rejected: ", 0) == 0) << outcome;
+  EXPECT_EQ(labelled(), outcome == "generated");
+  plan.run();
+  expect_same_bits(plan.read(y), ref.read(y), "after the second recompile");
 }
 
 // Strided inputs (the renderer's gather lanes), at every length around the vector width.

@@ -91,13 +91,14 @@ struct CompileOptions {
 };
 
 // Recompile: fused elementwise groups replaced by kernels generated for them (a loop kernel
-// rendered to C++, compiled by the system compiler, loaded; cached on disk). Each candidate is
-// checked bit for bit against the interpreter's kernel on the plan's own data, timed against it
-// and taken only when faster; the choice is kept in the tuning cache like every selection.
+// rendered to C++, compiled by the system compiler, loaded; cached on disk). Each candidate runs
+// against the interpreter's kernel on the first 65,536 elements of the plan's current data and
+// is refused unless the bits are equal, is timed against it and taken only when faster; the
+// choice is kept in the tuning cache like every selection. Errors leave the interpreter.
 struct RecompileOptions {
   // The measured time of each launch, in launch order (a profile's, or a timed run's): only
-  // groups taking at least min_share of their sum and min_ns each are candidates. Empty: every
-  // group is one.
+  // the groups of launches taking at least min_share of their sum and min_ns each are
+  // candidates (an epilogue's launch time includes its producer's). Empty: every group is one.
   std::vector<double> launch_ns;
   double min_share = 0.01;
   double min_ns = 20000;

@@ -2,6 +2,7 @@
 // get generated kernels where those are faster (kernels/jit/recompile_group.hpp decides each).
 #include <chrono>
 #include <iomanip>
+#include <iostream>
 #include <map>
 #include <sstream>
 
@@ -38,6 +39,7 @@ std::string RecompileReport::table() const {
 
 RecompileReport Plan::recompile(const RecompileOptions& opts) {
   RecompileReport report;
+  impl_->runs = 2;  // done now: the second run need not do it again
   if (!kernels::jit::enabled()) return report;
   if (!opts.launch_ns.empty() && opts.launch_ns.size() != launches_.size())
     throw Error("recompile: " + std::to_string(opts.launch_ns.size()) + " launch times for a plan of " +
@@ -52,7 +54,14 @@ RecompileReport Plan::recompile(const RecompileOptions& opts) {
     size_t k = it->second;
     if (!opts.launch_ns.empty() && (opts.launch_ns[k] < opts.min_ns || opts.launch_ns[k] < opts.min_share * sum))
       continue;
-    kernels::jit::GroupRecompile g = kernels::jit::recompile_group(group);
+    kernels::jit::GroupRecompile g;
+    try {
+      g = kernels::jit::recompile_group(group);
+    } catch (const std::exception& e) {  // never worse than the interpreter
+      kernels::group_set_run(group, nullptr);
+      g.kernel = kernels::group_loop_kernel(group)->text();
+      g.outcome = std::string("failed: ") + e.what();
+    }
     report.entries.push_back({node, g.kernel, g.outcome, g.interpreter_ns, g.generated_ns, g.compile_seconds, g.cached});
     // The label says whether the launch now runs generated code (a later recompile may undo it).
     std::string& label = impl_->info[k].kernel;
@@ -86,7 +95,11 @@ void Plan::run_and_recompile() {
     l.fn(l.args, pool);
     opts.launch_ns.push_back(std::chrono::duration<double, std::nano>(Clock::now() - t0).count());
   }
-  recompile(opts);
+  try {
+    recompile(opts);
+  } catch (const std::exception& e) {  // the run itself succeeded: keep the interpreter
+    std::cerr << "synoros: recompile: " << e.what() << "\n";
+  }
 }
 
 }  // namespace synoros

@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <spawn.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -19,6 +20,7 @@
 #include <map>
 #include <mutex>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 #include "kernels/jit/prelude.hpp"
@@ -32,6 +34,7 @@ namespace synoros::kernels::jit {
 namespace {
 
 std::atomic<int64_t> g_runs{0};
+constexpr int kCompileSeconds = 120;
 
 struct State {
   std::mutex mu;
@@ -89,12 +92,24 @@ int run_process(const std::vector<std::string>& argv, const std::string& log_pat
     why = "cannot run the compiler '" + argv[0] + "': " + std::strerror(rc);
     return -1;
   }
+  // A compiler that hangs must not hang the run: killed after kCompileSeconds.
   int status = 0;
-  while (::waitpid(pid, &status, 0) < 0)
-    if (errno != EINTR) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kCompileSeconds);
+  for (;;) {
+    pid_t r = ::waitpid(pid, &status, WNOHANG);
+    if (r == pid) break;
+    if (r < 0 && errno != EINTR) {
       why = "waiting for the compiler failed";
       return -1;
     }
+    if (std::chrono::steady_clock::now() > deadline) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      why = "the compiler '" + argv[0] + "' took more than " + std::to_string(kCompileSeconds) + " s";
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
   if (!WIFEXITED(status)) {
     why = "the compiler '" + argv[0] + "' was killed by a signal";
     return -1;
@@ -123,23 +138,31 @@ std::vector<std::string> base_flags() {
 }
 
 // The compiler's version line (`c++ -dumpfullversion`), once per process and compiler.
-std::string compiler_version(const std::string& cxx, const std::string& dir, std::string& why) {
+std::string compiler_version(const std::string& cxx, std::string& why) {
   State& s = state();
   {
     std::lock_guard<std::mutex> lk(s.mu);
     if (auto it = s.versions.find(cxx); it != s.versions.end()) return it->second;
   }
+  // Written to the temporary directory: a read-only kernel cache stays usable.
+  const char* tmpdir = std::getenv("TMPDIR");
   static std::atomic<int> serial{0};
-  std::string log = dir + "/version." + std::to_string(::getpid()) + "." + std::to_string(serial++) + ".txt";
-  int rc = run_process({cxx, "-dumpfullversion", "-dumpversion"}, log, why);
+  std::string log = std::string(tmpdir && *tmpdir ? tmpdir : "/tmp") + "/synoros-cxx-version." +
+                    std::to_string(::getpid()) + "." + std::to_string(serial++) + ".txt";
+  int rc = run_process({cxx, "--version"}, log, why);
   std::string v;
   read_file(log, v);
   std::remove(log.c_str());
+  v = v.substr(0, v.find('\n'));  // "g++ (Debian 12.2.0-14) 12.2.0", "clang version 14.0.6"
   if (rc != 0) {
     if (why.empty()) why = "the compiler '" + cxx + "' did not report its version";
     return "";
   }
-  while (!v.empty() && (v.back() == '\n' || v.back() == '\r')) v.pop_back();
+  while (!v.empty() && v.back() == '\r') v.pop_back();
+  if (v.empty()) {
+    why = "the compiler '" + cxx + "' did not report its version";
+    return "";
+  }
   std::lock_guard<std::mutex> lk(s.mu);
   s.versions[cxx] = v;
   return v;
@@ -171,9 +194,11 @@ void log_failure(const std::string& why) {
 class FileLock {
  public:
   explicit FileLock(const std::string& path) : fd_(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644)) {
-    if (fd_ >= 0)
-      while (::flock(fd_, LOCK_EX) != 0 && errno == EINTR) {
-      }
+    // Another process compiling this kernel holds it; past the compiler's own limit, go on
+    // without it (the record's checksums and the renames keep the entry whole either way).
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kCompileSeconds + 10);
+    while (fd_ >= 0 && ::flock(fd_, LOCK_EX | LOCK_NB) != 0 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   ~FileLock() {
     if (fd_ >= 0) ::close(fd_);
@@ -219,8 +244,12 @@ Compiled compile(const std::string& source, const std::string& symbol, Isa isa) 
   };
   std::string dir = cache_dir();
   if (!make_dirs(dir)) return fail("cannot create the cache directory '" + dir + "'");
+  // The cache holds code this process loads: it must not be writable by other users.
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0 || st.st_uid != ::geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH)))
+    return fail("the cache directory '" + dir + "' is not this user's alone (owner and mode)");
   std::string cxx = compiler(), why;
-  std::string version = compiler_version(cxx, dir, why);
+  std::string version = compiler_version(cxx, why);
   if (version.empty()) return fail(why);
   std::string prelude_hash;
   std::string include = prelude_dir(dir, prelude_hash);

@@ -36,6 +36,10 @@ struct LoopKernel {
   std::string text() const;
 };
 
+// Throws Error unless every statement is an elementwise map with 1-3 arguments, each an earlier
+// statement or an input.
+void validate(const LoopKernel& k);
+
 // fn's definition of an elementwise map ("GeluTanh" for fn::GeluTanh), or null for other ops.
 const char* fn_name(Op op);
 // The renderers' name of a statement's argument: "v3" (statement 3) or "x0" (input 0).

@@ -23,6 +23,7 @@ GroupRecompile recompile_group(void* group) {
   if (!k) return r;
   r.kernel = k->text();
   const int64_t total = group_elements(group);
+  if (total == 0) return r;  // nothing to compute
   const std::string key = tuning_key("jit-group " + r.kernel + " n=" + std::to_string(total) + " walk=" + group_walk(group),
                                      strict_kernels());
   std::string name, version;
@@ -37,11 +38,11 @@ GroupRecompile recompile_group(void* group) {
   Compiled c = compile(render_cpp(*k, isa, kSymbol), kSymbol, isa);
   r.compile_seconds = c.seconds;
   if (!c.symbol) {
+    group_set_run(group, nullptr);
     r.outcome = "failed: " + c.error;
     return r;
   }
   RunFn run = reinterpret_cast<RunFn>(c.symbol);
-  const RunFn before = group_run(group);
   // The same elements through both: identical bits, or the generated kernel is refused.
   const int64_t n = std::min<int64_t>(total, kProbeElements);
   std::vector<float> ref(static_cast<size_t>(n)), gen(static_cast<size_t>(n));
@@ -51,7 +52,7 @@ GroupRecompile recompile_group(void* group) {
   group_set_run(group, run);
   group_eval(group, 0, n, gen.data());
   if (std::memcmp(ref.data(), gen.data(), size_t(n) * sizeof(float)) != 0) {
-    group_set_run(group, before);
+    group_set_run(group, nullptr);
     r.outcome = "rejected: its bits differ from the interpreter's";
     record_rejection(key, "generated kernel: its bits differ from the interpreter's");
     return r;

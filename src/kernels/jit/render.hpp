@@ -15,7 +15,10 @@ namespace synoros::kernels::jit {
 std::string render_cpp(const LoopKernel& k, Isa isa, const std::string& symbol);
 
 // CUDA C for NVRTC: a __global__ function `symbol`(ext, out, n), one thread per element in a
-// grid-stride loop, each element through the same fn::Enum::f definitions.
+// grid-stride loop, each element through the same fn::Enum::f definitions. Like the C++ kernel it
+// covers one innermost run (inputs at their run strides): a device launch over a whole group
+// with broadcast rows needs the outer walk too. Not bit-equal to the CPU everywhere: pow is
+// CUDA's powf, and GPUs return their own NaN for invalid operations.
 std::string render_cuda(const LoopKernel& k, const std::string& symbol);
 
 }  // namespace synoros::kernels::jit

@@ -51,19 +51,6 @@ const char* ctype(DType t) {
   return "float";
 }
 
-void check(const LoopKernel& k) {
-  if (k.body.empty()) throw Error("jit: a loop kernel needs at least one statement");
-  for (size_t i = 0; i < k.body.size(); ++i) {
-    const LoopStmt& s = k.body[i];
-    if (!fn_name(s.op)) throw Error(std::string("jit: ") + op_name(s.op) + " is not an elementwise map");
-    if (s.nargs < 1 || s.nargs > 3) throw Error("jit: statement " + std::to_string(i) + " has " + std::to_string(s.nargs) + " arguments");
-    for (int j = 0; j < s.nargs; ++j) {
-      int a = s.arg[j];
-      if (a >= int(i) || (a < 0 && size_t(-a - 1) >= k.inputs.size()))
-        throw Error("jit: statement " + std::to_string(i) + " reads an undefined value");
-    }
-  }
-}
 
 // The body over scalars: plain code the compiler may vectorise (the same IEEE operations).
 void scalar_loop(std::ostringstream& o, const LoopKernel& k, const char* T) {
@@ -133,7 +120,7 @@ void vector_step(std::ostringstream& o, const LoopKernel& k, int U, bool tail) {
 }  // namespace
 
 std::string render_cpp(const LoopKernel& k, Isa isa, const std::string& symbol) {
-  check(k);
+  validate(k);
   const char* T = ctype(k.dtype);
   bool vec = isa != Isa::Scalar && k.dtype == DType::F32;
   std::ostringstream o;
