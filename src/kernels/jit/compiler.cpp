@@ -281,7 +281,7 @@ Compiled compile(const std::string& source, const std::string& symbol, Isa isa) 
     std::string src = base + ".cpp";
     if (!write_atomic(src, source)) return fail("cannot write '" + src + "'");
     static std::atomic<int> serial{0};
-  std::string tmp = so + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(serial++);
+    std::string tmp = so + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(serial++);
     std::vector<std::string> argv = {cxx};
     for (const std::string& f : flags) argv.push_back(f);
     for (const std::string& a : {std::string("-I"), include, std::string("-o"), tmp, src}) argv.push_back(a);
