@@ -2,6 +2,7 @@
 // Each line (a softmax row, a sample) is handled by one thread in a fixed order.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <type_traits>
 
@@ -25,6 +26,13 @@ struct LineArgs {
   bool f64;
   bool avx2;  // the AVX2 builds of the float softmax steps may run
 };
+
+// A row whose statistic (a softmax's sum, a layernorm's mean or scale) is NaN is NaN throughout
+// (ops.def); it is written as the one quiet NaN, so that its sign does not depend on which of
+// two NaN operands an instruction set's code happened to return.
+void fill_nan(float* y, int64_t n, int64_t st) {
+  for (int64_t k = 0; k < n; ++k) y[k * st] = std::numeric_limits<float>::quiet_NaN();
+}
 
 // Float softmax, in the canonical order on every instruction set: m = the row's maximum (a NaN
 // element is skipped here and makes the sum NaN), e = exp(x - m) with scalar_ops.hpp's exp, and
@@ -51,6 +59,7 @@ void softmax_line_f32(const LineArgs& a, const float* x, float* y, int64_t st, b
       s += ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
     }
   }
+  if (std::isnan(s)) return fill_nan(y, n, st);
   if (log_out) {
     const float ls = std::log(s);
     for (int64_t k = 0; k < n; ++k) y[k * st] = x[k * st] - m - ls;
@@ -88,7 +97,89 @@ void softmax_grad_line(const LineArgs& a, const T* yv, const T* g, T* dx, int64_
   }
 }
 
-// Mean and 1/sqrt(var + eps) of one row, summed in index order.
+// Float layernorm in the canonical order on every instruction set: mean = the sum of x / n and
+// var = the sum of (x - mean)^2 / n, each summed as the reductions sum a row (element t into lane
+// t % 8 of its 4096-element segment, lanes combined pairwise, segments added in order), r =
+// 1 / sqrt(var + eps), y = ((x - mean) r) w + b. The gradient's two sums, of gw = g w and of
+// gw xh with xh = (x - mean) r, take the same order. A row takes the AVX2 builds of the same steps
+// where they run (line_fn.hpp); the scalar loops below are the definition.
+template <class F>
+float canonical_sum(int64_t n, F term) {
+  float total = 0;
+  for (int64_t seg = 0; seg < n; seg += 4096) {
+    float l[8] = {};
+    for (int64_t k = seg; k < std::min(n, seg + 4096); ++k) l[(k - seg) % 8] += term(k);
+    total += ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+  }
+  return total;
+}
+
+// Lines [l0, l1) of a float layernorm (grad: its input gradient). Lines are consecutive rows
+// of n; the AVX2 build takes the row statistics and sums four rows at a time.
+void layernorm_lines_f32(const LineArgs& a, int64_t l0, int64_t l1, bool grad) {
+  const int64_t n = a.n, rows = l1 - l0;
+  const float* x = static_cast<const float*>(a.in[0]) + l0 * n;
+  float* y = static_cast<float*>(a.out) + l0 * n;
+  float mean[kLinesPerChunk], r[kLinesPerChunk], mg[kLinesPerChunk], mgx[kLinesPerChunk];
+  if (a.avx2) {
+    avx2::layernorm_stats(x, n, rows, float(a.eps), mean, r);
+  } else {
+    for (int64_t j = 0; j < rows; ++j) {
+      const float* xr = x + j * n;
+      mean[j] = canonical_sum(n, [&](int64_t k) { return xr[k]; }) / float(n);
+      const float m = mean[j];
+      const float var = canonical_sum(n, [&](int64_t k) { return (xr[k] - m) * (xr[k] - m); }) / float(n);
+      r[j] = 1.0f / std::sqrt(var + float(a.eps));
+    }
+  }
+  if (!grad) {
+    const float* w = a.n_in == 3 ? static_cast<const float*>(a.in[1]) : nullptr;
+    const float* b = a.n_in == 3 ? static_cast<const float*>(a.in[2]) : nullptr;
+    for (int64_t j = 0; j < rows; ++j) {
+      const float *xr = x + j * n, m = mean[j], rj = r[j];
+      float* yr = y + j * n;
+      if (std::isnan(m) || std::isnan(rj)) {
+        fill_nan(yr, n, 1);
+      } else if (a.avx2) {
+        avx2::layernorm_apply(xr, yr, n, m, rj, w, b);
+      } else {
+        for (int64_t k = 0; k < n; ++k) {
+          const float v = (xr[k] - m) * rj;
+          yr[k] = w ? v * w[k] + b[k] : v;
+        }
+      }
+    }
+    return;
+  }
+  const float* g = static_cast<const float*>(a.in[1]) + l0 * n;
+  const float* w = a.n_in == 3 ? static_cast<const float*>(a.in[2]) : nullptr;
+  if (a.avx2) {
+    avx2::layernorm_grad_sums(x, g, w, n, rows, mean, r, mg, mgx);
+  } else {
+    for (int64_t j = 0; j < rows; ++j) {
+      const float *xr = x + j * n, *gr = g + j * n, m = mean[j], rj = r[j];
+      auto gw = [&](int64_t k) { return w ? gr[k] * w[k] : gr[k]; };
+      mg[j] = canonical_sum(n, gw) / float(n);
+      mgx[j] = canonical_sum(n, [&](int64_t k) { return gw(k) * ((xr[k] - m) * rj); }) / float(n);
+    }
+  }
+  for (int64_t j = 0; j < rows; ++j) {
+    const float *xr = x + j * n, *gr = g + j * n, m = mean[j], rj = r[j];
+    float* dx = y + j * n;
+    if (std::isnan(m) || std::isnan(rj) || std::isnan(mg[j]) || std::isnan(mgx[j])) {
+      fill_nan(dx, n, 1);
+    } else if (a.avx2) {
+      avx2::layernorm_grad_apply(xr, gr, w, dx, n, m, rj, mg[j], mgx[j]);
+    } else {
+      for (int64_t k = 0; k < n; ++k) {
+        const float gw = w ? gr[k] * w[k] : gr[k];
+        dx[k] = rj * ((gw - mg[j]) - ((xr[k] - m) * rj) * mgx[j]);
+      }
+    }
+  }
+}
+
+// Float64 layernorm: mean and 1/sqrt(var + eps) of one row, summed in index order.
 template <class T>
 void row_stats(const LineArgs& a, const T* x, T& mean, T& r) {
   mean = 0;
@@ -137,6 +228,9 @@ template <class T>
 void line_chunk_t(const LineArgs& a, int64_t chunk) {
   int64_t lines = a.outer * a.inner;
   int64_t l1 = std::min(lines, (chunk + 1) * kLinesPerChunk);
+  if constexpr (std::is_same_v<T, float>) {
+    if (a.op == 4 || a.op == 5) return layernorm_lines_f32(a, chunk * kLinesPerChunk, l1, a.op == 5);
+  }
   for (int64_t l = chunk * kLinesPerChunk; l < l1; ++l) {
     int64_t o = l / a.inner, i = l % a.inner;
     int64_t base = o * a.n * a.inner + i;

@@ -19,6 +19,15 @@ namespace avx2 {
 float row_max(const float* x, int64_t n);
 float softmax_exp_sum(const float* x, float* y, int64_t n, float m);
 void divide_row(float* y, int64_t n, float s);
+// The canonical float layernorm's steps (composite.cpp): the mean and 1/sqrt(var + eps) of
+// `rows` consecutive rows of n, y = ((x - mean) r) w + b of one row (w and b null: without them),
+// the gradient's two means (of gw = g w and of gw xh) for `rows` rows, and dx of one row.
+void layernorm_stats(const float* x, int64_t n, int64_t rows, float eps, float* mean, float* r);
+void layernorm_apply(const float* x, float* y, int64_t n, float mean, float r, const float* w, const float* b);
+void layernorm_grad_sums(const float* x, const float* g, const float* w, int64_t n, int64_t rows, const float* mean,
+                         const float* r, float* mg, float* mgx);
+void layernorm_grad_apply(const float* x, const float* g, const float* w, float* dx, int64_t n, float mean, float r,
+                          float mg, float mgx);
 }  // namespace avx2
 // The active ISA's line kernel for an elementwise op, or nullptr.
 LineFn pick_line(Op op, DType t);

@@ -55,6 +55,121 @@ void divide_row(float* y, int64_t n, float s) {
   for (; k + 8 <= n; k += 8) VecF::store(y + k, VecF::div(VecF::load(y + k), sv));
   for (; k < n; ++k) y[k] /= s;
 }
+
+namespace {
+// Elements k..k+r of p (r <= 8; lanes past r read as zero).
+__m256 load_upto(const float* p, int64_t r) { return r == 8 ? VecF::load(p) : VecF::load_n(p, r); }
+
+// composite.cpp's canonical_sum for R rows at once (R independent chains, each row's sum in the
+// canonical order): term(j, k, c) gives row j's terms of elements k..k+c; lanes past c add +0.
+template <int R, class F>
+void canonical_sums(int64_t n, F term, float* out) {
+  for (int j = 0; j < R; ++j) out[j] = 0;
+  for (int64_t seg = 0; seg < n; seg += 4096) {
+    const int64_t end = std::min<int64_t>(n, seg + 4096);
+    __m256 lanes[R];
+    for (int j = 0; j < R; ++j) lanes[j] = _mm256_setzero_ps();
+    int64_t k = seg;
+    for (; k + 8 <= end; k += 8) {
+#pragma GCC unroll 4
+      for (int j = 0; j < R; ++j) lanes[j] = VecF::add(lanes[j], term(j, k, 8));
+    }
+    if (k < end) {
+      const __m256 keep = _mm256_castsi256_ps(VecF::edge(end - k));
+      for (int j = 0; j < R; ++j) lanes[j] = VecF::add(lanes[j], _mm256_and_ps(term(j, k, end - k), keep));
+    }
+    for (int j = 0; j < R; ++j) {
+      alignas(32) float l[8];
+      _mm256_store_ps(l, lanes[j]);
+      out[j] += ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+    }
+  }
+}
+
+template <int R>
+void stats_rows(const float* x, int64_t n, float eps, float* mean, float* r) {
+  canonical_sums<R>(n, [&](int j, int64_t k, int64_t c) { return load_upto(x + j * n + k, c); }, mean);
+  __m256 mv[R];
+  for (int j = 0; j < R; ++j) {
+    mean[j] /= float(n);
+    mv[j] = VecF::set(mean[j]);
+  }
+  float var[R];
+  canonical_sums<R>(
+      n,
+      [&](int j, int64_t k, int64_t c) {
+        const __m256 d = VecF::sub(load_upto(x + j * n + k, c), mv[j]);
+        return VecF::mul(d, d);
+      },
+      var);
+  for (int j = 0; j < R; ++j) r[j] = 1.0f / std::sqrt(var[j] / float(n) + eps);
+}
+
+struct GradTerms {
+  const float *x, *g, *w;
+  __m256 mv, rv;
+  __m256 gw(int64_t k, int64_t c) const {
+    const __m256 gv = load_upto(g + k, c);
+    return w ? VecF::mul(gv, load_upto(w + k, c)) : gv;
+  }
+  __m256 xh(int64_t k, int64_t c) const { return VecF::mul(VecF::sub(load_upto(x + k, c), mv), rv); }
+};
+
+template <int R>
+void grad_sums_rows(const float* x, const float* g, const float* w, int64_t n, const float* mean, const float* r,
+                    float* mg, float* mgx) {
+  GradTerms t[R];
+  for (int j = 0; j < R; ++j) t[j] = {x + j * n, g + j * n, w, VecF::set(mean[j]), VecF::set(r[j])};
+  canonical_sums<R>(n, [&](int j, int64_t k, int64_t c) { return t[j].gw(k, c); }, mg);
+  canonical_sums<R>(n, [&](int j, int64_t k, int64_t c) { return VecF::mul(t[j].gw(k, c), t[j].xh(k, c)); }, mgx);
+  for (int j = 0; j < R; ++j) {
+    mg[j] /= float(n);
+    mgx[j] /= float(n);
+  }
+}
+}  // namespace
+
+void layernorm_stats(const float* x, int64_t n, int64_t rows, float eps, float* mean, float* r) {
+  int64_t j = 0;
+  for (; j + 4 <= rows; j += 4) stats_rows<4>(x + j * n, n, eps, mean + j, r + j);
+  for (; j < rows; ++j) stats_rows<1>(x + j * n, n, eps, mean + j, r + j);
+}
+
+void layernorm_grad_sums(const float* x, const float* g, const float* w, int64_t n, int64_t rows, const float* mean,
+                         const float* r, float* mg, float* mgx) {
+  int64_t j = 0;
+  for (; j + 4 <= rows; j += 4) grad_sums_rows<4>(x + j * n, g + j * n, w, n, mean + j, r + j, mg + j, mgx + j);
+  for (; j < rows; ++j) grad_sums_rows<1>(x + j * n, g + j * n, w, n, mean + j, r + j, mg + j, mgx + j);
+}
+
+void layernorm_apply(const float* x, float* y, int64_t n, float mean, float r, const float* w, const float* b) {
+  const __m256 mv = VecF::set(mean), rv = VecF::set(r);
+  for (int64_t k = 0; k < n; k += 8) {
+    const int64_t c = std::min<int64_t>(8, n - k);
+    __m256 v = VecF::mul(VecF::sub(load_upto(x + k, c), mv), rv);
+    if (w) v = VecF::add(VecF::mul(v, load_upto(w + k, c)), load_upto(b + k, c));
+    if (c == 8) {
+      VecF::store(y + k, v);
+    } else {
+      VecF::store_n(y + k, v, c);
+    }
+  }
+}
+
+void layernorm_grad_apply(const float* x, const float* g, const float* w, float* dx, int64_t n, float mean, float r,
+                          float mg, float mgx) {
+  const GradTerms t{x, g, w, VecF::set(mean), VecF::set(r)};
+  const __m256 mgv = VecF::set(mg), mgxv = VecF::set(mgx);
+  for (int64_t k = 0; k < n; k += 8) {
+    const int64_t c = std::min<int64_t>(8, n - k);
+    const __m256 v = VecF::mul(t.rv, VecF::sub(VecF::sub(t.gw(k, c), mgv), VecF::mul(t.xh(k, c), mgxv)));
+    if (c == 8) {
+      VecF::store(dx + k, v);
+    } else {
+      VecF::store_n(dx + k, v, c);
+    }
+  }
+}
 }  // namespace synoros::kernels::avx2
 #define SYNOROS_ISA_NS avx2
 #define SYNOROS_VEC_MATH 1
