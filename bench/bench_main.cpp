@@ -94,11 +94,11 @@ Tensor eltwise_chain(const Tensor& x) { return ((((x * 1.5 + 0.5).relu() * x).si
 
 // A compiled step, timed as users get it (Recompile on the second run: generated kernels where
 // they win; SYNOROS_NO_JIT=1 turns them off) or, with `interpreter`, with generated kernels off.
-void run_elementwise(benchmark::State& state, const std::function<Tensor(const std::vector<Tensor>&)>& f,
-                     const std::vector<std::pair<DType, Shape>>& specs, int64_t bytes, bool interpreter) {
+void run_fused(benchmark::State& state, const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& f,
+               const std::vector<std::pair<DType, Shape>>& specs, int64_t bytes, bool interpreter) {
   std::optional<config::ScopedOverride> off;
   if (interpreter) off.emplace("SYNOROS_NO_JIT", "1");
-  CompiledStep step = compile([&f](const std::vector<Tensor>& a) { return std::vector<Tensor>{f(a)}; }, specs);
+  CompiledStep step = compile(f, specs);
   for (size_t i = 0; i < specs.size(); ++i) {
     HostTensor x = Tensor::randn(specs[i].second, 3 + i).value();
     std::memcpy(step.input_ptr(i), x.buffer->data(), x.bytes());
@@ -113,6 +113,11 @@ void run_elementwise(benchmark::State& state, const std::function<Tensor(const s
   int generated = 0;
   for (const LaunchInfo& li : step.plan().launch_info()) generated += li.kernel.find("generated") != std::string::npos;
   state.counters["generated"] = generated;
+}
+void run_elementwise(benchmark::State& state, const std::function<Tensor(const std::vector<Tensor>&)>& f,
+                     const std::vector<std::pair<DType, Shape>>& specs, int64_t bytes, bool interpreter) {
+  run_fused(state, [&f](const std::vector<Tensor>& a) { return std::vector<Tensor>{f(a)}; }, specs, bytes,
+            interpreter);
 }
 
 void EltwiseChain(benchmark::State& state, bool interpreter) {
@@ -129,6 +134,80 @@ void BiasGeluTanh(benchmark::State& state, bool interpreter) {
 }
 BENCHMARK_CAPTURE(BiasGeluTanh, jit, false)->Name("BiasGeluTanh")->UseRealTime();
 BENCHMARK_CAPTURE(BiasGeluTanh, interpreter, true)->Name("BiasGeluTanh/interpreter")->UseRealTime();
+
+// Softmax over the last axis of [8*12*512, 512]: attention's scores at GPT-2's width, sequence 512.
+void SoftmaxRows(benchmark::State& state, bool interpreter) {
+  run_elementwise(state, [](const std::vector<Tensor>& a) { return a[0].softmax(-1); },
+                  {{DType::F32, {8 * 12 * 512, 512}}}, 2 * int64_t(8 * 12 * 512) * 512 * 4, interpreter);
+}
+BENCHMARK_CAPTURE(SoftmaxRows, jit, false)->Name("Softmax")->UseRealTime();
+BENCHMARK_CAPTURE(SoftmaxRows, interpreter, true)->Name("Softmax/interpreter")->UseRealTime();
+
+// LayerNorm over [8*512, 768] with weight and bias, forward.
+void LayerNormFwd(benchmark::State& state, bool interpreter) {
+  run_elementwise(state, [](const std::vector<Tensor>& a) { return layer_norm(a[0], a[1], a[2]); },
+                  {{DType::F32, {4096, 768}}, {DType::F32, {768}}, {DType::F32, {768}}}, 2 * 4096 * 768 * 4,
+                  interpreter);
+}
+BENCHMARK_CAPTURE(LayerNormFwd, jit, false)->Name("LayerNorm")->UseRealTime();
+BENCHMARK_CAPTURE(LayerNormFwd, interpreter, true)->Name("LayerNorm/interpreter")->UseRealTime();
+
+// LayerNorm forward and backward: y and the gradients of x, weight and bias for an upstream
+// gradient g (PyTorch: y.backward(g)). Traffic counted: x and y forward; x, g and dx backward.
+void LayerNormFwdBwd(benchmark::State& state, bool interpreter) {
+  Tensor x = Tensor::randn({4096, 768}, 11), w = Tensor::randn({768}, 12), b = Tensor::randn({768}, 13);
+  for (Tensor* t : {&x, &w, &b}) t->requires_grad().stateful();
+  run_fused(
+      state,
+      [&](const std::vector<Tensor>& a) {
+        Tensor y = layer_norm(x, w, b);
+        (y * a[0]).sum().backward();
+        return std::vector<Tensor>{y, x.grad(), w.grad(), b.grad()};
+      },
+      {{DType::F32, {4096, 768}}}, 5 * 4096 * 768 * 4, interpreter);
+}
+BENCHMARK_CAPTURE(LayerNormFwdBwd, jit, false)->Name("LayerNormFwdBwd")->UseRealTime();
+BENCHMARK_CAPTURE(LayerNormFwdBwd, interpreter, true)->Name("LayerNormFwdBwd/interpreter")->UseRealTime();
+
+// Causal attention at B=8, H=12, T=512, D=64 as the GPT model computes it: scores, scale, mask,
+// softmax, weighted values. Counted FLOPs: the causal half of both products, 2*B*H*T*T*D.
+Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v) {
+  const int64_t T = q.shape()[2], D = q.shape()[3];
+  HostTensor mask(DType::F32, {T, T});
+  for (int64_t i = 0; i < T; ++i)
+    for (int64_t j = 0; j < T; ++j) mask.set(i * T + j, j > i ? -1e9 : 0.0);
+  Tensor att = einsum("bhtd,bhsd->bhts", {q, k}) * (1.0 / std::sqrt(double(D))) + Tensor::constant(mask);
+  return einsum("bhts,bhsd->bhtd", {att.softmax(-1), v});
+}
+constexpr int64_t kAttB = 8, kAttH = 12, kAttT = 512, kAttD = 64;
+void AttentionFwd(benchmark::State& state, bool interpreter) {
+  const Shape s{kAttB, kAttH, kAttT, kAttD};
+  run_elementwise(state, [](const std::vector<Tensor>& a) { return causal_attention(a[0], a[1], a[2]); },
+                  {{DType::F32, s}, {DType::F32, s}, {DType::F32, s}}, 4 * kAttB * kAttH * kAttT * kAttD * 4,
+                  interpreter);
+  state.counters["FLOPS"] = benchmark::Counter(double(state.iterations()) * 2.0 * kAttB * kAttH * kAttT * kAttT * kAttD,
+                                               benchmark::Counter::kIsRate);
+}
+BENCHMARK_CAPTURE(AttentionFwd, jit, false)->Name("AttentionFwd")->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// Forward and backward: the output and the gradients of q, k and v for an upstream gradient.
+// Counted FLOPs: the causal half of the forward's two products and the backward's five.
+void AttentionFwdBwd(benchmark::State& state, bool interpreter) {
+  const Shape s{kAttB, kAttH, kAttT, kAttD};
+  Tensor q = Tensor::randn(s, 21), k = Tensor::randn(s, 22), v = Tensor::randn(s, 23);
+  for (Tensor* t : {&q, &k, &v}) t->requires_grad().stateful();
+  run_fused(
+      state,
+      [&](const std::vector<Tensor>& a) {
+        Tensor o = causal_attention(q, k, v);
+        (o * a[0]).sum().backward();
+        return std::vector<Tensor>{o, q.grad(), k.grad(), v.grad()};
+      },
+      {{DType::F32, s}}, 8 * kAttB * kAttH * kAttT * kAttD * 4, interpreter);
+  state.counters["FLOPS"] = benchmark::Counter(double(state.iterations()) * 7.0 * kAttB * kAttH * kAttT * kAttT * kAttD,
+                                               benchmark::Counter::kIsRate);
+}
+BENCHMARK_CAPTURE(AttentionFwdBwd, jit, false)->Name("AttentionFwdBwd")->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // C[M,N] = A[M,K] @ B[K,N] through measured kernel selection (batched when batch > 1).
 void Matmul(benchmark::State& state) {

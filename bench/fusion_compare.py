@@ -22,7 +22,36 @@ ROWS = {
     "BiasGeluTanh": (2 * 4096 * 3072 * 4,
                      "x = torch.randn(4096, 3072); b = torch.randn(3072)\n"
                      "def f(): return torch.nn.functional.gelu(x + b, approximate='tanh')\n"),
+    "Softmax": (2 * 8 * 12 * 512 * 512 * 4,
+                "x = torch.randn(8 * 12 * 512, 512)\n"
+                "def f(): return torch.softmax(x, -1)\n"),
+    "LayerNorm": (2 * 4096 * 768 * 4,
+                  "x = torch.randn(4096, 768); w = torch.randn(768); b = torch.randn(768)\n"
+                  "def f(): return torch.nn.functional.layer_norm(x, (768,), w, b)\n"),
+    "LayerNormFwdBwd": (5 * 4096 * 768 * 4,
+                        "x, w, b = (torch.randn(*s, requires_grad=True) for s in ((4096, 768), (768,), (768,)))\n"
+                        "g = torch.randn(4096, 768)\n"
+                        "def fwd(x, w, b): return torch.nn.functional.layer_norm(x, (768,), w, b)\n"
+                        "def f():\n"
+                        "    x.grad = w.grad = b.grad = None\n"
+                        "    y = fwd(x, w, b)\n"
+                        "    y.backward(g)\n"
+                        "    return y\n"),
+    "AttentionFwd": (4 * 8 * 12 * 512 * 64 * 4,
+                     "q, k, v = (torch.randn(8, 12, 512, 64) for _ in range(3))\n"
+                     "def f(): return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)\n"),
+    "AttentionFwdBwd": (8 * 8 * 12 * 512 * 64 * 4,
+                        "q, k, v = (torch.randn(8, 12, 512, 64, requires_grad=True) for _ in range(3))\n"
+                        "g = torch.randn(8, 12, 512, 64)\n"
+                        "def fwd(q, k, v): return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)\n"
+                        "def f():\n"
+                        "    q.grad = k.grad = v.grad = None\n"
+                        "    o = fwd(q, k, v)\n"
+                        "    o.backward(g)\n"
+                        "    return o\n"),
 }
+# Rows that count FLOPs (the causal half of attention's products: two forward, five backward).
+FLOPS = {"AttentionFwd": 2 * 8 * 12 * 512 * 512 * 64, "AttentionFwdBwd": 7 * 8 * 12 * 512 * 512 * 64}
 
 TORCH = r"""
 import json, sys, time, torch
@@ -32,7 +61,11 @@ out = {}
 for name, (setup, compiled) in json.loads(sys.argv[1]).items():
     scope = {"torch": torch}
     exec(setup, scope)
-    fn = torch.compile(scope["f"]) if compiled else scope["f"]
+    # A row with a forward `fwd` and a backward in `f` compiles the forward (AOTAutograd then
+    # compiles its backward too); otherwise `f` itself is compiled.
+    if compiled and "fwd" in scope:
+        scope["fwd"] = torch.compile(scope["fwd"])
+    fn = torch.compile(scope["f"]) if compiled and "fwd" not in scope else scope["f"]
     for _ in range(20):
         fn()
     n = 1
@@ -88,24 +121,32 @@ def main():
         cli = os.path.join(os.path.dirname(args.bench), "synoros")
         peaks.append(json.loads(subprocess.run([cli, "peak"], check=True, capture_output=True, text=True).stdout))
     gbps = max(p["gbps"] for p in peaks)
+    gflops = max(p["gflops"] for p in peaks)
     med = {k: statistics.median(v) for k, v in samples.items()}
     print(f"one thread; PyTorch {version} eager{' and torch.compile' if compiled else ''}; "
-          f"streaming bandwidth {gbps:.1f} GB/s (one core, synoros peak)")
+          f"streaming bandwidth {gbps:.1f} GB/s, FMA peak {gflops:.1f} GFLOP/s (one core, synoros peak)")
     rows = []
     for name, (nbytes, _) in ROWS.items():
-        e, i = med[name], med[name + "/interpreter"]
-        row = {"row": name, "engine_ns": e, "interpreter_ns": i, "eager_ns": med["torch:" + name],
-               "share_of_bandwidth": nbytes / e / gbps}
-        line = (f"{name:14s} engine {e / 1e6:7.3f} ms (interpreter {i / 1e6:7.3f}, {i / e:4.2f}x)  "
-                f"eager {row['eager_ns'] / 1e6:7.3f} ms = {row['eager_ns'] / e:4.2f}x")
+        e, i = med[name], med.get(name + "/interpreter")
+        row = {"row": name, "engine_ns": e, "eager_ns": med["torch:" + name]}
+        line = f"{name:16s} engine {e / 1e6:8.3f} ms"
+        if i is not None:
+            row["interpreter_ns"] = i
+            line += f" (interpreter {i / 1e6:8.3f}, {i / e:4.2f}x)"
+        line += f"  eager {row['eager_ns'] / 1e6:8.3f} ms = {row['eager_ns'] / e:4.2f}x"
         if compiled:
             row["compile_ns"] = med["torch:" + name + ":compile"]
-            line += f"  torch.compile {row['compile_ns'] / 1e6:7.3f} ms = {row['compile_ns'] / e:4.2f}x"
-        line += f"  {nbytes / e:5.1f} GB/s = {row['share_of_bandwidth']:.0%} of bandwidth"
+            line += f"  torch.compile {row['compile_ns'] / 1e6:8.3f} ms = {row['compile_ns'] / e:4.2f}x"
+        if name in FLOPS:
+            row["share_of_peak"] = FLOPS[name] / e / gflops
+            line += f"  {FLOPS[name] / e:5.1f} GFLOP/s = {row['share_of_peak']:.0%} of peak"
+        else:
+            row["share_of_bandwidth"] = nbytes / e / gbps
+            line += f"  {nbytes / e:5.1f} GB/s = {row['share_of_bandwidth']:.0%} of bandwidth"
         print(line)
         rows.append(row)
     with open(args.json, "w") as f:
-        json.dump({"torch": version, "gbps": gbps, "rows": rows}, f, indent=1)
+        json.dump({"torch": version, "gbps": gbps, "gflops": gflops, "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":
