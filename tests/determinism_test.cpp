@@ -164,7 +164,7 @@ TEST(Determinism, VectorMathGivesTheSameBitsOnEveryIsa) {
 }
 
 // The row composites (softmax, log-softmax, their gradients, layernorm with and without weight
-// and bias, and its gradient) sum in the canonical order on every instruction set: rows of 13
+// and bias, and its gradients) sum in the canonical order on every instruction set: rows of 13
 // (a tail only), 771 (GPT-2's width and a tail) and 5000 (two segments), ordinary values and rows
 // with NaN, infinities and signed zeros.
 TEST(Determinism, RowCompositesGiveTheSameBitsOnEveryIsa) {
@@ -185,7 +185,8 @@ TEST(Determinism, RowCompositesGiveTheSameBitsOnEveryIsa) {
                               g.add(Op::LayerNorm, {x}, eps),
                               g.add(Op::LayerNorm, {x, w, b}, eps),
                               g.add(Op::LayerNormGrad, {x, go}, eps),
-                              g.add(Op::LayerNormGrad, {x, go, w}, eps)};
+                              g.add(Op::LayerNormGrad, {x, go, w}, eps),
+                              g.add(Op::LayerNormParamGrad, {x, go}, eps)};
     Plan p(g, outs);
     p.set_input(x, special ? testing::special_tensor(s, 7, 97) : testing::random_tensor({DType::F32, s, -4, 4}, 7));
     p.set_input(go, testing::random_tensor({DType::F32, s}, 8));
@@ -214,6 +215,58 @@ TEST(Determinism, RowCompositesGiveTheSameBitsOnEveryIsa) {
       }
     }
   }
+}
+
+// Fused attention and its gradient give the same bits on every instruction set and at 1, 2 and 3
+// threads: causal and not, several query and key blocks with short last ones, ordinary inputs and
+// inputs with NaN, infinities and signed zeros.
+TEST(Determinism, AttentionGivesTheSameBitsOnEveryIsaAndThreadCount) {
+  auto run = [](bool causal, bool special) {
+    Graph g;
+    const int64_t Tq = causal ? 130 : 70, Tk = 130;
+    const Shape qs{2, 3, Tq, 24}, ks{2, 3, Tk, 24};
+    ValueId q = g.input(DType::F32, qs, "q"), k = g.input(DType::F32, ks, "k"), v = g.input(DType::F32, ks, "v");
+    ValueId go = g.input(DType::F32, qs, "g");
+    Attrs at;
+    at.ints = {causal ? 1 : 0};
+    at.scalar = 0.2;
+    ValueId o = g.add(Op::Attention, {q, k, v}, at);
+    std::vector<ValueId> outs{o, g.add(Op::AttentionGrad, {q, k, v, o, go}, at)};
+    Plan p(g, outs);
+    p.set_input(q, special ? testing::special_tensor(qs, 7, 997) : testing::random_tensor({DType::F32, qs, -3, 3}, 7));
+    p.set_input(k, testing::random_tensor({DType::F32, ks, -3, 3}, 8));
+    p.set_input(v, testing::random_tensor({DType::F32, ks}, 9));
+    p.set_input(go, testing::random_tensor({DType::F32, qs}, 10));
+    p.run();
+    std::vector<uint8_t> bytes;
+    for (ValueId x : outs) {
+      HostTensor h = p.read(x);
+      auto* c = static_cast<const uint8_t*>(h.buffer->data());
+      bytes.insert(bytes.end(), c, c + h.bytes());
+    }
+    return bytes;
+  };
+  const int saved = num_threads();
+  for (bool causal : {false, true}) {
+    for (bool special : {false, true}) {
+      set_num_threads(1);
+      std::vector<uint8_t> ref;
+      {
+        testing::IsaScope scalar(kernels::Isa::Scalar);
+        ref = run(causal, special);
+      }
+      for (kernels::Isa isa : {kernels::Isa::Avx2, kernels::Isa::Avx512}) {
+        if (int(isa) > int(kernels::best_isa())) continue;
+        testing::IsaScope scope(isa);
+        for (int threads : {1, 2, 3}) {
+          set_num_threads(threads);
+          EXPECT_EQ(run(causal, special), ref)
+              << kernels::isa_name(isa) << " threads=" << threads << " causal=" << causal << " special=" << special;
+        }
+      }
+    }
+  }
+  set_num_threads(saved);
 }
 }  // namespace
 }  // namespace synoros

@@ -174,6 +174,26 @@ std::vector<OpCase> all_cases() {
   ln.scalar = 1e-5;
   c.push_back(with_attrs("layernorm", Op::LayerNorm, {f32({3, 8})}, ln));
   c.push_back(with_attrs("layernorm affine", Op::LayerNorm, {f32({2, 3, 8}), f32({8}), f32({8})}, ln));
+  {  // attention: one key block and several (kBlock is 64), causal and not, Tq != Tk
+    auto att = [](bool causal, double scale) {
+      Attrs a;
+      a.ints = {causal ? 1 : 0};
+      a.scalar = scale;
+      return a;
+    };
+    c.push_back(with_attrs("attention", Op::Attention, {f32({2, 5, 4}), f32({2, 7, 4}), f32({2, 7, 4})}, att(false, 0.5)));
+    c.push_back(with_attrs("attention causal", Op::Attention, {f32({1, 2, 6, 3}), f32({1, 2, 6, 3}), f32({1, 2, 6, 3})},
+                           att(true, 0.7)));
+    c.push_back(with_attrs("attention causal blocks", Op::Attention, {f32({1, 70, 2}), f32({1, 70, 2}), f32({1, 70, 2})},
+                           att(true, 1.5)));
+    // queries at positions offset + i over a longer key cache (decoding)
+    c.push_back(with_attrs("attention at an offset", Op::Attention, {f32({2, 3, 4}), f32({2, 9, 4}), f32({2, 9, 4}), i64({1}, 6)},
+                           att(true, 0.6)));
+    c.push_back(with_attrs("attention at an offset blocks", Op::Attention,
+                           {f32({5, 3}), f32({140, 3}), f32({140, 3}), i64({1}, 100)}, att(true, 0.8)));
+    c.push_back(with_attrs("attention blocks", Op::Attention, {f32({66, 3}, -2, 2), f32({130, 3}, -2, 2), f32({130, 3})},
+                           att(false, 0.9)));
+  }
   // batchnorm with the batch statistics of x, as BatchNorm2d builds it: its gradient is the
   // total derivative through the statistics, so finite differences see the whole composition.
   for (Shape xs : {Shape{4, 3, 5, 5}, Shape{6, 2}, Shape{1, 3, 2, 7}}) {

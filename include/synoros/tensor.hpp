@@ -145,6 +145,18 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t axis = 0);
 Tensor einsum(const std::string& spec, const std::vector<Tensor>& operands);
 // LayerNorm over the last axis with elementwise weight and bias [C] (PyTorch's nn.LayerNorm).
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+// softmax(scale q k^T) v over the last two axes (PyTorch's scaled_dot_product_attention): q
+// [..., Tq, D], k and v [..., Tk, D]; causal: each query sees the keys up to its own position
+// (needs Tq == Tk); scale 0 means 1 / sqrt(D). One fused kernel forward and backward: no
+// [Tq, Tk] matrix is kept in memory.
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal = false,
+                                    double scale = 0);
+// Causal attention for queries at positions offset + i over a key/value cache of Tk positions:
+// query i sees keys 0 .. offset + i. offset: an i64 tensor of one element, read each time the plan
+// runs (a decoding loop writes the position into it); a row of the full causal forward at that
+// position has the same bits.
+Tensor scaled_dot_product_attention_at(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& offset,
+                                       double scale = 0);
 // Rows of `weight` [V, D] picked by integer `indices`: shape indices.shape + [D].
 Tensor embedding(const Tensor& weight, const Tensor& indices);
 

@@ -1,6 +1,7 @@
 #include "synoros/tensor.hpp"
 
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <unordered_map>
@@ -332,6 +333,22 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
   Attrs at;
   at.scalar = eps;
   return Tensor::apply(Op::LayerNorm, {x, weight, bias}, at);
+}
+namespace {
+Attrs attention_attrs(const Tensor& q, bool causal, double scale) {
+  Attrs at;
+  at.ints = {causal ? 1 : 0};
+  const Shape& s = q.shape();
+  at.scalar = scale != 0 ? scale : s.empty() || s.back() < 1 ? 1.0 : 1.0 / std::sqrt(double(s.back()));
+  return at;
+}
+}  // namespace
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale) {
+  return Tensor::apply(Op::Attention, {q, k, v}, attention_attrs(q, causal, scale));
+}
+Tensor scaled_dot_product_attention_at(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& offset,
+                                       double scale) {
+  return Tensor::apply(Op::Attention, {q, k, v, offset}, attention_attrs(q, true, scale));
 }
 Tensor embedding(const Tensor& weight, const Tensor& indices) {
   return Tensor::apply(Op::Embedding, {weight, indices});

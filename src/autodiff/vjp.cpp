@@ -290,6 +290,19 @@ void vjp_log_softmax(Graph& g, ValueId v, ValueId go, GradIn& gi) {
   Attrs at = g.node(v).attrs;
   gi[0] = g.add(Op::LogSoftmaxGrad, {v, go}, at);
 }
+void vjp_attention(Graph& g, ValueId v, ValueId go, GradIn& gi) {
+  // One launch computes dq, dk and dv from q, k, v, the output and its gradient (the softmax
+  // statistics are recomputed); the three are slices of its result along the query axis.
+  Node n = g.node(v);
+  std::vector<ValueId> in = {n.in[0], n.in[1], n.in[2], v, go};
+  if (n.in.size() == 4) in.push_back(n.in[3]);  // the offset: no gradient
+  ValueId all = g.add(Op::AttentionGrad, in, n.attrs);
+  const Shape& q = g.shape(n.in[0]);
+  const int64_t ax = int64_t(q.size()) - 2, Tq = q[size_t(ax)], Tk = g.shape(n.in[1])[size_t(ax)];
+  gi[0] = axis_op(g, Op::Slice, all, {ax, 0, Tq});
+  gi[1] = axis_op(g, Op::Slice, all, {ax, Tq, Tq + Tk});
+  gi[2] = axis_op(g, Op::Slice, all, {ax, Tq + Tk, Tq + 2 * Tk});
+}
 void vjp_layernorm(Graph& g, ValueId v, ValueId go, GradIn& gi) {
   // Only x is needed (as PyTorch saves it): the statistics and the normalised values are
   // recomputed, so neither the output nor x - mean stays alive for the backward pass.
@@ -302,15 +315,11 @@ void vjp_layernorm(Graph& g, ValueId v, ValueId go, GradIn& gi) {
     return;
   }
   gi[0] = g.add(Op::LayerNormGrad, {x, go, n.in[1]}, stats);
-  ValueId xh = g.add(Op::LayerNorm, {x}, stats);
-  Shape s = g.shape(x);
-  std::vector<int64_t> lead;
-  for (size_t d = 0; d + 1 < s.size(); ++d) lead.push_back(int64_t(d));
-  // A rank-1 x has no leading axes: the weight and bias gradients are the products themselves
-  // (an empty axis list would mean "sum over every axis").
-  auto over_lead = [&](ValueId t) { return lead.empty() ? t : g.sum(t, lead); };
-  gi[1] = over_lead(mul(g, go, xh));
-  gi[2] = over_lead(go);
+  // The weight and bias gradients, sum(g xh) and sum(g) over the rows, in one pass over x and g.
+  ValueId pg = g.add(Op::LayerNormParamGrad, {x, go}, stats);
+  const int64_t C = g.shape(x).back();
+  gi[1] = g.reshape(axis_op(g, Op::Slice, pg, {0, 0, 1}), {C});
+  gi[2] = g.reshape(axis_op(g, Op::Slice, pg, {0, 1, 2}), {C});
 }
 // batchnorm(x, mean, var, weight, bias): y = (x - mean) r w + b with r = 1/sqrt(var + eps).
 // With ints = {1} mean and var are declared the batch statistics of x (over every axis but 1),

@@ -25,6 +25,16 @@ Cost cost_reduce(const Graph& g, const Node& n) {
   return {double(numel(g.shape(n.in[0]))), in_bytes(g, n) + out_bytes(n)};
 }
 Cost cost_view(const Graph& g, const Node& n) { return {0, in_bytes(g, n) + out_bytes(n)}; }
+// Attention: the two products' multiply-adds and an exp per score (causal: about half of them);
+// its gradient recomputes the scores and takes five products.
+Cost cost_attention(const Graph& g, const Node& n) {
+  const Shape& q = g.shape(n.in[0]);
+  const size_t r = q.size();
+  double rows = double(numel(q)) / double(q[r - 1]), Tk = double(g.shape(n.in[1])[r - 2]), D = double(q[r - 1]);
+  double pairs = rows * Tk * (n.attrs.ints[0] ? 0.5 : 1.0);
+  double flops = n.op == Op::Attention ? pairs * (4 * D + 20) : pairs * (14 * D + 40);
+  return {flops, in_bytes(g, n) + out_bytes(n)};
+}
 Cost cost_einsum(const Graph& g, const Node& n) {
   std::vector<Shape> shapes;
   for (ValueId v : n.in) shapes.push_back(g.shape(v));

@@ -1,5 +1,6 @@
 // Shape and dtype rules. Each throws Error with the cause; Graph::add prefixes op and shapes.
 #include <algorithm>
+#include <cmath>
 
 #include "ir/einsum_spec.hpp"
 #include "ir/op_defs.hpp"
@@ -265,6 +266,63 @@ void infer_layernorm(const Graph& g, Node& n) {
   }
   n.dtype = in_dtype(g, n, 0);
   n.shape = in;
+}
+
+// layernorm_param_grad(x [..., C], g of x's shape) -> [2, C].
+void infer_layernorm_param_grad(const Graph& g, Node& n) {
+  require_float(g, n, 0);
+  const Shape& in = in_shape(g, n, 0);
+  if (in.empty() || in.back() == 0) throw Error("layernorm_param_grad needs a non-empty last axis");
+  if (!(n.attrs.scalar > 0)) throw Error("layernorm_param_grad needs eps > 0");
+  if (in_shape(g, n, 1) != in || in_dtype(g, n, 1) != in_dtype(g, n, 0))
+    throw Error("the gradient must have x's shape and dtype " + shape_str(in));
+  n.dtype = in_dtype(g, n, 0);
+  n.shape = {2, in.back()};
+}
+
+// attention(q [..., Tq, D], k [..., Tk, D], v [..., Tk, D] [, offset i64 [1]]) -> [..., Tq, D];
+// ints {causal} (causal without an offset needs Tq == Tk), scalar: the scores' scale.
+void infer_attention(const Graph& g, Node& n) {
+  const char* names[] = {"q", "k", "v", "o", "g"};
+  const size_t tensors = n.op == Op::Attention ? 3 : 5;
+  if (n.in.size() < tensors) throw Error("expects " + std::to_string(tensors) + " tensors and an optional offset");
+  const bool offset = n.in.size() > tensors;
+  if (offset) {
+    if (in_dtype(g, n, tensors) != DType::I64 || numel(in_shape(g, n, tensors)) != 1)
+      throw Error("the offset must be an i64 tensor of one element, got " + std::string(dtype_name(in_dtype(g, n, tensors))) +
+                  " " + shape_str(in_shape(g, n, tensors)));
+  }
+  for (size_t k = 0; k < tensors; ++k) {
+    require_float(g, n, k);
+    if (in_dtype(g, n, k) != in_dtype(g, n, 0)) throw Error(std::string(names[k]) + " must have q's dtype");
+  }
+  require_ints(n, 1, "{causal}");
+  if (n.attrs.ints[0] != 0 && n.attrs.ints[0] != 1) throw Error("causal must be 0 or 1");
+  if (!std::isfinite(n.attrs.scalar) || n.attrs.scalar == 0) throw Error("the scale must be finite and non-zero");
+  const Shape &q = in_shape(g, n, 0), &k = in_shape(g, n, 1), &v = in_shape(g, n, 2);
+  if (q.size() < 2) throw Error("q must be [..., T, D], got " + shape_str(q));
+  if (k.size() != q.size() || v.size() != q.size() || !std::equal(q.begin(), q.end() - 2, k.begin()) ||
+      !std::equal(q.begin(), q.end() - 2, v.begin()))
+    throw Error("q, k and v must share their leading axes: " + shape_str(q) + ", " + shape_str(k) + ", " + shape_str(v));
+  const size_t r = q.size();
+  if (k[r - 1] != q[r - 1] || v[r - 1] != q[r - 1] || v[r - 2] != k[r - 2])
+    throw Error("k and v must be [..., Tk, D] with q's D: " + shape_str(q) + ", " + shape_str(k) + ", " + shape_str(v));
+  if (q[r - 2] < 1 || k[r - 2] < 1 || q[r - 1] < 1) throw Error("attention needs at least one query, one key and D >= 1");
+  if (offset && n.attrs.ints[0] != 1) throw Error("an offset needs causal attention");
+  if (n.attrs.ints[0] == 1 && !offset && q[r - 2] != k[r - 2])
+    throw Error("causal attention without an offset needs as many queries as keys, got " + std::to_string(q[r - 2]) + " and " +
+                std::to_string(k[r - 2]));
+  n.dtype = in_dtype(g, n, 0);
+  n.shape = q;
+}
+
+// attention_grad(q, k, v, o, g): [..., Tq + 2 Tk, D], the gradients of q, k and v in turn.
+void infer_attention_grad(const Graph& g, Node& n) {
+  infer_attention(g, n);
+  if (in_shape(g, n, 3) != n.shape || in_shape(g, n, 4) != n.shape)
+    throw Error("o and g must have the output's shape " + shape_str(n.shape));
+  size_t r = n.shape.size();
+  n.shape[r - 2] += 2 * in_shape(g, n, 1)[r - 2];
 }
 
 // batchnorm(x, mean, var, weight, bias): x [N, C, ...], the other four [C]; ints {1} declares mean

@@ -274,6 +274,102 @@ HostTensor oracle_layernorm(const Node& n, const OracleIn& in) {
   return out;
 }
 
+// attention: per query row, p = softmax(scale q k^T) over the keys it sees (causal: j <= i),
+// o = p v. attention_grad: dv = p^T g, dp = g v^T, ds = p (dp - sum_j p dp), dq = scale ds k,
+// dk = scale ds^T q, stacked along the query axis.
+namespace {
+struct AttentionDims {
+  int64_t batch, Tq, Tk, D;
+  bool causal;
+  double scale;
+  int64_t offset;
+};
+AttentionDims attention_dims(const Node& n, const OracleIn& in) {
+  const Shape &q = in[0]->shape, &k = in[1]->shape;
+  const size_t r = q.size(), tensors = n.op == Op::Attention ? 3 : 5;
+  const int64_t offset = in.size() > tensors ? int64_t(in[tensors]->get(0)) : 0;
+  return {numel(q) / (q[r - 2] * q[r - 1]), q[r - 2], k[r - 2], q[r - 1], n.attrs.ints[0] == 1, n.attrs.scalar, offset};
+}
+// Row i of batch b's probabilities.
+std::vector<double> attention_probs(const AttentionDims& a, const OracleIn& in, int64_t b, int64_t i) {
+  const int64_t qo = b * a.Tq * a.D, ko = b * a.Tk * a.D;
+  const int64_t seen = a.causal ? std::clamp<int64_t>(a.offset + i + 1, 0, a.Tk) : a.Tk;
+  std::vector<double> p(size_t(a.Tk), seen > 0 ? 0.0 : NAN);  // no key seen: NaN, as 0 / 0
+  double m = -INFINITY, l = 0;
+  for (int64_t j = 0; j < seen; ++j) {
+    double s = 0;
+    for (int64_t d = 0; d < a.D; ++d) s += in[0]->get(qo + i * a.D + d) * in[1]->get(ko + j * a.D + d);
+    p[size_t(j)] = s * a.scale;
+    m = std::max(m, p[size_t(j)]);
+  }
+  for (int64_t j = 0; j < seen; ++j) l += (p[size_t(j)] = std::exp(p[size_t(j)] - m));
+  for (int64_t j = 0; j < seen; ++j) p[size_t(j)] /= l;
+  return p;
+}
+}  // namespace
+
+HostTensor oracle_attention(const Node& n, const OracleIn& in) {
+  HostTensor out = make_out(n);
+  const AttentionDims a = attention_dims(n, in);
+  for (int64_t b = 0; b < a.batch; ++b)
+    for (int64_t i = 0; i < a.Tq; ++i) {
+      std::vector<double> p = attention_probs(a, in, b, i);
+      for (int64_t d = 0; d < a.D; ++d) {
+        double o = 0;
+        for (int64_t j = 0; j < a.Tk; ++j) o += p[size_t(j)] * in[2]->get((b * a.Tk + j) * a.D + d);
+        out.set((b * a.Tq + i) * a.D + d, o);
+      }
+    }
+  return out;
+}
+
+HostTensor oracle_attention_grad(const Node& n, const OracleIn& in) {
+  HostTensor out = make_out(n);
+  const AttentionDims a = attention_dims(n, in);
+  const int64_t rows = a.Tq + 2 * a.Tk;
+  for (int64_t i = 0; i < out.numel(); ++i) out.set(i, 0.0);
+  for (int64_t b = 0; b < a.batch; ++b) {
+    const int64_t qo = b * a.Tq * a.D, ko = b * a.Tk * a.D, go = b * rows * a.D;
+    for (int64_t i = 0; i < a.Tq; ++i) {
+      std::vector<double> p = attention_probs(a, in, b, i), dp(size_t(a.Tk), 0.0);
+      double dsum = 0;
+      for (int64_t j = 0; j < a.Tk; ++j) {
+        for (int64_t d = 0; d < a.D; ++d) dp[size_t(j)] += in[4]->get(qo + i * a.D + d) * in[2]->get(ko + j * a.D + d);
+        dsum += p[size_t(j)] * dp[size_t(j)];
+      }
+      for (int64_t j = 0; j < a.Tk; ++j) {
+        const double ds = p[size_t(j)] * (dp[size_t(j)] - dsum) * a.scale;
+        for (int64_t d = 0; d < a.D; ++d) {
+          const int64_t dq = go + i * a.D + d, dk = go + (a.Tq + j) * a.D + d, dv = go + (a.Tq + a.Tk + j) * a.D + d;
+          out.set(dq, out.get(dq) + ds * in[1]->get(ko + j * a.D + d));
+          out.set(dk, out.get(dk) + ds * in[0]->get(qo + i * a.D + d));
+          out.set(dv, out.get(dv) + p[size_t(j)] * in[4]->get(qo + i * a.D + d));
+        }
+      }
+    }
+  }
+  return out;
+}
+
+HostTensor oracle_layernorm_param_grad(const Node& n, const OracleIn& in) {
+  HostTensor out = make_out(n);
+  const int64_t C = n.shape[1], rows = in[0]->numel() / C;
+  std::vector<double> dw(size_t(C), 0.0), db(size_t(C), 0.0);
+  for (int64_t i = 0; i < rows; ++i) {
+    double mean = 0, var = 0;
+    for (int64_t c = 0; c < C; ++c) mean += in[0]->get(i * C + c);
+    mean /= double(C);
+    for (int64_t c = 0; c < C; ++c) var += (in[0]->get(i * C + c) - mean) * (in[0]->get(i * C + c) - mean);
+    const double r = 1.0 / std::sqrt(var / double(C) + n.attrs.scalar);
+    for (int64_t c = 0; c < C; ++c) {
+      dw[size_t(c)] += in[1]->get(i * C + c) * (in[0]->get(i * C + c) - mean) * r;
+      db[size_t(c)] += in[1]->get(i * C + c);
+    }
+  }
+  for (int64_t c = 0; c < C; ++c) out.set(c, dw[size_t(c)]), out.set(C + c, db[size_t(c)]);
+  return out;
+}
+
 // batchnorm: y = (x - mean[c]) / sqrt(var[c] + eps) * weight[c] + bias[c], c the index along axis 1.
 HostTensor oracle_batchnorm(const Node& n, const OracleIn& in) {
   HostTensor out = make_out(n);

@@ -67,6 +67,10 @@ std::vector<double> error_budget(const Graph& g) {
       }
       case OpKind::Composite: {
         double r = nd.shape.empty() ? 1 : double(nd.shape.back());
+        if (nd.op == Op::Attention || nd.op == Op::AttentionGrad) {  // sums over the keys and over D
+          const Shape& k = g.shape(nd.in[1]);
+          r = double(k[k.size() - 2]) * double(k.back());
+        }
         if (!nd.in.empty()) r = std::max(r, double(numel(g.shape(nd.in[0]))) / std::max<double>(1, double(numel(nd.shape))));
         own = 8 + 2 * std::sqrt(r);
         break;

@@ -114,6 +114,18 @@ float canonical_sum(int64_t n, F term) {
   return total;
 }
 
+// The mean and 1 / sqrt(var + eps) of `rows` consecutive rows of n.
+void layernorm_stats_f32(bool vec, const float* x, int64_t n, int64_t rows, float eps, float* mean, float* r) {
+  if (vec) return avx2::layernorm_stats(x, n, rows, eps, mean, r);
+  for (int64_t j = 0; j < rows; ++j) {
+    const float* xr = x + j * n;
+    mean[j] = canonical_sum(n, [&](int64_t k) { return xr[k]; }) / float(n);
+    const float m = mean[j];
+    const float var = canonical_sum(n, [&](int64_t k) { return (xr[k] - m) * (xr[k] - m); }) / float(n);
+    r[j] = 1.0f / std::sqrt(var + eps);
+  }
+}
+
 // Lines [l0, l1) of a float layernorm (grad: its input gradient). Lines are consecutive rows
 // of n; the AVX2 build takes the row statistics and sums four rows at a time.
 void layernorm_lines_f32(const LineArgs& a, int64_t l0, int64_t l1, bool grad) {
@@ -121,17 +133,7 @@ void layernorm_lines_f32(const LineArgs& a, int64_t l0, int64_t l1, bool grad) {
   const float* x = static_cast<const float*>(a.in[0]) + l0 * n;
   float* y = static_cast<float*>(a.out) + l0 * n;
   float mean[kLinesPerChunk], r[kLinesPerChunk], mg[kLinesPerChunk], mgx[kLinesPerChunk];
-  if (a.avx2) {
-    avx2::layernorm_stats(x, n, rows, float(a.eps), mean, r);
-  } else {
-    for (int64_t j = 0; j < rows; ++j) {
-      const float* xr = x + j * n;
-      mean[j] = canonical_sum(n, [&](int64_t k) { return xr[k]; }) / float(n);
-      const float m = mean[j];
-      const float var = canonical_sum(n, [&](int64_t k) { return (xr[k] - m) * (xr[k] - m); }) / float(n);
-      r[j] = 1.0f / std::sqrt(var + float(a.eps));
-    }
-  }
+  layernorm_stats_f32(a.avx2, x, n, rows, float(a.eps), mean, r);
   if (!grad) {
     const float* w = a.n_in == 3 ? static_cast<const float*>(a.in[1]) : nullptr;
     const float* b = a.n_in == 3 ? static_cast<const float*>(a.in[2]) : nullptr;
@@ -412,6 +414,94 @@ Launch lower_softmax_grad(LowerCtx& c) {
 Launch lower_layernorm(LowerCtx& c) {
   return lower_lines(c, c.node.op == Op::LayerNorm ? 4 : 5, int(c.node.shape.size()) - 1);
 }
+namespace {
+// ---- layernorm's weight and bias gradients: [sum over rows of g xh; sum over rows of g], with
+// xh = (x - mean) r recomputed from x with the layernorm's own statistics (so xh has the
+// forward's bits). Phase 1 takes the rows in fixed chunks of kLinesPerChunk: each chunk's partial
+// sums run over its rows in ascending order, one chain per column (a multiply, then an add) while
+// the rows are in cache; phase 2 adds the chunks' partials in chunk order, per column.
+constexpr int64_t kParamCols = 256;
+struct LnParamArgs {
+  int64_t rows, n, chunks;
+  double eps;
+  const void *x, *g;
+  void *out, *partial;  // partial: [chunks][2][n]
+  bool f64, avx2;
+};
+
+template <class T>
+void ln_param_partial(const LnParamArgs& a, int64_t chunk) {
+  const int64_t l0 = chunk * kLinesPerChunk, rows = std::min(a.rows, l0 + kLinesPerChunk) - l0, n = a.n;
+  const T* x = static_cast<const T*>(a.x) + l0 * n;
+  const T* g = static_cast<const T*>(a.g) + l0 * n;
+  T mean[kLinesPerChunk], r[kLinesPerChunk];
+  if constexpr (std::is_same_v<T, float>) {
+    layernorm_stats_f32(a.avx2, x, n, rows, float(a.eps), mean, r);
+  } else {
+    LineArgs la{};
+    la.n = n;
+    la.eps = a.eps;
+    for (int64_t j = 0; j < rows; ++j) row_stats(la, x + j * n, mean[j], r[j]);
+  }
+  T* dw = static_cast<T*>(a.partial) + chunk * 2 * n;
+  T* db = dw + n;
+  std::fill(dw, dw + 2 * n, T(0));
+  if constexpr (std::is_same_v<T, float>) {
+    if (a.avx2) return avx2::layernorm_param_rows(x, g, n, rows, mean, r, dw, db);
+  }
+  for (int64_t j = 0; j < rows; ++j) {
+    const T *xr = x + j * n, *gr = g + j * n, m = mean[j], rj = r[j];
+    for (int64_t c = 0; c < n; ++c) {
+      dw[c] += gr[c] * ((xr[c] - m) * rj);
+      db[c] += gr[c];
+    }
+  }
+}
+
+template <class T>
+void ln_param_combine(const LnParamArgs& a, int64_t block) {
+  const int64_t c0 = block * kParamCols, c1 = std::min(2 * a.n, c0 + kParamCols);
+  const T* part = static_cast<const T*>(a.partial);
+  T* out = static_cast<T*>(a.out);  // [2][n]: the partials' layout per chunk
+  for (int64_t c = c0; c < c1; ++c) out[c] = part[c];
+  for (int64_t ch = 1; ch < a.chunks; ++ch)
+    for (int64_t c = c0; c < c1; ++c) out[c] += part[ch * 2 * a.n + c];
+  for (int64_t c = c0; c < c1; ++c)  // a NaN sum is the one quiet NaN (its operands' signs vary by ISA)
+    if (std::isnan(out[c])) out[c] = std::numeric_limits<T>::quiet_NaN();
+}
+
+void ln_param_chunk(const void* p, int64_t chunk) {
+  const LnParamArgs& a = *static_cast<const LnParamArgs*>(p);
+  a.f64 ? ln_param_partial<double>(a, chunk) : ln_param_partial<float>(a, chunk);
+}
+void ln_param_cols(const void* p, int64_t block) {
+  const LnParamArgs& a = *static_cast<const LnParamArgs*>(p);
+  a.f64 ? ln_param_combine<double>(a, block) : ln_param_combine<float>(a, block);
+}
+void ln_param_launch(const void* p, ThreadPool& pool) {
+  const LnParamArgs& a = *static_cast<const LnParamArgs*>(p);
+  pool.run(a.chunks, ln_param_chunk, p);
+  pool.run((2 * a.n + kParamCols - 1) / kParamCols, ln_param_cols, p);
+}
+}  // namespace
+
+Launch lower_layernorm_param_grad(LowerCtx& c) {
+  auto* a = c.args<LnParamArgs>();
+  const Shape& x = c.in_shape(0);
+  a->n = x.back();
+  a->rows = numel(x) / a->n;
+  a->eps = c.node.attrs.scalar;
+  a->x = c.in[0];
+  a->g = c.in[1];
+  a->out = c.out;
+  a->f64 = c.node.dtype == DType::F64;
+  a->avx2 = active_isa() != Isa::Scalar;
+  a->chunks = (a->rows + kLinesPerChunk - 1) / kLinesPerChunk;
+  a->partial = c.storage.scratch(size_t(a->chunks * 2 * a->n) * dtype_size(c.node.dtype));
+  return {ln_param_launch, a, c.id};
+}
+
+
 Launch lower_cross_entropy(LowerCtx& c) { return {xent_launch, xent_args(c), c.id}; }
 Launch lower_cross_entropy_grad(LowerCtx& c) { return {xent_grad_launch, xent_args(c), c.id}; }
 

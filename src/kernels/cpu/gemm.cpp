@@ -601,6 +601,41 @@ size_t gemm_scratch_floats(const GemmShape& s, int mode) {
   return size_t(std::max(packed, small)) + 16;
 }
 
+void sgemm_block(const GemmShape& s, const float* A, const float* B, float* C, float* scratch, int isa,
+                 bool accumulate) {
+  if (s.M == 0 || s.N == 0) return;
+  if (isa == 0) {  // one FMA (one rounding) at a time: the chain every path follows
+    for (int64_t m = 0; m < s.M; ++m)
+      for (int64_t n = 0; n < s.N; ++n) {
+        float acc = accumulate ? C[m * s.c_rs + n] : 0.0f;
+        for (int64_t k = 0; k < s.K; ++k) acc = std::fma(A[m * s.a_rs + k * s.a_cs], B[k * s.b_rs + n * s.b_cs], acc);
+        C[m * s.c_rs + n] = acc;
+      }
+    return;
+  }
+  if (s.K == 0) {
+    if (!accumulate)
+      for (int64_t m = 0; m < s.M; ++m) std::memset(C + m * s.c_rs, 0, sizeof(float) * size_t(s.N));
+    return;
+  }
+  const float* b = B;
+  int64_t ldb = s.b_rs;
+  if (s.b_cs != 1) {
+    // B stored transposed: lay it out as [K][N] rows first.
+    if (s.b_rs == 1) {
+      transpose_rows(B, s.b_cs, s.N, s.K, scratch);
+    } else {
+      for (int64_t n = 0; n < s.N; ++n)
+        for (int64_t k = 0; k < s.K; ++k) scratch[k * s.N + n] = B[k * s.b_rs + n * s.b_cs];
+    }
+    b = scratch;
+    ldb = s.N;
+  }
+  if (s.N == 1 && s.a_cs == 1) return small_matvec_avx2(s, A, b, ldb, C, accumulate);
+  if (isa >= 2) return small_gemm_avx512(s, A, b, ldb, C, accumulate);
+  return small_gemm_avx2(s, A, b, ldb, C, accumulate);
+}
+
 void sgemm(const GemmShape& s, const float* A, const float* B, float* C, float* scratch, int isa,
            ThreadPool& pool, int mode, bool accumulate) {
   if (s.M == 0 || s.N == 0) return;
@@ -626,24 +661,7 @@ void sgemm(const GemmShape& s, const float* A, const float* B, float* C, float* 
     return pool.run(ceil_div(s.N, kRowChunk), rows_times_matrix_chunk, &rj);
   }
   bool small = mode == 1 || (mode == 0 && tiny);
-  if (small && isa >= 1) {
-    const float* b = B;
-    int64_t ldb = s.b_rs;
-    if (s.b_cs != 1) {
-      // B stored transposed: lay it out as [K][N] rows first.
-      if (s.b_rs == 1) {
-        transpose_rows(B, s.b_cs, s.N, s.K, scratch);
-      } else {
-        for (int64_t n = 0; n < s.N; ++n)
-          for (int64_t k = 0; k < s.K; ++k) scratch[k * s.N + n] = B[k * s.b_rs + n * s.b_cs];
-      }
-      b = scratch;
-      ldb = s.N;
-    }
-    if (s.N == 1 && s.a_cs == 1) return small_matvec_avx2(s, A, b, ldb, C, accumulate);
-    if (isa >= 2) return small_gemm_avx512(s, A, b, ldb, C, accumulate);
-    return small_gemm_avx2(s, A, b, ldb, C, accumulate);
-  }
+  if (small && isa >= 1) return sgemm_block(s, A, B, C, scratch, isa, accumulate);
   // K blocks of equal length (at most kGemmKC): a short last block would pay the tile
   // load/store for little work. Chains resume from C, so blocking never changes the bits.
   int64_t kblocks = ceil_div(s.K, kGemmKC), kc_even = ceil_div(s.K, kblocks);

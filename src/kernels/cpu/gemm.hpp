@@ -41,6 +41,12 @@ size_t gemm_scratch_floats(const GemmShape& s, int mode = 0);
 void sgemm(const GemmShape& s, const float* A, const float* B, float* C, float* scratch, int isa,
            ThreadPool& pool, int mode = 0, bool accumulate = false);
 
+// C = A @ B on the calling thread, for kernels that run many small products inside one parallel
+// task (attention's blocks). scratch: s.K * s.N floats, 64-byte aligned (B is transposed into it
+// when its columns are not contiguous). The same bits as sgemm on every instruction set.
+void sgemm_block(const GemmShape& s, const float* A, const float* B, float* C, float* scratch, int isa,
+                 bool accumulate = false);
+
 // Double precision, same canonical order, plain loops.
 // accumulate: C holds partial chains (of earlier k) to continue, as the K blocks do internally,
 // so splitting K across calls gives the bits of one call.

@@ -26,6 +26,9 @@ void layernorm_stats(const float* x, int64_t n, int64_t rows, float eps, float* 
 void layernorm_apply(const float* x, float* y, int64_t n, float mean, float r, const float* w, const float* b);
 void layernorm_grad_sums(const float* x, const float* g, const float* w, int64_t n, int64_t rows, const float* mean,
                          const float* r, float* mg, float* mgx);
+// Adds g xh and g of `rows` rows into dw and db (one chain per column, rows in order).
+void layernorm_param_rows(const float* x, const float* g, int64_t n, int64_t rows, const float* mean, const float* r,
+                          float* dw, float* db);
 void layernorm_grad_apply(const float* x, const float* g, const float* w, float* dx, int64_t n, float mean, float r,
                           float mg, float mgx);
 }  // namespace avx2

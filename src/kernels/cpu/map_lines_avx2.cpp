@@ -156,6 +156,24 @@ void layernorm_apply(const float* x, float* y, int64_t n, float mean, float r, c
   }
 }
 
+void layernorm_param_rows(const float* x, const float* g, int64_t n, int64_t rows, const float* mean, const float* r,
+                          float* dw, float* db) {
+  for (int64_t j = 0; j < rows; ++j) {
+    const float *xr = x + j * n, *gr = g + j * n;
+    const __m256 mv = VecF::set(mean[j]), rv = VecF::set(r[j]);
+    int64_t k = 0;
+    for (; k + 8 <= n; k += 8) {
+      const __m256 gv = VecF::load(gr + k);
+      VecF::store(dw + k, VecF::add(VecF::load(dw + k), VecF::mul(gv, VecF::mul(VecF::sub(VecF::load(xr + k), mv), rv))));
+      VecF::store(db + k, VecF::add(VecF::load(db + k), gv));
+    }
+    for (; k < n; ++k) {
+      dw[k] += gr[k] * ((xr[k] - mean[j]) * r[j]);
+      db[k] += gr[k];
+    }
+  }
+}
+
 void layernorm_grad_apply(const float* x, const float* g, const float* w, float* dx, int64_t n, float mean, float r,
                           float mg, float mgx) {
   const GradTerms t{x, g, w, VecF::set(mean), VecF::set(r)};

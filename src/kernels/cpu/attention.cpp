@@ -1,0 +1,343 @@
+// Attention in one launch: softmax(scale q k^T [causal]) v computed block by block with an online
+// softmax, so no score matrix of the whole sequence is ever in memory, and its gradient from
+// recomputed scores.
+//
+// The order is fixed by the shape alone: queries and keys are cut into blocks of kBlock, every
+// product of two blocks is the canonical GEMM (one FMA chain in ascending k, the same bits on every
+// instruction set), and one task owns each output block and walks the other blocks in ascending
+// order. So the bits depend neither on the thread count nor on the instruction set.
+//
+// Causal attention may place query i at position offset + i (an input read at run time): it sees
+// keys 0 .. offset + i, which is how decoding attends over a key/value cache with the bits of the
+// full forward's row (the extra, masked keys of a block add exact zeros).
+//
+// Forward, for each query row: running maximum m (NaN scores skipped) and sum l; per key block,
+// m' = max(m, the block's maximum), alpha = exp(m - m') (1 where m = m'), p = exp(s - m') summed
+// as the reductions sum a row (lane t % 8, lanes combined pairwise), l = l alpha + sum(p), and the
+// output row o = o alpha + p V. At the end o / l; every NaN is written as the one quiet NaN.
+//
+// Backward: phase 1 recomputes m and l the same way for lse = m + log(l), and the row sums
+// D = sum(g o) (in the reductions' lane order); phase 2 owns each key block: for the query blocks
+// in ascending order, P = exp(s - lse), dv += P^T g, dS = P (g v^T - D), dk += dS^T q; phase 3 owns
+// each query block: dq += dS k over the key blocks in ascending order. dq and dk are then scaled.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "ir/scalar_ops.hpp"
+#include "kernels/cpu/cpu_kernels.hpp"
+#include "kernels/cpu/gemm.hpp"
+#include "kernels/cpu/line_fn.hpp"
+
+namespace synoros::kernels {
+
+namespace {
+constexpr int64_t kBlock = 64;  // queries and keys per block: part of the definition of the bits
+
+struct AttnArgs {
+  int64_t batch, Tq, Tk, D;
+  bool causal, f64;
+  int isa;  // 0 scalar, 1 AVX2, 2 AVX-512: the block products; the row steps take AVX2 from 1 up
+  double scale;
+  const void *q, *k, *v, *o, *g;
+  const int64_t* offset;  // causal: query i sees keys 0 .. offset + i (null: offset 0)
+  void* out;
+  void* stats;  // the gradient's lse and D, batch * Tq each
+};
+
+int64_t blocks(int64_t n) { return (n + kBlock - 1) / kBlock; }
+int64_t offset(const AttnArgs& a) { return a.offset ? *a.offset : 0; }
+int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+
+// The last key block that queries i0 .. i0 + rows - 1 see (-1: none).
+int64_t last_key_block(const AttnArgs& a, int64_t i0, int64_t rows) {
+  if (!a.causal) return blocks(a.Tk) - 1;
+  return std::min(blocks(a.Tk) - 1, floor_div(i0 + rows - 1 + offset(a), kBlock));
+}
+
+// Per-thread scratch: two score blocks, an output block and the GEMM's transposition space.
+template <class T>
+struct Scratch {
+  T *s, *dp, *c, *gemm;
+};
+template <class T>
+Scratch<T> scratch(int64_t D) {
+  thread_local std::vector<T> buf;
+  const size_t need = size_t(2 * kBlock * kBlock + 2 * kBlock * D) + 64;
+  if (buf.size() < need) buf.resize(need);
+  T* p = buf.data();
+  while (reinterpret_cast<uintptr_t>(p) % 64) ++p;
+  return {p, p + kBlock * kBlock, p + 2 * kBlock * kBlock, p + 2 * kBlock * kBlock + kBlock * D};
+}
+
+// C (rows of c_rs) = A B for one pair of blocks, A(m, k) = A[m a_rs + k a_cs], B(k, n) = B[k b_rs + n b_cs].
+template <class T>
+void block_gemm(const AttnArgs& a, int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int64_t a_cs,
+                const T* B, int64_t b_rs, int64_t b_cs, T* C, int64_t c_rs, bool acc, T* tmp) {
+  const GemmShape s{M, N, K, a_rs, a_cs, b_rs, b_cs, c_rs};
+  if constexpr (std::is_same_v<T, float>) {
+    sgemm_block(s, A, B, C, tmp, a.isa, acc);
+  } else {
+    dgemm(s, A, B, C, acc);
+  }
+}
+
+// S = scale q k^T for queries i0.. (rows) and keys j0.. (cols), rows kBlock apart; a key after its
+// query (causal) scores -inf.
+template <class T>
+void scores(const AttnArgs& a, const T* q, const T* k, int64_t i0, int64_t rows, int64_t j0, int64_t cols, T* S,
+            T* tmp) {
+  const int64_t D = a.D;
+  if (rows == 1) {  // one query (decoding): k times q, the keys read in place rather than transposed
+    block_gemm<T>(a, cols, 1, D, k + j0 * D, D, 1, q + i0 * D, 1, 1, S, 1, false, tmp);
+  } else {
+    block_gemm<T>(a, rows, cols, D, q + i0 * D, D, 1, k + j0 * D, 1, D, S, kBlock, false, tmp);
+  }
+  const T scale = T(a.scale);
+  const int64_t off = offset(a);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      T& s = S[r * kBlock + c];
+      s = a.causal && j0 + c > i0 + r + off ? -std::numeric_limits<T>::infinity() : s * scale;
+    }
+}
+
+template <class T>
+bool vector_rows(const AttnArgs& a) {
+  return std::is_same_v<T, float> && a.isa >= 1;
+}
+
+// The row's maximum, NaN skipped.
+template <class T>
+T row_max(const AttnArgs& a, const T* s, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (vector_rows<T>(a)) return avx2::row_max(s, n);
+  }
+  T m = -std::numeric_limits<T>::infinity();
+  for (int64_t c = 0; c < n; ++c) m = std::max(m, s[c]);
+  return m;
+}
+
+// s = exp(s - m) in place; returns its sum in the reductions' lane order (n <= kBlock).
+template <class T>
+T exp_sum(const AttnArgs& a, T* s, int64_t n, T m) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (vector_rows<T>(a)) return avx2::softmax_exp_sum(s, s, n, m);
+  }
+  T l[8] = {};
+  for (int64_t c = 0; c < n; ++c) l[c % 8] += (s[c] = fn::Exp::f(T(s[c] - m)));
+  return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+}
+
+// One key block of a row's online softmax: s becomes p, m and l move on; returns alpha, the factor
+// for what was accumulated before.
+template <class T>
+T online_step(const AttnArgs& a, T* s, int64_t n, T& m, T& l) {
+  const T inf = std::numeric_limits<T>::infinity();
+  const T mn = std::max(m, row_max(a, s, n));
+  if (mn == -inf) {  // nothing but -inf (or NaN) so far: p = 0, and a NaN makes the row NaN
+    bool nan = false;
+    for (int64_t c = 0; c < n; ++c) nan = nan || std::isnan(s[c]), s[c] = 0;
+    if (nan) l = std::numeric_limits<T>::quiet_NaN();
+    return T(1);
+  }
+  const T alpha = m == mn ? T(1) : fn::Exp::f(T(m - mn));
+  const T bs = exp_sum(a, s, n, mn);
+  l = l * alpha + bs;
+  m = mn;
+  return alpha;
+}
+
+template <class T>
+void canonical_nans(T* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    if (std::isnan(x[i])) x[i] = std::numeric_limits<T>::quiet_NaN();
+}
+
+template <class T>
+const T* at(const void* p, int64_t off) {
+  return static_cast<const T*>(p) + off;
+}
+
+// ---- forward: one task per (batch, query block)
+template <class T>
+void forward_task(const AttnArgs& a, int64_t task) {
+  const int64_t nqb = blocks(a.Tq), b = task / nqb, i0 = task % nqb * kBlock, rows = std::min(kBlock, a.Tq - i0);
+  const int64_t D = a.D;
+  const T *q = at<T>(a.q, b * a.Tq * D), *k = at<T>(a.k, b * a.Tk * D), *v = at<T>(a.v, b * a.Tk * D);
+  T* o = static_cast<T*>(a.out) + (b * a.Tq + i0) * D;
+  Scratch<T> w = scratch<T>(D);
+  T m[kBlock], l[kBlock], alpha[kBlock];
+  std::fill(m, m + rows, -std::numeric_limits<T>::infinity());
+  std::fill(l, l + rows, T(0));
+  std::fill(o, o + rows * D, T(0));
+  const int64_t last = last_key_block(a, i0, rows);
+  for (int64_t kb = 0; kb <= last; ++kb) {
+    const int64_t j0 = kb * kBlock, cols = std::min(kBlock, a.Tk - j0);
+    scores(a, q, k, i0, rows, j0, cols, w.s, w.gemm);
+    for (int64_t r = 0; r < rows; ++r) alpha[r] = online_step(a, w.s + r * kBlock, cols, m[r], l[r]);
+    block_gemm<T>(a, rows, D, cols, w.s, kBlock, 1, v + j0 * D, D, 1, w.c, D, false, w.gemm);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t d = 0; d < D; ++d) o[r * D + d] = o[r * D + d] * alpha[r] + w.c[r * D + d];
+  }
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t d = 0; d < D; ++d) o[r * D + d] /= l[r];
+  canonical_nans(o, rows * D);
+}
+
+// ---- backward
+template <class T>
+struct GradView {
+  const T *q, *k, *v, *o, *g;
+  T *dq, *dk, *dv, *lse, *dsum;
+};
+template <class T>
+GradView<T> grad_view(const AttnArgs& a, int64_t b) {
+  const int64_t D = a.D, qo = b * a.Tq * D, ko = b * a.Tk * D;
+  T* out = static_cast<T*>(a.out) + b * (a.Tq + 2 * a.Tk) * D;
+  T* st = static_cast<T*>(a.stats) + b * a.Tq;
+  return {at<T>(a.q, qo), at<T>(a.k, ko), at<T>(a.v, ko), at<T>(a.o, qo), at<T>(a.g, qo),
+          out,            out + a.Tq * D, out + (a.Tq + a.Tk) * D, st,   st + a.batch * a.Tq};
+}
+
+// Phase 1, one task per (batch, query block): lse and D of its rows.
+template <class T>
+void stats_task(const AttnArgs& a, int64_t task) {
+  const int64_t nqb = blocks(a.Tq), b = task / nqb, i0 = task % nqb * kBlock, rows = std::min(kBlock, a.Tq - i0);
+  const int64_t D = a.D;
+  const GradView<T> x = grad_view<T>(a, b);
+  Scratch<T> w = scratch<T>(D);
+  T m[kBlock], l[kBlock];
+  std::fill(m, m + rows, -std::numeric_limits<T>::infinity());
+  std::fill(l, l + rows, T(0));
+  const int64_t last = last_key_block(a, i0, rows);
+  for (int64_t kb = 0; kb <= last; ++kb) {
+    const int64_t j0 = kb * kBlock, cols = std::min(kBlock, a.Tk - j0);
+    scores(a, x.q, x.k, i0, rows, j0, cols, w.s, w.gemm);
+    for (int64_t r = 0; r < rows; ++r) online_step(a, w.s + r * kBlock, cols, m[r], l[r]);
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    x.lse[i0 + r] = m[r] + fn::Log::f(l[r]);
+    const T *gr = x.g + (i0 + r) * D, *orow = x.o + (i0 + r) * D;
+    T total = 0;
+    for (int64_t seg = 0; seg < D; seg += 4096) {
+      T lanes[8] = {};
+      for (int64_t d = seg; d < std::min(D, seg + 4096); ++d) lanes[(d - seg) % 8] += gr[d] * orow[d];
+      total += ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+    }
+    x.dsum[i0 + r] = total;
+  }
+}
+
+// P = exp(S - lse) and dS = P (g v^T - D) for one pair of blocks: P in w.s, dS in w.dp.
+template <class T>
+void probs_and_dscores(const AttnArgs& a, const GradView<T>& x, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
+                       Scratch<T>& w) {
+  const int64_t D = a.D;
+  scores(a, x.q, x.k, i0, rows, j0, cols, w.s, w.gemm);
+  for (int64_t r = 0; r < rows; ++r) exp_sum(a, w.s + r * kBlock, cols, x.lse[i0 + r]);
+  block_gemm<T>(a, rows, cols, D, x.g + i0 * D, D, 1, x.v + j0 * D, 1, D, w.dp, kBlock, false, w.gemm);
+  for (int64_t r = 0; r < rows; ++r) {
+    T *p = w.s + r * kBlock, *ds = w.dp + r * kBlock;
+    const T dsum = x.dsum[i0 + r];
+    for (int64_t c = 0; c < cols; ++c) ds[c] = p[c] * (ds[c] - dsum);
+  }
+}
+
+template <class T>
+void scale_rows(const AttnArgs& a, T* x, int64_t n) {
+  const T scale = T(a.scale);
+  for (int64_t i = 0; i < n; ++i) x[i] *= scale;
+}
+
+// Phase 2, one task per (batch, key block): its dk and dv.
+template <class T>
+void key_task(const AttnArgs& a, int64_t task) {
+  const int64_t nkb = blocks(a.Tk), b = task / nkb, kb = task % nkb, j0 = kb * kBlock, cols = std::min(kBlock, a.Tk - j0);
+  const int64_t D = a.D;
+  const GradView<T> x = grad_view<T>(a, b);
+  Scratch<T> w = scratch<T>(D);
+  T *dk = x.dk + j0 * D, *dv = x.dv + j0 * D;
+  bool first = true;
+  // The first query block with a query that sees key j0 (i + offset >= j0).
+  const int64_t qb0 = a.causal ? std::max<int64_t>(0, floor_div(j0 - offset(a), kBlock)) : 0;
+  for (int64_t qb = qb0; qb < blocks(a.Tq); ++qb, first = false) {
+    const int64_t i0 = qb * kBlock, rows = std::min(kBlock, a.Tq - i0);
+    probs_and_dscores(a, x, i0, rows, j0, cols, w);
+    block_gemm<T>(a, cols, D, rows, w.s, 1, kBlock, x.g + i0 * D, D, 1, dv, D, !first, w.gemm);
+    block_gemm<T>(a, cols, D, rows, w.dp, 1, kBlock, x.q + i0 * D, D, 1, dk, D, !first, w.gemm);
+  }
+  if (first) std::fill(dk, dk + cols * D, T(0)), std::fill(dv, dv + cols * D, T(0));
+  scale_rows(a, dk, cols * D);
+  canonical_nans(dk, cols * D);
+  canonical_nans(dv, cols * D);
+}
+
+// Phase 3, one task per (batch, query block): its dq.
+template <class T>
+void query_task(const AttnArgs& a, int64_t task) {
+  const int64_t nqb = blocks(a.Tq), b = task / nqb, i0 = task % nqb * kBlock, rows = std::min(kBlock, a.Tq - i0);
+  const int64_t D = a.D;
+  const GradView<T> x = grad_view<T>(a, b);
+  Scratch<T> w = scratch<T>(D);
+  T* dq = x.dq + i0 * D;
+  const int64_t last = last_key_block(a, i0, rows);
+  for (int64_t kb = 0; kb <= last; ++kb) {
+    const int64_t j0 = kb * kBlock, cols = std::min(kBlock, a.Tk - j0);
+    probs_and_dscores(a, x, i0, rows, j0, cols, w);
+    block_gemm<T>(a, rows, D, cols, w.dp, kBlock, 1, x.k + j0 * D, D, 1, dq, D, kb > 0, w.gemm);
+  }
+  if (last < 0) std::fill(dq, dq + rows * D, T(0));
+  scale_rows(a, dq, rows * D);
+  canonical_nans(dq, rows * D);
+}
+
+template <void (*F32)(const AttnArgs&, int64_t), void (*F64)(const AttnArgs&, int64_t)>
+void task(const void* p, int64_t t) {
+  const AttnArgs& a = *static_cast<const AttnArgs*>(p);
+  a.f64 ? F64(a, t) : F32(a, t);
+}
+
+void forward_launch(const void* p, ThreadPool& pool) {
+  const AttnArgs& a = *static_cast<const AttnArgs*>(p);
+  pool.run(a.batch * blocks(a.Tq), task<forward_task<float>, forward_task<double>>, p);
+}
+
+void backward_launch(const void* p, ThreadPool& pool) {
+  const AttnArgs& a = *static_cast<const AttnArgs*>(p);
+  pool.run(a.batch * blocks(a.Tq), task<stats_task<float>, stats_task<double>>, p);
+  pool.run(a.batch * blocks(a.Tk), task<key_task<float>, key_task<double>>, p);
+  pool.run(a.batch * blocks(a.Tq), task<query_task<float>, query_task<double>>, p);
+}
+}  // namespace
+
+Launch lower_attention(LowerCtx& c) {
+  auto* a = c.args<AttnArgs>();
+  const Shape &q = c.in_shape(0), &k = c.in_shape(1);
+  const size_t r = q.size();
+  a->Tq = q[r - 2];
+  a->Tk = k[r - 2];
+  a->D = q[r - 1];
+  a->batch = numel(q) / (a->Tq * a->D);
+  a->causal = c.node.attrs.ints[0] == 1;
+  a->f64 = c.node.dtype == DType::F64;
+  a->isa = int(active_isa());
+  a->scale = c.node.attrs.scalar;
+  a->q = c.in[0];
+  a->k = c.in[1];
+  a->v = c.in[2];
+  a->out = c.out;
+  c.kernel = "attention";
+  const size_t tensors = c.node.op == Op::Attention ? 3 : 5;
+  a->offset = c.in.size() > tensors ? static_cast<const int64_t*>(c.in[tensors]) : nullptr;
+  if (c.node.op == Op::Attention) return {forward_launch, a, c.id};
+  a->o = c.in[3];
+  a->g = c.in[4];
+  a->stats = c.storage.scratch(size_t(2 * a->batch * a->Tq) * dtype_size(c.node.dtype));
+  c.kernel = "attention-grad";
+  return {backward_launch, a, c.id};
+}
+
+}  // namespace synoros::kernels
