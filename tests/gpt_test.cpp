@@ -161,7 +161,8 @@ TEST_P(GptDecode, MatchesTheFullForwardBitForBit) {
 }
 // Tiny, and wide enough that a decoding step's projections and head take the one-row GEMM path.
 INSTANTIATE_TEST_SUITE_P(Sizes, GptDecode,
-                         ::testing::Values(nn::GptConfig{32, 12, 16, 2, 2}, nn::GptConfig{300, 10, 128, 2, 1}));
+                         ::testing::Values(nn::GptConfig{32, 12, 16, 2, 2}, nn::GptConfig{300, 10, 128, 2, 1},
+                                           nn::GptConfig{40, 70, 16, 2, 1}));  // past a key block of 64
 
 TEST(GptGenerate, SameTokensOnEveryRerunAndThreadCount) {
   nn::GptConfig c{32, 16, 16, 2, 2};

@@ -52,14 +52,12 @@ class GptBlock : public Module {
   int64_t width, heads;
 };
 
-// The causal mask [T, T] (a constant): 0 on and below the diagonal, -1e9 above.
-Tensor gpt_causal_mask(int64_t T);
-
-// Causal attention over heads: q [B, H, Tq, D], k and v [B, H, Tk, D], mask [Tq, Tk] (0 where a
-// query may look, -1e9 elsewhere) -> [B, Tq, H * D].
-Tensor gpt_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask);
-// The same from the raw scores q k^T [B, H, Tq, Tk] (before scaling by 1/sqrt(D) and masking).
-Tensor gpt_attention_from_scores(const Tensor& scores, const Tensor& v, const Tensor& mask);
+// Causal attention over heads (the fused attention op, scale 1/sqrt(D)): q, k and v [B, H, T, D]
+// -> [B, T, H * D].
+Tensor gpt_attention(const Tensor& q, const Tensor& k, const Tensor& v);
+// The same for queries at positions offset + i (offset: an i64 tensor of one element) over a
+// key/value cache [B, H, context, D]: what decoding runs, with the full forward's bits.
+Tensor gpt_attention_at(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& offset);
 
 class Gpt : public Module {
  public:
@@ -120,8 +118,8 @@ class Sampler {
   std::vector<double> prob_;
 };
 
-// Incremental decoding of `batch` sequences. The cache holds, per layer, the keys as [batch,
-// heads, D, context] and the values as [batch, heads, context, D]; decode() reuses the same compiled plans (one per block boundary) for every
+// Incremental decoding of `batch` sequences. The cache holds, per layer, the keys and the values
+// as [batch, heads, context, D]; decode() reuses the same compiled plans (one per block boundary) for every
 // position: nothing compiles after its first call, and later calls allocate no memory.
 class GptGenerator {
  public:
@@ -160,8 +158,8 @@ class GptGenerator {
   int64_t batch_, pos_ = 0;
   std::vector<Tensor> k_, v_;            // per layer, stateful leaves
   std::vector<HostTensor> k_host_, v_host_;  // the same storage, written between steps
-  Tensor mask_;                              // [1, context]: 0 up to the position, -1e9 after
-  HostTensor mask_host_;
+  Tensor offset_;                            // i64 [1]: the position decoding writes
+  HostTensor offset_host_;
   std::map<int64_t, std::unique_ptr<CompiledStep>> prefill_;
   std::vector<std::unique_ptr<CompiledStep>> decode_;
   std::vector<float> last_;

@@ -182,7 +182,8 @@ class Sequential : public Module {
   std::vector<ModulePtr> layers_;
 };
 
-// Causal multi-head self-attention over x [B, T, C]: qkv = Linear(C, 3C), proj = Linear(C, C).
+// Causal multi-head self-attention over x [B, T, C]: qkv = Linear(C, 3C), proj = Linear(C, C);
+// the heads run through the fused attention op (scaled_dot_product_attention).
 class CausalSelfAttention : public Module {
  public:
   CausalSelfAttention(int64_t width, int64_t heads, uint64_t seed);

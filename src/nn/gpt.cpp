@@ -56,13 +56,6 @@ Tensor filled(Shape s, double v) {
 }
 }  // namespace
 
-Tensor gpt_causal_mask(int64_t T) {
-  HostTensor mask(DType::F32, {T, T});
-  for (int64_t i = 0; i < T; ++i)
-    for (int64_t j = 0; j < T; ++j) mask.set(i * T + j, j > i ? -1e9 : 0.0);
-  return Tensor::constant(mask);
-}
-
 Conv1D::Conv1D(int64_t in, int64_t out, uint64_t seed, double std) {
   weight = register_parameter("weight", Tensor::randn({in, out}, seed, std));
   bias = register_parameter("bias", filled({out}, 0));
@@ -100,18 +93,22 @@ Tensor GptBlock::forward(const Tensor& x) {
   int64_t B = x.shape()[0], T = x.shape()[1], D = width / heads;
   std::vector<Tensor> p = qkv(x);
   auto split = [&](const Tensor& t) { return t.reshape({B, T, heads, D}).permute({0, 2, 1, 3}); };
-  return finish(x, gpt_attention(split(p[0]), split(p[1]), split(p[2]), gpt_causal_mask(T)));
+  return finish(x, gpt_attention(split(p[0]), split(p[1]), split(p[2])));
 }
 
-Tensor gpt_attention_from_scores(const Tensor& scores, const Tensor& v, const Tensor& mask) {
-  const Shape& s = v.shape();
-  int64_t B = s[0], H = s[1], Tq = scores.shape()[2], D = s[3];
-  Tensor att = scores * (1.0 / std::sqrt(double(D))) + mask;
-  return einsum("bhts,bhsd->bthd", {att.softmax(-1), v}).reshape({B, Tq, H * D});
+namespace {
+Tensor merge_heads(const Tensor& y) {  // [B, H, T, D] -> [B, T, H * D]
+  const Shape& s = y.shape();
+  return y.permute({0, 2, 1, 3}).reshape({s[0], s[2], s[1] * s[3]});
+}
+}  // namespace
+
+Tensor gpt_attention(const Tensor& q, const Tensor& k, const Tensor& v) {
+  return merge_heads(scaled_dot_product_attention(q, k, v, true));
 }
 
-Tensor gpt_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask) {
-  return gpt_attention_from_scores(einsum("bhtd,bhsd->bhts", {q, k}), v, mask);
+Tensor gpt_attention_at(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& offset) {
+  return merge_heads(scaled_dot_product_attention_at(q, k, v, offset));
 }
 
 Gpt::Gpt(const GptConfig& c, uint64_t seed) : cfg(c) {
@@ -149,9 +146,8 @@ Tensor Gpt::head(const Tensor& x) { return einsum("btc,vc->btv", {ln_f->forward(
 
 Tensor Gpt::forward(const Tensor& tokens) {
   if (tokens.shape().size() != 2) return forward_with(tokens, {}, {});  // the error message
-  Tensor mask = gpt_causal_mask(tokens.shape()[1]);
   return forward_with(tokens, {}, [&](size_t, const Tensor& q, const Tensor& k, const Tensor& v) {
-    return gpt_attention(q, k, v, mask);
+    return gpt_attention(q, k, v);
   });
 }
 

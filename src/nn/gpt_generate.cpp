@@ -1,9 +1,8 @@
 // Generation for the GPT-2 family: a prefill plan per prompt length, and decoding by one plan per
 // block boundary that attends over a static key/value cache of the context length. Between two
-// stages the host writes the new key and value rows into the caches; positions after the current
-// one hold zeros and are masked, so each output element is the same chain of operations as in a
-// full forward over the same tokens (the extra terms add exact zeros), and the logits agree bit
-// for bit.
+// stages the host writes the new key and value rows into the caches; the fused attention places
+// the query at the current position (an input the host writes), so it reads the key blocks the
+// full forward's row reads, in the same order, and the logits agree bit for bit.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -67,18 +66,17 @@ GptGenerator::GptGenerator(Gpt& model, int64_t batch) : m_(model), batch_(batch)
   m_.eval();
   for (int64_t l = 0; l < c.layers; ++l)
     for (auto* cache : {&k_, &v_}) {
-      const int64_t D = c.width / c.heads;  // keys transposed: each head's scores read rows of positions
-      HostTensor z(DType::F32, cache == &k_ ? Shape{batch, c.heads, D, c.context} : Shape{batch, c.heads, c.context, D});
+      HostTensor z(DType::F32, Shape{batch, c.heads, c.context, c.width / c.heads});
       std::memset(z.buffer->data(), 0, z.bytes());
       cache->push_back(Tensor::from(z));
       cache->back().stateful();
       (cache == &k_ ? k_host_ : v_host_).push_back(cache->back().value());  // shares its storage
     }
-  HostTensor mask(DType::F32, {1, c.context});
-  std::memset(mask.buffer->data(), 0, mask.bytes());
-  mask_ = Tensor::from(mask);
-  mask_.stateful();
-  mask_host_ = mask_.value();
+  HostTensor offset(DType::I64, {1});
+  std::memset(offset.buffer->data(), 0, offset.bytes());
+  offset_ = Tensor::from(offset);
+  offset_.stateful();
+  offset_host_ = offset_.value();
   last_.resize(size_t(batch * c.vocab));
 }
 
@@ -94,7 +92,7 @@ void GptGenerator::reset() {
 }
 
 // Copies rows [0, count) of a layer's new keys and values ([B, H, count, D]) into its caches at
-// positions [first, first + count): values as rows, keys as columns of [B, H, D, context].
+// positions [first, first + count).
 void GptGenerator::write_cache_layer(size_t l, const float* k, const float* v, int64_t first, int64_t count) {
   const GptConfig& c = m_.cfg;
   const int64_t H = c.heads, D = c.width / c.heads, T = c.context;
@@ -102,8 +100,7 @@ void GptGenerator::write_cache_layer(size_t l, const float* k, const float* v, i
   float* kd = static_cast<float*>(k_host_[l].buffer->data());
   for (int64_t bh = 0; bh < batch_ * H; ++bh) {
     std::memcpy(vd + (bh * T + first) * D, v + bh * count * D, size_t(count * D) * sizeof(float));
-    for (int64_t i = 0; i < count; ++i)
-      for (int64_t d = 0; d < D; ++d) kd[(bh * D + d) * T + first + i] = k[(bh * count + i) * D + d];
+    std::memcpy(kd + (bh * T + first) * D, k + bh * count * D, size_t(count * D) * sizeof(float));
   }
   v_host_[l].buffer->mark_modified();
   k_host_[l].buffer->mark_modified();
@@ -130,12 +127,11 @@ const float* GptGenerator::prefill(const std::vector<std::vector<int64_t>>& prom
   if (!step)
     step = std::make_unique<CompiledStep>(compile(
         [&](const std::vector<Tensor>& a) {
-          Tensor mask = gpt_causal_mask(P);
           std::vector<Tensor> kv;
           Tensor logits = m_.forward_with(a[0], {}, [&](size_t, const Tensor& q, const Tensor& k, const Tensor& v) {
             kv.push_back(k);
             kv.push_back(v);
-            return gpt_attention(q, k, v, mask);
+            return gpt_attention(q, k, v);
           });
           std::vector<Tensor> out = {logits.slice(1, P - 1, P).reshape({B, c.vocab})};
           out.insert(out.end(), kv.begin(), kv.end());
@@ -161,11 +157,10 @@ void GptGenerator::compile_decode() {
     std::vector<Tensor> p = m_.h[l]->qkv(x);
     return std::vector<Tensor>{x, split(p[0]), split(p[1]), split(p[2])};
   };
-  // Block l's attention over its cache (the new row already written at the position; the rows
-  // after it are zero and masked, so they add exact zeros) and the rest of the block.
+  // Block l's attention over its cache (the new row already written at the position, which the
+  // offset input holds) and the rest of the block.
   auto attend = [&](size_t l, const Tensor& x, const Tensor& q) {
-    Tensor scores = einsum("bhtd,bhds->bhts", {q, k_[l]});
-    return m_.h[l]->finish(x, gpt_attention_from_scores(scores, v_[l], mask_));
+    return m_.h[l]->finish(x, gpt_attention_at(q, k_[l], v_[l], offset_));
   };
   decode_.clear();
   decode_.push_back(std::make_unique<CompiledStep>(compile(
@@ -198,9 +193,8 @@ const float* GptGenerator::decode(const std::vector<int64_t>& tokens) {
   auto* tok = reinterpret_cast<int64_t*>(decode_[0]->input_ptr(0));
   auto* posn = reinterpret_cast<int64_t*>(decode_[0]->input_ptr(1));
   for (int64_t b = 0; b < B; ++b) tok[b] = tokens[size_t(b)], posn[b] = pos_;
-  float* mask = static_cast<float*>(mask_host_.buffer->data());
-  for (int64_t j = 0; j < T; ++j) mask[j] = j > pos_ ? -1e9f : 0.0f;
-  mask_host_.buffer->mark_modified();
+  *static_cast<int64_t*>(offset_host_.buffer->data()) = pos_;
+  offset_host_.buffer->mark_modified();
   // Stage l computes block l's projections (after block l-1's attention and MLP): its new key and
   // value rows go into the caches before the next stage attends over them.
   for (size_t l = 0; l < decode_.size(); ++l) {

@@ -114,11 +114,9 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   if (x.shape().size() != 3 || x.shape()[2] != width)
     throw Error("CausalSelfAttention: input must be [B, T, " + std::to_string(width) + "], got " + shape_str(x.shape()));
   int64_t B = x.shape()[0], T = x.shape()[1], C = width, H = heads, D = C / H;
-  Tensor causal = gpt_causal_mask(T);
   Tensor q3 = qkv->forward(x);
   auto part = [&](int64_t k) { return q3.slice(2, k * C, (k + 1) * C).reshape({B, T, H, D}).permute({0, 2, 1, 3}); };
-  Tensor att = einsum("bhtd,bhsd->bhts", {part(0), part(1)}) * (1.0 / std::sqrt(double(D))) + causal;
-  Tensor y = einsum("bhts,bhsd->bthd", {att.softmax(-1), part(2)}).reshape({B, T, C});
+  Tensor y = scaled_dot_product_attention(part(0), part(1), part(2), true).permute({0, 2, 1, 3}).reshape({B, T, C});
   return proj->forward(y);
 }
 
