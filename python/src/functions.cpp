@@ -54,6 +54,12 @@ void bind_functions(nb::module_& m) {
   m.def("layer_norm", [](const Tensor& x, const Tensor& w, const Tensor& b, double eps) {
     return layer_norm(x, w, b, eps);
   }, nb::arg("input"), nb::arg("weight"), nb::arg("bias"), nb::arg("eps") = 1e-5);
+  m.def("scaled_dot_product_attention", [](const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
+                                           std::optional<double> scale) {
+    if (scale && *scale == 0) throw Error("scaled_dot_product_attention: scale must be non-zero");
+    return scaled_dot_product_attention(q, k, v, causal, scale.value_or(0.0));
+  }, nb::arg("query"), nb::arg("key"), nb::arg("value"), nb::kw_only(), nb::arg("is_causal") = false,
+     nb::arg("scale") = nb::none(), "softmax(scale q k^T) v in one fused kernel, forward and backward.");
   m.def("embedding", [](const Tensor& indices, const Tensor& weight) { return embedding(weight, indices); },
         nb::arg("input"), nb::arg("weight"));
   m.def("linear", [](const Tensor& x, const Tensor& w, std::optional<Tensor> b) {

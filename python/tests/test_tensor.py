@@ -30,6 +30,25 @@ def test_unary_values_and_gradients_match_pytorch(torch, name, rng):
     np.testing.assert_allclose(s.grad.numpy(), t.grad.numpy(), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_fused_attention_values_and_gradients_match_pytorch(torch, causal, rng):
+    from synoros.nn import functional as F
+    shapes = [(2, 3, 70, 8), (2, 3, 70 if causal else 90, 8), (2, 3, 70 if causal else 90, 8)]
+    arrays = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    (sq, tq), (sk, tk), (sv, tv) = (pair(torch, a) for a in arrays)
+    ys = F.scaled_dot_product_attention(sq, sk, sv, is_causal=causal)
+    scores = tq @ tk.transpose(-1, -2) / np.sqrt(8.0)
+    if causal:
+        scores = scores.masked_fill(torch.ones(70, 70, dtype=torch.bool).triu(1), float("-inf"))
+    yt = torch.softmax(scores, -1) @ tv
+    np.testing.assert_allclose(ys.numpy(), yt.detach().numpy(), rtol=1e-4, atol=1e-5)
+    g = rng.standard_normal(shapes[0]).astype(np.float32)
+    (ys * synoros.tensor(g)).sum().backward()
+    (yt * torch.tensor(g)).sum().backward()
+    for s, t in ((sq, tq), (sk, tk), (sv, tv)):
+        np.testing.assert_allclose(s.grad.numpy(), t.grad.numpy(), rtol=1e-3, atol=1e-4)
+
+
 def test_log_sqrt_rsqrt_on_positive_inputs(torch, rng):
     a = rng.uniform(0.5, 2.0, (4, 3)).astype(np.float32)
     for name in ["log", "sqrt", "rsqrt"]:

@@ -13,6 +13,7 @@ from .._C import (  # noqa: F401  (re-exported)
     linear,
     max_pool2d,
     mse_loss,
+    scaled_dot_product_attention,
     silu,
 )
 from .._C import Tensor
