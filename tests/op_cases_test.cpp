@@ -189,6 +189,8 @@ std::vector<OpCase> all_cases() {
     // queries at positions offset + i over a longer key cache (decoding)
     c.push_back(with_attrs("attention at an offset", Op::Attention, {f32({2, 3, 4}), f32({2, 9, 4}), f32({2, 9, 4}), i64({1}, 6)},
                            att(true, 0.6)));
+    c.push_back(with_attrs("attention at an offset past the keys", Op::Attention,  // clamped to Tk
+                           {f32({2, 3, 4}), f32({2, 9, 4}), f32({2, 9, 4}), {DType::I64, {1}, 20, 30, 0}}, att(true, 0.6)));
     c.push_back(with_attrs("attention at an offset blocks", Op::Attention,
                            {f32({5, 3}), f32({140, 3}), f32({140, 3}), i64({1}, 100)}, att(true, 0.8)));
     c.push_back(with_attrs("attention blocks", Op::Attention, {f32({66, 3}, -2, 2), f32({130, 3}, -2, 2), f32({130, 3})},

@@ -287,7 +287,7 @@ struct AttentionDims {
 AttentionDims attention_dims(const Node& n, const OracleIn& in) {
   const Shape &q = in[0]->shape, &k = in[1]->shape;
   const size_t r = q.size(), tensors = n.op == Op::Attention ? 3 : 5;
-  const int64_t offset = in.size() > tensors ? int64_t(in[tensors]->get(0)) : 0;
+  const int64_t offset = in.size() > tensors ? std::clamp<int64_t>(int64_t(in[tensors]->get(0)), 0, k[r - 2]) : 0;
   return {numel(q) / (q[r - 2] * q[r - 1]), q[r - 2], k[r - 2], q[r - 1], n.attrs.ints[0] == 1, n.attrs.scalar, offset};
 }
 // Row i of batch b's probabilities.
@@ -314,9 +314,10 @@ HostTensor oracle_attention(const Node& n, const OracleIn& in) {
   for (int64_t b = 0; b < a.batch; ++b)
     for (int64_t i = 0; i < a.Tq; ++i) {
       std::vector<double> p = attention_probs(a, in, b, i);
+      const int64_t seen = a.causal ? std::min(a.offset + i + 1, a.Tk) : a.Tk;
       for (int64_t d = 0; d < a.D; ++d) {
-        double o = 0;
-        for (int64_t j = 0; j < a.Tk; ++j) o += p[size_t(j)] * in[2]->get((b * a.Tk + j) * a.D + d);
+        double o = seen > 0 ? 0 : NAN;
+        for (int64_t j = 0; j < seen; ++j) o += p[size_t(j)] * in[2]->get((b * a.Tk + j) * a.D + d);
         out.set((b * a.Tq + i) * a.D + d, o);
       }
     }
@@ -332,12 +333,13 @@ HostTensor oracle_attention_grad(const Node& n, const OracleIn& in) {
     const int64_t qo = b * a.Tq * a.D, ko = b * a.Tk * a.D, go = b * rows * a.D;
     for (int64_t i = 0; i < a.Tq; ++i) {
       std::vector<double> p = attention_probs(a, in, b, i), dp(size_t(a.Tk), 0.0);
+      const int64_t seen = a.causal ? std::min(a.offset + i + 1, a.Tk) : a.Tk;
       double dsum = 0;
-      for (int64_t j = 0; j < a.Tk; ++j) {
+      for (int64_t j = 0; j < seen; ++j) {
         for (int64_t d = 0; d < a.D; ++d) dp[size_t(j)] += in[4]->get(qo + i * a.D + d) * in[2]->get(ko + j * a.D + d);
         dsum += p[size_t(j)] * dp[size_t(j)];
       }
-      for (int64_t j = 0; j < a.Tk; ++j) {
+      for (int64_t j = 0; j < seen; ++j) {
         const double ds = p[size_t(j)] * (dp[size_t(j)] - dsum) * a.scale;
         for (int64_t d = 0; d < a.D; ++d) {
           const int64_t dq = go + i * a.D + d, dk = go + (a.Tq + j) * a.D + d, dv = go + (a.Tq + a.Tk + j) * a.D + d;

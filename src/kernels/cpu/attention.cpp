@@ -48,7 +48,8 @@ struct AttnArgs {
 };
 
 int64_t blocks(int64_t n) { return (n + kBlock - 1) / kBlock; }
-int64_t offset(const AttnArgs& a) { return a.offset ? *a.offset : 0; }
+// The query offset, clamped to [0, Tk] (ops.def).
+int64_t offset(const AttnArgs& a) { return a.offset ? std::clamp<int64_t>(*a.offset, 0, a.Tk) : 0; }
 int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 
 // The last key block that queries i0 .. i0 + rows - 1 see (-1: none).
@@ -57,20 +58,32 @@ int64_t last_key_block(const AttnArgs& a, int64_t i0, int64_t rows) {
   return std::min(blocks(a.Tk) - 1, floor_div(i0 + rows - 1 + offset(a), kBlock));
 }
 
-// Per-thread scratch: two score blocks, an output block and the GEMM's transposition space.
+// A task's scratch: two score blocks, an output block and the GEMM's transposition space; on the
+// task's stack for heads up to kStackD wide (so running a plan allocates nothing), else on the heap.
+constexpr int64_t kStackD = 128;
 template <class T>
-struct Scratch {
+class Scratch {
+ public:
+  explicit Scratch(int64_t D) {
+    T* p = stack_;
+    if (D > kStackD) {
+      heap_.resize(size_t(2 * kBlock * kBlock + 2 * kBlock * D) + 64);
+      p = heap_.data();
+      while (reinterpret_cast<uintptr_t>(p) % 64) ++p;
+    }
+    s = p;
+    dp = p + kBlock * kBlock;
+    c = p + 2 * kBlock * kBlock;
+    gemm = c + kBlock * D;
+  }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
   T *s, *dp, *c, *gemm;
+
+ private:
+  alignas(64) T stack_[2 * kBlock * kBlock + 2 * kBlock * kStackD];
+  std::vector<T> heap_;
 };
-template <class T>
-Scratch<T> scratch(int64_t D) {
-  thread_local std::vector<T> buf;
-  const size_t need = size_t(2 * kBlock * kBlock + 2 * kBlock * D) + 64;
-  if (buf.size() < need) buf.resize(need);
-  T* p = buf.data();
-  while (reinterpret_cast<uintptr_t>(p) % 64) ++p;
-  return {p, p + kBlock * kBlock, p + 2 * kBlock * kBlock, p + 2 * kBlock * kBlock + kBlock * D};
-}
 
 // C (rows of c_rs) = A B for one pair of blocks, A(m, k) = A[m a_rs + k a_cs], B(k, n) = B[k b_rs + n b_cs].
 template <class T>
@@ -168,7 +181,7 @@ void forward_task(const AttnArgs& a, int64_t task) {
   const int64_t D = a.D;
   const T *q = at<T>(a.q, b * a.Tq * D), *k = at<T>(a.k, b * a.Tk * D), *v = at<T>(a.v, b * a.Tk * D);
   T* o = static_cast<T*>(a.out) + (b * a.Tq + i0) * D;
-  Scratch<T> w = scratch<T>(D);
+  Scratch<T> w(D);
   T m[kBlock], l[kBlock], alpha[kBlock];
   std::fill(m, m + rows, -std::numeric_limits<T>::infinity());
   std::fill(l, l + rows, T(0));
@@ -208,7 +221,7 @@ void stats_task(const AttnArgs& a, int64_t task) {
   const int64_t nqb = blocks(a.Tq), b = task / nqb, i0 = task % nqb * kBlock, rows = std::min(kBlock, a.Tq - i0);
   const int64_t D = a.D;
   const GradView<T> x = grad_view<T>(a, b);
-  Scratch<T> w = scratch<T>(D);
+  Scratch<T> w(D);
   T m[kBlock], l[kBlock];
   std::fill(m, m + rows, -std::numeric_limits<T>::infinity());
   std::fill(l, l + rows, T(0));
@@ -258,11 +271,13 @@ void key_task(const AttnArgs& a, int64_t task) {
   const int64_t nkb = blocks(a.Tk), b = task / nkb, kb = task % nkb, j0 = kb * kBlock, cols = std::min(kBlock, a.Tk - j0);
   const int64_t D = a.D;
   const GradView<T> x = grad_view<T>(a, b);
-  Scratch<T> w = scratch<T>(D);
+  Scratch<T> w(D);
   T *dk = x.dk + j0 * D, *dv = x.dv + j0 * D;
   bool first = true;
-  // The first query block with a query that sees key j0 (i + offset >= j0).
-  const int64_t qb0 = a.causal ? std::max<int64_t>(0, floor_div(j0 - offset(a), kBlock)) : 0;
+  // The first query block with a query that sees key j0 (i + offset >= j0); none past the last query.
+  const int64_t qb0 = !a.causal                       ? 0
+                      : j0 > a.Tq - 1 + offset(a) ? blocks(a.Tq)
+                                                  : std::max<int64_t>(0, floor_div(j0 - offset(a), kBlock));
   for (int64_t qb = qb0; qb < blocks(a.Tq); ++qb, first = false) {
     const int64_t i0 = qb * kBlock, rows = std::min(kBlock, a.Tq - i0);
     probs_and_dscores(a, x, i0, rows, j0, cols, w);
@@ -281,7 +296,7 @@ void query_task(const AttnArgs& a, int64_t task) {
   const int64_t nqb = blocks(a.Tq), b = task / nqb, i0 = task % nqb * kBlock, rows = std::min(kBlock, a.Tq - i0);
   const int64_t D = a.D;
   const GradView<T> x = grad_view<T>(a, b);
-  Scratch<T> w = scratch<T>(D);
+  Scratch<T> w(D);
   T* dq = x.dq + i0 * D;
   const int64_t last = last_key_block(a, i0, rows);
   for (int64_t kb = 0; kb <= last; ++kb) {
