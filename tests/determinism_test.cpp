@@ -12,6 +12,27 @@
 namespace synoros {
 namespace {
 
+// The bytes of tensors' values, or of a plan's outputs, one after another.
+std::vector<uint8_t> value_bytes(const std::vector<HostTensor>& values) {
+  std::vector<uint8_t> bytes;
+  for (const HostTensor& v : values) {
+    auto* b = static_cast<const uint8_t*>(v.buffer->data());
+    bytes.insert(bytes.end(), b, b + v.bytes());
+  }
+  return bytes;
+}
+template <class Ts>
+std::vector<uint8_t> tensor_bytes(const Ts& tensors) {
+  std::vector<HostTensor> v;
+  for (const Tensor& t : tensors) v.push_back(t.value());
+  return value_bytes(v);
+}
+std::vector<uint8_t> output_bytes(Plan& p, const std::vector<ValueId>& outs) {
+  std::vector<HostTensor> v;
+  for (ValueId o : outs) v.push_back(p.read(o));
+  return value_bytes(v);
+}
+
 std::vector<uint8_t> train_bytes(int steps) {
   TinyTask task(42);
   TinyMLP m(7);
@@ -19,13 +40,7 @@ std::vector<uint8_t> train_bytes(int steps) {
   std::memcpy(step.input_ptr(0), task.x.buffer->data(), task.x.bytes());
   std::memcpy(step.input_ptr(1), task.target.buffer->data(), task.target.bytes());
   for (int i = 0; i < steps; ++i) step.run();
-  std::vector<uint8_t> bytes;
-  for (const Tensor& p : m.params()) {
-    HostTensor v = p.value();
-    auto* b = static_cast<const uint8_t*>(v.buffer->data());
-    bytes.insert(bytes.end(), b, b + v.bytes());
-  }
-  return bytes;
+  return tensor_bytes(m.params());
 }
 
 TEST(Determinism, TinyMlpTrainingIsBitIdenticalAcrossRunsAndThreads) {
@@ -81,13 +96,7 @@ TEST(Determinism, FusionAndPlanningKeepTheBitsInStrictMode) {
     for (int64_t i = 0; i < 16; ++i) y.set(i, double(i % 10));
     HostTensor x = Tensor::randn({16, 1, 28, 28}, 5).value();
     for (int i = 0; i < 2; ++i) step({x, y});
-    std::vector<uint8_t> bytes;
-    for (const Tensor& p : m->parameters()) {
-      HostTensor v = p.value();
-      auto* b = static_cast<const uint8_t*>(v.buffer->data());
-      bytes.insert(bytes.end(), b, b + v.bytes());
-    }
-    return bytes;
+    return tensor_bytes(m->parameters());
   };
   std::vector<uint8_t> ref = step_bytes();
   {
@@ -144,13 +153,7 @@ TEST(Determinism, VectorMathGivesTheSameBitsOnEveryIsa) {
     Plan p(g, outs);
     p.set_input(x, testing::random_tensor({DType::F32, {20000}, -100, 100}, 5));
     p.run();
-    std::vector<uint8_t> bytes;
-    for (ValueId o : outs) {
-      HostTensor h = p.read(o);
-      auto* b = static_cast<const uint8_t*>(h.buffer->data());
-      bytes.insert(bytes.end(), b, b + h.bytes());
-    }
-    return bytes;
+    return output_bytes(p, outs);
   };
   kernels::Isa saved = kernels::active_isa();
   kernels::set_isa(kernels::Isa::Scalar);
@@ -193,13 +196,7 @@ TEST(Determinism, RowCompositesGiveTheSameBitsOnEveryIsa) {
     p.set_input(w, testing::random_tensor({DType::F32, {n}}, 9));
     p.set_input(b, testing::random_tensor({DType::F32, {n}}, 10));
     p.run();
-    std::vector<uint8_t> bytes;
-    for (ValueId o : outs) {
-      HostTensor h = p.read(o);
-      auto* c = static_cast<const uint8_t*>(h.buffer->data());
-      bytes.insert(bytes.end(), c, c + h.bytes());
-    }
-    return bytes;
+    return output_bytes(p, outs);
   };
   for (int64_t n : {13, 771, 5000}) {
     for (bool special : {false, true}) {
@@ -238,13 +235,7 @@ TEST(Determinism, AttentionGivesTheSameBitsOnEveryIsaAndThreadCount) {
     p.set_input(v, testing::random_tensor({DType::F32, ks}, 9));
     p.set_input(go, testing::random_tensor({DType::F32, qs}, 10));
     p.run();
-    std::vector<uint8_t> bytes;
-    for (ValueId x : outs) {
-      HostTensor h = p.read(x);
-      auto* c = static_cast<const uint8_t*>(h.buffer->data());
-      bytes.insert(bytes.end(), c, c + h.bytes());
-    }
-    return bytes;
+    return output_bytes(p, outs);
   };
   const int saved = num_threads();
   for (bool causal : {false, true}) {

@@ -48,6 +48,15 @@ struct AttnArgs {
 };
 
 int64_t blocks(int64_t n) { return (n + kBlock - 1) / kBlock; }
+
+// A task of one (batch item, query block): queries i0 .. i0 + rows - 1 of batch item b.
+struct QueryBlock {
+  int64_t b, i0, rows;
+};
+QueryBlock query_block(const AttnArgs& a, int64_t task) {
+  const int64_t nqb = blocks(a.Tq), i0 = task % nqb * kBlock;
+  return {task / nqb, i0, std::min(kBlock, a.Tq - i0)};
+}
 // The query offset, clamped to [0, Tk] (ops.def).
 int64_t offset(const AttnArgs& a) { return a.offset ? std::clamp<int64_t>(*a.offset, 0, a.Tk) : 0; }
 int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
@@ -177,7 +186,7 @@ const T* at(const void* p, int64_t off) {
 // ---- forward: one task per (batch, query block)
 template <class T>
 void forward_task(const AttnArgs& a, int64_t task) {
-  const int64_t nqb = blocks(a.Tq), b = task / nqb, i0 = task % nqb * kBlock, rows = std::min(kBlock, a.Tq - i0);
+  const auto [b, i0, rows] = query_block(a, task);
   const int64_t D = a.D;
   const T *q = at<T>(a.q, b * a.Tq * D), *k = at<T>(a.k, b * a.Tk * D), *v = at<T>(a.v, b * a.Tk * D);
   T* o = static_cast<T*>(a.out) + (b * a.Tq + i0) * D;
@@ -218,7 +227,7 @@ GradView<T> grad_view(const AttnArgs& a, int64_t b) {
 // Phase 1, one task per (batch, query block): lse and D of its rows.
 template <class T>
 void stats_task(const AttnArgs& a, int64_t task) {
-  const int64_t nqb = blocks(a.Tq), b = task / nqb, i0 = task % nqb * kBlock, rows = std::min(kBlock, a.Tq - i0);
+  const auto [b, i0, rows] = query_block(a, task);
   const int64_t D = a.D;
   const GradView<T> x = grad_view<T>(a, b);
   Scratch<T> w(D);
@@ -293,7 +302,7 @@ void key_task(const AttnArgs& a, int64_t task) {
 // Phase 3, one task per (batch, query block): its dq.
 template <class T>
 void query_task(const AttnArgs& a, int64_t task) {
-  const int64_t nqb = blocks(a.Tq), b = task / nqb, i0 = task % nqb * kBlock, rows = std::min(kBlock, a.Tq - i0);
+  const auto [b, i0, rows] = query_block(a, task);
   const int64_t D = a.D;
   const GradView<T> x = grad_view<T>(a, b);
   Scratch<T> w(D);
