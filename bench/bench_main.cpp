@@ -169,9 +169,10 @@ void LayerNormFwdBwd(benchmark::State& state, bool interpreter) {
 BENCHMARK_CAPTURE(LayerNormFwdBwd, jit, false)->Name("LayerNormFwdBwd")->UseRealTime();
 BENCHMARK_CAPTURE(LayerNormFwdBwd, interpreter, true)->Name("LayerNormFwdBwd/interpreter")->UseRealTime();
 
-// Causal attention at B=8, H=12, T=512, D=64 as the GPT model computes it: scores, scale, mask,
-// softmax, weighted values. Counted FLOPs: the causal half of both products, 2*B*H*T*T*D.
-Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v) {
+// Causal attention at B=8, H=12, T=512, D=64: the fused op, and (/composed) the graph it
+// replaces: scores, scale, mask, softmax, weighted values. Counted FLOPs: the causal half of both
+// products, 2*B*H*T*T*D.
+Tensor composed_attention(const Tensor& q, const Tensor& k, const Tensor& v) {
   const int64_t T = q.shape()[2], D = q.shape()[3];
   HostTensor mask(DType::F32, {T, T});
   for (int64_t i = 0; i < T; ++i)
@@ -179,35 +180,46 @@ Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v) {
   Tensor att = einsum("bhtd,bhsd->bhts", {q, k}) * (1.0 / std::sqrt(double(D))) + Tensor::constant(mask);
   return einsum("bhts,bhsd->bhtd", {att.softmax(-1), v});
 }
+Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool composed) {
+  return composed ? composed_attention(q, k, v) : scaled_dot_product_attention(q, k, v, true);
+}
 constexpr int64_t kAttB = 8, kAttH = 12, kAttT = 512, kAttD = 64;
-void AttentionFwd(benchmark::State& state, bool interpreter) {
+void AttentionFwd(benchmark::State& state, bool composed) {
   const Shape s{kAttB, kAttH, kAttT, kAttD};
-  run_elementwise(state, [](const std::vector<Tensor>& a) { return causal_attention(a[0], a[1], a[2]); },
-                  {{DType::F32, s}, {DType::F32, s}, {DType::F32, s}}, 4 * kAttB * kAttH * kAttT * kAttD * 4,
-                  interpreter);
+  run_elementwise(
+      state, [composed](const std::vector<Tensor>& a) { return causal_attention(a[0], a[1], a[2], composed); },
+      {{DType::F32, s}, {DType::F32, s}, {DType::F32, s}}, 4 * kAttB * kAttH * kAttT * kAttD * 4, false);
   state.counters["FLOPS"] = benchmark::Counter(double(state.iterations()) * 2.0 * kAttB * kAttH * kAttT * kAttT * kAttD,
                                                benchmark::Counter::kIsRate);
 }
-BENCHMARK_CAPTURE(AttentionFwd, jit, false)->Name("AttentionFwd")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(AttentionFwd, fused, false)->Name("AttentionFwd")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(AttentionFwd, composed, true)
+    ->Name("AttentionFwd/composed")
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 // Forward and backward: the output and the gradients of q, k and v for an upstream gradient.
 // Counted FLOPs: the causal half of the forward's two products and the backward's five.
-void AttentionFwdBwd(benchmark::State& state, bool interpreter) {
+void AttentionFwdBwd(benchmark::State& state, bool composed) {
   const Shape s{kAttB, kAttH, kAttT, kAttD};
   Tensor q = Tensor::randn(s, 21), k = Tensor::randn(s, 22), v = Tensor::randn(s, 23);
   for (Tensor* t : {&q, &k, &v}) t->requires_grad().stateful();
   run_fused(
       state,
       [&](const std::vector<Tensor>& a) {
-        Tensor o = causal_attention(q, k, v);
+        Tensor o = causal_attention(q, k, v, composed);
         (o * a[0]).sum().backward();
         return std::vector<Tensor>{o, q.grad(), k.grad(), v.grad()};
       },
-      {{DType::F32, s}}, 8 * kAttB * kAttH * kAttT * kAttD * 4, interpreter);
+      {{DType::F32, s}}, 8 * kAttB * kAttH * kAttT * kAttD * 4, false);
   state.counters["FLOPS"] = benchmark::Counter(double(state.iterations()) * 7.0 * kAttB * kAttH * kAttT * kAttT * kAttD,
                                                benchmark::Counter::kIsRate);
 }
-BENCHMARK_CAPTURE(AttentionFwdBwd, jit, false)->Name("AttentionFwdBwd")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(AttentionFwdBwd, fused, false)->Name("AttentionFwdBwd")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(AttentionFwdBwd, composed, true)
+    ->Name("AttentionFwdBwd/composed")
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 // C[M,N] = A[M,K] @ B[K,N] through measured kernel selection (batched when batch > 1).
 void Matmul(benchmark::State& state) {

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Fused elementwise rows side by side: the engine as users run it (Recompile: generated kernels
-where they win), the engine's interpreter (SYNOROS_NO_JIT=1), PyTorch eager and torch.compile.
+where they win), the engine's interpreter (SYNOROS_NO_JIT=1) or, for attention, the unfused graph the fused op
+replaces, PyTorch eager and torch.compile.
 
 PyTorch: scripts/install_peers.sh's PyTorch 2.x environment (.peers/bin/python) when it exists,
 eager and torch.compile; otherwise Debian's /usr/bin/python3 (eager only). Rounds interleave the
@@ -14,7 +15,8 @@ import statistics
 import subprocess
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-# name: (bytes moved per run, PyTorch setup code defining f)
+# name: (bytes moved per run, PyTorch setup code defining f). Backward rows take the gradient of
+# sum(y * g), as the engine's rows do.
 ROWS = {
     "EltwiseChain": (2 * 1024 * 1024 * 4,
                      "x = torch.randn(1024, 1024)\n"
@@ -35,7 +37,7 @@ ROWS = {
                         "def f():\n"
                         "    x.grad = w.grad = b.grad = None\n"
                         "    y = fwd(x, w, b)\n"
-                        "    y.backward(g)\n"
+                        "    (y * g).sum().backward()\n"
                         "    return y\n"),
     "AttentionFwd": (4 * 8 * 12 * 512 * 64 * 4,
                      "q, k, v = (torch.randn(8, 12, 512, 64) for _ in range(3))\n"
@@ -47,7 +49,7 @@ ROWS = {
                         "def f():\n"
                         "    q.grad = k.grad = v.grad = None\n"
                         "    o = fwd(q, k, v)\n"
-                        "    o.backward(g)\n"
+                        "    (o * g).sum().backward()\n"
                         "    return o\n"),
 }
 # Rows that count FLOPs (the causal half of attention's products: two forward, five backward).
@@ -83,7 +85,7 @@ print(json.dumps({"version": torch.__version__, "times": out}))
 
 
 def engine(bench, min_time):
-    flt = "^(" + "|".join(ROWS) + ")(/interpreter)?/real_time$"
+    flt = "^(" + "|".join(ROWS) + ")(/interpreter|/composed)?/real_time$"
     env = dict(os.environ, SYNOROS_NUM_THREADS="1")
     res = subprocess.run([bench, "--benchmark_format=json", f"--benchmark_filter={flt}",
                           f"--benchmark_min_time={min_time}"], env=env, check=True, capture_output=True, text=True)
@@ -133,6 +135,10 @@ def main():
         if i is not None:
             row["interpreter_ns"] = i
             line += f" (interpreter {i / 1e6:8.3f}, {i / e:4.2f}x)"
+        c = med.get(name + "/composed")
+        if c is not None:
+            row["composed_ns"] = c
+            line += f" (unfused graph {c / 1e6:8.3f}, {c / e:4.2f}x)"
         line += f"  eager {row['eager_ns'] / 1e6:8.3f} ms = {row['eager_ns'] / e:4.2f}x"
         if compiled:
             row["compile_ns"] = med["torch:" + name + ":compile"]
