@@ -148,9 +148,7 @@ T exp_sum(const AttnArgs& a, T* s, int64_t n, T m) {
   if constexpr (std::is_same_v<T, float>) {
     if (vector_rows<T>(a)) return avx2::softmax_exp_sum(s, s, n, m);
   }
-  T l[8] = {};
-  for (int64_t c = 0; c < n; ++c) l[c % 8] += (s[c] = fn::Exp::f(T(s[c] - m)));
-  return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+  return canonical_sum(n, [&](int64_t c) { return s[c] = fn::Exp::f(T(s[c] - m)); });
 }
 
 // One key block of a row's online softmax: s becomes p, m and l move on; returns alpha, the factor
@@ -243,13 +241,7 @@ void stats_task(const AttnArgs& a, int64_t task) {
   for (int64_t r = 0; r < rows; ++r) {
     x.lse[i0 + r] = m[r] + fn::Log::f(l[r]);
     const T *gr = x.g + (i0 + r) * D, *orow = x.o + (i0 + r) * D;
-    T total = 0;
-    for (int64_t seg = 0; seg < D; seg += 4096) {
-      T lanes[8] = {};
-      for (int64_t d = seg; d < std::min(D, seg + 4096); ++d) lanes[(d - seg) % 8] += gr[d] * orow[d];
-      total += ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
-    }
-    x.dsum[i0 + r] = total;
+    x.dsum[i0 + r] = canonical_sum(D, [&](int64_t d) { return T(gr[d] * orow[d]); });
   }
 }
 

@@ -102,17 +102,7 @@ void softmax_grad_line(const LineArgs& a, const T* yv, const T* g, T* dx, int64_
 // t % 8 of its 4096-element segment, lanes combined pairwise, segments added in order), r =
 // 1 / sqrt(var + eps), y = ((x - mean) r) w + b. The gradient's two sums, of gw = g w and of
 // gw xh with xh = (x - mean) r, take the same order. A row takes the AVX2 builds of the same steps
-// where they run (line_fn.hpp); the scalar loops below are the definition.
-template <class F>
-float canonical_sum(int64_t n, F term) {
-  float total = 0;
-  for (int64_t seg = 0; seg < n; seg += 4096) {
-    float l[8] = {};
-    for (int64_t k = seg; k < std::min(n, seg + 4096); ++k) l[(k - seg) % 8] += term(k);
-    total += ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
-  }
-  return total;
-}
+// where they run (line_fn.hpp); the scalar loops below (canonical_sum) are the definition.
 
 // The mean and 1 / sqrt(var + eps) of `rows` consecutive rows of n.
 void layernorm_stats_f32(bool vec, const float* x, int64_t n, int64_t rows, float eps, float* mean, float* r) {

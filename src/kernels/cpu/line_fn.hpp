@@ -9,6 +9,21 @@ namespace synoros::kernels {
 // out[0..n) = F(in0[i*s0], in1[i*s1], ...): one run of an elementwise map.
 using LineFn = void (*)(void* out, const void* const* in, const int64_t* s, int64_t n);
 
+// The sum of term(0) .. term(n - 1) as the reductions sum a row: term t into lane t % 8 of its
+// 4096-element segment, the lanes combined pairwise, the segments added in order from +0. The
+// scalar definition that the vector builds of the row kernels reproduce.
+template <class F>
+auto canonical_sum(int64_t n, F term) {
+  using T = decltype(term(int64_t(0)));
+  T total = 0;
+  for (int64_t seg = 0; seg < n; seg += 4096) {
+    T l[8] = {};
+    for (int64_t k = seg; k < (n < seg + 4096 ? n : seg + 4096); ++k) l[(k - seg) % 8] += term(k);
+    total += ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+  }
+  return total;
+}
+
 namespace scalar { LineFn pick_line(Op op, DType t); }
 namespace avx2 { LineFn pick_line(Op op, DType t); }
 namespace avx512 { LineFn pick_line(Op op, DType t); }
