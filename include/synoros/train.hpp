@@ -7,6 +7,7 @@
 #include <string>
 
 #include "synoros/checkpoint.hpp"
+#include "synoros/distributed.hpp"
 #include "synoros/gpt.hpp"
 #include "synoros/lora.hpp"
 #include "synoros/nn.hpp"
@@ -31,14 +32,10 @@ CompiledStep compile_classifier_train(nn::Module& model, optim::Optimizer& opt, 
 // Inference over images [B, 1, 28, 28]: returns {logits}; the module is put in eval mode.
 CompiledStep compile_classifier_eval(nn::Module& model, int64_t batch);
 
-// Language-model step over (tokens [B, T] i64, targets [B, T] i64): returns {loss}. With
-// `accumulated` (one stateful tensor per optimizer parameter), the update uses accumulated[i] +
-// scale * gradient_i: the last micro-batch of a gradient-accumulation step.
-CompiledStep compile_lm_train(nn::Gpt& model, optim::Optimizer& opt, int64_t batch, int64_t context,
-                              const std::vector<Tensor>& accumulated = {}, double scale = 1.0);
-// A micro-batch of gradient accumulation: accumulated[i] += scale * gradient_i; returns {loss}.
-CompiledStep compile_lm_accumulate(nn::Gpt& model, const optim::Optimizer& opt, const std::vector<Tensor>& accumulated,
-                                   double scale, int64_t batch, int64_t context);
+// Language-model step over (tokens [B, T] i64, targets [B, T] i64): returns {loss}.
+CompiledStep compile_lm_train(nn::Gpt& model, optim::Optimizer& opt, int64_t batch, int64_t context);
+// The mean cross-entropy of one batch, for a traced step: model(tokens) against targets.
+Tensor lm_loss(nn::Gpt& model, const Tensor& tokens, const Tensor& targets);
 CompiledStep compile_lm_eval(nn::Gpt& model, int64_t batch, int64_t context);
 
 }  // namespace synoros::train
@@ -67,6 +64,12 @@ struct ClassifierConfig {
   int64_t steps = 0;                          // > 0: the schedule's length in steps (else epochs)
   // Saved with checkpoints and checked on resume, e.g. the searched operator a model was built with.
   std::map<std::string, std::string> extra;
+  // Data-parallel training: the global batch is cut into `shards` micro-shards of batch / shards
+  // images, whose gradients are folded in a fixed order (synoros/distributed.hpp); the group's
+  // ranks share the micro-shards. The bits depend on `shards`, never on the group's size. With
+  // shards = 1 and no group, one fused step runs the whole batch.
+  int64_t shards = 1;
+  std::shared_ptr<dist::ProcessGroup> group;  // null: this process alone
 };
 
 struct EpochStats {
@@ -95,6 +98,8 @@ class ClassifierTrainer {
   nn::Module& model() { return *model_; }
   optim::Optimizer& optimizer() { return *opt_; }
   const ClassifierConfig& config() const { return cfg_; }
+  // The data-parallel step (shards > 1 or several ranks), else null: its times and layout.
+  const dist::DataParallelStep* data_parallel() const { return dp_.get(); }
   // Model, optimizer state, progress and the run's configuration in one safetensors file
   // (written atomically). load checks names, shapes and the model kind; with `resume` it also
   // refuses a checkpoint whose configuration (batch, seed, data, schedule, ...) differs from this
@@ -114,6 +119,8 @@ class ClassifierTrainer {
   std::shared_ptr<const data::ImageDataset> train_set_, test_set_;
   std::unique_ptr<data::Loader> loader_;
   std::unique_ptr<CompiledStep> step_fn_;
+  std::unique_ptr<dist::DataParallelStep> dp_;  // shards > 1 or a group of several ranks
+  void compile_step(std::unique_ptr<CompiledStep>& fused, std::unique_ptr<dist::DataParallelStep>& dp);
   std::vector<std::unique_ptr<CompiledStep>> eval_fns_;  // full batches, then the tail
   HostTensor images_, labels_;
   int64_t step_ = 0;
@@ -141,8 +148,10 @@ struct LmConfig {
   int64_t sequence = 0;  // training window length (0: the model's context)
   // Gradient accumulation: micro-batches of `batch` windows per optimizer step (the step's
   // windows are the same as one batch of accum x batch; the gradient is the mean of the
-  // micro-batches' means, summed in micro-batch order).
+  // micro-batches' means, folded in micro-batch order). The micro-batches are the micro-shards of
+  // data-parallel training: the group's ranks share them, and the bits depend on `accum` only.
   int64_t accum = 1;
+  std::shared_ptr<dist::ProcessGroup> group;  // null: this process alone
   int64_t seq() const { return sequence > 0 ? sequence : model.context; }
 };
 
@@ -165,6 +174,8 @@ class LmTrainer {
   nn::GptLora* lora() { return lora_.get(); }
   optim::Optimizer& optimizer() { return *opt_; }
   const LmConfig& config() const { return cfg_; }
+  // The data-parallel step (accum > 1 or several ranks), else null: its times and layout.
+  const dist::DataParallelStep* data_parallel() const { return dp_.get(); }
   // The optimizer state with the model's parameters (or, with LoRA, the adapters: "lora." + PEFT's
   // names; the frozen base is named by its file and a hash of its values in the metadata).
   void save(const std::string& path);
@@ -182,9 +193,9 @@ class LmTrainer {
   std::unique_ptr<optim::Optimizer> opt_;
   std::shared_ptr<const std::vector<uint8_t>> train_, val_;
   double unigram_ = 0;
-  void compile_steps(std::unique_ptr<CompiledStep>& step, std::unique_ptr<CompiledStep>& accumulate);
-  std::unique_ptr<CompiledStep> step_fn_, accum_fn_, val_fn_;
-  std::vector<Tensor> acc_;  // accumulated gradients (accum > 1), zero between optimizer steps
+  void compile_step(std::unique_ptr<CompiledStep>& fused, std::unique_ptr<dist::DataParallelStep>& dp);
+  std::unique_ptr<CompiledStep> step_fn_, val_fn_;
+  std::unique_ptr<dist::DataParallelStep> dp_;  // accum > 1 or a group of several ranks
   std::unique_ptr<nn::GptGenerator> gen_;
   HostTensor x_, y_;
   int64_t step_ = 0;

@@ -32,7 +32,9 @@ CommandSpec train_spec() {
                 "curves, checkpoints",
                 "The run directory (--out) gets log.csv, log.json, curves.svg and checkpoint.safetensors; a\n"
                 "resumed run (--resume) appends to the logs and continues bit for bit. --resume refuses a\n"
-                "checkpoint whose model, data or schedule differ from the command's.",
+                "checkpoint whose model, data or schedule differ from the command's.\n"
+                "Data-parallel: `mpirun -np N synoros train ...` shares each step's micro-shards (--shards,\n"
+                "or --accum for GPT models) among N ranks; the checkpoint is the same bytes for every N.",
                 {},
                 {{"classifier", "mlp, lenet and resnet-mini"}, {"lm", "gpt-tiny, gpt2-11m, gpt2-98m and gpt2-124m"}}};
   s.opts = {
@@ -65,7 +67,13 @@ CommandSpec train_spec() {
       integer_words("layers", "the model's", 1, 1024, "transformer blocks", "lm"),
       integer_words("heads", "the model's", 1, 1024, "attention heads (must divide the width)", "lm"),
       integer("eval-every", 200, 1, kMaxSteps, "steps between validations and checkpoints", "lm"),
-      integer("accum", 1, 1, 1 << 16, "gradient accumulation: micro-batches of --batch per optimizer step", "lm"),
+      integer("accum", 1, 1, 1 << 16,
+              "gradient accumulation: micro-batches of --batch per optimizer step (the micro-shards mpirun's ranks share)",
+              "lm"),
+      integer("shards", 1, 1, 1 << 16,
+              "micro-shards of each batch, folded in a fixed order (mpirun's ranks share them; the bits depend on "
+              "--shards, not on the rank count)",
+              "classifier"),
       text("prompt", "'The '", "prompt of the sample printed at the end", "lm"),
       integer("sample", 300, 0, 1 << 20, "bytes to sample at the end", "lm"),
       text("operator", "", "an action path from a search report: resnet-mini with that operator", "classifier"),

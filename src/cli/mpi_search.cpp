@@ -20,22 +20,6 @@
 
 namespace synoros::cli {
 
-namespace {
-int env_int(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? std::atoi(v) : 0;
-}
-// World size announced by the launcher, 0 when not started by one.
-int launcher_world_size() {
-  for (const char* n : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"})
-    if (int s = env_int(n)) return s;
-  // PMIx launchers (srun --mpi=pmix) set the rank, not the size: let MPI_Comm_size tell.
-  if (std::getenv("PMIX_RANK")) return 1;
-  return 0;
-}
-
-}  // namespace
-
 #ifdef SYNOROS_HAVE_MPI
 namespace {
 constexpr int kJob = 1, kResult = 2, kStop = 3;
@@ -83,32 +67,13 @@ void send(const std::string& s, int dest, int tag) {
 }
 }  // namespace
 
-MpiSearch::MpiSearch() {
-  if (launcher_world_size() < 1) return;
-  check(MPI_Init(nullptr, nullptr), "init");
-  initialised_ = true;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-  MPI_Comm_size(MPI_COMM_WORLD, &size_);
-}
-
 MpiSearch::~MpiSearch() {
-  if (!initialised_) return;
-  // Leaving by an exception: the other ranks may be waiting on this one, and MPI_Finalize
-  // would wait for them -- take the job down instead.
-  if (std::uncaught_exceptions() > 0) MPI_Abort(MPI_COMM_WORLD, 1);
-  if (rank_ == 0)
-    for (int r = 1; r < size_; ++r) MPI_Send(nullptr, 0, MPI_CHAR, r, kStop, MPI_COMM_WORLD);
-  MPI_Finalize();
-}
-
-void MpiSearch::abort(const std::string& why) {
-  if (!initialised_) return;
-  std::cerr << "synoros: error: " << why << " (stopping every MPI rank)" << std::endl;
-  MPI_Abort(MPI_COMM_WORLD, 1);
+  if (!active() || rank() != 0 || std::uncaught_exceptions() > 0) return;
+  for (int r = 1; r < size(); ++r) MPI_Send(nullptr, 0, MPI_CHAR, r, kStop, MPI_COMM_WORLD);
 }
 
 std::function<std::vector<search::WorkerResult>(const std::vector<std::vector<std::string>>&)> MpiSearch::runner() {
-  int size = size_;
+  int size = this->size();
   return [size](const std::vector<std::vector<std::string>>& jobs) {
     std::vector<search::WorkerResult> out(jobs.size());
     std::deque<int> idle;
@@ -139,9 +104,9 @@ std::function<std::vector<search::WorkerResult>(const std::vector<std::vector<st
 void MpiSearch::serve(const std::string& exe) {
   char host[256] = {};
   gethostname(host, sizeof host - 1);
-  std::string where = "rank " + std::to_string(rank_) + " on " + host;
+  std::string where = "rank " + std::to_string(rank()) + " on " + host;
   std::string tmp = (std::filesystem::temp_directory_path() /
-                     ("synoros-rank" + std::to_string(rank_) + "-" + std::to_string(getpid())))
+                     ("synoros-rank" + std::to_string(rank()) + "-" + std::to_string(getpid())))
                         .string();
   for (;;) {
     MPI_Status st;
@@ -164,15 +129,9 @@ void MpiSearch::serve(const std::string& exe) {
   std::filesystem::remove_all(tmp, ec);
 }
 
-#else  // built without MPI
+#else  // built without MPI (MpiRuntime refuses a launch with several ranks)
 
-MpiSearch::MpiSearch() {
-  if (launcher_world_size() > 1)
-    throw Error("search: started by mpirun with " + std::to_string(launcher_world_size()) +
-                " ranks, but this synoros was built without MPI (install libopenmpi-dev and rebuild)");
-}
 MpiSearch::~MpiSearch() = default;
-void MpiSearch::abort(const std::string&) {}
 std::function<std::vector<search::WorkerResult>(const std::vector<std::vector<std::string>>&)> MpiSearch::runner() {
   return {};
 }

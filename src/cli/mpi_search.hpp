@@ -7,6 +7,7 @@
 #include <functional>
 #include <string>
 
+#include "cli/mpi_runtime.hpp"
 #include "synoros/search.hpp"
 
 namespace synoros::cli {
@@ -15,25 +16,24 @@ class MpiSearch {
  public:
   // Initialises MPI when this process was started by mpirun/mpiexec (Open MPI, MPICH or PMIx
   // environment); a no-op otherwise.
-  MpiSearch();
-  ~MpiSearch();  // stops the worker ranks (rank 0) and finalises MPI
+  MpiSearch() : mpi_("search") {}
+  ~MpiSearch();  // stops the worker ranks (rank 0); then MPI is finalised
   MpiSearch(const MpiSearch&) = delete;
   MpiSearch& operator=(const MpiSearch&) = delete;
 
-  bool active() const { return size_ > 1; }
-  int rank() const { return rank_; }
-  int size() const { return size_; }
+  bool active() const { return mpi_.active(); }
+  int rank() const { return mpi_.rank(); }
+  int size() const { return mpi_.size(); }
   // Rank 0: a runner for SearchConfig::run_workers that hands each job to an idle rank.
   std::function<std::vector<search::WorkerResult>(const std::vector<std::vector<std::string>>&)> runner();
   // Ranks > 0: trains the jobs rank 0 sends (with `exe search-worker`) until told to stop.
   void serve(const std::string& exe);
   // Rank 0 after an error: prints it and takes every rank down instead of leaving them waiting
   // (a no-op outside MPI, where the caller reports the error itself).
-  void abort(const std::string& why);
+  void abort(const std::string& why) { mpi_.abort(why); }
 
  private:
-  int rank_ = 0, size_ = 1;
-  bool initialised_ = false;
+  MpiRuntime mpi_;
 };
 
 }  // namespace synoros::cli

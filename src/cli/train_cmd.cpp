@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstring>
 #include <cmath>
 #include <cstdio>
@@ -14,9 +15,11 @@
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <thread>
 
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
+#include "cli/mpi_runtime.hpp"
 #include "io/atomic_file.hpp"
 #include "kernels/providers.hpp"
 #include "synoros/search.hpp"
@@ -164,6 +167,46 @@ void write_run_choices(const std::string& out) {
                         [&](const io::ByteSink& sink) { sink(text.data(), text.size()); });
 }
 
+// Data-parallel runs: only rank 0 prints, logs and writes files; the other ranks' standard
+// output is discarded (errors still reach standard error, naming the rank).
+bool lead_rank(const MpiRuntime& mpi) {
+  if (mpi.rank() == 0) return true;
+  if (!std::freopen("/dev/null", "w", stdout)) throw Error("train: cannot silence rank " + std::to_string(mpi.rank()));
+  return false;
+}
+
+void describe_data_parallel(const MpiRuntime& mpi, const dist::DataParallelStep* dp, const char* shards_flag) {
+  if (!dp) return;
+  auto [first, last] = dp->local_shards();
+  std::cout << "data-parallel: " << mpi.size() << " rank(s), " << dp->shards() << " micro-shards per step (" << shards_flag
+            << "), rank 0 computes micro-shards " << first << ".." << last - 1 << "\n";
+}
+
+// A testing hook for the failure of one rank: SYNOROS_FAULT="kill:R:S" kills rank R (SIGKILL)
+// after its step S, "hang:R:S" makes it stop answering, so that a test can check that the other
+// ranks stop with an error in bounded time.
+void injected_fault(const MpiRuntime& mpi, int64_t step) {
+  static const std::string spec = config::text("SYNOROS_FAULT");
+  if (spec.empty()) return;
+  char kind[8] = {};
+  int rank = -1;
+  long long at = -1;
+  if (std::sscanf(spec.c_str(), "%7[a-z]:%d:%lld", kind, &rank, &at) != 3 || rank != mpi.rank() || at != step) return;
+  std::fprintf(stderr, "synoros: SYNOROS_FAULT: rank %d %s after step %lld\n", rank, kind, at);
+  if (std::string(kind) == "kill") std::raise(SIGKILL);
+  if (std::string(kind) == "hang")
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+}
+
+// Where rank 0's steps went: the share of the step spent communicating (and waiting for peers).
+void report_data_parallel(const dist::DataParallelStep* dp) {
+  if (!dp || dp->times().steps == 0) return;
+  const dist::StepTimes& t = dp->times();
+  double all = t.compute + t.communication + t.update;
+  std::printf("data-parallel steps on rank 0: compute %.2f s, communication %.2f s (%.1f%%), update %.2f s\n", t.compute,
+              t.communication, all > 0 ? 100.0 * t.communication / all : 0.0, t.update);
+}
+
 const char* kOperatorKey = "operator";
 const char* kMaskKey = "operator_mask";
 
@@ -171,8 +214,11 @@ std::shared_ptr<nn::Module> operator_network(const std::string& actions, int64_t
   return search::network_from_actions(actions, unsigned(mask), seed);
 }
 
-int train_classifier(const Args& a, const std::string& model) {
+int train_classifier(const Args& a, const std::string& model, const MpiRuntime& mpi) {
   train::ClassifierConfig c;
+  c.shards = a.integer("shards", 1);
+  c.group = mpi.group();
+  const bool lead = lead_rank(mpi);
   c.model = model;
   c.optimizer = a.str("optimizer");
   if (a.has("epochs") && a.has("steps")) throw UsageError("train: give --epochs or --steps, not both");
@@ -197,10 +243,12 @@ int train_classifier(const Args& a, const std::string& model) {
   c.extra = {{kOperatorKey, a.str("operator", "")},
              {kMaskKey, a.has("operator") ? std::to_string(a.integer("mask")) : ""}};
   std::string out = a.str("out", "runs/" + model), save = a.str("save", out + "/checkpoint.safetensors");
-  writable_dir(out, "run directory");
-  writable_file(save, "checkpoint");
-  if (a.has("save-init")) writable_file(a.str("save-init"), "checkpoint");
-  bool progress = !a.has("no-progress");
+  if (lead) {
+    writable_dir(out, "run directory");
+    writable_file(save, "checkpoint");
+    if (a.has("save-init")) writable_file(a.str("save-init"), "checkpoint");
+  }
+  bool progress = lead && !a.has("no-progress");
   replay_run_choices(a, out);
   // --operator ACTIONS [--mask M]: resnet-mini with a synthesized operator from a search report.
   std::unique_ptr<train::ClassifierTrainer> tp =
@@ -214,11 +262,12 @@ int train_classifier(const Args& a, const std::string& model) {
     log.resume(t.step(), 1);
     std::cout << "resumed from " << a.str("resume") << " at step " << t.step() << "\n";
   }
-  if (a.has("save-init")) t.save(a.str("save-init"));  // the initial weights, for side-by-side runs
+  if (lead && a.has("save-init")) t.save(a.str("save-init"));  // the initial weights, for side-by-side runs
   int64_t spe = t.steps_per_epoch(), total = t.total_steps(), epochs = (total + spe - 1) / spe;
   std::cout << "model " << model << ": " << t.model().parameter_count() << " parameters, " << spe
             << " steps per epoch, " << total << " steps, batch " << c.batch << ", " << c.optimizer << " lr " << c.lr
             << "\n";
+  describe_data_parallel(mpi, t.data_parallel(), "--shards");
   double total_seconds = 0, last_test_acc = 0;
   for (int64_t epoch = t.step() / spe; epoch < epochs && t.step() < total; ++epoch) {
     int64_t end = std::min((epoch + 1) * spe, total);
@@ -226,10 +275,13 @@ int train_classifier(const Args& a, const std::string& model) {
     t.reset_means();
     auto t0 = Clock::now();
     int64_t begin = t.step();
-    t.train_steps(end - t.step(),
-                  [&](int64_t s, double) { bar.update(s - epoch * spe, t.mean_loss(), t.mean_acc(), "acc"); });
+    t.train_steps(end - t.step(), [&](int64_t s, double) {
+      injected_fault(mpi, s);
+      bar.update(s - epoch * spe, t.mean_loss(), t.mean_acc(), "acc");
+    });
     double secs = seconds_since(t0);
     bar.finish();
+    if (!lead) continue;  // rank 0 evaluates and writes; the others go on to the next step
     auto [test_loss, test_acc] = t.evaluate();
     total_seconds += secs;
     last_test_acc = test_acc;
@@ -246,6 +298,7 @@ int train_classifier(const Args& a, const std::string& model) {
     t.save(save);
     write_run_choices(out);
   }
+  report_data_parallel(t.data_parallel());
   std::cout << "checkpoint " << save << ", curves " << out << "/curves.svg, logs " << out << "/log.{csv,json}\n";
   if (a.has("json"))
     std::cout << "{\"model\":\"" << model << "\",\"epochs\":" << epochs << ",\"steps\":" << total
@@ -275,9 +328,10 @@ train::LmConfig lm_config(const Args& a) {
 
 // The language-model loop of train and finetune: progress, validation, logs, curves and
 // checkpoints every --eval-every steps (`saved` runs after each checkpoint), a sample at the end.
-int lm_loop(const Args& a, train::LmConfig c, const std::function<void(train::LmTrainer&, const std::string&)>& saved = {});
+int lm_loop(const Args& a, train::LmConfig c, const MpiRuntime& mpi,
+            const std::function<void(train::LmTrainer&, const std::string&)>& saved = {});
 
-int train_lm(const Args& a) {
+int train_lm(const Args& a, const MpiRuntime& mpi) {
   train::LmConfig c = lm_config(a);
   c.batch = a.integer("batch", 16);
   c.steps = a.integer("steps", 1000);
@@ -285,17 +339,22 @@ int train_lm(const Args& a) {
   c.weight_decay = a.real("weight-decay", 0.01);
   c.clip = a.real("clip", 1.0);
   c.warmup_steps = a.integer("warmup", 50);
-  return lm_loop(a, c);
+  return lm_loop(a, c, mpi);
 }
 
-int lm_loop(const Args& a, train::LmConfig c, const std::function<void(train::LmTrainer&, const std::string&)>& saved) {
+int lm_loop(const Args& a, train::LmConfig c, const MpiRuntime& mpi,
+            const std::function<void(train::LmTrainer&, const std::string&)>& saved) {
+  c.group = mpi.group();
+  const bool lead = lead_rank(mpi);
   c.seed = uint64_t(a.integer("seed"));
   c.accum = a.integer("accum", 1);
   c.data_dir = a.str("data-dir", "");
   if (a.str("data", "fortunes") != "fortunes") c.text_file = a.str("data");
   std::string out = a.str("out", "runs/" + c.name), save = a.str("save", out + "/checkpoint.safetensors");
-  writable_dir(out, "run directory");
-  writable_file(save, "checkpoint");
+  if (lead) {
+    writable_dir(out, "run directory");
+    writable_file(save, "checkpoint");
+  }
   replay_run_choices(a, out);
   train::LmTrainer t(c);
   RunLog log(out, {"step", "train_loss", "val_loss", "seconds"});
@@ -310,18 +369,21 @@ int lm_loop(const Args& a, train::LmConfig c, const std::function<void(train::Lm
     std::cout << " (frozen) + " << t.lora()->parameter_count() << " LoRA parameters (rank " << t.lora()->config().rank
               << ", alpha " << t.lora()->config().alpha << ", " << t.lora()->config().targets_str() << ")";
   std::cout << "; unigram baseline " << t.unigram_baseline() << " nats/byte\n";
+  describe_data_parallel(mpi, t.data_parallel(), "--accum");
   double done_seconds = log.rows().empty() ? 0 : log.rows().back()[3];
   auto t0 = Clock::now();
   while (t.step() < c.steps) {
-    Progress bar(!a.has("no-progress"), "steps", std::min(c.steps, t.step() + every) - t.step());
+    Progress bar(lead && !a.has("no-progress"), "steps", std::min(c.steps, t.step() + every) - t.step());
     int64_t begin = t.step();
     double sum = 0;
     int64_t n = 0;
     t.train_steps(every, [&](int64_t s, double l) {
+      injected_fault(mpi, s);
       sum += l, ++n;
       bar.update(s - begin, l, sum / double(n), "mean");
     });
     bar.finish();
+    if (!lead) continue;  // rank 0 validates and writes; the others go on to the next step
     double val = t.validation_loss();
     double secs = done_seconds + seconds_since(t0);
     std::printf("step %lld  train loss %.4f  val loss %.4f  (unigram %.4f)  %.1f s\n", (long long)t.step(),
@@ -340,6 +402,8 @@ int lm_loop(const Args& a, train::LmConfig c, const std::function<void(train::Lm
     write_run_choices(out);
     if (saved) saved(t, out);
   }
+  if (!lead) return 0;
+  report_data_parallel(t.data_parallel());
   std::string prompt = a.str("prompt", "The ");
   std::cout << "sample (temperature 0.8):\n" << prompt << t.generate(prompt, a.integer("sample"), 0.8, c.seed) << "\n";
   return 0;
@@ -356,7 +420,13 @@ int train_cmd(const Args& a) {
     throw UsageError("train: --data for " + model + " is fortunes or a text file; '" + data + "' is neither");
   if (!lm && data != "fashion-mnist")
     throw UsageError("train: " + model + " trains on --data fashion-mnist, not '" + data + "'");
-  return lm ? train_lm(a) : train_classifier(a, model);
+  MpiRuntime mpi("train");
+  try {
+    return lm ? train_lm(a, mpi) : train_classifier(a, model, mpi);
+  } catch (const std::exception& e) {
+    if (mpi.active()) mpi.abort(e.what());
+    throw;
+  }
 }
 
 int finetune_cmd(const Args& a) {
@@ -387,7 +457,9 @@ int finetune_cmd(const Args& a) {
   c.clip = a.real("clip", 1.0);
   c.warmup_steps = a.integer("warmup", 20);
   bool merge = a.has("merge");
-  return lm_loop(a, c, [&](train::LmTrainer& t, const std::string& out) {
+  MpiRuntime mpi("finetune");
+  try {
+  return lm_loop(a, c, mpi, [&](train::LmTrainer& t, const std::string& out) {
     if (!t.lora()) return;
     t.lora()->save_pretrained(out + "/adapter", c.base);
     if (merge && t.step() == c.steps) {
@@ -397,6 +469,10 @@ int finetune_cmd(const Args& a) {
       std::cout << "merged model: " << out << "/merged.safetensors\n";
     }
   });
+  } catch (const std::exception& e) {
+    if (mpi.active()) mpi.abort(e.what());
+    throw;
+  }
 }
 
 // The model, optimizer and configuration come from the checkpoint's metadata.

@@ -2,6 +2,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 
 #include "synoros/checkpoint.hpp"
@@ -70,8 +71,46 @@ ClassifierTrainer::ClassifierTrainer(ClassifierConfig cfg, std::shared_ptr<nn::M
   else
     throw Error("train: unknown optimizer '" + cfg_.optimizer + "' (sgd, adamw)");
   opt_->set_clip_norm(cfg_.clip);
-  step_fn_ = std::make_unique<CompiledStep>(compile_classifier_train(*model_, *opt_, cfg_.batch));
+  if (cfg_.shards < 1 || cfg_.batch % cfg_.shards)
+    throw Error("train: " + std::to_string(cfg_.shards) + " micro-shards do not divide the batch of " +
+                std::to_string(cfg_.batch));
+  if (cfg_.group && cfg_.group->size() > 1 && fast_mode())
+    throw Error("train: data-parallel training runs in default mode (in fast mode the ranks could choose kernels that "
+                "round differently)");
+  compile_step(step_fn_, dp_);
 }
+
+void ClassifierTrainer::compile_step(std::unique_ptr<CompiledStep>& fused, std::unique_ptr<dist::DataParallelStep>& dp) {
+  if (cfg_.shards == 1 && (!cfg_.group || cfg_.group->size() == 1)) {
+    fused = std::make_unique<CompiledStep>(compile_classifier_train(*model_, *opt_, cfg_.batch));
+    return;
+  }
+  model_->train();
+  std::vector<Tensor> buffers;
+  for (auto& [name, b] : model_->named_buffers()) buffers.push_back(b);
+  const int64_t b = cfg_.batch / cfg_.shards;
+  dp = std::make_unique<dist::DataParallelStep>(
+      [&](const std::vector<Tensor>& a) {
+        Tensor logits = (*model_)(a[0]);
+        return std::vector<Tensor>{cross_entropy(logits, a[1]), logits};
+      },
+      std::vector<std::pair<DType, Shape>>{{DType::F32, {b, 1, 28, 28}}, {DType::I64, {b}}}, *opt_, buffers,
+      cfg_.shards, cfg_.group);
+}
+
+namespace {
+// Rows [first, first + rows) of a batch.
+HostTensor rows_of(const HostTensor& t, int64_t first, int64_t rows) {
+  Shape s = t.shape;
+  int64_t row = numel(s) / s[0];
+  s[0] = rows;
+  HostTensor out(t.dtype, s);
+  size_t width = size_t(row) * dtype_size(t.dtype);
+  std::memcpy(out.buffer->data(), static_cast<const char*>(t.buffer->data()) + size_t(first) * width,
+              size_t(rows) * width);
+  return out;
+}
+}  // namespace
 
 ClassifierTrainer::~ClassifierTrainer() = default;
 
@@ -86,13 +125,26 @@ int64_t ClassifierTrainer::train_steps(int64_t n, const std::function<void(int64
                             : optim::warmup_cosine(cfg_.lr, step_, cfg_.warmup_steps, cfg_.warmup_steps);
     opt_->set_lr(lr);
     opt_->tick();
-    std::vector<HostTensor> out = (*step_fn_)({images_, labels_});
-    double loss = out[0].get(0);
+    double loss = 0;
+    if (dp_) {  // micro-shard i: rows [i * b, (i + 1) * b) of the batch; per shard {mean loss, correct}
+      const int64_t b = cfg_.batch / cfg_.shards;
+      std::vector<double> v = dp_->run(
+          [&](int64_t i) { return std::vector<HostTensor>{rows_of(images_, i * b, b), rows_of(labels_, i * b, b)}; },
+          [&](int64_t i, const std::vector<HostTensor>& out) {
+            return std::vector<double>{out[0].get(0), double(nn::count_correct(out[1], rows_of(labels_, i * b, b)))};
+          },
+          2);
+      for (int64_t i = 0; i < cfg_.shards; ++i) loss += v[size_t(2 * i)], correct_ += int64_t(v[size_t(2 * i + 1)]);
+      loss /= double(cfg_.shards);
+    } else {
+      std::vector<HostTensor> out = (*step_fn_)({images_, labels_});
+      loss = out[0].get(0);
+      correct_ += nn::count_correct(out[1], labels_);
+    }
     if (!std::isfinite(loss))
       throw Error("train: the loss became " + std::to_string(loss) + " at step " + std::to_string(step_) +
                   " (lower the learning rate or enable clipping)");
     loss_sum_ += loss * double(cfg_.batch);
-    correct_ += nn::count_correct(out[1], labels_);
     seen_ += cfg_.batch;
     ++step_;
     if (on_step) on_step(step_, loss);
@@ -138,6 +190,7 @@ io::Metadata ClassifierTrainer::run_metadata() const {
                   {"warmup", std::to_string(cfg_.warmup_steps)},
                   {"augment", cfg_.augment ? "1" : "0"},
                   {"train_limit", std::to_string(cfg_.train_limit)},
+                  {"shards", std::to_string(cfg_.shards)},
                   {"kernels", fast_mode() ? "fast" : "default"}};
   for (const auto& [k, v] : cfg_.extra) md[k] = v;
   return md;
@@ -167,9 +220,10 @@ void ClassifierTrainer::load(const std::string& path, bool resume) {
   // Fast mode: the step again with the recorded kernels, before any state changes (a record
   // this build cannot honour is an error that leaves the trainer as it was).
   std::unique_ptr<CompiledStep> replayed;
+  std::unique_ptr<dist::DataParallelStep> replayed_dp;
   if (replay_kernel_choices(md, path)) {
     try {
-      replayed = std::make_unique<CompiledStep>(compile_classifier_train(*model_, *opt_, cfg_.batch));
+      compile_step(replayed, replayed_dp);
     } catch (...) {
       kernels::clear_replayed_choices();
       throw;
@@ -181,8 +235,9 @@ void ClassifierTrainer::load(const std::string& path, bool resume) {
   io::load_into(path, all);
   step_ = step;
   opt_->restore_steps(step_);
-  if (replayed) {
+  if (replayed || replayed_dp) {
     step_fn_ = std::move(replayed);
+    dp_ = std::move(replayed_dp);
     eval_fns_.clear();
   }
 }

@@ -59,17 +59,25 @@ LmTrainer::LmTrainer(LmConfig cfg) : cfg_(std::move(cfg)) {
   }
   opt_ = std::make_unique<optim::AdamW>(params, cfg_.lr, 0.9, 0.95, 1e-8, cfg_.weight_decay);
   opt_->set_clip_norm(cfg_.clip);
-  if (cfg_.accum > 1)
-    for (const Tensor& p : opt_->params()) acc_.push_back(Tensor::zeros(p.shape()).stateful());
-  compile_steps(step_fn_, accum_fn_);
+  if (cfg_.group && cfg_.group->size() > 1 && fast_mode())
+    throw Error("train: data-parallel training runs in default mode (in fast mode the ranks could choose kernels that "
+                "round differently)");
+  compile_step(step_fn_, dp_);
 }
 
-void LmTrainer::compile_steps(std::unique_ptr<CompiledStep>& step, std::unique_ptr<CompiledStep>& accumulate) {
-  const double scale = 1.0 / double(cfg_.accum);
-  step = std::make_unique<CompiledStep>(compile_lm_train(*model_, *opt_, cfg_.batch, cfg_.seq(), acc_, scale));
-  if (cfg_.accum > 1)
-    accumulate = std::make_unique<CompiledStep>(
-        compile_lm_accumulate(*model_, *opt_, acc_, scale, cfg_.batch, cfg_.seq()));
+void LmTrainer::compile_step(std::unique_ptr<CompiledStep>& fused, std::unique_ptr<dist::DataParallelStep>& dp) {
+  if (cfg_.accum == 1 && (!cfg_.group || cfg_.group->size() == 1)) {
+    fused = std::make_unique<CompiledStep>(compile_lm_train(*model_, *opt_, cfg_.batch, cfg_.seq()));
+    return;
+  }
+  model_->train();
+  std::vector<Tensor> buffers;
+  for (auto& [name, b] : model_->named_buffers()) buffers.push_back(b);
+  const Shape window{cfg_.batch, cfg_.seq()};
+  dp = std::make_unique<dist::DataParallelStep>(
+      [&](const std::vector<Tensor>& a) { return std::vector<Tensor>{lm_loss(*model_, a[0], a[1])}; },
+      std::vector<std::pair<DType, Shape>>{{DType::I64, window}, {DType::I64, window}}, *opt_, buffers, cfg_.accum,
+      cfg_.group);
 }
 
 LmTrainer::~LmTrainer() = default;
@@ -81,15 +89,18 @@ int64_t LmTrainer::train_steps(int64_t n, const std::function<void(int64_t, doub
     opt_->set_lr(optim::warmup_cosine(cfg_.lr, step_, cfg_.warmup_steps, cfg_.steps, 0.1));
     opt_->tick();
     double loss = 0;
-    for (int64_t i = 0; i < cfg_.accum; ++i) {  // micro-batches: rows [i * batch, (i + 1) * batch)
-      windows.fill_random(uint64_t(step_), cfg_.batch, x_, y_, i * cfg_.batch);
-      loss += (*(i + 1 < cfg_.accum ? accum_fn_ : step_fn_))({x_, y_})[0].get(0);
-    }
-    loss /= double(cfg_.accum);
-    for (const Tensor& a : acc_) {  // the next step accumulates from zero
-      HostTensor h = a.value();
-      std::memset(h.buffer->data(), 0, h.bytes());
-      h.buffer->mark_modified();
+    if (dp_) {  // micro-batch i: rows [i * batch, (i + 1) * batch) of the step's windows
+      std::vector<double> losses = dp_->run(
+          [&](int64_t i) {
+            windows.fill_random(uint64_t(step_), cfg_.batch, x_, y_, i * cfg_.batch);
+            return std::vector<HostTensor>{x_, y_};
+          },
+          [](int64_t, const std::vector<HostTensor>& out) { return std::vector<double>{out[0].get(0)}; }, 1);
+      for (double l : losses) loss += l;
+      loss /= double(cfg_.accum);
+    } else {
+      windows.fill_random(uint64_t(step_), cfg_.batch, x_, y_);
+      loss = (*step_fn_)({x_, y_})[0].get(0);
     }
     if (!std::isfinite(loss)) throw Error("train: the loss became " + std::to_string(loss) + " at step " + std::to_string(step_));
     ++step_;
@@ -187,10 +198,11 @@ void LmTrainer::load(const std::string& path, bool resume) {
       expected.erase(k);
   io::check_same_run(md, expected, path);
   // Fast mode: the step again with the recorded kernels, before any state changes.
-  std::unique_ptr<CompiledStep> replayed, replayed_accum;
+  std::unique_ptr<CompiledStep> replayed;
+  std::unique_ptr<dist::DataParallelStep> replayed_dp;
   if (replay_kernel_choices(md, path)) {
     try {
-      compile_steps(replayed, replayed_accum);
+      compile_step(replayed, replayed_dp);
     } catch (...) {
       kernels::clear_replayed_choices();
       throw;
@@ -199,9 +211,9 @@ void LmTrainer::load(const std::string& path, bool resume) {
   io::load_into(path, state());
   step_ = step;
   opt_->restore_steps(step_);
-  if (replayed) {
+  if (replayed || replayed_dp) {
     step_fn_ = std::move(replayed);
-    accum_fn_ = std::move(replayed_accum);
+    dp_ = std::move(replayed_dp);
     val_fn_.reset();
     gen_.reset();
   }

@@ -34,6 +34,8 @@ expect 2 "--lr must be a finite number, got 'inf'" -- train --lr inf
 expect 2 "--epochs 99999999999999999999 is out of range" -- train --epochs 99999999999999999999
 expect 2 "--epochs does not apply to gpt-tiny" -- train --model gpt-tiny --epochs 3
 expect 2 "--accum does not apply to resnet-mini" -- train --accum 2
+expect 2 "--shards does not apply to gpt-tiny" -- train --model gpt-tiny --shards 2
+expect 1 "5 micro-shards do not divide the batch of 64" -- train --model mlp --shards 5 --train-limit 128 --test-limit 10 --out "$dir/shards"
 expect 2 "gpt2-7b" -- memory --model gpt2-7b
 expect 2 "--context does not apply to mlp" -- train --model mlp --context 32
 expect 2 "give --epochs or --steps, not both" -- train --model mlp --epochs 1 --steps 3
