@@ -35,8 +35,9 @@ TEST(GradientAccumulation, TwoHalvesGiveTheGradientOfTheWholeBatch) {
   optim::SGD opt_whole(whole.parameters(), 1.0), opt_split(split.parameters(), 1.0);
   CompiledStep one = train::compile_lm_train(whole, opt_whole, 4, 8);
   split.train();
+  // Small buckets: the last micro-batch's gradients are folded while its backward pass runs.
   dist::DataParallelStep halves([&](const std::vector<Tensor>& a) { return std::vector<Tensor>{train::lm_loss(split, a[0], a[1])}; },
-                                {{DType::I64, {2, 8}}, {DType::I64, {2, 8}}}, opt_split, {}, 2, nullptr);
+                                {{DType::I64, {2, 8}}, {DType::I64, {2, 8}}}, opt_split, {}, 2, nullptr, 256);
   std::vector<float> before = flat(whole.named_parameters());
   opt_whole.tick();
   double loss_whole = one({x, y})[0].get(0);

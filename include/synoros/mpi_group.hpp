@@ -4,16 +4,18 @@
 //
 // Every wait polls with a deadline: a peer that has not answered within `timeout_seconds` is a
 // synoros::Error naming it (a rank that crashed is normally taken down with the whole job by
-// mpirun; the deadline covers a rank that hangs). Polling sleeps between tests instead of
-// spinning, so a waiting rank leaves its core to a rank that is still computing.
+// mpirun; the deadline covers a rank that hangs). Polling spins for the first millisecond (most
+// messages arrive within it) and then sleeps between tests, so that a rank waiting long leaves
+// its core to ranks that share it and are still computing.
 #pragma once
 
 #include <mpi.h>
 
 #include <chrono>
-#include <climits>
+#include <map>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "synoros/distributed.hpp"
 
@@ -31,58 +33,74 @@ class MpiGroup final : public ProcessGroup {
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  void send(int dst, const void* data, size_t bytes) override {
-    each_piece(data, bytes, [&](void* p, int n) {
-      MPI_Request rq;
-      check(MPI_Isend(p, n, MPI_BYTE, dst, kTag, comm_, &rq), "send to", dst);
-      wait(rq, "sending to", dst);
-    });
+  Request isend(int dst, const void* data, size_t bytes) override {
+    return post(data, bytes, [&](void* p, int n, MPI_Request* rq) {
+      check(MPI_Isend(p, n, MPI_BYTE, dst, kTag, comm_, rq), "sending to", dst);
+    }, "sending to", dst);
   }
-  void recv(int src, void* data, size_t bytes) override {
-    each_piece(data, bytes, [&](void* p, int n) {
-      MPI_Request rq;
-      check(MPI_Irecv(p, n, MPI_BYTE, src, kTag, comm_, &rq), "receive from", src);
-      wait(rq, "waiting for", src);
-    });
+  Request irecv(int src, void* data, size_t bytes) override {
+    return post(data, bytes, [&](void* p, int n, MPI_Request* rq) {
+      check(MPI_Irecv(p, n, MPI_BYTE, src, kTag, comm_, rq), "waiting for", src);
+    }, "waiting for", src);
+  }
+  bool test(Request r) override {
+    Pending& p = pending_.at(r);
+    int done = 0;
+    check(MPI_Testall(int(p.rq.size()), p.rq.data(), &done, MPI_STATUSES_IGNORE), p.what, p.peer);
+    if (done) pending_.erase(r);
+    return done != 0;
+  }
+  void wait(Request r) override {
+    const Pending& p = pending_.at(r);
+    const char* what = p.what;
+    int peer = p.peer;
+    using Clock = std::chrono::steady_clock;
+    auto start = Clock::now();
+    while (!test(r)) {
+      double waited = std::chrono::duration<double>(Clock::now() - start).count();
+      if (waited > 1e-3) std::this_thread::sleep_for(std::chrono::microseconds(50));
+      if (waited > timeout_) give_up(what, peer);
+    }
   }
   void broadcast(int root, void* data, size_t bytes) override {
-    each_piece(data, bytes, [&](void* p, int n) {
-      MPI_Request rq;
-      check(MPI_Ibcast(p, n, MPI_BYTE, root, comm_, &rq), "broadcast from", root);
-      wait(rq, "waiting for a broadcast from", root);
-    });
+    Request r = post(data, bytes, [&](void* p, int n, MPI_Request* rq) {
+      check(MPI_Ibcast(p, n, MPI_BYTE, root, comm_, rq), "waiting for a broadcast from", root);
+    }, "waiting for a broadcast from", root);
+    wait(r);
   }
 
  private:
   static constexpr int kTag = 7707;
+  struct Pending {
+    std::vector<MPI_Request> rq;
+    const char* what;
+    int peer;
+  };
+  // Posts one MPI request per piece of at most 1 GiB (MPI counts are ints).
   template <class F>
-  static void each_piece(const void* data, size_t bytes, F f) {
-    char* p = static_cast<char*>(const_cast<void*>(data));
+  Request post(const void* data, size_t bytes, F start, const char* what, int peer) {
+    Pending p{{}, what, peer};
+    char* at = static_cast<char*>(const_cast<void*>(data));
     do {
       size_t n = bytes < size_t(1) << 30 ? bytes : size_t(1) << 30;
-      f(p, int(n));
-      p += n, bytes -= n;
+      p.rq.emplace_back();
+      start(at, int(n), &p.rq.back());
+      at += n, bytes -= n;
     } while (bytes > 0);
+    pending_.emplace(next_, std::move(p));
+    return next_++;
   }
   void check(int rc, const char* what, int peer) const {
     if (rc != MPI_SUCCESS)
-      throw Error("data-parallel: rank " + std::to_string(rank_) + ": MPI " + what + " rank " + std::to_string(peer) +
-                  " failed");
+      throw Error("data-parallel: rank " + std::to_string(rank_) + ": MPI failed " + what + " rank " +
+                  std::to_string(peer));
   }
-  void wait(MPI_Request& rq, const char* what, int peer) const {
-    using Clock = std::chrono::steady_clock;
-    auto start = Clock::now();
-    for (int polls = 0;; ++polls) {
-      int done = 0;
-      check(MPI_Test(&rq, &done, MPI_STATUS_IGNORE), what, peer);
-      if (done) return;
-      if (polls > 2000) std::this_thread::sleep_for(std::chrono::microseconds(200));
-      if (std::chrono::duration<double>(Clock::now() - start).count() > timeout_)
-        throw Error("data-parallel: rank " + std::to_string(rank_) + " gave up " + what + " rank " +
-                    std::to_string(peer) + " after " + std::to_string(int(timeout_)) +
-                    " s (that rank has stopped or hangs)");
-    }
+  [[noreturn]] void give_up(const char* what, int peer) const {
+    throw Error("data-parallel: rank " + std::to_string(rank_) + " gave up " + what + " rank " + std::to_string(peer) +
+                " after " + std::to_string(int(timeout_)) + " s (that rank has stopped or hangs)");
   }
+  std::map<Request, Pending> pending_;
+  Request next_ = 0;
   MPI_Comm comm_;
   double timeout_;
   int rank_ = 0, size_ = 1;

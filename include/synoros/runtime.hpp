@@ -149,6 +149,10 @@ class Plan {
   // Runs the launches. The second run of a plan compiled with CompileOptions::recompile also
   // times each launch and then recompiles its hot groups (with those times), once.
   void run();
+  // run() calling after(i) once launch i has finished (data-parallel training sends each
+  // gradient as soon as it is final). A run that checks values or recompiles calls
+  // after(launches().size() - 1) once, at the end.
+  void run_observed(const std::function<void(size_t launch)>& after);
   // Recompile now (see RecompileOptions); never while another thread runs this plan.
   RecompileReport recompile(const RecompileOptions& opts = {});
   // The loop kernels of its launched fused groups (what Recompile and the renderers work on).

@@ -190,6 +190,10 @@ class CompiledStep {
  public:
   // Runs the step on `args` (checked against the traced dtypes and shapes); returns outputs.
   std::vector<HostTensor> operator()(const std::vector<HostTensor>& args);
+  // The same, calling ready(i, data) as soon as output i is final (its launch has run), while
+  // the rest of the step still runs; outputs no launch writes are ready at the end.
+  std::vector<HostTensor> operator()(const std::vector<HostTensor>& args,
+                                     const std::function<void(size_t output, const void* data)>& ready);
   // Zero-copy variant for hot loops: write inputs via input_ptr, then run(), then read.
   void run();
   float* input_ptr(size_t i);
@@ -211,6 +215,8 @@ class CompiledStep {
     std::shared_ptr<HostTensor> dst;
   };
   std::vector<Update> updates_;
+  void set_args(const std::vector<HostTensor>& args);
+  void copy_updates();
 };
 
 CompiledStep compile(const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& fn,

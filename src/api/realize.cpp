@@ -249,13 +249,62 @@ void realize(const std::vector<Tensor>& ts, bool keep_graph) {
   }
 }
 
-std::vector<HostTensor> CompiledStep::operator()(const std::vector<HostTensor>& args) {
+void CompiledStep::set_args(const std::vector<HostTensor>& args) {
   if (args.size() != inputs_.size())
     throw Error("compiled step: expects " + std::to_string(inputs_.size()) + " arguments, got " +
                 std::to_string(args.size()));
   for (size_t i = 0; i < args.size(); ++i)
     if (inputs_[i] != kNoValue) plan_->set_input(inputs_[i], args[i]);
+}
+
+void CompiledStep::copy_updates() {
+  for (const Update& u : updates_) {
+    std::memcpy(u.dst->buffer->data(), u.src, u.dst->bytes());
+    u.dst->buffer->mark_modified();
+  }
+}
+
+std::vector<HostTensor> CompiledStep::operator()(const std::vector<HostTensor>& args) {
+  set_args(args);
   run();
+  std::vector<HostTensor> out;
+  for (ValueId o : outputs_) out.push_back(plan_->read(o));
+  return out;
+}
+
+std::vector<HostTensor> CompiledStep::operator()(const std::vector<HostTensor>& args,
+                                                 const std::function<void(size_t, const void*)>& ready) {
+  set_args(args);
+  // The launch after which each output is final: the last one whose ops compute it, or for a
+  // view (a value no launch computes), the one that computes the value it views.
+  const std::vector<LaunchInfo>& info = plan_->launch_info();
+  const Graph& g = plan_->graph();
+  std::vector<size_t> launch_of(g.size(), SIZE_MAX);
+  for (size_t l = 0; l < info.size(); ++l)
+    for (ValueId v : info[l].ops) launch_of[size_t(v)] = l;
+  std::vector<size_t> last(outputs_.size(), SIZE_MAX);
+  for (size_t o = 0; o < outputs_.size(); ++o) {
+    ValueId v = outputs_[o];
+    while (launch_of[size_t(v)] == SIZE_MAX && g.node(v).in.size() == 1) v = g.node(v).in[0];
+    last[o] = launch_of[size_t(v)];
+  }
+  std::vector<std::vector<size_t>> at(info.size());
+  for (size_t o = 0; o < outputs_.size(); ++o)
+    if (last[o] != SIZE_MAX) at[last[o]].push_back(o);
+  std::vector<bool> announced(outputs_.size(), false);
+  auto announce = [&](size_t o) {
+    if (!announced[o]) announced[o] = true, ready(o, plan_->ptr(outputs_[o]));
+  };
+  const size_t launches = plan_->launches().size();
+  plan_->run_observed([&](size_t l) {
+    if (l < at.size())
+      for (size_t o : at[l]) announce(o);
+    if (l + 1 == launches)  // the end: whatever is left (outputs no launch computes, or a run that
+      for (size_t o = 0; o < outputs_.size(); ++o) announce(o);  // reported only its end)
+  });
+  if (launches == 0)
+    for (size_t o = 0; o < outputs_.size(); ++o) announce(o);
+  copy_updates();
   std::vector<HostTensor> out;
   for (ValueId o : outputs_) out.push_back(plan_->read(o));
   return out;
@@ -263,10 +312,7 @@ std::vector<HostTensor> CompiledStep::operator()(const std::vector<HostTensor>& 
 
 void CompiledStep::run() {
   plan_->run();
-  for (const Update& u : updates_) {
-    std::memcpy(u.dst->buffer->data(), u.src, u.dst->bytes());
-    u.dst->buffer->mark_modified();
-  }
+  copy_updates();
 }
 
 float* CompiledStep::input_ptr(size_t i) { return plan_->data<float>(inputs_.at(i)); }

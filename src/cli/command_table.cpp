@@ -79,7 +79,7 @@ CommandSpec train_spec() {
       text("operator", "", "an action path from a search report: resnet-mini with that operator", "classifier"),
       integer("mask", 7, 1, 255, "layer classes that take --operator (bit i: class i)", "classifier"),
       flag("no-progress", "no progress bar"),
-      flag("json", "print a JSON summary at the end", "classifier"),
+      flag("json", "print a JSON summary at the end"),
   };
   return s;
 }

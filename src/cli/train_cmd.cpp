@@ -198,6 +198,37 @@ void injected_fault(const MpiRuntime& mpi, int64_t step) {
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
 }
 
+// Steady-state speed: the time between consecutive steps inside one run of training steps (the
+// first step of each, which follows compilation or an evaluation, is left out).
+class StepClock {
+ public:
+  void start() { last_ = Clock::now(), first_ = true; }
+  void step() {
+    auto now = Clock::now();
+    if (!first_) seconds_ += std::chrono::duration<double>(now - last_).count(), ++steps_;
+    last_ = now, first_ = false;
+  }
+  double steps_per_second() const { return seconds_ > 0 ? double(steps_) / seconds_ : 0; }
+
+ private:
+  Clock::time_point last_;
+  bool first_ = true;
+  double seconds_ = 0;
+  int64_t steps_ = 0;
+};
+
+// The JSON summary's fields on speed and data parallelism.
+std::string json_speed(const StepClock& clock, const MpiRuntime& mpi, const dist::DataParallelStep* dp) {
+  std::string s = ",\"steady_steps_per_s\":" + json_num(clock.steps_per_second()) +
+                  ",\"ranks\":" + std::to_string(mpi.size()) + ",\"threads\":" + std::to_string(num_threads());
+  if (dp) {
+    const dist::StepTimes& t = dp->times();
+    s += ",\"micro_shards\":" + std::to_string(dp->shards()) + ",\"compute_s\":" + json_num(t.compute) +
+         ",\"communication_s\":" + json_num(t.communication) + ",\"update_s\":" + json_num(t.update);
+  }
+  return s;
+}
+
 // Where rank 0's steps went: the share of the step spent communicating (and waiting for peers).
 void report_data_parallel(const dist::DataParallelStep* dp) {
   if (!dp || dp->times().steps == 0) return;
@@ -269,13 +300,16 @@ int train_classifier(const Args& a, const std::string& model, const MpiRuntime& 
             << "\n";
   describe_data_parallel(mpi, t.data_parallel(), "--shards");
   double total_seconds = 0, last_test_acc = 0;
+  StepClock clock;
   for (int64_t epoch = t.step() / spe; epoch < epochs && t.step() < total; ++epoch) {
     int64_t end = std::min((epoch + 1) * spe, total);
     Progress bar(progress, "epoch " + std::to_string(epoch + 1) + "/" + std::to_string(epochs), end - epoch * spe);
     t.reset_means();
     auto t0 = Clock::now();
     int64_t begin = t.step();
+    clock.start();
     t.train_steps(end - t.step(), [&](int64_t s, double) {
+      clock.step();
       injected_fault(mpi, s);
       bar.update(s - epoch * spe, t.mean_loss(), t.mean_acc(), "acc");
     });
@@ -303,7 +337,7 @@ int train_classifier(const Args& a, const std::string& model, const MpiRuntime& 
   if (a.has("json"))
     std::cout << "{\"model\":\"" << model << "\",\"epochs\":" << epochs << ",\"steps\":" << total
               << ",\"train_seconds\":" << total_seconds << ",\"seconds_per_epoch\":" << total_seconds / double(epochs)
-              << ",\"test_acc\":" << last_test_acc << "}\n";
+              << ",\"test_acc\":" << last_test_acc << json_speed(clock, mpi, t.data_parallel()) << "}\n";
   return 0;
 }
 
@@ -372,19 +406,23 @@ int lm_loop(const Args& a, train::LmConfig c, const MpiRuntime& mpi,
   describe_data_parallel(mpi, t.data_parallel(), "--accum");
   double done_seconds = log.rows().empty() ? 0 : log.rows().back()[3];
   auto t0 = Clock::now();
+  StepClock clock;
+  double last_val = 0;
   while (t.step() < c.steps) {
     Progress bar(lead && !a.has("no-progress"), "steps", std::min(c.steps, t.step() + every) - t.step());
     int64_t begin = t.step();
     double sum = 0;
     int64_t n = 0;
+    clock.start();
     t.train_steps(every, [&](int64_t s, double l) {
+      clock.step();
       injected_fault(mpi, s);
       sum += l, ++n;
       bar.update(s - begin, l, sum / double(n), "mean");
     });
     bar.finish();
     if (!lead) continue;  // rank 0 validates and writes; the others go on to the next step
-    double val = t.validation_loss();
+    double val = last_val = t.validation_loss();
     double secs = done_seconds + seconds_since(t0);
     std::printf("step %lld  train loss %.4f  val loss %.4f  (unigram %.4f)  %.1f s\n", (long long)t.step(),
                 sum / double(n), val, t.unigram_baseline(), secs);
@@ -406,6 +444,9 @@ int lm_loop(const Args& a, train::LmConfig c, const MpiRuntime& mpi,
   report_data_parallel(t.data_parallel());
   std::string prompt = a.str("prompt", "The ");
   std::cout << "sample (temperature 0.8):\n" << prompt << t.generate(prompt, a.integer("sample"), 0.8, c.seed) << "\n";
+  if (a.has("json"))
+    std::cout << "{\"model\":\"" << c.name << "\",\"steps\":" << c.steps << ",\"val_loss\":" << json_num(last_val)
+              << json_speed(clock, mpi, t.data_parallel()) << "}\n";
   return 0;
 }
 }  // namespace

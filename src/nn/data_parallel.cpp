@@ -13,8 +13,10 @@ class SingleProcess final : public ProcessGroup {
  public:
   int rank() const override { return 0; }
   int size() const override { return 1; }
-  void send(int dst, const void*, size_t) override { no_peer(dst); }
-  void recv(int src, void*, size_t) override { no_peer(src); }
+  Request isend(int dst, const void*, size_t) override { no_peer(dst); }
+  Request irecv(int src, void*, size_t) override { no_peer(src); }
+  bool test(Request) override { no_peer(-1); }
+  void wait(Request) override { no_peer(-1); }
   void broadcast(int root, void*, size_t) override {
     if (root != 0) no_peer(root);
   }
@@ -56,21 +58,58 @@ std::pair<int64_t, int64_t> shard_range(int64_t shards, int rank, int ranks) {
   return {first, first + base + (r < extra ? 1 : 0)};
 }
 
-void fold(ProcessGroup& group, const std::vector<const float*>& local, size_t count, float* out, size_t bucket) {
-  if (local.empty()) throw Error("data-parallel: a rank without micro-shards cannot take part in the fold");
-  const int r = group.rank(), n = group.size();
-  bucket = std::max<size_t>(bucket, 1);
-  for (size_t o = 0; o < count; o += bucket) {
-    const size_t len = std::min(bucket, count - o);
-    float* dst = out + o;
-    size_t j = 0;
-    if (r == 0) std::memcpy(dst, local[j++] + o, len * sizeof(float));
-    else group.recv(r - 1, dst, len * sizeof(float));
-    for (; j < local.size(); ++j) add_into(dst, local[j] + o, len);
-    if (r + 1 < n) group.send(r + 1, dst, len * sizeof(float));
+ChainFold::ChainFold(ProcessGroup& group, std::vector<const float*> local, size_t count, float* out, size_t bucket)
+    : group_(group), local_(std::move(local)), count_(count), bucket_(std::max<size_t>(bucket, 1)), out_(out) {
+  if (local_.empty()) throw Error("data-parallel: a rank without micro-shards cannot take part in the fold");
+  const size_t buckets = (count_ + bucket_ - 1) / bucket_;
+  for (size_t b = 0; b < buckets; ++b) missing_.push_back(std::min(bucket_, count_ - b * bucket_));
+  if (group_.rank() > 0)  // the previous rank's partial sums, bucket by bucket
+    for (size_t b = 0; b < buckets; ++b)
+      recv_.push_back(group_.irecv(group_.rank() - 1, out_ + b * bucket_, missing_[b] * sizeof(float)));
+}
+
+void ChainFold::mark_ready(size_t offset, size_t n) {
+  if (offset + n > count_) throw Error("data-parallel: a ready range past the end of the gradients");
+  for (size_t o = offset; o < offset + n;) {
+    size_t b = o / bucket_, end = std::min(offset + n, (b + 1) * bucket_);
+    missing_[b] -= end - o;
+    o = end;
   }
+  advance(false);
+}
+
+void ChainFold::advance(bool block) {
+  const int r = group_.rank(), n = group_.size();
+  for (; next_ < missing_.size() && missing_[next_] == 0; ++next_) {
+    if (r > 0) {
+      if (block) group_.wait(recv_[next_]);
+      else if (!group_.test(recv_[next_])) return;
+    }
+    const size_t o = next_ * bucket_, len = std::min(bucket_, count_ - o);
+    float* dst = out_ + o;
+    size_t j = 0;
+    if (r == 0) std::memcpy(dst, local_[j++] + o, len * sizeof(float));
+    for (; j < local_.size(); ++j) add_into(dst, local_[j] + o, len);
+    if (r + 1 < n) send_.push_back(group_.isend(r + 1, dst, len * sizeof(float)));
+  }
+}
+
+void ChainFold::finish() {
+  if (std::any_of(missing_.begin(), missing_.end(), [](size_t m) { return m > 0; }))
+    throw Error("data-parallel: the fold was finished before every local value was ready");
+  advance(true);
+  for (ProcessGroup::Request r : send_) group_.wait(r);
+  send_.clear();
+  const int n = group_.size();
   if (n > 1)
-    for (size_t o = 0; o < count; o += bucket) group.broadcast(n - 1, out + o, std::min(bucket, count - o) * sizeof(float));
+    for (size_t o = 0; o < count_; o += bucket_)
+      group_.broadcast(n - 1, out_ + o, std::min(bucket_, count_ - o) * sizeof(float));
+}
+
+void fold(ProcessGroup& group, const std::vector<const float*>& local, size_t count, float* out, size_t bucket) {
+  ChainFold f(group, local, count, out, bucket);
+  f.mark_ready(0, count);
+  f.finish();
 }
 
 std::vector<double> gather_shard_values(ProcessGroup& group, const std::vector<double>& local, int64_t shards, size_t k) {
@@ -93,18 +132,33 @@ std::vector<double> gather_shard_values(ProcessGroup& group, const std::vector<d
 }
 
 void broadcast_values(ProcessGroup& group, int root, const std::vector<Tensor>& tensors) {
-  if (group.size() == 1) return;
-  for (const Tensor& t : tensors) {
-    HostTensor h = t.value();
-    group.broadcast(root, h.buffer->data(), h.bytes());
+  if (group.size() == 1 || tensors.empty()) return;
+  // One message for all of them: each transfer costs a round of waiting.
+  std::vector<HostTensor> values;
+  size_t total = 0;
+  for (const Tensor& t : tensors) values.push_back(t.value()), total += values.back().bytes();
+  std::vector<char> packed(total);
+  char* p = packed.data();
+  if (group.rank() == root)
+    for (const HostTensor& h : values) std::memcpy(p, h.buffer->data(), h.bytes()), p += h.bytes();
+  group.broadcast(root, packed.data(), total);
+  if (group.rank() == root) return;
+  p = packed.data();
+  for (HostTensor& h : values) {
+    std::memcpy(h.buffer->data(), p, h.bytes()), p += h.bytes();
     h.buffer->mark_modified();
   }
 }
 
 DataParallelStep::DataParallelStep(const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& loss_fn,
                                    const std::vector<std::pair<DType, Shape>>& arg_specs, optim::Optimizer& opt,
-                                   std::vector<Tensor> buffers, int64_t shards, std::shared_ptr<ProcessGroup> group)
-    : opt_(opt), buffers_(std::move(buffers)), shards_(shards), group_(group ? std::move(group) : single_process()) {
+                                   std::vector<Tensor> buffers, int64_t shards, std::shared_ptr<ProcessGroup> group,
+                                   size_t bucket_floats)
+    : opt_(opt),
+      buffers_(std::move(buffers)),
+      shards_(shards),
+      group_(group ? std::move(group) : single_process()),
+      bucket_(bucket_floats) {
   if (shards_ < 1) throw Error("data-parallel: the step needs at least 1 micro-shard");
   local_ = shard_range(shards_, group_->rank(), group_->size());
   const double scale = 1.0 / double(shards_);
@@ -112,14 +166,17 @@ DataParallelStep::DataParallelStep(const std::function<std::vector<Tensor>(const
       [&](const std::vector<Tensor>& a) {
         std::vector<Tensor> out = loss_fn(a);
         if (out.empty()) throw Error("data-parallel: the loss function returned nothing");
-        out[0].backward();
+        // The mean over micro-shards through the backward pass's seed: each gradient is then
+        // final where the backward pass computes it (not in a scaling pass after all of them),
+        // so it can be folded while the rest of the backward pass runs.
+        (scale == 1.0 ? out[0] : out[0] * scale).backward();
         extra_outputs_ = out.size() - 1;
         with_grad_.clear();
         for (size_t i = 0; i < opt_.params().size(); ++i) {
           Tensor g = opt_.params()[i].grad();
           if (!g.defined()) continue;
           with_grad_.push_back(i);
-          out.push_back(scale == 1.0 ? g : g * scale);
+          out.push_back(g);
         }
         return out;
       },
@@ -136,7 +193,9 @@ DataParallelStep::DataParallelStep(const std::function<std::vector<Tensor>(const
       },
       grad_specs));
   size_t count = 0;
-  for (size_t i : with_grad_) count += size_t(numel(opt_.params()[i].shape()));
+  offset_.assign(with_grad_.size(), 0);
+  for (size_t j = with_grad_.size(); j-- > 0;)
+    offset_[j] = count, count += size_t(numel(opt_.params()[with_grad_[j]].shape()));
   local_grads_.assign(size_t(local_.second - local_.first), std::vector<float>(count));
   sum_.resize(count);
 }
@@ -149,13 +208,29 @@ std::vector<double> DataParallelStep::run(
   auto t0 = Clock::now();
   std::vector<double> values;
   std::vector<std::vector<char>> after_first;  // the buffers as micro-shard 0 left them
+  std::vector<const float*> local;
+  for (const auto& g : local_grads_) local.push_back(g.data());
+  ChainFold chain(*group_, local, sum_.size(), sum_.data(), bucket_);
+  size_t early = 0;  // buckets passed on before the last micro-shard's last gradient was final
   for (int64_t i = local_.first; i < local_.second; ++i) {
-    std::vector<HostTensor> out = (*grads_)(inputs(i));
     float* flat = local_grads_[size_t(i - local_.first)].data();
-    for (size_t j = 0; j < with_grad_.size(); ++j) {
-      const HostTensor& g = out[1 + extra_outputs_ + j];
-      std::memcpy(flat, g.buffer->data(), g.bytes());
-      flat += g.numel();
+    const bool last = i + 1 == local_.second;
+    // Each gradient into its place; those of the last micro-shard go on to the fold as soon as
+    // its backward pass has finished them.
+    auto take = [&](size_t o, const void* data) {
+      if (o <= extra_outputs_) return;
+      size_t j = o - 1 - extra_outputs_, n = size_t(numel(opt_.params()[with_grad_[j]].shape()));
+      std::memcpy(flat + offset_[j], data, n * sizeof(float));
+      if (!last) return;
+      early = chain.folded();
+      chain.mark_ready(offset_[j], n);
+    };
+    std::vector<HostTensor> out;
+    if (overlap_) {
+      out = (*grads_)(inputs(i), take);
+    } else {
+      out = (*grads_)(inputs(i));
+      for (size_t o = 1 + extra_outputs_; o < out.size(); ++o) take(o, out[o].buffer->data());
     }
     out.resize(1 + extra_outputs_);
     std::vector<double> v = stats(i, out);
@@ -164,10 +239,10 @@ std::vector<double> DataParallelStep::run(
     if (i == 0 && shards_ > 1) after_first = copy_values(buffers_);
   }
   times_.compute += since(t0);
+  times_.buckets += int64_t(chain.buckets());
+  times_.early_buckets += int64_t(early);
   auto t1 = Clock::now();
-  std::vector<const float*> local;
-  for (const auto& g : local_grads_) local.push_back(g.data());
-  fold(*group_, local, sum_.size(), sum_.data());
+  chain.finish();
   std::vector<double> all = gather_shard_values(*group_, values, shards_, values_per_shard);
   if (shards_ > 1 && !buffers_.empty()) {
     if (group_->rank() == 0)
@@ -180,11 +255,9 @@ std::vector<double> DataParallelStep::run(
   }
   times_.communication += since(t1);
   auto t2 = Clock::now();
-  const float* src = sum_.data();
   for (size_t j = 0; j < with_grad_.size(); ++j) {
     size_t n = size_t(numel(opt_.params()[with_grad_[j]].shape()));
-    if (apply_->uses_input(j)) std::memcpy(apply_->input_ptr(j), src, n * sizeof(float));
-    src += n;
+    if (apply_->uses_input(j)) std::memcpy(apply_->input_ptr(j), sum_.data() + offset_[j], n * sizeof(float));
   }
   apply_->run();
   times_.update += since(t2);

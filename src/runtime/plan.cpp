@@ -147,6 +147,20 @@ void Plan::run() {
   for (const Launch& l : launches_) l.fn(l.args, pool);
 }
 
+void Plan::run_observed(const std::function<void(size_t)>& after) {
+  bool plain = !impl_->unfed && !check_finite_ && !(impl_->auto_recompile && impl_->runs < 2);
+  if (!plain || launches_.empty()) {
+    run();
+    if (!launches_.empty()) after(launches_.size() - 1);
+    return;
+  }
+  ThreadPool& pool = pool_ ? *pool_ : default_pool();
+  for (size_t i = 0; i < launches_.size(); ++i) {
+    launches_[i].fn(launches_[i].args, pool);
+    after(i);
+  }
+}
+
 void Plan::run_checked() {
   ThreadPool& pool = pool_ ? *pool_ : default_pool();
   for (const Launch& l : launches_) {
