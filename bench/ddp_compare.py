@@ -14,6 +14,7 @@ import argparse
 import hashlib
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -89,28 +90,38 @@ def main():
     peers = os.path.join(ROOT, ".peers", "bin", "python")
     ap.add_argument("--python", default=peers if os.path.exists(peers) else "/usr/bin/python3",
                     help="the Python whose PyTorch runs DDP (default: scripts/install_peers.sh's)")
+    ap.add_argument("--repeats", type=int, default=3,
+                    help="rounds of every run, interleaved; medians are compared (this VM's speed drifts)")
     ap.add_argument("--json", default="ddp_results.json")
     a = ap.parse_args()
     cli = os.path.join(a.build, "synoros")
     rows = []
-    print(f"{'model':12} {'run':34} {'steps/s':>8} {'vs 1x1':>7} {'comm':>6}")
+    print(f"{'model':12} {'run':42} {'steps/s':>8} {'vs 1x1':>7} {'comm':>6}  (every round)")
     for model in a.models:
         steps = MODELS[model][2]
-        with tempfile.TemporaryDirectory() as d:
-            runs = {
-                "synoros 1 rank x 1 thread": synoros(cli, model, 1, 1, False, steps, d),
-                "synoros 1 rank x 2 threads": synoros(cli, model, 1, 2, False, steps, d),
-                "synoros 2 ranks x 1 thread": synoros(cli, model, 2, 1, False, steps, d),
-                "synoros 1 x 1, fused whole batch": synoros(cli, model, 1, 1, True, steps, d),
-                "synoros 2 independent 1 x 1 runs at once": twins(cli, model, steps, d),
-            }
-        same = len({runs[k]["sha"] for k in list(runs)[:3]}) == 1
+        rounds = []
+        for _ in range(max(1, a.repeats)):
+            with tempfile.TemporaryDirectory() as d:
+                r = {
+                    "synoros 1 rank x 1 thread": synoros(cli, model, 1, 1, False, steps, d),
+                    "synoros 1 rank x 2 threads": synoros(cli, model, 1, 2, False, steps, d),
+                    "synoros 2 ranks x 1 thread": synoros(cli, model, 2, 1, False, steps, d),
+                    "synoros 1 x 1, fused whole batch": synoros(cli, model, 1, 1, True, steps, d),
+                    "synoros 2 independent 1 x 1 runs at once": twins(cli, model, steps, d),
+                    "DDP 1 process x 1 thread": torch_ddp(a.python, model, 1, 1, steps),
+                    "DDP 1 process x 2 threads": torch_ddp(a.python, model, 1, 2, steps),
+                    "DDP 2 processes x 1 thread": torch_ddp(a.python, model, 2, 1, steps),
+                }
+            rounds.append(r)
+        # Each run's median round by rate (its other figures, the time split, come with it).
+        runs = {}
+        for name in rounds[0]:
+            ordered = sorted((r[name] for r in rounds), key=lambda x: x["steady_steps_per_s"])
+            runs[name] = dict(ordered[len(ordered) // 2], rates=[x["steady_steps_per_s"] for x in ordered])
+        same = all(len({r[k]["sha"] for k in list(r)[:3]}) == 1 for r in rounds)
         limit = 2 * runs["synoros 2 independent 1 x 1 runs at once"]["steady_steps_per_s"]
-        tor = {
-            "DDP 1 process x 1 thread": torch_ddp(a.python, model, 1, 1, steps),
-            "DDP 1 process x 2 threads": torch_ddp(a.python, model, 1, 2, steps),
-            "DDP 2 processes x 1 thread": torch_ddp(a.python, model, 2, 1, steps),
-        }
+        tor = {k: v for k, v in runs.items() if k.startswith("DDP")}
+        runs = {k: v for k, v in runs.items() if not k.startswith("DDP")}
         base_s = runs["synoros 1 rank x 1 thread"]["steady_steps_per_s"]
         base_t = tor["DDP 1 process x 1 thread"]["steady_steps_per_s"]
         for name, r in list(runs.items()) + list(tor.items()):
@@ -120,7 +131,8 @@ def main():
             if "communication_s" in r:
                 total = r["compute_s"] + r["communication_s"] + r["update_s"]
                 comm = f"{100 * r['communication_s'] / total:5.1f}%"
-            print(f"{model:12} {name:34} {rate:8.2f} {rate / base:6.2f}x {comm:>6}")
+            spread = "/".join(f"{x:.2f}" for x in r["rates"])
+            print(f"{model:12} {name:42} {rate:8.2f} {rate / base:6.2f}x {comm:>6}  ({spread})")
             rows.append(dict(r, model=model, run=name))
         s2 = runs["synoros 2 ranks x 1 thread"]["steady_steps_per_s"]
         t2 = tor["DDP 2 processes x 1 thread"]["steady_steps_per_s"]

@@ -14,6 +14,7 @@
 #include "synoros/nn.hpp"
 #include "synoros/optim.hpp"
 #include "synoros/train.hpp"
+#include "synoros/distributed.hpp"
 #include "synoros/data.hpp"
 #include "synoros/checkpoint.hpp"
 #include "synoros/plot.hpp"
