@@ -190,10 +190,11 @@ class CompiledStep {
  public:
   // Runs the step on `args` (checked against the traced dtypes and shapes); returns outputs.
   std::vector<HostTensor> operator()(const std::vector<HostTensor>& args);
-  // The same, calling ready(i, data) as soon as output i is final (its launch has run), while
-  // the rest of the step still runs; outputs no launch writes are ready at the end.
-  std::vector<HostTensor> operator()(const std::vector<HostTensor>& args,
-                                     const std::function<void(size_t output, const void* data)>& ready);
+  // Runs the step on `args`, calling ready(i, data) as soon as output i is final (its launch
+  // has run) while the rest of the step still runs; outputs no launch writes are ready at the
+  // end. output(i) copies one afterwards.
+  void run(const std::vector<HostTensor>& args, const std::function<void(size_t output, const void* data)>& ready);
+  HostTensor output(size_t i) const;
   // Zero-copy variant for hot loops: write inputs via input_ptr, then run(), then read.
   void run();
   float* input_ptr(size_t i);

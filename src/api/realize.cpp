@@ -272,8 +272,7 @@ std::vector<HostTensor> CompiledStep::operator()(const std::vector<HostTensor>& 
   return out;
 }
 
-std::vector<HostTensor> CompiledStep::operator()(const std::vector<HostTensor>& args,
-                                                 const std::function<void(size_t, const void*)>& ready) {
+void CompiledStep::run(const std::vector<HostTensor>& args, const std::function<void(size_t, const void*)>& ready) {
   set_args(args);
   // The launch after which each output is final: the last one whose ops compute it, or for a
   // view (a value no launch computes), the one that computes the value it views.
@@ -305,10 +304,9 @@ std::vector<HostTensor> CompiledStep::operator()(const std::vector<HostTensor>& 
   if (launches == 0)
     for (size_t o = 0; o < outputs_.size(); ++o) announce(o);
   copy_updates();
-  std::vector<HostTensor> out;
-  for (ValueId o : outputs_) out.push_back(plan_->read(o));
-  return out;
 }
+
+HostTensor CompiledStep::output(size_t i) const { return plan_->read(outputs_.at(i)); }
 
 void CompiledStep::run() {
   plan_->run();

@@ -227,12 +227,13 @@ std::vector<double> DataParallelStep::run(
     };
     std::vector<HostTensor> out;
     if (overlap_) {
-      out = (*grads_)(inputs(i), take);
+      grads_->run(inputs(i), take);
+      for (size_t o = 0; o <= extra_outputs_; ++o) out.push_back(grads_->output(o));
     } else {
       out = (*grads_)(inputs(i));
       for (size_t o = 1 + extra_outputs_; o < out.size(); ++o) take(o, out[o].buffer->data());
+      out.resize(1 + extra_outputs_);
     }
-    out.resize(1 + extra_outputs_);
     std::vector<double> v = stats(i, out);
     if (v.size() != values_per_shard) throw Error("data-parallel: the statistics of a micro-shard have the wrong size");
     values.insert(values.end(), v.begin(), v.end());
