@@ -82,6 +82,11 @@ class ChainFold {
   std::vector<ProcessGroup::Request> recv_, send_;
 };
 
+// Whether a step of `shards` micro-shards on `group` (null: this process alone) needs a
+// DataParallelStep; one micro-shard on one process is a single fused step. Refuses fast mode on
+// several ranks: its kernel choices are timed on each rank and could round differently.
+bool needs_data_parallel(int64_t shards, const ProcessGroup* group);
+
 // Gathers `per_shard` values of each micro-shard (this rank's, in order, `k` values each) into
 // all M shards' values on every rank.
 std::vector<double> gather_shard_values(ProcessGroup& group, const std::vector<double>& local, int64_t shards,

@@ -25,6 +25,7 @@ class Module {
   Named named_buffers() const;
   Named state_dict() const;
   std::vector<Tensor> parameters() const;
+  std::vector<Tensor> buffers() const;
   int64_t parameter_count() const;
 
   void train(bool on = true);

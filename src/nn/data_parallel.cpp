@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "synoros/distributed.hpp"
+#include "synoros/runtime.hpp"
 
 namespace synoros::dist {
 
@@ -129,6 +130,14 @@ std::vector<double> gather_shard_values(ProcessGroup& group, const std::vector<d
   }
   group.broadcast(0, all.data(), all.size() * sizeof(double));
   return all;
+}
+
+bool needs_data_parallel(int64_t shards, const ProcessGroup* group) {
+  const int ranks = group ? group->size() : 1;
+  if (ranks > 1 && fast_mode())
+    throw Error("train: data-parallel training runs in default mode (in fast mode the ranks could choose kernels that "
+                "round differently)");
+  return shards > 1 || ranks > 1;
 }
 
 void broadcast_values(ProcessGroup& group, int root, const std::vector<Tensor>& tensors) {

@@ -48,6 +48,12 @@ std::vector<Tensor> Module::parameters() const {
   return out;
 }
 
+std::vector<Tensor> Module::buffers() const {
+  std::vector<Tensor> out;
+  for (auto& [n, t] : named_buffers()) out.push_back(t);
+  return out;
+}
+
 int64_t Module::parameter_count() const {
   int64_t c = 0;
   for (auto& [n, t] : named_parameters()) c += t.numel();

@@ -74,27 +74,22 @@ ClassifierTrainer::ClassifierTrainer(ClassifierConfig cfg, std::shared_ptr<nn::M
   if (cfg_.shards < 1 || cfg_.batch % cfg_.shards)
     throw Error("train: " + std::to_string(cfg_.shards) + " micro-shards do not divide the batch of " +
                 std::to_string(cfg_.batch));
-  if (cfg_.group && cfg_.group->size() > 1 && fast_mode())
-    throw Error("train: data-parallel training runs in default mode (in fast mode the ranks could choose kernels that "
-                "round differently)");
   compile_step(step_fn_, dp_);
 }
 
 void ClassifierTrainer::compile_step(std::unique_ptr<CompiledStep>& fused, std::unique_ptr<dist::DataParallelStep>& dp) {
-  if (cfg_.shards == 1 && (!cfg_.group || cfg_.group->size() == 1)) {
+  if (!dist::needs_data_parallel(cfg_.shards, cfg_.group.get())) {
     fused = std::make_unique<CompiledStep>(compile_classifier_train(*model_, *opt_, cfg_.batch));
     return;
   }
   model_->train();
-  std::vector<Tensor> buffers;
-  for (auto& [name, b] : model_->named_buffers()) buffers.push_back(b);
   const int64_t b = cfg_.batch / cfg_.shards;
   dp = std::make_unique<dist::DataParallelStep>(
       [&](const std::vector<Tensor>& a) {
         Tensor logits = (*model_)(a[0]);
         return std::vector<Tensor>{cross_entropy(logits, a[1]), logits};
       },
-      std::vector<std::pair<DType, Shape>>{{DType::F32, {b, 1, 28, 28}}, {DType::I64, {b}}}, *opt_, buffers,
+      std::vector<std::pair<DType, Shape>>{{DType::F32, {b, 1, 28, 28}}, {DType::I64, {b}}}, *opt_, model_->buffers(),
       cfg_.shards, cfg_.group);
 }
 

@@ -59,24 +59,19 @@ LmTrainer::LmTrainer(LmConfig cfg) : cfg_(std::move(cfg)) {
   }
   opt_ = std::make_unique<optim::AdamW>(params, cfg_.lr, 0.9, 0.95, 1e-8, cfg_.weight_decay);
   opt_->set_clip_norm(cfg_.clip);
-  if (cfg_.group && cfg_.group->size() > 1 && fast_mode())
-    throw Error("train: data-parallel training runs in default mode (in fast mode the ranks could choose kernels that "
-                "round differently)");
   compile_step(step_fn_, dp_);
 }
 
 void LmTrainer::compile_step(std::unique_ptr<CompiledStep>& fused, std::unique_ptr<dist::DataParallelStep>& dp) {
-  if (cfg_.accum == 1 && (!cfg_.group || cfg_.group->size() == 1)) {
+  if (!dist::needs_data_parallel(cfg_.accum, cfg_.group.get())) {
     fused = std::make_unique<CompiledStep>(compile_lm_train(*model_, *opt_, cfg_.batch, cfg_.seq()));
     return;
   }
   model_->train();
-  std::vector<Tensor> buffers;
-  for (auto& [name, b] : model_->named_buffers()) buffers.push_back(b);
   const Shape window{cfg_.batch, cfg_.seq()};
   dp = std::make_unique<dist::DataParallelStep>(
       [&](const std::vector<Tensor>& a) { return std::vector<Tensor>{lm_loss(*model_, a[0], a[1])}; },
-      std::vector<std::pair<DType, Shape>>{{DType::I64, window}, {DType::I64, window}}, *opt_, buffers, cfg_.accum,
+      std::vector<std::pair<DType, Shape>>{{DType::I64, window}, {DType::I64, window}}, *opt_, model_->buffers(), cfg_.accum,
       cfg_.group);
 }
 

@@ -1,12 +1,7 @@
 #!/usr/bin/env bash
 # `mpirun -np 2 synoros search`: rank 0 searches, rank 1 trains every candidate; the records land
 # in evaluations.jsonl and a second run resumes from them without training again.
-set -euo pipefail
-synoros=$1
-mpirun=$2
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+source "$(dirname "$0")/mpi_common.sh"
 # The cost-model timer makes the latency screen deterministic: the test's outcome must not depend
 # on how busy the machine is.
 args=(search --timer cost-model --enumerate --depth 3 --screen 2 --candidates 1 --rounds 1 --train-images 128 --test-images 64

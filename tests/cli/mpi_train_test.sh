@@ -3,12 +3,7 @@
 # for one process without mpirun (LeNet, the ResNet with its batch-norm statistics, a GPT with
 # --accum); a run whose rank died resumes from its checkpoint with another N and ends on the same
 # bytes; a rank that dies or hangs stops the job with an error in bounded time.
-set -euo pipefail
-synoros=$1
-mpirun=$2
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+source "$(dirname "$0")/mpi_common.sh"
 fail() { echo "FAIL: $*"; exit 1; }
 # run NAME NP ARGS...: NP 0 is one process without mpirun.
 run() {
