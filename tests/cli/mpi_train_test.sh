@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # `mpirun -np N synoros train`: the checkpoint is the same bytes for N = 1, 2, 3 and 4 ranks and
 # for one process without mpirun (LeNet, the ResNet with its batch-norm statistics, a GPT with
-# --accum); a run whose rank died resumes from its checkpoint with another N and ends on the same
+# --accum), over shared memory and over TCP; a run whose rank died resumes from its checkpoint with another N and ends on the same
 # bytes; a rank that dies or hangs stops the job with an error in bounded time.
 source "$(dirname "$0")/mpi_common.sh"
 fail() { echo "FAIL: $*"; exit 1; }
-# run NAME NP ARGS...: NP 0 is one process without mpirun.
+# run NAME NP ARGS...: NP 0 is one process without mpirun; mpi_args go to mpirun.
+mpi_args=()
 run() {
   local name=$1 np=$2
   shift 2
   local cmd=("$synoros" train "$@" --out "$dir/$name")
-  [ "$np" = 0 ] || cmd=("$mpirun" -np "$np" "${cmd[@]}")
+  [ "$np" = 0 ] || cmd=("$mpirun" "${mpi_args[@]}" -np "$np" "${cmd[@]}")
   timeout 600 "${cmd[@]}" > "$dir/$name.log" 2>&1 || { cat "$dir/$name.log"; fail "$name"; }
 }
 sum() { sha256sum "$dir/$1/checkpoint.safetensors" | cut -d' ' -f1; }
@@ -23,7 +24,11 @@ same() {
 lenet=(--model lenet --train-limit 480 --test-limit 100 --batch 48 --shards 12 --epochs 2 --threads 1 --no-progress)
 run lenet0 0 "${lenet[@]}"
 for np in 1 2 3 4; do run "lenet$np" "$np" "${lenet[@]}"; done
-same lenet0 lenet1 lenet2 lenet3 lenet4
+# Over TCP on loopback, the transport ranks on separate hosts use.
+mpi_args=(--mca btl tcp,self --mca btl_tcp_if_include lo)
+run lenet_tcp 3 "${lenet[@]}"
+mpi_args=()
+same lenet0 lenet1 lenet2 lenet3 lenet4 lenet_tcp
 grep -q "data-parallel: 4 rank(s), 12 micro-shards per step (--shards), rank 0 computes micro-shards 0..2" "$dir/lenet4.log" ||
   fail "the 4-rank run did not describe its layout"
 [ "$(grep -c "^epoch" "$dir/lenet4.log")" -eq 2 ] || fail "rank 0 should print one line per epoch, and only rank 0"
