@@ -38,6 +38,13 @@ class ProcessGroup {
   virtual bool test(Request r) = 0;
   virtual void wait(Request r) = 0;
   virtual void broadcast(int root, void* data, size_t bytes) = 0;
+  // Every rank waits here until rank 0 comes, with no deadline, and then for all the others: for
+  // after rank 0's long work alone (its evaluation and checkpoint), which the deadline of a
+  // transport that has one (MpiGroup) must not count.
+  virtual void meet() {
+    char none = 0;
+    broadcast(0, &none, 1);
+  }
   void send(int dst, const void* data, size_t bytes) { wait(isend(dst, data, bytes)); }
   void recv(int src, void* data, size_t bytes) { wait(irecv(src, data, bytes)); }
 };
@@ -132,6 +139,8 @@ class DataParallelStep {
   std::pair<int64_t, int64_t> local_shards() const { return local_; }
   ProcessGroup& group() { return *group_; }
   const StepTimes& times() const { return times_; }
+  // A run that throws may leave transfers posted: the step and the group are then unusable (an
+  // MPI program aborts the job, see MpiRuntime in the command-line tool).
   // Off: the last micro-shard's gradients are folded after its whole backward pass (the same
   // bits; for tests and measurements).
   void set_overlap(bool on) { overlap_ = on; }

@@ -68,9 +68,30 @@ class MpiGroup final : public ProcessGroup {
     }, "waiting for a broadcast from", root);
     wait(r);
   }
+  // Rank 0 tells the others when it has finished its work alone (they wait for that without a
+  // deadline, sleeping to leave it the cores); then every rank must arrive within the deadline,
+  // so that a rank that hangs is still found.
+  void meet() override {
+    char signal = 0;
+    std::vector<MPI_Request> told(size_t(rank_ == 0 ? size_ - 1 : 0));
+    for (int r = 1; rank_ == 0 && r < size_; ++r)
+      check(MPI_Isend(&signal, 1, MPI_BYTE, r, kMeetTag, comm_, &told[size_t(r - 1)]), "sending to", r);
+    if (rank_ > 0) {
+      MPI_Request rq;
+      check(MPI_Irecv(&signal, 1, MPI_BYTE, 0, kMeetTag, comm_, &rq), "waiting for", 0);
+      for (int done = 0; !done;) {
+        check(MPI_Test(&rq, &done, MPI_STATUS_IGNORE), "waiting for", 0);
+        if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    }
+    wait(post(&signal, 0, [&](void*, int, MPI_Request* rq) {
+      check(MPI_Ibarrier(comm_, rq), "meeting", -1);
+    }, "meeting", -1));
+    if (!told.empty()) check(MPI_Waitall(int(told.size()), told.data(), MPI_STATUSES_IGNORE), "sending to", 1);
+  }
 
  private:
-  static constexpr int kTag = 7707;
+  static constexpr int kTag = 7707, kMeetTag = 7708;
   struct Pending {
     std::vector<MPI_Request> rq;
     const char* what;
@@ -92,12 +113,14 @@ class MpiGroup final : public ProcessGroup {
   }
   void check(int rc, const char* what, int peer) const {
     if (rc != MPI_SUCCESS)
-      throw Error("data-parallel: rank " + std::to_string(rank_) + ": MPI failed " + what + " rank " +
-                  std::to_string(peer));
+      throw Error("data-parallel: rank " + std::to_string(rank_) + ": MPI failed " + what +
+                  (peer < 0 ? std::string(" the other ranks") : " rank " + std::to_string(peer)));
   }
   [[noreturn]] void give_up(const char* what, int peer) const {
-    throw Error("data-parallel: rank " + std::to_string(rank_) + " gave up " + what + " rank " + std::to_string(peer) +
-                " after " + std::to_string(int(timeout_)) + " s (that rank has stopped or hangs)");
+    throw Error("data-parallel: rank " + std::to_string(rank_) + " gave up " + what +
+                (peer < 0 ? std::string(" the other ranks") : " rank " + std::to_string(peer)) + " after " +
+                std::to_string(int(timeout_)) + " s (" + (peer < 0 ? "one of them" : "that rank") +
+                " has stopped or hangs)");
   }
   std::map<Request, Pending> pending_;
   Request next_ = 0;

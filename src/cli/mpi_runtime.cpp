@@ -53,6 +53,10 @@ std::shared_ptr<dist::ProcessGroup> MpiRuntime::group() const {
   return std::make_shared<dist::MpiGroup>(peer_timeout());
 }
 
+void MpiRuntime::meet() const {
+  if (size_ > 1) group()->meet();
+}
+
 void MpiRuntime::abort(const std::string& why) {
   if (!initialised_) return;
   // One write, so that the lines of ranks failing together do not interleave.
@@ -72,6 +76,7 @@ MpiRuntime::MpiRuntime(const std::string& command) {
 }
 MpiRuntime::~MpiRuntime() = default;
 std::shared_ptr<dist::ProcessGroup> MpiRuntime::group() const { return dist::single_process(); }
+void MpiRuntime::meet() const {}
 void MpiRuntime::abort(const std::string&) {}
 
 #endif

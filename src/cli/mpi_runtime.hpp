@@ -24,6 +24,9 @@ class MpiRuntime {
   int size() const { return size_; }
   // The ranks as a process group (a single process outside MPI).
   std::shared_ptr<dist::ProcessGroup> group() const;
+  // Every rank waits, with no deadline, until all have come here: after rank 0's evaluation and
+  // checkpoint, so that the peers' deadline counts only training steps.
+  void meet() const;
   // After an error on this rank: prints it, naming the rank, and stops every rank instead of
   // leaving them waiting (a no-op outside MPI, where the caller reports the error itself).
   void abort(const std::string& why);

@@ -184,7 +184,8 @@ void describe_data_parallel(const MpiRuntime& mpi, const dist::DataParallelStep*
 
 // A testing hook for the failure of one rank: SYNOROS_FAULT="kill:R:S" kills rank R (SIGKILL)
 // after its step S, "hang:R:S" makes it stop answering, so that a test can check that the other
-// ranks stop with an error in bounded time.
+// ranks stop with an error in bounded time; "slow:R:S" pauses it for 2 s more than the peers'
+// deadline (SYNOROS_DIST_TIMEOUT), as a long evaluation would.
 void injected_fault(const MpiRuntime& mpi, int64_t step) {
   static const std::string spec = config::text("SYNOROS_FAULT");
   if (spec.empty()) return;
@@ -194,6 +195,8 @@ void injected_fault(const MpiRuntime& mpi, int64_t step) {
   if (std::sscanf(spec.c_str(), "%7[a-z]:%d:%lld", kind, &rank, &at) != 3 || rank != mpi.rank() || at != step) return;
   std::fprintf(stderr, "synoros: SYNOROS_FAULT: rank %d %s after step %lld\n", rank, kind, at);
   if (std::string(kind) == "kill") std::raise(SIGKILL);
+  if (std::string(kind) == "slow")
+    std::this_thread::sleep_for(std::chrono::seconds(config::integer("SYNOROS_DIST_TIMEOUT").value_or(600) + 2));
   if (std::string(kind) == "hang")
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
 }
@@ -315,22 +318,24 @@ int train_classifier(const Args& a, const std::string& model, const MpiRuntime& 
     });
     double secs = seconds_since(t0);
     bar.finish();
-    if (!lead) continue;  // rank 0 evaluates and writes; the others go on to the next step
-    auto [test_loss, test_acc] = t.evaluate();
-    total_seconds += secs;
-    last_test_acc = test_acc;
-    int64_t e = epoch + 1;
-    std::printf("epoch %lld  train loss %.4f acc %.4f  test loss %.4f acc %.4f  %.1f s (%.1f steps/s)\n", (long long)e,
-                t.mean_loss(), t.mean_acc(), test_loss, test_acc, secs, double(t.step() - begin) / secs);
-    std::fflush(stdout);
-    log.add({double(e), double(t.step()), t.mean_loss(), t.mean_acc(), test_loss, test_acc, secs});
-    log.write();
-    std::vector<double> x = log.column(0);
-    io::write_svg_chart(out + "/curves.svg",
-                        {{"loss", "epoch", "cross-entropy", {{"train", x, log.column(2)}, {"test", x, log.column(4)}}},
-                         {"accuracy", "epoch", "accuracy", {{"train", x, log.column(3)}, {"test", x, log.column(5)}}}});
-    t.save(save);
-    write_run_choices(out);
+    if (lead) {  // rank 0 evaluates and writes while the others wait
+      auto [test_loss, test_acc] = t.evaluate();
+      total_seconds += secs;
+      last_test_acc = test_acc;
+      int64_t e = epoch + 1;
+      std::printf("epoch %lld  train loss %.4f acc %.4f  test loss %.4f acc %.4f  %.1f s (%.1f steps/s)\n", (long long)e,
+                  t.mean_loss(), t.mean_acc(), test_loss, test_acc, secs, double(t.step() - begin) / secs);
+      std::fflush(stdout);
+      log.add({double(e), double(t.step()), t.mean_loss(), t.mean_acc(), test_loss, test_acc, secs});
+      log.write();
+      std::vector<double> x = log.column(0);
+      io::write_svg_chart(out + "/curves.svg",
+                          {{"loss", "epoch", "cross-entropy", {{"train", x, log.column(2)}, {"test", x, log.column(4)}}},
+                           {"accuracy", "epoch", "accuracy", {{"train", x, log.column(3)}, {"test", x, log.column(5)}}}});
+      t.save(save);
+      write_run_choices(out);
+    }
+    mpi.meet();
   }
   report_data_parallel(t.data_parallel());
   std::cout << "checkpoint " << save << ", curves " << out << "/curves.svg, logs " << out << "/log.{csv,json}\n";
@@ -421,24 +426,26 @@ int lm_loop(const Args& a, train::LmConfig c, const MpiRuntime& mpi,
       bar.update(s - begin, l, sum / double(n), "mean");
     });
     bar.finish();
-    if (!lead) continue;  // rank 0 validates and writes; the others go on to the next step
-    double val = last_val = t.validation_loss();
-    double secs = done_seconds + seconds_since(t0);
-    std::printf("step %lld  train loss %.4f  val loss %.4f  (unigram %.4f)  %.1f s\n", (long long)t.step(),
-                sum / double(n), val, t.unigram_baseline(), secs);
-    std::fflush(stdout);
-    log.add({double(t.step()), sum / double(n), val, secs});
-    log.write();
-    std::vector<double> x = log.column(0);
-    io::write_svg_chart(out + "/curves.svg",
-                        {{c.name + " on " + (c.text_file.empty() ? std::string("fortunes") : c.text_file), "step",
-                          "nats per byte",
-                          {{"train", x, log.column(1)},
-                           {"validation", x, log.column(2)},
-                           {"unigram", x, std::vector<double>(x.size(), t.unigram_baseline())}}}});
-    t.save(save);
-    write_run_choices(out);
-    if (saved) saved(t, out);
+    if (lead) {  // rank 0 validates and writes while the others wait
+      double val = last_val = t.validation_loss();
+      double secs = done_seconds + seconds_since(t0);
+      std::printf("step %lld  train loss %.4f  val loss %.4f  (unigram %.4f)  %.1f s\n", (long long)t.step(),
+                  sum / double(n), val, t.unigram_baseline(), secs);
+      std::fflush(stdout);
+      log.add({double(t.step()), sum / double(n), val, secs});
+      log.write();
+      std::vector<double> x = log.column(0);
+      io::write_svg_chart(out + "/curves.svg",
+                          {{c.name + " on " + (c.text_file.empty() ? std::string("fortunes") : c.text_file), "step",
+                            "nats per byte",
+                            {{"train", x, log.column(1)},
+                             {"validation", x, log.column(2)},
+                             {"unigram", x, std::vector<double>(x.size(), t.unigram_baseline())}}}});
+      t.save(save);
+      write_run_choices(out);
+      if (saved) saved(t, out);
+    }
+    mpi.meet();
   }
   if (!lead) return 0;
   report_data_parallel(t.data_parallel());

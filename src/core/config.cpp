@@ -42,9 +42,9 @@ const std::vector<Variable>& variables() {
        "where compiled kernels are cached"},
       {"SYNOROS_VERBOSE", Kind::Flag, "0|1", "0", "log kernel selection (rejected candidates) on stderr"},
       {"SYNOROS_DIST_TIMEOUT", Kind::Integer, "1..86400", "600",
-       "seconds a data-parallel rank waits for a peer before it stops with an error"},
-      {"SYNOROS_FAULT", Kind::Path, "kill:RANK:STEP or hang:RANK:STEP", "unset",
-       "tests: that rank of a data-parallel run dies or hangs after that step"},
+       "seconds a data-parallel rank waits for a peer in a step before it stops with an error (rank 0's evaluation and checkpoint are not counted)"},
+      {"SYNOROS_FAULT", Kind::Path, "kill|hang|slow:RANK:STEP", "unset",
+       "tests: that rank of a data-parallel run dies, hangs, or pauses past the peers' deadline after that step"},
       {"SYNOROS_EXHAUSTIVE", Kind::Flag, "0|1", "0", "tests: check vector math over every float input"},
   };
   return table;

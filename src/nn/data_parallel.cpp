@@ -205,7 +205,12 @@ DataParallelStep::DataParallelStep(const std::function<std::vector<Tensor>(const
   offset_.assign(with_grad_.size(), 0);
   for (size_t j = with_grad_.size(); j-- > 0;)
     offset_[j] = count, count += size_t(numel(opt_.params()[with_grad_[j]].shape()));
-  local_grads_.assign(size_t(local_.second - local_.first), std::vector<float>(count));
+  // Rank 0 starts the chain, so its partial sum h_0 + ... + h_{k-2} can be added up as the
+  // micro-shards finish (the same additions in the same order as the fold's): it holds two flat
+  // vectors whatever k. A later rank must add its micro-shards one by one onto the previous
+  // rank's partial sum, which arrives at the end, so it holds all k.
+  const size_t k = size_t(local_.second - local_.first);
+  local_grads_.assign(group_->rank() == 0 ? std::min<size_t>(k, 2) : k, std::vector<float>(count));
   sum_.resize(count);
 }
 
@@ -221,15 +226,21 @@ std::vector<double> DataParallelStep::run(
   for (const auto& g : local_grads_) local.push_back(g.data());
   ChainFold chain(*group_, local, sum_.size(), sum_.data(), bucket_);
   size_t early = 0;  // buckets passed on before the last micro-shard's last gradient was final
+  const bool starts_chain = group_->rank() == 0;
   for (int64_t i = local_.first; i < local_.second; ++i) {
-    float* flat = local_grads_[size_t(i - local_.first)].data();
     const bool last = i + 1 == local_.second;
+    // Rank 0 adds micro-shards 1..k-2 onto micro-shard 0's gradients in local_grads_[0]; every
+    // other vector holds one micro-shard's.
+    const size_t slot = starts_chain ? (last && i > 0 ? 1 : 0) : size_t(i - local_.first);
+    const bool accumulate = starts_chain && i > 0 && !last;
+    float* flat = local_grads_[slot].data();
     // Each gradient into its place; those of the last micro-shard go on to the fold as soon as
     // its backward pass has finished them.
     auto take = [&](size_t o, const void* data) {
       if (o <= extra_outputs_) return;
       size_t j = o - 1 - extra_outputs_, n = size_t(numel(opt_.params()[with_grad_[j]].shape()));
-      std::memcpy(flat + offset_[j], data, n * sizeof(float));
+      if (accumulate) add_into(flat + offset_[j], static_cast<const float*>(data), n);
+      else std::memcpy(flat + offset_[j], data, n * sizeof(float));
       if (!last) return;
       early = chain.folded();
       chain.mark_ready(offset_[j], n);
