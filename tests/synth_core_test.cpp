@@ -142,6 +142,105 @@ TEST(SynthCanonical, RulesOnlyRemoveSpellingsAndCountsAreConsistent) {
   EXPECT_EQ(syn.finalize(hw)[0].canonical, syn.finalize(wh)[0].canonical);
 }
 
+// The usage caps have one definition: every action the legality check lets through leaves the
+// usage within the caps, and usage only grows.
+void walk_usage(Synthesizer& syn, const State& s, int depth, int64_t& checked) {
+  if (depth == 0) return;
+  const Spec& sp = syn.spec();
+  std::vector<Action> acts;
+  syn.actions(s, acts);
+  for (const Action& a : acts) {
+    State c = syn.apply(s, a);
+    for (size_t i = 0; i < size_t(kMaxVars); ++i) {
+      int cap_p = i < sp.primary.size() ? sp.primary[i].cap : 0;
+      int cap_c = i < sp.coefficient.size() ? sp.coefficient[i].cap : 0;
+      ASSERT_LE(c.usage[i], cap_p) << sp.primary[i].name << " after " << act_name(a.type) << " at depth " << c.depth;
+      ASSERT_LE(c.usage[kMaxVars + i], cap_c)
+          << sp.coefficient[i].name << " after " << act_name(a.type) << " at depth " << c.depth;
+      ASSERT_GE(c.usage[i], s.usage[i]);
+      ASSERT_GE(c.usage[kMaxVars + i], s.usage[kMaxVars + i]);
+    }
+    ++checked;
+    walk_usage(syn, c, depth - 1, checked);
+  }
+}
+
+TEST(SynthUsage, TheLegalityCheckAndTheBookkeepingAgree) {
+  for (bool coefficients : {false, true}) {
+    Options o;
+    o.count_weight_coefficients = coefficients;
+    Synthesizer syn(conv2d_spec(false, 8), o);
+    int64_t checked = 0;
+    walk_usage(syn, syn.root(), 4, checked);
+    EXPECT_GT(checked, 10000) << "too few states to mean anything";
+  }
+}
+
+TEST(SynthUsage, SharingAGroupSpendsWhatSynoSpends) {
+  // Reduce g, Reduce C_in/g, Share both: the reductions spend g twice and C_in once; the weight
+  // spends the primary variables of its iterators (C_in once more), and with coefficients
+  // counted g twice more, which the cap of 3 on g refuses.
+  for (bool coefficients : {false, true}) {
+    Options o;
+    o.count_weight_coefficients = coefficients;
+    Synthesizer syn(conv2d_spec(false, 8), o);
+    const Spec& sp = syn.spec();
+    Size g = sp.parse_size("g"), cin_g = sp.parse_size("C_in/g");
+    const size_t ig = size_t(kMaxVars + sp.find_coefficient("g")), icin = size_t(sp.find_primary("C_in"));
+    State s = syn.root();
+    std::vector<Action> acts;
+    for (Size z : {std::min(g, cin_g), std::max(g, cin_g)}) {
+      syn.actions(s, acts);
+      auto it = std::find_if(acts.begin(), acts.end(),
+                             [&](const Action& a) { return a.type == ActType::Reduce && a.size == z; });
+      ASSERT_NE(it, acts.end()) << sp.str(z);
+      s = syn.apply(s, *it);
+    }
+    EXPECT_EQ(s.usage[ig], 2);
+    EXPECT_EQ(s.usage[icin], 1);
+    const uint32_t both = 1u << sp.output.size() | 1u << (sp.output.size() + 1);
+    syn.actions(s, acts);
+    auto share = std::find_if(acts.begin(), acts.end(),
+                              [&](const Action& a) { return a.type == ActType::Weight && a.mask == both && !a.emask; });
+    if (coefficients) {
+      EXPECT_EQ(share, acts.end()) << "g would be spent 4 times against a cap of 3";
+      continue;
+    }
+    ASSERT_NE(share, acts.end());
+    State w = syn.apply(s, *share);
+    EXPECT_EQ(w.usage[ig], 2);
+    EXPECT_EQ(w.usage[icin], 2);
+  }
+}
+
+TEST(SynthUsage, AMergeSpendsWhatItsDivisionIntroduces) {
+  // C_out = (C_out/g) * g spends one g and no C_out (the primary variable is only split, as in
+  // Syno's (|a| + |b| - |a+b|) / 2 per variable).
+  Synthesizer syn(conv2d_spec(false, 8));
+  const Spec& sp = syn.spec();
+  State s = syn.root();
+  std::vector<Action> acts;
+  syn.actions(s, acts);
+  auto red = std::find_if(acts.begin(), acts.end(), [&](const Action& a) {
+    return a.type == ActType::Reduce && a.size == sp.parse_size("C_in");
+  });
+  ASSERT_NE(red, acts.end());
+  s = syn.apply(s, *red);
+  syn.actions(s, acts);  // the weight stage comes before the views
+  auto share = std::find_if(acts.begin(), acts.end(), [&](const Action& a) { return a.type == ActType::Weight; });
+  ASSERT_NE(share, acts.end());
+  s = syn.apply(s, *share);
+  syn.actions(s, acts);
+  Size cout = sp.parse_size("C_out"), g = sp.parse_size("g");
+  auto merge = std::find_if(acts.begin(), acts.end(), [&](const Action& a) {
+    return a.type == ActType::Merge && a.mask == 0 && s.frontier[size_t(a.a)].info.size == cout && a.size == g;
+  });
+  ASSERT_NE(merge, acts.end());
+  State m = syn.apply(s, *merge);
+  EXPECT_EQ(m.usage[size_t(kMaxVars + sp.find_coefficient("g"))], s.usage[size_t(kMaxVars + sp.find_coefficient("g"))] + 1);
+  EXPECT_EQ(m.usage[size_t(sp.find_primary("C_out"))], s.usage[size_t(sp.find_primary("C_out"))]);
+}
+
 // Brute force over concrete states (no abstraction, no pruning): the minimum number of further
 // primitives to a complete state. The shape distance must equal it exactly.
 int brute(Synthesizer& syn, const State& s, int rem, std::map<std::string, int>& memo, int& checked) {

@@ -58,8 +58,9 @@ struct Size {
 struct Var {
   std::string name;
   bool coefficient = false;
-  // Total |exponent| the generator may spend on it over all sizes it creates: reductions, merge
-  // blocks, strides, and every iterator shared into a weight (as in Syno's allowance).
+  // Total |exponent| the generator may spend on it (Syno's allowance): reductions and strides
+  // spend their sizes, a weight the primary variables of each iterator it shares (coefficients
+  // too with Options::count_weight_coefficients), a merge what its division introduces.
   int cap = 1;
   int64_t value = 0;    // coefficients only (one global value)
 };
@@ -95,8 +96,10 @@ struct Spec {
 //   fixed: N                 (dims passed through untouched; must be in both shapes)
 // Throws Error naming the cause for unknown variables, illegal sizes, missing bindings.
 Spec parse_spec(const std::string& text);
+// Overrides usage caps: "C_out=4, k=2" (what a spec's cap clause and a coefficient's ":cap" set).
+void set_caps(Spec& spec, const std::string& items);
 // The conv2d spec of the issue: [N,C_in,H,W] -> [N,C_out,H,W], k=3, g=<g>, s=2, bindings
-// C_in=C_out in {32,64}, H=W in {28,14}; N fixed; caps C_in=C_out=2, k=4, g=3, s=1, H=W=0. With same_channels, C_in and C_out are one C.
+// C_in=C_out in {32,64}, H=W in {28,14}; N fixed; caps as Syno's vision spec: C_in=2, C_out=4, k=2, g=3, s=2, H=W=0. With same_channels, C_in and C_out are one C.
 Spec conv2d_spec(bool same_channels = false, int64_t g = 8);
 
 // ---------------------------------------------------------------------------------------------
@@ -158,6 +161,10 @@ struct Options {
   bool canonical = true;          // generation-time canonicalization rules
   bool allow_stride = true;
   bool allow_shift = true;
+  // Whether sharing an iterator into a weight spends its coefficients' caps too (Syno's
+  // count_coefficients_in_weights_as_allowance_usage; off there by default): off, a weight may
+  // hold k x k windows or groups of g without using up k or g.
+  bool count_weight_coefficients = false;
 };
 
 // A finished operator: self-contained expression trees (one per input dim) and weight lists.

@@ -224,7 +224,8 @@ CommandSpec search_worker_spec() {
 CommandSpec synth_spec() {
   CommandSpec s{"synth", "enumerate, sample or search operators for a layer spec",
                 "Give exactly one spec: --conv2d, --conv2d-same, --spec or --spec-file. A spec reads\n"
-                "  'input: N, C_in, H, W; output: N, C_out, H, W; coef: k=3:4, g=8:3; bind: N=2, C_in=32, ...'",
+                "  'input: N, C_in, H, W; output: N, C_out, H, W; coef: k=3:2, g=8:3; bind: N=2, C_in=32, ...'\n"
+                "--caps overrides the spec's usage caps; docs/synthesis.md compares the space with Syno's",
                 {},
                 {}};
   s.opts = {
@@ -244,7 +245,16 @@ CommandSpec synth_spec() {
       flag("raw", "also count with the canonicalization rules off (enumerate)"),
       path("export", "", "write each printed operator as a PyTorch module DIR/op<i>.py"),
       integer_words("max-weights", "the synthesizer's", 0, 16, "most weight tensors"),
-      integer_words("max-reductions", "the synthesizer's", 0, 64, "most reductions"),
+      integer_words("max-reductions", "4", 0, 64, "most reductions"),
+      integer_words("min-weights", "1", 0, 16, "fewest weight tensors"),
+      integer_words("max-weight-rank", "4", 1, 16, "most iterators shared into one weight"),
+      integer_words("max-vars-in-size", "2", 1, 8, "most variables in a generated size"),
+      integer_words("max-exponent", "1", 1, 4, "largest |exponent| of a variable in a generated size"),
+      real("min-unfold-ratio", "2", 0, 1e6, "a window's main dim is at least this many windows under every binding"),
+      integer_words("max-window", "30", 2, 1 << 20, "largest unfold window"),
+      text("caps", "", "usage caps over the spec's, e.g. 'C_out=4, k=2' (primary and coefficient variables)"),
+      flag("count-weight-coefficients",
+           "sharing an iterator into a weight spends its coefficients' caps too (off: only primary variables, as Syno)"),
       flag("no-shift", "no shift primitives"),
       flag("no-stride", "no stride primitives"),
   };

@@ -39,6 +39,16 @@ int synth(const Args& a) {
   opt.max_depth = int(a.integer("depth"));
   if (a.has("max-weights")) opt.max_weights = int(a.integer("max-weights"));
   if (a.has("max-reductions")) opt.max_reductions = int(a.integer("max-reductions"));
+  if (a.has("min-weights")) opt.min_weights = int(a.integer("min-weights"));
+  if (a.has("max-weight-rank")) opt.max_weight_rank = int(a.integer("max-weight-rank"));
+  if (a.has("max-vars-in-size")) opt.max_vars_in_size = int(a.integer("max-vars-in-size"));
+  if (a.has("max-exponent")) opt.max_exponent = int(a.integer("max-exponent"));
+  if (a.has("min-unfold-ratio")) opt.min_unfold_ratio = a.real("min-unfold-ratio");
+  if (a.has("max-window")) opt.max_window = a.integer("max-window");
+  if (opt.min_weights > opt.max_weights)
+    throw UsageError("synth: --min-weights " + std::to_string(opt.min_weights) + " exceeds --max-weights " +
+                     std::to_string(opt.max_weights));
+  opt.count_weight_coefficients = a.has("count-weight-coefficients");
   opt.allow_shift = !a.has("no-shift");
   opt.allow_stride = !a.has("no-stride");
   std::string mode = a.str("mode"), reward_kind = a.str("reward"), checkpoint = a.str("checkpoint"),
@@ -56,6 +66,7 @@ int synth(const Args& a) {
   if (int(conv) + int(conv_same) + int(a.has("spec")) + int(a.has("spec-file")) != 1)
     throw UsageError("synth: give exactly one spec (--conv2d, --conv2d-same, --spec or --spec-file)");
   synth::Spec spec = conv ? synth::conv2d_spec(false) : conv_same ? synth::conv2d_spec(true) : synth::parse_spec(spec_text);
+  if (a.has("caps")) synth::set_caps(spec, a.str("caps"));
   synth::Synthesizer syn(spec, opt);
   syn.require_reachable();
   std::cout << "spec: input [";

@@ -7,7 +7,7 @@
 namespace synoros::search {
 
 synth::Spec resnet_conv_spec(int64_t w) {
-  std::string t = "input: N, C, H, W; output: N, C, H, W; coef: k=3:4, g=4:3, s=2:1;";
+  std::string t = "input: N, C, H, W; output: N, C, H, W; coef: k=3:2, g=4:3, s=2:2;";
   for (auto [c, h] : resnet_layer_classes(w))
     t += " bind: N=2, C=" + std::to_string(c) + ", H=" + std::to_string(h) + ", W=" + std::to_string(h) + ";";
   t += " cap: C=3, H=0, W=0; fixed: N";

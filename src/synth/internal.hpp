@@ -40,9 +40,17 @@ inline uint64_t hmix(uint64_t h, uint64_t v) {
   return h ^ (h >> 29);
 }
 
-// Sorted usage-checked helpers.
-bool usage_ok(const Spec& spec, const std::array<int8_t, 2 * kMaxVars>& usage, const Size& z);
-void add_usage(std::array<int8_t, 2 * kMaxVars>& usage, const Size& z);
+// The usage caps (Syno's allowance), one definition for the legality check and the bookkeeping.
+using Usage = std::array<int8_t, 2 * kMaxVars>;
+// |exponents| of a size (its coefficients' too unless `coefficients` is false).
+Usage size_usage(const Size& z, bool coefficients = true);
+bool within_caps(const Spec& spec, const Usage& usage, const Usage& more);
+void add_usage(Usage& usage, const Usage& more);
+// What an action spends (Syno's getAllowanceUsage): a reduction or stride its size; a weight the
+// primary variables of each iterator it shares, each on its own (and their coefficients with
+// Options::count_weight_coefficients); a merge of x^(a+b) into x^a, x^b spends (|a|+|b|-|a+b|)/2
+// of each x (what the division introduces); the other views nothing.
+Usage action_usage(const Spec& sp, const Options& o, const State& s, const Action& a);
 std::string size_key(const Size& z);
 std::string canonical_string(const Operator& op);
 int iter_count(const Spec& spec, const State& s);

@@ -21,18 +21,52 @@ const char* act_name(ActType t) {
   return "?";
 }
 
-bool usage_ok(const Spec& spec, const std::array<int8_t, 2 * kMaxVars>& usage, const Size& z) {
+Usage size_usage(const Size& z, bool coefficients) {
+  Usage u{};
   for (size_t i = 0; i < size_t(kMaxVars); ++i) {
-    if (z.p[i] && (i >= spec.primary.size() || usage[i] + std::abs(z.p[i]) > spec.primary[i].cap)) return false;
-    if (z.c[i] && (i >= spec.coefficient.size() || usage[kMaxVars + i] + std::abs(z.c[i]) > spec.coefficient[i].cap))
-      return false;
+    u[i] = int8_t(std::abs(z.p[i]));
+    if (coefficients) u[kMaxVars + i] = int8_t(std::abs(z.c[i]));
+  }
+  return u;
+}
+
+bool within_caps(const Spec& spec, const Usage& usage, const Usage& more) {
+  for (size_t i = 0; i < size_t(kMaxVars); ++i) {
+    if (more[i] && (i >= spec.primary.size() || usage[i] + more[i] > spec.primary[i].cap)) return false;
+    const size_t c = kMaxVars + i;
+    if (more[c] && (i >= spec.coefficient.size() || usage[c] + more[c] > spec.coefficient[i].cap)) return false;
   }
   return true;
 }
-void add_usage(std::array<int8_t, 2 * kMaxVars>& usage, const Size& z) {
-  for (size_t i = 0; i < size_t(kMaxVars); ++i) {
-    usage[i] = int8_t(usage[i] + std::abs(z.p[i]));
-    usage[kMaxVars + i] = int8_t(usage[kMaxVars + i] + std::abs(z.c[i]));
+
+void add_usage(Usage& usage, const Usage& more) {
+  for (size_t i = 0; i < usage.size(); ++i) usage[i] = int8_t(usage[i] + more[i]);
+}
+
+Usage action_usage(const Spec& sp, const Options& o, const State& s, const Action& a) {
+  const int n_out = int(sp.output.size());
+  switch (a.type) {
+    case ActType::Reduce:
+    case ActType::Stride: return size_usage(a.size);
+    case ActType::Weight: {  // each shared iterator on its own: exponents do not cancel across them
+      Usage u{};
+      for (int it = 0; it < iter_count(sp, s); ++it)
+        if (a.mask >> it & 1)
+          add_usage(u, size_usage(it < n_out ? sp.output[size_t(it)] : s.reduces[size_t(it - n_out)],
+                                  o.count_weight_coefficients));
+      return u;
+    }
+    case ActType::Merge: {  // x^(a+b) into x^a and x^b spends (|a| + |b| - |a+b|) / 2 of x
+      const Size& whole = s.frontier[size_t(a.a)].info.size;
+      const Size major = whole / a.size;
+      Usage u{};
+      for (size_t i = 0; i < size_t(kMaxVars); ++i) {
+        u[i] = int8_t((std::abs(major.p[i]) + std::abs(a.size.p[i]) - std::abs(whole.p[i])) / 2);
+        u[kMaxVars + i] = int8_t((std::abs(major.c[i]) + std::abs(a.size.c[i]) - std::abs(whole.c[i])) / 2);
+      }
+      return u;
+    }
+    default: return Usage{};
   }
 }
 std::string size_key(const Size& z) {
@@ -182,11 +216,10 @@ void Synthesizer::actions(const State& s, std::vector<Action>& out) const {
   if (s.stage == 0 && int(s.reduces.size()) < opt_.max_reductions) {
     for (const Size& z : cands_) {
       if (canon && !s.reduces.empty() && z < s.reduces.back()) continue;
-      if (!usage_ok(sp, s.usage, z)) continue;
       Action a;
       a.type = ActType::Reduce;
       a.size = z;
-      out.push_back(a);
+      if (within_caps(sp, s.usage, action_usage(sp, opt_, s, a))) out.push_back(a);
     }
   }
   // Weights: each a set of iterators, at least one of them reduced; iterators dropped from the
@@ -207,10 +240,10 @@ void Synthesizer::actions(const State& s, std::vector<Action>& out) const {
           if ((m & mask) == m || (m & mask) == mask) nested = true;
         if (nested) continue;
       }
-      Size wsize;  // sharing an iterator into a weight spends its size from the caps
-      for (int it = 0; it < n_it; ++it)
-        if (mask >> it & 1) wsize = wsize * (it < n_out ? sp.output[size_t(it)] : s.reduces[size_t(it - n_out)]);
-      if (!usage_ok(sp, s.usage, wsize)) continue;
+      Action share;
+      share.type = ActType::Weight;
+      share.mask = mask;
+      if (!within_caps(sp, s.usage, action_usage(sp, opt_, s, share))) continue;
       uint32_t can_expand = mask & ~s.expanded & (canon ? ~earlier : ~0u);
       // Enumerate submasks of can_expand.
       uint32_t sub = 0;
@@ -236,9 +269,14 @@ void Synthesizer::actions(const State& s, std::vector<Action>& out) const {
     // Merge: the dim is split into major (size / B) and minor (B) coordinates.
     if (!(canon && (d.kind == Kind::Split || d.kind == Kind::Red || d.kind == Kind::Div))) {
       for (const Size& B : cands_) {
-        if (B == d.size || !usage_ok(sp, s.usage, B)) continue;
+        if (B == d.size) continue;
         Size q = d.size / B;
         if (q.is_one() || !sp.legal(q)) continue;
+        Action merge;
+        merge.type = ActType::Merge;
+        merge.a = int16_t(i);
+        merge.size = B;
+        if (!within_caps(sp, s.usage, action_usage(sp, opt_, s, merge))) continue;
         // mask 0: plain Merge; 1 / 2: Merge whose major / minor half is dropped from the data
         // (Expand + Merge, i.e. tile / repeat).
         for (uint32_t drop = 0; drop < 3; ++drop) {
@@ -259,14 +297,14 @@ void Synthesizer::actions(const State& s, std::vector<Action>& out) const {
     }
     if (opt_.allow_stride && d.size.pure_coefficient()) {
       for (const Size& f : cands_) {
-        if (!f.pure_coefficient() || !usage_ok(sp, s.usage, f)) continue;
+        if (!f.pure_coefficient()) continue;
         Size r = d.size * f;
         if (sp.eval(r, 0) > opt_.max_window) continue;
         Action a;
         a.type = ActType::Stride;
         a.a = int16_t(i);
         a.size = f;
-        out.push_back(a);
+        if (within_caps(sp, s.usage, action_usage(sp, opt_, s, a))) out.push_back(a);
       }
     }
   }
@@ -313,7 +351,7 @@ void Synthesizer::actions(const State& s, std::vector<Action>& out) const {
 }
 
 namespace {
-State apply_impl(const Spec& sp, State s, const Action& a, Synthesizer::Impl* impl) {
+State apply_impl(const Spec& sp, const Options& o, State s, const Action& a, Synthesizer::Impl* impl) {
   // impl == nullptr: rule information only (no expressions).
   auto mk = [&](Kind k, int32_t ea, int32_t eb, int32_t iter, Size size, Size param) -> int32_t {
     if (!impl || (ea < 0 && (k != Kind::Out && k != Kind::Red))) return -1;
@@ -332,13 +370,13 @@ State apply_impl(const Spec& sp, State s, const Action& a, Synthesizer::Impl* im
     for (Dim& d : s.frontier) d.expr = -1;
   }
   s.depth += 1;
+  add_usage(s.usage, action_usage(sp, o, s, a));
   const int n_out = int(sp.output.size());
   auto& F = s.frontier;
   switch (a.type) {
     case ActType::Reduce: {
       int id = n_out + int(s.reduces.size());
       s.reduces.push_back(a.size);
-      add_usage(s.usage, a.size);
       Dim d;
       d.info.size = a.size;
       d.info.kind = Kind::Red;
@@ -349,8 +387,6 @@ State apply_impl(const Spec& sp, State s, const Action& a, Synthesizer::Impl* im
     }
     case ActType::Weight: {
       s.stage = 1;
-      for (int it = 0; it < iter_count(sp, s); ++it)
-        if (a.mask >> it & 1) add_usage(s.usage, it < n_out ? sp.output[size_t(it)] : s.reduces[size_t(it - n_out)]);
       s.weights.push_back(a.mask);
       s.expanded |= a.emask;
       std::vector<Dim> nf;
@@ -387,7 +423,6 @@ State apply_impl(const Spec& sp, State s, const Action& a, Synthesizer::Impl* im
       switch (a.type) {
         case ActType::Merge: {
           int32_t g = s.next_group++;
-          add_usage(s.usage, a.size);
           if (a.mask != 1)
             push(Kind::Div, x.info.size / a.size, a.size, g, mk(Kind::Div, x.expr, -1, -1, x.info.size / a.size, a.size));
           if (a.mask != 2) push(Kind::Mod, a.size, a.size, g, mk(Kind::Mod, x.expr, -1, -1, a.size, a.size));
@@ -403,7 +438,6 @@ State apply_impl(const Spec& sp, State s, const Action& a, Synthesizer::Impl* im
           push(Kind::Shift, x.info.size, Size{}, -1, mk(Kind::Shift, x.expr, -1, -1, x.info.size, Size{}));
           break;
         case ActType::Stride: {
-          add_usage(s.usage, a.size);
           Size z = x.info.size * a.size;
           push(Kind::Stride, z, a.size, -1, mk(Kind::Stride, x.expr, -1, -1, z, a.size));
           if (x.info.kind == Kind::Red && !(x.info.flags & 1)) nf.back().info.flags |= 4;  // a strided pooling index
@@ -422,7 +456,7 @@ State apply_impl(const Spec& sp, State s, const Action& a, Synthesizer::Impl* im
 }  // namespace
 
 State Synthesizer::apply(const State& s, const Action& a) {
-  State r = apply_impl(spec_, s, a, s.abstract ? nullptr : impl_.get());
+  State r = apply_impl(spec_, opt_, s, a, s.abstract ? nullptr : impl_.get());
   if (r.abstract) return abstract(r);
   sort_frontier(r, impl_->arena);
   return r;
@@ -538,7 +572,7 @@ void Synthesizer::pruned_actions(const State& s, std::vector<Action>& out) {
   actions(s, all);
   out.clear();
   for (const Action& a : all) {
-    State c = apply_impl(spec_, s, a, nullptr);
+    State c = apply_impl(spec_, opt_, s, a, nullptr);
     int remaining = opt_.max_depth - c.depth;
     if (remaining < 0) continue;
     if (within(c, remaining)) out.push_back(a);

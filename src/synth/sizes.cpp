@@ -61,6 +61,27 @@ int parse_cap(const std::string& s, const std::string& name) {
   if (v < 0 || v > 8) throw Error("synth spec: cap of '" + name + "' must be in [0, 8], got " + std::to_string(v));
   return int(v);
 }
+
+// "name=value, ..." as (name, cap) pairs.
+std::vector<std::pair<std::string, int>> parse_caps(const std::string& body) {
+  std::vector<std::pair<std::string, int>> caps;
+  for (const std::string& item : split(body, ',')) {
+    if (item.empty()) continue;
+    size_t eq = item.find('=');
+    if (eq == std::string::npos) throw Error("synth spec: cap item '" + item + "' needs name=value");
+    const std::string name = trim(item.substr(0, eq));
+    caps.push_back({name, parse_cap(trim(item.substr(eq + 1)), name)});
+  }
+  return caps;
+}
+
+void apply_caps(Spec& s, const std::vector<std::pair<std::string, int>>& caps) {
+  for (auto& [name, cap] : caps) {
+    int p = s.find_primary(name), c = s.find_coefficient(name);
+    if (p < 0 && c < 0) throw Error("synth spec: cap names unknown variable '" + name + "'");
+    (p >= 0 ? s.primary[size_t(p)] : s.coefficient[size_t(c)]).cap = cap;
+  }
+}
 }  // namespace
 
 Size Size::operator*(const Size& o) const {
@@ -298,13 +319,7 @@ Spec parse_spec(const std::string& text) {
       }
       binds.push_back(b);
     } else if (key == "cap" || key == "caps") {
-      for (const std::string& item : split(body, ',')) {
-        if (item.empty()) continue;
-        size_t eq = item.find('=');
-        if (eq == std::string::npos) throw Error("synth spec: cap item '" + item + "' needs name=value");
-        const std::string name = trim(item.substr(0, eq));
-        caps.push_back({name, parse_cap(trim(item.substr(eq + 1)), name)});
-      }
+      for (auto& item : parse_caps(body)) caps.push_back(item);
     } else if (key == "fixed") {
       fixed_names = split(body, ',');
     } else {
@@ -340,11 +355,7 @@ Spec parse_spec(const std::string& text) {
         throw Error("synth spec: binding " + std::to_string(b) + " lacks a value for '" + s.primary[i].name + "'");
     s.bindings.push_back(vals);
   }
-  for (auto& [name, cap] : caps) {
-    int p = s.find_primary(name), c = s.find_coefficient(name);
-    if (p < 0 && c < 0) throw Error("synth spec: cap names unknown variable '" + name + "'");
-    (p >= 0 ? s.primary[size_t(p)] : s.coefficient[size_t(c)]).cap = cap;
-  }
+  apply_caps(s, caps);
   for (auto& d : in_dims) s.input.push_back(s.parse_size(d));
   for (auto& d : out_dims) s.output.push_back(s.parse_size(d));
   for (const std::string& f : fixed_names) {
@@ -364,16 +375,28 @@ Spec parse_spec(const std::string& text) {
   return s;
 }
 
+void set_caps(Spec& spec, const std::string& items) {
+  std::vector<std::pair<std::string, int>> caps = parse_caps(items);
+  for (auto& [name, cap] : caps)
+    for (auto [o, i] : spec.fixed) {
+      (void)i;
+      if (cap != 0 && spec.str(spec.output[size_t(o)]) == name)
+        throw Error("synth spec: '" + name + "' is passed through untouched (fixed); its cap stays 0");
+    }
+  apply_caps(spec, caps);
+  spec.validate();
+}
+
 Spec conv2d_spec(bool same_channels, int64_t g) {
   std::ostringstream t;
   if (same_channels) {
-    t << "input: N, C, H, W; output: N, C, H, W; coef: k=3:4, g=" << g << ":3, s=2:1;"
+    t << "input: N, C, H, W; output: N, C, H, W; coef: k=3:2, g=" << g << ":3, s=2:2;"
       << "bind: N=2, C=32, H=28, W=28; bind: N=2, C=64, H=14, W=14;"
       << "cap: C=3, H=0, W=0; fixed: N";
   } else {
-    t << "input: N, C_in, H, W; output: N, C_out, H, W; coef: k=3:4, g=" << g << ":3, s=2:1;"
+    t << "input: N, C_in, H, W; output: N, C_out, H, W; coef: k=3:2, g=" << g << ":3, s=2:2;"
       << "bind: N=2, C_in=32, C_out=32, H=28, W=28; bind: N=2, C_in=64, C_out=64, H=14, W=14;"
-      << "cap: C_in=2, C_out=2, H=0, W=0; fixed: N";
+      << "cap: C_in=2, C_out=4, H=0, W=0; fixed: N";
   }
   return parse_spec(t.str());
 }
