@@ -45,7 +45,7 @@ std::string memo_key(Synthesizer::Impl& impl, const State& s) {
 // produces at most two, so dims that are not (yet) input dims, and input dims not yet present,
 // each need their share of a primitive. Discarding (strided) dims must be consumed too.
 int lower_bound(const Synthesizer& syn, Synthesizer::Impl& impl, const State& s) {
-  if (s.stage < 2 && !(int(s.weights.size()) == syn.options().max_weights && s.stage == 1)) return 0;
+  const bool views_only = s.stage == 2 || (s.stage == 1 && int(s.weights.size()) == syn.options().max_weights);
   const std::vector<Size>& want = impl.want;
   std::vector<Size> have;
   have.reserve(s.frontier.size());
@@ -63,6 +63,14 @@ int lower_bound(const Synthesizer& syn, Synthesizer::Impl& impl, const State& s)
     else ++j;
   }
   int a = int(have.size()) - common + extra_consume, b = int(want.size()) - common;
+  if (!views_only) {
+    // Weights may still drop any dims, and reductions add one dim each: only the missing input
+    // dims bound the rest (a reduction supplies at most one, a view at most two), plus the
+    // weights still required and, with none yet, a reduction for them to read.
+    const int weights = std::max(0, syn.options().min_weights - int(s.weights.size()));
+    const bool reduce = s.stage == 0 && s.reduces.empty() && weights > 0;
+    return weights + (reduce ? 1 + b / 2 : (b + 1) / 2);
+  }
   int lb = std::max((a + 1) / 2, (b + 1) / 2);
   // Views never create primary variables: only Merge-with-drop removes them (Stride and Unfold
   // only touch coefficients). So the frontier's product must cover the input's primaries, and
@@ -117,7 +125,11 @@ int Synthesizer::distance(const State& s, int limit) {
 bool Synthesizer::within(const State& s, int limit) {
   if (limit < 0) return false;
   State abs = s.abstract ? s : abstract(s);
-  return reach(*this, *impl_, abs, limit);
+  // Iterative deepening here too: a state that can be completed far within the limit is found
+  // by shallow searches, where a search at the full limit would first wander down long dead ends.
+  for (int l = 0; l <= limit; ++l)
+    if (reach(*this, *impl_, abs, l)) return true;
+  return false;
 }
 
 void Synthesizer::require_reachable() {
