@@ -47,8 +47,8 @@ std::string memo_key(Synthesizer::Impl& impl, const State& s) {
 int lower_bound(const Synthesizer& syn, Synthesizer::Impl& impl, const State& s) {
   const bool views_only = s.stage == 2 || (s.stage == 1 && int(s.weights.size()) == syn.options().max_weights);
   const std::vector<Size>& want = impl.want;
-  std::vector<Size> have;
-  have.reserve(s.frontier.size());
+  thread_local std::vector<Size> have;  // reused: this runs for most nodes of the search
+  have.clear();
   int extra_consume = 0;
   for (const Dim& d : s.frontier) {
     if (d.info.kind == Kind::Stride) ++extra_consume;
@@ -93,22 +93,27 @@ bool reach(Synthesizer& syn, Synthesizer::Impl& impl, const State& abs, int limi
   if (syn.complete(abs)) return true;
   if (limit <= 0) return false;
   if (lower_bound(syn, impl, abs) > limit) return false;
-  std::string key = memo_key(impl, abs);
-  auto it = impl.dist_memo.find(key);
-  if (it != impl.dist_memo.end()) {
-    if (it->second.ub <= limit) return true;
-    if (it->second.lb > limit) return false;
-  }
+  // One lookup: the entry (default: nothing known) stays put while the search below inserts others.
+  Synthesizer::Impl::Memo& m = impl.dist_memo[memo_key(impl, abs)];
+  if (m.ub <= limit) return true;
+  if (m.lb > limit) return false;
   std::vector<Action> acts;
   syn.actions(abs, acts);
   bool found = false;
   for (const Action& a : acts) {
-    if (reach(syn, impl, syn.apply(abs, a), limit - 1)) {
+    // Leaves decided before the child is abstracted (sorting and renumbering it is the costly
+    // part of a step, and most children end here).
+    State c = apply_rules_only(syn.spec(), syn.options(), abs, a);
+    if (syn.complete(c)) {
+      found = true;
+      break;
+    }
+    if (limit <= 1 || lower_bound(syn, impl, c) > limit - 1) continue;
+    if (reach(syn, impl, syn.abstract(c), limit - 1)) {
       found = true;
       break;
     }
   }
-  Synthesizer::Impl::Memo& m = impl.dist_memo[key];
   if (found) m.ub = std::min(m.ub, limit);
   else m.lb = std::max(m.lb, limit + 1);
   return found;

@@ -51,6 +51,9 @@ void add_usage(Usage& usage, const Usage& more);
 // Options::count_weight_coefficients); a merge of x^(a+b) into x^a, x^b spends (|a|+|b|-|a+b|)/2
 // of each x (what the division introduces); the other views nothing.
 Usage action_usage(const Spec& sp, const Options& o, const State& s, const Action& a);
+// The action's result as the rules see it: no expressions, the frontier neither sorted nor
+// abstracted (enough for complete() and the distance's lower bound).
+State apply_rules_only(const Spec& sp, const Options& o, const State& s, const Action& a);
 std::string size_key(const Size& z);
 std::string canonical_string(const Operator& op);
 int iter_count(const Spec& spec, const State& s);

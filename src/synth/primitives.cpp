@@ -455,6 +455,10 @@ State apply_impl(const Spec& sp, const Options& o, State s, const Action& a, Syn
 }
 }  // namespace
 
+State apply_rules_only(const Spec& sp, const Options& o, const State& s, const Action& a) {
+  return apply_impl(sp, o, s, a, nullptr);
+}
+
 State Synthesizer::apply(const State& s, const Action& a) {
   State r = apply_impl(spec_, opt_, s, a, s.abstract ? nullptr : impl_.get());
   if (r.abstract) return abstract(r);
@@ -558,7 +562,8 @@ bool Synthesizer::complete(const State& s) const {
   const std::vector<Size>& want = impl_->want;
   if (want.size() != s.frontier.size()) return false;
   if (!weights_valid(spec_, opt_, s)) return false;
-  std::vector<Size> have;
+  thread_local std::vector<Size> have;  // reused: this runs for every leaf of the distance search
+  have.clear();
   for (const Dim& d : s.frontier) {
     if (d.info.kind == Kind::Stride) return false;
     have.push_back(d.info.size);
