@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <unistd.h>
 
 #include "synoros/data.hpp"
@@ -253,6 +254,108 @@ TEST(Search, EvaluateTrainsAndTimesATinyProxy) {
   Evaluation b = evaluate(resnet_conv_spec(), &broken, 1, cfg);
   EXPECT_TRUE(b.failed);
   EXPECT_NE(b.error.find("output dims"), std::string::npos) << b.error;
+}
+
+// The whole search with the training replaced by a deterministic stand-in (accuracy from the
+// operator's canonical form) and plans timed by the cost model: which candidates are trained,
+// how a worker that dies is recorded, the Pareto front, and a resumed search that trains nothing
+// again and reports the same outcome.
+TEST(Search, FailedWorkersParetoFrontAndResume) {
+  set_plan_timer(cost_model_ms);
+  struct Restore {
+    ~Restore() { set_plan_timer(nullptr); }
+  } restore;
+  synoros::testing::TempDir dir("search-e2e");
+  SearchConfig cfg;
+  cfg.width = 4;
+  cfg.depth = 5;
+  cfg.mcts_iterations = 400;
+  cfg.screened = 12;
+  cfg.candidates = 4;
+  cfg.rounds = 2;
+  cfg.proxy.width = 4;
+  cfg.dir = dir.path.string();
+  synth::Synthesizer syn(resnet_conv_spec(cfg.width), depth(cfg.depth));
+  int64_t jobs_seen = 0;
+  std::string failed_key;
+  auto arg = [](const std::vector<std::string>& a, const std::string& name) {
+    for (size_t i = 0; i + 1 < a.size(); ++i)
+      if (a[i] == "--" + name) return a[i + 1];
+    return std::string();
+  };
+  cfg.run_workers = [&](const std::vector<std::vector<std::string>>& jobs) {
+    std::vector<WorkerResult> out;
+    for (const auto& a : jobs) {
+      ++jobs_seen;
+      WorkerResult r;
+      r.where = "rank 1";
+      Evaluation e;
+      e.class_mask = unsigned(std::stoul(arg(a, "mask")));
+      e.trained_epochs = std::stoll(arg(a, "epochs"));
+      std::string actions = arg(a, "actions");
+      if (actions.empty()) {
+        e.key = "baseline", e.accuracy = 0.85;
+      } else {
+        synth::Operator op = synth::build_from_actions(syn, parse_actions(actions));
+        e.key = op.canonical, e.actions = actions, e.formula = synth::formula(syn.spec(), op);
+        if (failed_key.empty() || failed_key == e.key) {  // the first candidate's worker dies, every round
+          failed_key = e.key;
+          r.ok = false, r.error = "worker killed by signal 9";
+          out.push_back(r);
+          continue;
+        }
+        e.accuracy = 0.5 + double(std::hash<std::string>{}(e.key) % 400) / 1000.0 + 0.01 * double(e.trained_epochs);
+      }
+      r.ok = true, r.line = to_json(e);
+      out.push_back(r);
+    }
+    return out;
+  };
+  SearchOutcome first = run_search(cfg);
+  ASSERT_GT(jobs_seen, 2) << "the search trained nothing: the screen found no candidate";
+  ASSERT_FALSE(failed_key.empty());
+  ASSERT_GE(first.evaluations.size(), 3u) << "too few candidates for the front to mean anything";
+  // The dead worker's candidate is a failed evaluation naming the cause and the rank.
+  bool found_failed = false;
+  for (const Evaluation& e : first.evaluations)
+    if (e.key == failed_key) {
+      found_failed = true;
+      EXPECT_TRUE(e.failed);
+      EXPECT_NE(e.error.find("worker killed by signal 9 (rank 1)"), std::string::npos) << e.error;
+      EXPECT_EQ(e.reward, -1);
+    }
+  EXPECT_TRUE(found_failed);
+  // The front: no member dominated, every other finished candidate at the final budget dominated.
+  const int64_t final_epochs = first.baseline.trained_epochs;
+  auto dominates = [&](const Evaluation& b, const Evaluation& a) {
+    double sa = speedup(a, first.baseline), sb = speedup(b, first.baseline);
+    return b.accuracy >= a.accuracy && sb >= sa && (b.accuracy > a.accuracy || sb > sa);
+  };
+  std::set<size_t> front(first.pareto.begin(), first.pareto.end());
+  EXPECT_FALSE(front.empty());
+  for (size_t i = 0; i < first.evaluations.size(); ++i) {
+    const Evaluation& a = first.evaluations[i];
+    if (a.failed || a.trained_epochs != final_epochs) {
+      EXPECT_FALSE(front.count(i)) << a.key;
+      continue;
+    }
+    bool dominated = false;
+    for (const Evaluation& b : first.evaluations)
+      if (&b != &a && !b.failed && b.trained_epochs == final_epochs && dominates(b, a)) dominated = true;
+    EXPECT_EQ(front.count(i) == 1, !dominated) << a.key;
+  }
+  // Resumed in the same directory: every evaluation is found in evaluations.jsonl (a failure is
+  // a result too: it is not retried), nothing is trained again, and the outcome is the same.
+  const int64_t before = jobs_seen;
+  SearchOutcome again = run_search(cfg);
+  EXPECT_EQ(jobs_seen, before) << "a resumed search trained again";
+  ASSERT_EQ(again.evaluations.size(), first.evaluations.size());
+  for (size_t i = 0; i < first.evaluations.size(); ++i) {
+    EXPECT_EQ(again.evaluations[i].key, first.evaluations[i].key);
+    EXPECT_EQ(again.evaluations[i].accuracy, first.evaluations[i].accuracy);
+    EXPECT_EQ(again.evaluations[i].failed, first.evaluations[i].failed);
+  }
+  EXPECT_EQ(again.pareto, first.pareto);
 }
 
 }  // namespace
