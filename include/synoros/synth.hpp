@@ -117,6 +117,7 @@ struct DimInfo {
   Kind kind = Kind::Out;
   uint8_t flags = 0;   // 1: shared into a weight (iterators); 2: its merge sibling was dropped;
                        // 4: a strided unshared reduction (may not become a window: pooling);
+                       // 8: a remainder of a shift (its quotient dropped);
                        // bits 4-7: the weights an iterator is shared into
   int32_t group = -1;  // Out/Red: iterator id; Div/Mod: merge group
   auto operator<=>(const DimInfo&) const = default;
@@ -329,6 +330,14 @@ std::vector<Tensor> init_weights(const Spec& spec, const Operator& op, const Bin
 // Direct float64 evaluation from the index expressions (independent of the lowering).
 HostTensor reference_eval(const Spec& spec, const Operator& op, const Binding& bind,
                           const HostTensor& x, const std::vector<HostTensor>& weights);
+
+// Groups of operators (indices into `ops`) that compute the same function up to a re-layout of
+// their weights, judged at every binding of the spec by invariants that no permutation of a
+// weight's elements changes (weight sizes, the response at all-ones weights, the norms of weight
+// gradients along random output directions), evaluated in the engine. Equal functions always
+// share a group; different ones almost surely do not. Groups keep the order of `ops`. A group
+// of several canonical forms is a canonicalization gap (`synoros synth --mode gaps`).
+std::vector<std::vector<size_t>> equal_functions(const Spec& spec, const std::vector<Operator>& ops, uint64_t seed = 1);
 
 // ---------------------------------------------------------------------------------------------
 // 6. Export.

@@ -1,5 +1,6 @@
 // `synoros synth`: enumerate, sample or search operators for a layer spec and print them with
 // formula, FLOPs and parameter count.
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -7,6 +8,7 @@
 #include <iostream>
 #include <sstream>
 #include <string>
+#include <unordered_set>
 
 #include "cli/commands.hpp"
 #include "synoros/synth.hpp"
@@ -31,6 +33,53 @@ void print_ops(const synth::Spec& spec, const std::vector<synth::Operator>& ops,
       std::cout << "    -> " << path << "\n";
     }
   }
+}
+
+// Every canonical operator to the depth, evaluated and grouped by the function it computes: a
+// group of several canonical forms is a canonicalization gap. With raw, operators reached only
+// with the rules off join too, and a function no canonical operator computes is reported.
+int print_gaps(synth::Synthesizer& syn, bool raw, uint64_t seed, size_t limit) {
+  const synth::Spec& spec = syn.spec();
+  synth::EnumResult r = synth::enumerate(syn);
+  std::vector<synth::Operator> ops = r.operators;
+  const size_t canonical = ops.size();
+  if (raw) {
+    synth::Options ro = syn.options();
+    ro.canonical = false;
+    synth::Synthesizer rsyn(spec, ro);
+    std::unordered_set<std::string> have;
+    for (const auto& op : ops) have.insert(op.canonical);
+    for (auto& op : synth::enumerate(rsyn).operators)
+      if (!have.count(op.canonical)) ops.push_back(std::move(op));
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::vector<size_t>> groups = synth::equal_functions(spec, ops, seed);
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  size_t gaps = 0, redundant = 0, functions = 0, missed = 0;
+  for (const auto& g : groups) {
+    size_t c = size_t(std::count_if(g.begin(), g.end(), [&](size_t i) { return i < canonical; }));
+    functions += c > 0;
+    missed += c == 0;
+    gaps += c > 1;
+    redundant += c > 1 ? c - 1 : 0;
+  }
+  std::cout << canonical << " canonical operators to depth " << syn.options().max_depth << " compute " << functions
+            << " distinct functions (up to weight re-layout, judged at " << spec.bindings.size()
+            << " binding(s) in " << std::setprecision(3) << secs << " s): " << gaps
+            << " group(s) of several canonical forms, " << redundant << " redundant form(s)\n";
+  if (raw)
+    std::cout << ops.size() - canonical << " operators reached only with the rules off; " << missed
+              << " function(s) among them that no canonical operator computes\n";
+  size_t shown = 0;
+  for (const auto& g : groups) {
+    size_t c = size_t(std::count_if(g.begin(), g.end(), [&](size_t i) { return i < canonical; }));
+    if ((c < 2 && c > 0) || shown++ >= limit) continue;
+    std::cout << (c ? "gap" : "missed") << " (" << g.size() << " forms):\n";
+    for (size_t i : g)
+      std::cout << "  " << (i < canonical ? "canonical" : "raw      ") << " depth " << ops[i].depth << "  "
+                << synth::formula(spec, ops[i]) << "\n      path: " << synth::encode_actions(ops[i].path) << "\n";
+  }
+  return 0;
 }
 }  // namespace
 
@@ -57,11 +106,12 @@ int synth(const Args& a) {
   bool conv = a.has("conv2d"), conv_same = a.has("conv2d-same"), raw = a.has("raw");
   size_t limit = size_t(a.integer("limit")), width = size_t(a.integer("width"));
   uint64_t iterations = uint64_t(a.integer("iterations")), seed = uint64_t(a.integer("seed"));
-  if (raw && mode != "enumerate") throw UsageError("synth: --raw applies to --mode enumerate");
+  if (raw && mode != "enumerate" && mode != "gaps") throw UsageError("synth: --raw applies to --mode enumerate and gaps");
   if (mode != "beam") a.refuse("width", "applies to --mode beam");
   if (mode != "mcts" && mode != "random") a.refuse("iterations", "applies to --mode mcts and random");
   if (mode == "enumerate") a.refuse("seed", "does not apply to --mode enumerate");
-  if (mode == "enumerate" || mode == "sample") a.refuse("reward", "applies to --mode mcts, random and beam");
+  if (mode == "enumerate" || mode == "sample" || mode == "gaps") a.refuse("reward", "applies to --mode mcts, random and beam");
+  if (mode == "gaps") a.refuse("export", "applies to the modes that print operators");
   if (!checkpoint.empty() && mode != "mcts") throw UsageError("synth: --checkpoint applies to --mode mcts");
   if (int(conv) + int(conv_same) + int(a.has("spec")) + int(a.has("spec-file")) != 1)
     throw UsageError("synth: give exactly one spec (--conv2d, --conv2d-same, --spec or --spec-file)");
@@ -118,6 +168,7 @@ int synth(const Args& a) {
     print_ops(spec, r.operators, nullptr, limit, export_dir);
     return 0;
   }
+  if (mode == "gaps") return print_gaps(syn, raw, seed, limit);
   synth::SearchResult res;
   if (mode == "sample") {
     std::mt19937_64 rng(seed);
@@ -153,7 +204,7 @@ int synth(const Args& a) {
     std::cout << "beam: " << res.iterations << " children scored in " << std::setprecision(3) << res.seconds << " s, "
               << res.evaluations << " distinct operators evaluated\n";
   } else {
-    throw Error("synth: unknown mode '" + mode + "' (enumerate, sample, mcts, random, beam)");
+    throw Error("synth: unknown mode '" + mode + "' (enumerate, sample, mcts, random, beam, gaps)");
   }
   std::vector<synth::Operator> ops;
   std::vector<double> scores;

@@ -193,15 +193,35 @@ State Synthesizer::root() const {
 
 namespace {
 // Weight configurations that are only reparametrizations of fewer weights are not canonical.
-bool weights_valid(const Spec& spec, const Options& opt, const State& s) {
+bool weights_valid(const Spec& spec, const Options& opt, const std::vector<Size>& cands, const State& s) {
   if (int(s.weights.size()) < opt.min_weights) return false;
   if (!opt.canonical) return true;
-  int n_out = int(spec.output.size());
-  for (int it = n_out; it < iter_count(spec, s); ++it) {
+  const int n_out = int(spec.output.size()), n_it = iter_count(spec, s);
+  auto readers = [&](int it) {
+    uint32_t r = 0;
+    for (size_t w = 0; w < s.weights.size(); ++w) r |= uint32_t(s.weights[w] >> it & 1) << w;
+    return r;
+  };
+  for (int it = n_out; it < n_it; ++it) {
     if (!(s.expanded >> it & 1)) continue;
-    int in = 0;
-    for (uint32_t m : s.weights) in += (m >> it & 1);
-    if (in < 2) return false;  // Σ_r W[..r..] alone is just a smaller weight
+    const uint32_t r = readers(it);
+    if (std::popcount(r) < 2) return false;  // Σ_r W[..r..] alone is just a smaller weight
+    // Two reductions only weights see, read by the same weights, are one reduction of the
+    // product size: Σ_{a<A, b<B} W1[..a,b..] W2[..a,b..] = Σ_{r<AB} W1[..r..] W2[..r..], spelled
+    // that way whenever AB is a size the generator makes (fewer primitives, no more usage), and
+    // otherwise with the smallest factor that leaves a size the generator makes (A = k, B = g*s
+    // rather than g, k*s: the same usage).
+    auto made = [&](const Size& z) { return std::find(cands.begin(), cands.end(), z) != cands.end(); };
+    for (int jt = it + 1; jt < n_it; ++jt)
+      if ((s.expanded >> jt & 1) && readers(jt) == r) {
+        const Size& a = s.reduces[size_t(it - n_out)];
+        const Size& b = s.reduces[size_t(jt - n_out)];
+        const Size ab = a * b;
+        if (made(ab)) return false;
+        const Size& lo = b < a ? b : a;
+        for (const Size& c : cands)
+          if (c < lo && made(ab / c)) return false;
+      }
   }
   return true;
 }
@@ -259,7 +279,7 @@ void Synthesizer::actions(const State& s, std::vector<Action>& out) const {
     }
   }
   // Views.
-  if (s.stage < 2 && !weights_valid(sp, opt_, s)) return;
+  if (s.stage < 2 && !weights_valid(sp, opt_, cands_, s)) return;
   const auto& F = s.frontier;
   const size_t n = F.size();
   for (size_t i = 0; i < n; ++i) {
@@ -280,6 +300,9 @@ void Synthesizer::actions(const State& s, std::vector<Action>& out) const {
         // mask 0: plain Merge; 1 / 2: Merge whose major / minor half is dropped from the data
         // (Expand + Merge, i.e. tile / repeat).
         for (uint32_t drop = 0; drop < 3; ++drop) {
+          // (e mod A) mod B is e mod B (B divides A): a remainder whose quotient was dropped
+          // keeps no quotient of its own either; one merge of e spells it.
+          if (canon && drop == 1 && d.kind == Kind::Mod && (d.flags & 2)) continue;
           Action a;
           a.type = ActType::Merge;
           a.a = int16_t(i);
@@ -289,7 +312,10 @@ void Synthesizer::actions(const State& s, std::vector<Action>& out) const {
         }
       }
     }
-    if (opt_.allow_shift && d.kind != Kind::Shift && !(canon && d.kind == Kind::Red)) {
+    // (e mod B + 1) mod B is ((e + 1) mod A) mod B: a remainder whose quotient was dropped is
+    // shifted by shifting e first, unless e is a shift already (flag 8; shifts do not stack).
+    const bool lone_remainder = d.kind == Kind::Mod && (d.flags & 2) && !(d.flags & 8);
+    if (opt_.allow_shift && d.kind != Kind::Shift && !(canon && (d.kind == Kind::Red || lone_remainder))) {
       Action a;
       a.type = ActType::Shift;
       a.a = int16_t(i);
@@ -427,6 +453,7 @@ State apply_impl(const Spec& sp, const Options& o, State s, const Action& a, Syn
             push(Kind::Div, x.info.size / a.size, a.size, g, mk(Kind::Div, x.expr, -1, -1, x.info.size / a.size, a.size));
           if (a.mask != 2) push(Kind::Mod, a.size, a.size, g, mk(Kind::Mod, x.expr, -1, -1, a.size, a.size));
           if (a.mask) nf.back().info.flags |= 2;
+          if (a.mask == 1 && x.info.kind == Kind::Shift) nf.back().info.flags |= 8;
           break;
         }
         case ActType::Split: {
@@ -561,7 +588,7 @@ uint64_t Synthesizer::state_hash(const State& s) const {
 bool Synthesizer::complete(const State& s) const {
   const std::vector<Size>& want = impl_->want;
   if (want.size() != s.frontier.size()) return false;
-  if (!weights_valid(spec_, opt_, s)) return false;
+  if (!weights_valid(spec_, opt_, cands_, s)) return false;
   thread_local std::vector<Size> have;  // reused: this runs for every leaf of the distance search
   have.clear();
   for (const Dim& d : s.frontier) {

@@ -52,6 +52,8 @@ expect 2 "give exactly one spec" -- synth --conv2d --conv2d-same
 expect 2 "--width applies to --mode beam" -- synth --conv2d --width 3
 expect 2 "unexpected argument 'stray'" -- info stray
 expect 2 "--reward applies to --mode mcts" -- synth --conv2d --reward hash
+expect 2 "--export applies to the modes that print operators" -- synth --conv2d --mode gaps --export "$dir"
+expect 2 "--reward applies to --mode mcts" -- synth --conv2d --mode gaps --reward hash
 expect 1 "cap names unknown variable 'Q'" -- synth --conv2d --caps "Q=1"
 expect 1 "cap of 'k' must be in [0, 8]" -- synth --conv2d --caps "k=9"
 expect 1 "'N' is passed through untouched" -- synth --conv2d --caps "N=1"
