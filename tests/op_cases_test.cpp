@@ -244,6 +244,21 @@ std::vector<OpCase> all_cases() {
   c.push_back(with_attrs("cross_entropy i32", Op::CrossEntropy,
                          {f32({4, 3}, -3, 3), InputSpec{DType::I32, {4}, 0, 3, 0}}, {}));
   c.push_back(with_attrs("embedding", Op::Embedding, {f32({6, 4}), i64({2, 5}, 6)}, {}));
+  c.push_back(with_attrs("cross_entropy ignoring 2", Op::CrossEntropy, {f32({9, 4}, -3, 3), i64({9}, 4)}, ints({2})));
+  // argmax/argmin (integer results: checked against the oracle, no gradient), running sums
+  // forward and reverse along each axis, gather with an index smaller than the data off its axis
+  // (its gradient, the scatter-add, runs through the gradient graph).
+  for (int64_t axis : {0, 1, -1})
+    for (int64_t want_min : {0, 1}) {
+      c.push_back(with_attrs("argmax" + std::to_string(axis) + std::to_string(want_min), Op::ArgMax,
+                             {f32({4, 300, 3})}, ints({axis, want_min}), false));
+      c.push_back(with_attrs("cumsum" + std::to_string(axis) + std::to_string(want_min), Op::Cumsum,
+                             {f32({3, 5, 300})}, ints({axis, want_min})));
+    }
+  c.push_back(with_attrs("argmax i64", Op::ArgMax, {i64({5, 7}, 4)}, ints({1, 0}), false));
+  c.push_back(with_attrs("gather axis 0", Op::Gather, {f32({4, 3}), i64({6, 3}, 4)}, ints({0})));
+  c.push_back(with_attrs("gather axis 1", Op::Gather, {f32({3, 5, 4}), i64({2, 7, 3}, 5)}, ints({1})));
+  c.push_back(with_attrs("gather axis -1", Op::Gather, {f32({2, 3, 5}), i64({2, 2, 9}, 5)}, ints({-1})));
   Attrs dp;
   dp.scalar = 0.3;
   dp.seed = 1234;

@@ -60,10 +60,17 @@ Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t paddi
 Tensor avg_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t padding = 0);
 Tensor adaptive_avg_pool2d(const Tensor& x, int64_t out_h, int64_t out_w);
 Tensor silu(const Tensor& x);
+// torch.nn.functional.batch_norm over x [N, C, ...]. Training: normalises with the batch's
+// statistics and, where running_mean/running_var are given (realized leaves), updates them in
+// place (momentum, unbiased variance); the gradient is batch norm's own. Otherwise: normalises
+// with the running statistics. weight and bias [C] may be undefined (1 and 0).
+Tensor batch_norm(const Tensor& x, Tensor running_mean, Tensor running_var, const Tensor& weight = {},
+                  const Tensor& bias = {}, bool training = false, double momentum = 0.1, double eps = 1e-5);
 Tensor flatten(const Tensor& x, int64_t start_dim = 1);
 namespace functional {
 using nn::adaptive_avg_pool2d;
 using nn::avg_pool2d;
+using nn::batch_norm;
 using nn::conv2d;
 using nn::flatten;
 using nn::linear;

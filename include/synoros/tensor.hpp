@@ -3,7 +3,9 @@
 #pragma once
 
 #include <functional>
+#include <iosfwd>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -63,9 +65,11 @@ class Tensor {
   Tensor sum(std::vector<int64_t> axes = {}, bool keepdim = false) const;
   Tensor mean(std::vector<int64_t> axes = {}, bool keepdim = false) const;
   Tensor max(std::vector<int64_t> axes = {}, bool keepdim = false) const;
+  // One axis may be -1: its size follows from the element count (torch.reshape).
   Tensor reshape(Shape s) const;
   Tensor permute(std::vector<int64_t> perm) const;
   Tensor transpose() const;  // swaps the last two axes
+  // -1 keeps the tensor's size on that axis (counted from the right, as torch.expand).
   Tensor expand(Shape s) const;
   // torch.matmul: 1-D operands, broadcast batch axes.
   Tensor matmul(const Tensor& o) const;
@@ -73,6 +77,8 @@ class Tensor {
   Tensor log_softmax(int64_t axis = -1) const;
   Tensor layernorm(double eps = 1e-5) const;
   Tensor cast(DType t) const;
+  // [start, end) along axis, as Python's slice bounds: negative values count from the end, and
+  // both are clamped to the axis (an empty range gives an empty tensor).
   Tensor slice(int64_t axis, int64_t start, int64_t end) const;
   Tensor dropout(double p, uint64_t seed) const;
   // PyTorch's clamp: min(max(x, lo), hi) (hi wins where lo > hi); NaN stays NaN; the gradient
@@ -92,6 +98,23 @@ class Tensor {
   Tensor min(std::vector<int64_t> axes = {}, bool keepdim = false) const;
   Tensor var(std::vector<int64_t> axes = {}, int64_t correction = 1, bool keepdim = false) const;
   Tensor std(std::vector<int64_t> axes = {}, int64_t correction = 1, bool keepdim = false) const;
+  // torch.argmax / argmin: the index of the first extreme along axis (a NaN counts as the
+  // extreme), i64; without an axis, over all elements as one row (a 0-d result).
+  Tensor argmax() const;
+  Tensor argmax(int64_t axis, bool keepdim = false) const;
+  Tensor argmin() const;
+  Tensor argmin(int64_t axis, bool keepdim = false) const;
+  // torch.cumsum: running sums along axis, accumulated in float64 (PyTorch's CPU rounding).
+  Tensor cumsum(int64_t axis) const;
+  // torch.gather: out[..., i, ...] = self[..., index[..., i, ...], ...] along axis; index (i32 or
+  // i64) has this tensor's rank and at most its size on the other axes. The gradient adds each
+  // position's share in a fixed order.
+  Tensor gather(int64_t axis, const Tensor& index) const;
+  // torch.index_select: the slices at `index` (1-D, i32 or i64) along axis, in that order.
+  Tensor index_select(int64_t axis, const Tensor& index) const;
+  // Indexing by an integer tensor, self[index]: the slices along the first axis at each of
+  // index's positions, shape index.shape + shape[1:]. Repeated indices add their gradients.
+  Tensor index(const Tensor& index) const;
   // Generic escape hatch: any op of the table with these attrs.
   static Tensor apply(Op op, const std::vector<Tensor>& in, const Attrs& attrs = {},
                       DType cast_to = DType::F32);
@@ -141,10 +164,16 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 Tensor cat(const std::vector<Tensor>& tensors, int64_t axis = 0);
 Tensor stack(const std::vector<Tensor>& tensors, int64_t axis = 0);
 
-// einsum over one or two operands, e.g. einsum("bhtd,bhsd->bhts", {q, k}).
+// torch.einsum, e.g. einsum("bhtd,bhsd->bhts", {q, k}): spaces, "..." for broadcast axes, an
+// implicit output (no "->": the labels used once, alphabetically), size-1 axes broadcast, a label
+// repeated within an operand (its diagonal), and any number of operands, contracted left to right.
 Tensor einsum(const std::string& spec, const std::vector<Tensor>& operands);
 // LayerNorm over the last axis with elementwise weight and bias [C] (PyTorch's nn.LayerNorm).
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+// torch.nn.functional.layer_norm: over the trailing axes `normalized_shape`, weight and bias of
+// that shape or undefined.
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = {}, const Tensor& bias = {},
+                  double eps = 1e-5);
 // softmax(scale q k^T) v over the last two axes (PyTorch's scaled_dot_product_attention): q
 // [..., Tq, D], k and v [..., Tk, D]; causal: each query sees the keys up to its own position
 // (needs Tq == Tk); scale 0 means 1 / sqrt(D). One fused kernel forward and backward: no
@@ -161,8 +190,25 @@ Tensor scaled_dot_product_attention_at(const Tensor& q, const Tensor& k, const T
 Tensor embedding(const Tensor& weight, const Tensor& indices);
 
 // Losses.
+enum class Reduction { Mean, Sum, None };
 Tensor mse_loss(const Tensor& pred, const Tensor& target);
-Tensor cross_entropy(const Tensor& logits, const Tensor& targets);
+// torch.nn.functional.cross_entropy's options. ignore_index: targets equal to it add nothing and
+// are not counted by the mean (unset by default, where PyTorch's default is -100: set it to skip
+// padding; an out-of-range target is an error either way).
+struct CrossEntropyOptions {
+  std::optional<int64_t> ignore_index;
+  double label_smoothing = 0;
+  Reduction reduction = Reduction::Mean;
+};
+// logits [N, C] or [N, C, d1, ...]; targets: class indices [N] or [N, d1, ...] (i32 or i64), or
+// class probabilities of the logits' shape. The mean over class indices, with or without an
+// ignored target, runs one fused kernel forward and backward; the other forms are composed.
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEntropyOptions& options = {});
+
+// Prints as PyTorch does: tensor([[1.0000, 2.0000], ...]) with the dtype where it is not float32
+// or int64 (realizes the tensor). Large tensors show their first and last three entries per axis.
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
+std::string to_string(const Tensor& t);
 
 // Gradient recording (torch.no_grad). While disabled on a thread, ops record no gradient path:
 // their results never require a gradient, and backward() does not reach through them. (Results
@@ -186,6 +232,8 @@ class NoGradGuard {
 void realize(const std::vector<Tensor>& ts);
 
 // A whole step (forward, backward, optimizer update) captured once and replayed on new inputs.
+// An argument marked requires_grad() inside the traced function gets its gradient from
+// backward() like a parameter; return arg.grad() to read it (an input gradient, a saliency map).
 class CompiledStep {
  public:
   // Runs the step on `args` (checked against the traced dtypes and shapes); returns outputs.

@@ -42,6 +42,7 @@ Lowered lower_dag(const std::vector<std::shared_ptr<TensorImpl>>& roots) {
     } else if (t->in.empty()) {
       if (t->placeholder < 0) throw Error("tensor: a leaf without a value");
       v = low.g.input(t->dtype, t->shape, "arg" + std::to_string(t->placeholder));
+      if (t->requires_grad) low.params.push_back({t->shared_from_this(), v});  // a gradient the step returns
     } else {
       for (const auto& [buf, version] : t->leaf_versions)
         if (buf->version() != version)

@@ -1,5 +1,6 @@
 #include "synoros/tensor.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -165,7 +166,25 @@ Tensor Tensor::pow(double e) const { return bin(Op::Pow, *this, sc(*this, e)); }
 Tensor Tensor::sum(std::vector<int64_t> axes, bool keep) const { return red(Op::Sum, *this, std::move(axes), keep); }
 Tensor Tensor::mean(std::vector<int64_t> axes, bool keep) const { return red(Op::Mean, *this, std::move(axes), keep); }
 Tensor Tensor::max(std::vector<int64_t> axes, bool keep) const { return red(Op::ReduceMax, *this, std::move(axes), keep); }
-Tensor Tensor::reshape(Shape s) const { return with_ints(Op::Reshape, *this, std::move(s)); }
+Tensor Tensor::reshape(Shape s) const {
+  int64_t known = 1, free = -1;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != -1) {
+      known *= s[i];
+    } else if (free >= 0) {
+      throw Error("reshape: only one dimension can be -1, got " + shape_str(s));
+    } else {
+      free = int64_t(i);
+    }
+  }
+  if (free >= 0) {
+    if (known <= 0 || numel() % known != 0)
+      throw Error("reshape: shape " + shape_str(s) + " is invalid for a tensor of " + std::to_string(numel()) +
+                  " elements");
+    s[size_t(free)] = numel() / known;
+  }
+  return with_ints(Op::Reshape, *this, std::move(s));
+}
 Tensor Tensor::permute(std::vector<int64_t> p) const { return with_ints(Op::Permute, *this, std::move(p)); }
 Tensor Tensor::transpose() const {
   size_t r = shape().size();
@@ -175,7 +194,12 @@ Tensor Tensor::transpose() const {
   std::swap(p[r - 1], p[r - 2]);
   return permute(p);
 }
-Tensor Tensor::expand(Shape s) const { return with_ints(Op::Expand, *this, std::move(s)); }
+Tensor Tensor::expand(Shape s) const {
+  const Shape& in = shape();
+  for (size_t i = 0; i < s.size() && i < in.size(); ++i)
+    if (s[s.size() - 1 - i] == -1) s[s.size() - 1 - i] = in[in.size() - 1 - i];
+  return with_ints(Op::Expand, *this, std::move(s));
+}
 Tensor Tensor::matmul(const Tensor& o) const {
   // torch.matmul's shapes: a 1-D operand gains an axis that the result drops; batch axes
   // broadcast; a 2-D right operand under a batched left one is one GEMM over all rows.
@@ -219,6 +243,11 @@ Tensor Tensor::log_softmax(int64_t axis) const { return with_ints(Op::LogSoftmax
 Tensor Tensor::layernorm(double eps) const { return with_ints(Op::LayerNorm, *this, {}, eps); }
 Tensor Tensor::cast(DType t) const { return apply(Op::Cast, {*this}, {}, t); }
 Tensor Tensor::slice(int64_t axis, int64_t start, int64_t end) const {
+  const Shape& s = shape();
+  int64_t n = s[size_t(normalize_axis(axis, s.size(), "slice", s))];
+  auto bound = [n](int64_t b) { return std::clamp<int64_t>(b < 0 ? b + n : b, 0, n); };
+  start = bound(start);
+  end = std::max(start, bound(end));
   return with_ints(Op::Slice, *this, {axis, start, end});
 }
 Tensor Tensor::dropout(double p, uint64_t seed) const {
@@ -324,15 +353,29 @@ Tensor stack(const std::vector<Tensor>& ts, int64_t axis) {
   return cat(u, axis < 0 ? axis + r + 1 : axis);
 }
 
-Tensor einsum(const std::string& spec, const std::vector<Tensor>& operands) {
-  Attrs at;
-  at.spec = spec;
-  return Tensor::apply(Op::Einsum, operands, at);
-}
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
   Attrs at;
   at.scalar = eps;
   return Tensor::apply(Op::LayerNorm, {x, weight, bias}, at);
+}
+Tensor layer_norm(const Tensor& x, const Shape& normalized, const Tensor& weight, const Tensor& bias, double eps) {
+  const Shape& s = x.shape();
+  if (normalized.empty() || normalized.size() > s.size() || !std::equal(normalized.begin(), normalized.end(), s.end() - std::ptrdiff_t(normalized.size())))
+    throw Error("layer_norm: normalized_shape " + shape_str(normalized) + " must be the trailing axes of input " + shape_str(s));
+  for (const Tensor* p : {&weight, &bias})
+    if (p->defined() && p->shape() != normalized)
+      throw Error("layer_norm: weight and bias must have shape " + shape_str(normalized) + ", got " + shape_str(p->shape()));
+  // The normalised axes as one: [..., n1, n2] -> [..., n1 n2], one fused op over the last axis.
+  int64_t n = synoros::numel(normalized);
+  Shape rows(s.begin(), s.end() - std::ptrdiff_t(normalized.size()));
+  rows.push_back(n);
+  Attrs at;
+  at.scalar = eps;
+  std::vector<Tensor> in{x.reshape(rows)};
+  if (weight.defined() || bias.defined())
+    in.push_back(weight.defined() ? weight.reshape({n}) : Tensor::ones({n}, x.dtype()));
+  if (bias.defined()) in.push_back(bias.reshape({n}));
+  return Tensor::apply(Op::LayerNorm, in, at).reshape(s);
 }
 namespace {
 Attrs attention_attrs(const Tensor& q, bool causal, double scale) {
@@ -354,13 +397,6 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
   return Tensor::apply(Op::Embedding, {weight, indices});
 }
 
-Tensor mse_loss(const Tensor& pred, const Tensor& target) {
-  Tensor d = pred - target;
-  return (d * d).mean();
-}
-Tensor cross_entropy(const Tensor& logits, const Tensor& targets) {
-  return Tensor::apply(Op::CrossEntropy, {logits, targets});
-}
 
 Tensor& Tensor::requires_grad(bool on) {
   TensorImpl& t = *impl_;

@@ -40,7 +40,9 @@ TraceState& trace_state();
 struct Lowered {
   Graph g;
   std::vector<ValueId> outputs;
-  std::vector<std::pair<std::shared_ptr<TensorImpl>, ValueId>> params;  // requires_grad leaves
+  // Leaves requiring a gradient (and stateful ones): parameters, and compile()'s arguments
+  // marked requires_grad while tracing.
+  std::vector<std::pair<std::shared_ptr<TensorImpl>, ValueId>> params;
   std::vector<std::pair<std::shared_ptr<TensorImpl>, ValueId>> feeds;   // other realized leaves
   std::unordered_map<const TensorImpl*, ValueId> ids;
   std::vector<std::shared_ptr<TensorImpl>> by_id;

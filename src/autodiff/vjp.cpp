@@ -365,12 +365,22 @@ void vjp_batchnorm(Graph& g, ValueId v, ValueId go, GradIn& gi) {
   gi[0] = mul(g, bc(rw), centred);
 }
 void vjp_cross_entropy(Graph& g, ValueId v, ValueId go, GradIn& gi) {
-  gi[0] = g.add(Op::CrossEntropyGrad, {x0(g, v), x1(g, v), go});
+  gi[0] = g.add(Op::CrossEntropyGrad, {x0(g, v), x1(g, v), go}, g.node(v).attrs);
 }
 void vjp_embedding(Graph& g, ValueId v, ValueId go, GradIn& gi) {
   Attrs at;
   at.ints = {g.shape(x0(g, v))[0]};
   gi[0] = g.add(Op::EmbeddingGrad, {go, x1(g, v)}, at);
+}
+void vjp_cumsum(Graph& g, ValueId v, ValueId go, GradIn& gi) {
+  const auto& a = g.node(v).attrs.ints;  // each output sums the inputs before it: the reverse sum
+  gi[0] = axis_op(g, Op::Cumsum, go, {a[0], a[1] ? 0 : 1});
+}
+void vjp_gather(Graph& g, ValueId v, ValueId go, GradIn& gi) {
+  Attrs at;
+  at.ints = {g.node(v).attrs.ints[0]};
+  for (int64_t d : g.shape(x0(g, v))) at.ints.push_back(d);
+  gi[0] = g.add(Op::GatherGrad, {go, x1(g, v)}, at);
 }
 void vjp_dropout(Graph& g, ValueId v, ValueId go, GradIn& gi) {
   // The mask depends only on (seed, element index), so the same op on the gradient reapplies it.

@@ -402,6 +402,7 @@ void infer_cross_entropy(const Graph& g, Node& n) {
   const Shape& t = in_shape(g, n, 1);
   if (l.size() != 2 || t.size() != 1 || t[0] != l[0] || l[1] < 1)
     throw Error("expects logits [N, C>=1] and targets [N]");
+  if (n.attrs.ints.size() > 1) throw Error("expects at most one integer attribute (the ignored target)");
   n.dtype = in_dtype(g, n, 0);
   n.shape = {};
 }
@@ -443,4 +444,57 @@ void infer_dropout(const Graph& g, Node& n) {
     throw Error("dropout probability must be in [0, 1), got " + std::to_string(n.attrs.scalar));
   infer_map1(g, n);
 }
+void infer_argmax(const Graph& g, Node& n) {
+  require_ints(n, 2, "(axis, min)");
+  const Shape& in = in_shape(g, n, 0);
+  int a = normalize_axis(n.attrs.ints[0], in.size(), "argmax", in);
+  if (in[size_t(a)] == 0) throw Error("cannot take the index of an extreme over an empty axis");
+  n.dtype = DType::I64;
+  n.shape = in;
+  n.shape.erase(n.shape.begin() + a);
+}
+
+void infer_cumsum(const Graph& g, Node& n) {
+  require_float(g, n, 0);
+  require_ints(n, 2, "(axis, reverse)");
+  const Shape& in = in_shape(g, n, 0);
+  normalize_axis(n.attrs.ints[0], in.size(), "cumsum", in);
+  n.dtype = in_dtype(g, n, 0);
+  n.shape = in;
+}
+
+namespace {
+// gather's and gather_grad's common checks: index (input 1) has the data's rank and at most its
+// size on every axis but `axis`.
+int gather_axis(const Graph& g, const Node& n, const Shape& data) {
+  require_int(g, n, 1);
+  const Shape& idx = in_shape(g, n, 1);
+  if (idx.size() != data.size())
+    throw Error("index " + shape_str(idx) + " must have the rank of " + shape_str(data));
+  int a = normalize_axis(n.attrs.ints[0], data.size(), op_name(n.op), data);
+  for (size_t d = 0; d < data.size(); ++d)
+    if (int(d) != a && idx[d] > data[d])
+      throw Error("index " + shape_str(idx) + " is larger than " + shape_str(data) + " on axis " + std::to_string(d));
+  return a;
+}
+}  // namespace
+
+void infer_gather(const Graph& g, Node& n) {
+  require_ints(n, 1, "(axis)");
+  gather_axis(g, n, in_shape(g, n, 0));
+  n.dtype = in_dtype(g, n, 0);
+  n.shape = in_shape(g, n, 1);
+}
+
+void infer_gather_grad(const Graph& g, Node& n) {
+  require_float(g, n, 0);
+  const Shape& gs = in_shape(g, n, 0);
+  if (n.attrs.ints.size() != gs.size() + 1) throw Error("expects (axis, the data's shape...) integers");
+  Shape data(n.attrs.ints.begin() + 1, n.attrs.ints.end());
+  gather_axis(g, n, data);
+  if (gs != in_shape(g, n, 1)) throw Error("gradient " + shape_str(gs) + " must have the index's shape");
+  n.dtype = in_dtype(g, n, 0);
+  n.shape = data;
+}
+
 }  // namespace synoros::opdefs

@@ -123,6 +123,45 @@ Tensor adaptive_avg_pool2d(const Tensor& x, int64_t oh, int64_t ow) {
 
 Tensor silu(const Tensor& x) { return x * x.sigmoid(); }
 
+Tensor batch_norm(const Tensor& x, Tensor running_mean, Tensor running_var, const Tensor& weight, const Tensor& bias,
+                  bool training, double momentum, double eps) {
+  const Shape& s = x.shape();
+  if (s.size() < 2) throw Error("batch_norm: input must be [N, C, ...], got " + shape_str(s));
+  int64_t C = s[1];
+  for (const Tensor* p : std::initializer_list<const Tensor*>{&running_mean, &running_var, &weight, &bias})
+    if (p->defined() && p->shape() != Shape{C})
+      throw Error("batch_norm: statistics, weight and bias must be [" + std::to_string(C) + "], got " + shape_str(p->shape()));
+  Shape per_channel(s.size() - 1, 1);  // [C, 1, ...] broadcasts over [N, C, ...]
+  per_channel[0] = C;
+  Tensor w = weight.defined() ? weight : Tensor::ones({C}, x.dtype());
+  Tensor b = bias.defined() ? bias : Tensor::zeros({C}, x.dtype());
+  if (!training) {
+    if (!running_mean.defined() || !running_var.defined())
+      throw Error("batch_norm: evaluation needs running_mean and running_var");
+    Tensor inv = Tensor::apply(Op::Rsqrt, {running_var + eps});
+    return (x - running_mean.reshape(per_channel)) * (inv.reshape(per_channel) * w.reshape(per_channel)) +
+           b.reshape(per_channel);
+  }
+  std::vector<int64_t> axes{0};
+  for (int64_t d = 2; d < int64_t(s.size()); ++d) axes.push_back(d);
+  int64_t n = x.numel() / std::max<int64_t>(1, C);
+  if (n <= 1) throw Error("batch_norm: training needs more than one value per channel, got input " + shape_str(s));
+  Tensor mean = x.mean(axes, true);
+  Tensor centered = x - mean;
+  Tensor var = (centered * centered).mean(axes, true);
+  // The normalisation as one op whose gradient is batch norm's own (two reductions and one
+  // pass; see vjp_batchnorm) rather than the derivative of the statistics' graph. The forward
+  // bits are those of centered * (rsqrt(var + eps) * w) + b.
+  Attrs at;
+  at.scalar = eps;
+  at.ints = {1};  // mean and var are x's batch statistics: the gradient to x goes through them
+  Tensor y = Tensor::apply(Op::BatchNorm, {x, mean.reshape({C}), var.reshape({C}), w, b}, at);
+  double unbias = double(n) / double(n - 1);
+  if (running_mean.defined()) running_mean.assign(running_mean * (1 - momentum) + mean.reshape({C}) * momentum);
+  if (running_var.defined()) running_var.assign(running_var * (1 - momentum) + var.reshape({C}) * (momentum * unbias));
+  return y;
+}
+
 Tensor flatten(const Tensor& x, int64_t start) {
   const Shape& s = x.shape();
   if (start < 0 || size_t(start) > s.size()) throw Error("flatten: start dim " + std::to_string(start) + " out of range for " + shape_str(s));

@@ -64,26 +64,7 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
   int64_t C = weight.shape()[0];
   if (x.shape().size() != 4 || x.shape()[1] != C)
     throw Error("BatchNorm2d: input must be [N, " + std::to_string(C) + ", H, W], got " + shape_str(x.shape()));
-  Tensor w = weight.reshape({C, 1, 1}), b = bias.reshape({C, 1, 1});
-  if (!training()) {
-    Tensor inv = Tensor::apply(Op::Rsqrt, {running_var + eps});
-    return (x - running_mean.reshape({C, 1, 1})) * (inv.reshape({C, 1, 1}) * w) + b;
-  }
-  int64_t n = x.numel() / C;
-  Tensor mean = x.mean({0, 2, 3}, true);
-  Tensor centered = x - mean;
-  Tensor var = (centered * centered).mean({0, 2, 3}, true);
-  // The normalisation as one op whose gradient is batch norm's own (two reductions and one
-  // pass; see vjp_batchnorm) rather than the derivative of the statistics' graph. The forward
-  // bits are those of centered * (rsqrt(var + eps) * w) + b.
-  Attrs at;
-  at.scalar = eps;
-  at.ints = {1};  // mean and var are x's batch statistics: the gradient to x goes through them
-  Tensor y = Tensor::apply(Op::BatchNorm, {x, mean.reshape({C}), var.reshape({C}), weight, bias}, at);
-  double unbias = n > 1 ? double(n) / double(n - 1) : 1.0;
-  running_mean.assign(running_mean * (1 - momentum) + mean.reshape({C}) * momentum);
-  running_var.assign(running_var * (1 - momentum) + var.reshape({C}) * (momentum * unbias));
-  return y;
+  return batch_norm(x, running_mean, running_var, weight, bias, training(), momentum, eps);
 }
 
 LayerNorm::LayerNorm(int64_t dim, double e) : eps(e) {

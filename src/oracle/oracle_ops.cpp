@@ -455,11 +455,24 @@ HostTensor oracle_layernorm_grad(const Node& n, const OracleIn& in) {
   return out;
 }
 
+namespace {
+// Whether row r's target is cross_entropy's ignored one (ints {ignore}), and how many are not.
+bool xent_ignored(const Node& n, const HostTensor& target, int64_t r) {
+  return !n.attrs.ints.empty() && int64_t(target.get(r)) == n.attrs.ints[0];
+}
+int64_t xent_counted(const Node& n, const HostTensor& target) {
+  int64_t c = 0;
+  for (int64_t r = 0; r < target.numel(); ++r) c += !xent_ignored(n, target, r);
+  return c;
+}
+}  // namespace
+
 HostTensor oracle_cross_entropy(const Node& n, const OracleIn& in) {
   const HostTensor& l = *in[0];
   int64_t N = l.shape[0], C = l.shape[1];
   double total = 0;
   for (int64_t r = 0; r < N; ++r) {
+    if (xent_ignored(n, *in[1], r)) continue;
     int64_t t = index_or_throw(in[1]->get(r), C, "cross_entropy target");
     double m = -INFINITY, s = 0;
     for (int64_t c = 0; c < C; ++c) m = std::max(m, l.get(r * C + c));
@@ -467,16 +480,18 @@ HostTensor oracle_cross_entropy(const Node& n, const OracleIn& in) {
     total += m + std::log(s) - l.get(r * C + t);
   }
   HostTensor out = make_out(n);
-  out.set(0, N ? total / double(N) : NAN);
+  int64_t counted = xent_counted(n, *in[1]);
+  out.set(0, counted ? total / double(counted) : NAN);
   return out;
 }
 
 HostTensor oracle_cross_entropy_grad(const Node& n, const OracleIn& in) {
   const HostTensor& l = *in[0];
   int64_t N = l.shape[0], C = l.shape[1];
-  double g = in[2]->get(0) / double(N);
+  double g = in[2]->get(0) / double(xent_counted(n, *in[1]));
   HostTensor out = make_out(n);
   for (int64_t r = 0; r < N; ++r) {
+    if (xent_ignored(n, *in[1], r)) continue;
     int64_t t = index_or_throw(in[1]->get(r), C, "cross_entropy target");
     double m = -INFINITY, s = 0;
     for (int64_t c = 0; c < C; ++c) m = std::max(m, l.get(r * C + c));
@@ -503,6 +518,69 @@ HostTensor oracle_embedding_grad(const Node& n, const OracleIn& in) {
   for (int64_t p = 0; p < in[1]->numel(); ++p) {
     int64_t v = index_or_throw(in[1]->get(p), V, "embedding_grad");
     for (int64_t d = 0; d < D; ++d) out.set(v * D + d, out.get(v * D + d) + in[0]->get(p * D + d));
+  }
+  return out;
+}
+
+HostTensor oracle_argmax(const Node& n, const OracleIn& in) {
+  const Shape& xs = in[0]->shape;
+  int a = normalize_axis(n.attrs.ints[0], xs.size(), "argmax", xs);
+  bool want_min = n.attrs.ints[1] != 0;
+  HostTensor out = make_out(n);
+  for (int64_t o = 0; o < out.numel(); ++o) {
+    std::vector<int64_t> idx = unravel(o, n.shape);
+    idx.insert(idx.begin() + a, 0);
+    int64_t best = 0;
+    double bv = in[0]->get(ravel(idx, xs));
+    for (int64_t j = 1; j < xs[size_t(a)] && !std::isnan(bv); ++j) {
+      idx[size_t(a)] = j;
+      double v = in[0]->get(ravel(idx, xs));
+      if (std::isnan(v) || (want_min ? v < bv : v > bv)) best = j, bv = v;
+    }
+    out.set(o, double(best));
+  }
+  return out;
+}
+
+HostTensor oracle_cumsum(const Node& n, const OracleIn& in) {
+  const Shape& xs = in[0]->shape;
+  int a = normalize_axis(n.attrs.ints[0], xs.size(), "cumsum", xs);
+  bool reverse = n.attrs.ints[1] != 0;
+  HostTensor out = make_out(n);
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    std::vector<int64_t> idx = unravel(i, xs);
+    int64_t at = idx[size_t(a)];
+    double s = 0;
+    for (int64_t j = reverse ? at : 0; j < (reverse ? xs[size_t(a)] : at + 1); ++j) {
+      idx[size_t(a)] = j;
+      s += in[0]->get(ravel(idx, xs));
+    }
+    out.set(i, s);
+  }
+  return out;
+}
+
+namespace {
+// The element of data (shape ds) that gather reads for position p of the index.
+int64_t gather_source(const Node& n, const HostTensor& index, int64_t p, const Shape& ds) {
+  int a = normalize_axis(n.attrs.ints[0], ds.size(), op_name(n.op), ds);
+  std::vector<int64_t> idx = unravel(p, index.shape);
+  idx[size_t(a)] = index_or_throw(index.get(p), ds[size_t(a)], op_name(n.op));
+  return ravel(idx, ds);
+}
+}  // namespace
+
+HostTensor oracle_gather(const Node& n, const OracleIn& in) {
+  HostTensor out = make_out(n);
+  for (int64_t p = 0; p < out.numel(); ++p) out.set(p, in[0]->get(gather_source(n, *in[1], p, in[0]->shape)));
+  return out;
+}
+
+HostTensor oracle_gather_grad(const Node& n, const OracleIn& in) {
+  HostTensor out = make_out(n);
+  for (int64_t p = 0; p < in[1]->numel(); ++p) {
+    int64_t q = gather_source(n, *in[1], p, n.shape);
+    out.set(q, out.get(q) + in[0]->get(p));
   }
   return out;
 }

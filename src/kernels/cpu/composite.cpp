@@ -281,7 +281,8 @@ int64_t index_at(const void* p, bool i64, int64_t k) {
               std::to_string(limit) + ")");
 }
 
-// ---- cross entropy (mean over samples); its gradient scales by the upstream scalar.
+// ---- cross entropy (mean over the samples whose target is not the ignored one, if any); its
+// gradient scales by the upstream scalar and is zero on ignored rows.
 struct XentArgs {
   int64_t N, C;
   const void* logits;
@@ -289,6 +290,8 @@ struct XentArgs {
   const void* gout;
   void* out;
   bool f64, i64;
+  bool has_ignore;
+  int64_t ignore;
 };
 
 template <class T>
@@ -296,9 +299,16 @@ void xent_t(const XentArgs& a, bool grad) {
   const T* l = static_cast<const T*>(a.logits);
   T* out = static_cast<T*>(a.out);
   T total = 0;
-  T gscale = grad ? static_cast<const T*>(a.gout)[0] / T(a.N) : T(0);
+  int64_t counted = a.N;
+  if (a.has_ignore)
+    for (int64_t r = 0; r < a.N; ++r) counted -= index_at(a.target, a.i64, r) == a.ignore;
+  T gscale = grad ? static_cast<const T*>(a.gout)[0] / T(counted) : T(0);
   for (int64_t r = 0; r < a.N; ++r) {
     int64_t t = index_at(a.target, a.i64, r);
+    if (a.has_ignore && t == a.ignore) {
+      if (grad) std::fill(out + r * a.C, out + (r + 1) * a.C, T(0));
+      continue;
+    }
     if (t < 0 || t >= a.C) bad_index(grad ? "cross_entropy_grad" : "cross_entropy", t, a.C);
     const T* row = l + r * a.C;
     T m = -INFINITY, s = 0;
@@ -312,7 +322,7 @@ void xent_t(const XentArgs& a, bool grad) {
     for (int64_t k = 0; k < a.C; ++k)
       d[k] = (std::exp(row[k] - m) / s - (k == t ? T(1) : T(0))) * gscale;
   }
-  if (!grad) out[0] = total / T(a.N);
+  if (!grad) out[0] = total / T(counted);
 }
 
 void xent_launch(const void* p, ThreadPool&) {
@@ -328,7 +338,8 @@ XentArgs* xent_args(LowerCtx& c) {
   auto* a = c.args<XentArgs>();
   const Shape& ls = c.in_shape(0);
   *a = {ls[0], ls[1], c.in[0], c.in[1], c.in.size() > 2 ? c.in[2] : nullptr, c.out,
-        c.node.dtype == DType::F64, c.in_dtype(1) == DType::I64};
+        c.node.dtype == DType::F64, c.in_dtype(1) == DType::I64, !c.node.attrs.ints.empty(),
+        c.node.attrs.ints.empty() ? 0 : c.node.attrs.ints[0]};
   return a;
 }
 

@@ -55,6 +55,10 @@ Launch lower_cross_entropy(LowerCtx& c);
 Launch lower_cross_entropy_grad(LowerCtx& c);
 Launch lower_embedding(LowerCtx& c);
 Launch lower_embedding_grad(LowerCtx& c);
+Launch lower_argmax(LowerCtx& c);  // argmax and argmin (index_ops.cpp)
+Launch lower_cumsum(LowerCtx& c);
+Launch lower_gather(LowerCtx& c);
+Launch lower_gather_grad(LowerCtx& c);  // the scatter-add of the upstream gradient
 
 // Strided gather used by views and by einsum to bring operands into GEMM layout:
 // out[i] = in[offset + sum_d idx_d * stride_d], out contiguous with shape `shape`.

@@ -1,0 +1,91 @@
+// Losses: mean squared error and cross entropy in PyTorch's forms.
+#include "synoros/tensor.hpp"
+
+namespace synoros {
+
+namespace {
+Tensor reduce(const Tensor& per_sample, Reduction r, const Tensor& count, const Shape& none_shape) {
+  switch (r) {
+    case Reduction::Sum:
+      return per_sample.sum();
+    case Reduction::None:
+      return per_sample.reshape(none_shape);
+    default:
+      return per_sample.sum() / count;
+  }
+}
+}  // namespace
+
+Tensor mse_loss(const Tensor& pred, const Tensor& target) {
+  Tensor d = pred - target;
+  return (d * d).mean();
+}
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEntropyOptions& o) {
+  const Shape& ls = logits.shape();
+  if (ls.size() < 2)
+    throw Error("cross_entropy: logits must be [N, C] or [N, C, d1, ...], got shape " +
+                shape_str(ls));
+  if (o.label_smoothing < 0 || o.label_smoothing > 1)
+    throw Error("cross_entropy: label_smoothing must be in [0, 1], got " +
+                std::to_string(o.label_smoothing));
+  int64_t C = ls[1];
+  bool probabilities = is_float(targets.dtype());
+  // Classes last, one row per position: [N, C, d...] -> [N * d..., C].
+  Tensor rows = logits;
+  Shape sample = ls;  // [N, d...]
+  sample.erase(sample.begin() + 1);
+  if (ls.size() > 2) {
+    std::vector<int64_t> perm{0};
+    for (int64_t d = 2; d < int64_t(ls.size()); ++d) perm.push_back(d);
+    perm.push_back(1);
+    rows = logits.permute(perm);
+  }
+  int64_t M = synoros::numel(sample);
+  rows = rows.reshape({M, C});
+  Shape want_targets = probabilities ? ls : sample;
+  if (targets.shape() != want_targets)
+    throw Error("cross_entropy: logits " + shape_str(ls) + " need " +
+                (probabilities ? "probabilities " : "targets ") + shape_str(want_targets) +
+                ", got " + shape_str(targets.shape()));
+  double eps = o.label_smoothing;
+  if (probabilities) {
+    if (o.ignore_index)
+      throw Error("cross_entropy: ignore_index needs class-index targets, not probabilities");
+    Tensor p = targets;
+    if (ls.size() > 2) {
+      std::vector<int64_t> perm{0};
+      for (int64_t d = 2; d < int64_t(ls.size()); ++d) perm.push_back(d);
+      perm.push_back(1);
+      p = p.permute(perm);
+    }
+    p = p.reshape({M, C});
+    if (eps > 0) p = p * (1 - eps) + eps / double(C);
+    Tensor per = -(p * rows.log_softmax(-1)).sum({-1});
+    return reduce(per, o.reduction, Tensor::scalar(double(M), per.dtype()), sample);
+  }
+  Tensor t = targets.reshape({M});
+  if (o.reduction == Reduction::Mean && eps == 0) {  // the fused kernel
+    Attrs at;
+    if (o.ignore_index) at.ints = {*o.ignore_index};
+    return Tensor::apply(Op::CrossEntropy, {rows, t}, at);
+  }
+  Tensor logp = rows.log_softmax(-1);
+  Tensor safe = t;
+  Tensor valid, ignored;  // 1 where the target counts (is ignored), else 0 (float)
+  if (o.ignore_index) {
+    Tensor ig = Tensor::scalar(double(*o.ignore_index), t.dtype());
+    Tensor hit = Tensor::apply(Op::CmpEq, {t, ig}, {}, t.dtype());
+    safe = where(hit, Tensor::scalar(0, t.dtype()), t);
+    ignored = hit.cast(logits.dtype());
+    valid = 1.0 - ignored;
+  }
+  Tensor per = -logp.gather(1, safe.unsqueeze(1)).squeeze(1);
+  if (eps > 0) per = per * (1 - eps) - logp.mean({-1}) * eps;
+  if (ignored.defined())
+    per = where(ignored, Tensor::scalar(0, per.dtype()), per);  // exactly 0, even beside inf
+  Tensor count = valid.defined() ? valid.sum() : Tensor::scalar(double(M), per.dtype());
+  return reduce(per, o.reduction, count, sample);
+}
+
+}  // namespace synoros

@@ -1,0 +1,80 @@
+// Tensor's index and scan methods: argmax/argmin, cumsum, gather, index_select and indexing by
+// an integer tensor.
+#include "synoros/tensor.hpp"
+
+namespace synoros {
+
+namespace {
+Tensor with_ints(Op op, const std::vector<Tensor>& in, std::vector<int64_t> v) {
+  Attrs at;
+  at.ints = std::move(v);
+  return Tensor::apply(op, in, at);
+}
+
+Tensor arg_extreme(const Tensor& t, int64_t axis, bool keepdim, bool want_min) {
+  if (t.shape()
+          .empty()) {  // a 0-d tensor is one row of one element (PyTorch accepts axis 0 and -1)
+    normalize_axis(axis, 1, want_min ? "argmin" : "argmax", t.shape());
+    return with_ints(Op::ArgMax, {t.reshape({1})}, {0, want_min});
+  }
+  Tensor r = with_ints(Op::ArgMax, {t}, {axis, want_min});
+  return keepdim ? r.unsqueeze(axis) : r;
+}
+
+void require_index(const Tensor& index, const char* op) {
+  if (is_float(index.dtype()))
+    throw Error(std::string(op) + ": the index must be i32 or i64, got " +
+                dtype_name(index.dtype()));
+}
+}  // namespace
+
+Tensor Tensor::argmax() const {
+  return arg_extreme(reshape({numel()}), 0, false, false);
+}
+Tensor Tensor::argmax(int64_t axis, bool keepdim) const {
+  return arg_extreme(*this, axis, keepdim, false);
+}
+Tensor Tensor::argmin() const {
+  return arg_extreme(reshape({numel()}), 0, false, true);
+}
+Tensor Tensor::argmin(int64_t axis, bool keepdim) const {
+  return arg_extreme(*this, axis, keepdim, true);
+}
+
+Tensor Tensor::cumsum(int64_t axis) const {
+  if (shape().empty()) return with_ints(Op::Cumsum, {reshape({1})}, {axis, 0}).reshape({});
+  return with_ints(Op::Cumsum, {*this}, {axis, 0});
+}
+
+Tensor Tensor::gather(int64_t axis, const Tensor& index) const {
+  return with_ints(Op::Gather, {*this, index}, {axis});
+}
+
+// Both select rows of a [size, rest] view with the embedding op (a copy of each row; its gradient
+// adds repeated rows in ascending position order).
+Tensor Tensor::index(const Tensor& idx) const {
+  require_index(idx, "index");
+  const Shape& s = shape();
+  if (s.empty()) throw Error("index: a 0-d tensor cannot be indexed");
+  Shape rest(s.begin() + 1, s.end()), out = idx.shape();
+  out.insert(out.end(), rest.begin(), rest.end());
+  return embedding(reshape({s[0], synoros::numel(rest)}), idx).reshape(out);
+}
+
+Tensor Tensor::index_select(int64_t axis, const Tensor& idx) const {
+  require_index(idx, "index_select");
+  if (idx.shape().size() != 1)
+    throw Error("index_select: the index must be 1-D, got shape " + shape_str(idx.shape()));
+  const Shape& s = shape();
+  if (s.empty()) throw Error("index_select: a 0-d tensor has no axis to select along");
+  int a = normalize_axis(axis, s.size(), "index_select", s);
+  if (a == 0) return index(idx);
+  std::vector<int64_t> front{a}, back;  // the axis moved to the front, and back again
+  for (int d = 0; d < int(s.size()); ++d)
+    if (d != a) front.push_back(d);
+  for (int d = 1; d <= int(s.size()) - 1; ++d) back.push_back(d);
+  back.insert(back.begin() + a, 0);
+  return permute(front).index(idx).permute(back);
+}
+
+}  // namespace synoros

@@ -1,0 +1,245 @@
+// Ops that walk an axis or index into one: argmax/argmin, cumulative sums, gather and its
+// scatter-add gradient. Each output element is computed in one fixed order by one thread, so the
+// bits do not depend on the thread count or the instruction set.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <type_traits>
+
+#include "kernels/cpu/cpu_kernels.hpp"
+
+namespace synoros::kernels {
+
+namespace {
+constexpr int64_t kColumns = 256;        // columns (positions after the axis) per chunk
+constexpr int64_t kPositions = 1 << 14;  // gather: index positions per chunk
+
+// A tensor seen as [outer, n, inner] around one axis; chunks are (outer, block of kColumns).
+struct AxisWalk {
+  int64_t outer, n, inner, blocks;
+  int64_t chunks() const { return outer * blocks; }
+};
+AxisWalk axis_walk(const Shape& s, int axis) {
+  AxisWalk w{1, s[size_t(axis)], 1, 1};
+  for (int d = 0; d < axis; ++d) w.outer *= s[size_t(d)];
+  for (size_t d = size_t(axis) + 1; d < s.size(); ++d) w.inner *= s[d];
+  w.blocks = std::max<int64_t>(1, (w.inner + kColumns - 1) / kColumns);
+  return w;
+}
+
+// ---- argmax / argmin: per column, the first NaN, else the first extreme.
+struct ArgArgs {
+  AxisWalk w;
+  const void* in;
+  int64_t* out;
+  DType dtype;
+  bool want_min;
+};
+
+template <class T>
+void arg_chunk_t(const ArgArgs& a, int64_t chunk) {
+  const AxisWalk& w = a.w;
+  int64_t o = chunk / w.blocks, c0 = chunk % w.blocks * kColumns,
+          c1 = std::min(w.inner, c0 + kColumns);
+  const T* x = static_cast<const T*>(a.in) + o * w.n * w.inner;
+  int64_t* out = a.out + o * w.inner;
+  T best[kColumns];
+  bool done[kColumns];  // a NaN was found: nothing later can replace it
+  for (int64_t c = c0; c < c1; ++c) {
+    best[c - c0] = x[c];
+    out[c] = 0;
+    if constexpr (std::is_floating_point_v<T>)
+      done[c - c0] = std::isnan(x[c]);
+    else
+      done[c - c0] = false;
+  }
+  for (int64_t j = 1; j < w.n; ++j) {
+    const T* row = x + j * w.inner;
+    for (int64_t c = c0; c < c1; ++c) {
+      T v = row[c];
+      if (done[c - c0]) continue;
+      bool nan = false;
+      if constexpr (std::is_floating_point_v<T>) nan = std::isnan(v);
+      if (nan || (a.want_min ? v < best[c - c0] : v > best[c - c0])) {
+        best[c - c0] = v;
+        out[c] = j;
+        done[c - c0] = nan;
+      }
+    }
+  }
+}
+void arg_chunk(const void* p, int64_t chunk) {
+  const ArgArgs& a = *static_cast<const ArgArgs*>(p);
+  switch (a.dtype) {
+    case DType::F32:
+      return arg_chunk_t<float>(a, chunk);
+    case DType::F64:
+      return arg_chunk_t<double>(a, chunk);
+    case DType::I32:
+      return arg_chunk_t<int32_t>(a, chunk);
+    default:
+      return arg_chunk_t<int64_t>(a, chunk);
+  }
+}
+void arg_launch(const void* p, ThreadPool& pool) {
+  const ArgArgs& a = *static_cast<const ArgArgs*>(p);
+  pool.run(a.w.chunks(), arg_chunk, p);
+}
+
+// ---- cumsum: running sums in double along the axis (from the end when reversed), each rounded
+// once to the output's type (PyTorch's CPU cumsum accumulates float32 in double too).
+struct CumArgs {
+  AxisWalk w;
+  const void* in;
+  void* out;
+  bool f64, reverse;
+};
+
+template <class T>
+void cum_chunk_t(const CumArgs& a, int64_t chunk) {
+  const AxisWalk& w = a.w;
+  int64_t o = chunk / w.blocks, c0 = chunk % w.blocks * kColumns,
+          c1 = std::min(w.inner, c0 + kColumns);
+  const T* x = static_cast<const T*>(a.in) + o * w.n * w.inner;
+  T* y = static_cast<T*>(a.out) + o * w.n * w.inner;
+  double acc[kColumns];
+  std::fill(acc, acc + (c1 - c0), 0.0);
+  for (int64_t k = 0; k < w.n; ++k) {
+    int64_t j = a.reverse ? w.n - 1 - k : k;
+    for (int64_t c = c0; c < c1; ++c) {
+      acc[c - c0] += double(x[j * w.inner + c]);
+      y[j * w.inner + c] = T(acc[c - c0]);
+    }
+  }
+}
+void cum_chunk(const void* p, int64_t chunk) {
+  const CumArgs& a = *static_cast<const CumArgs*>(p);
+  a.f64 ? cum_chunk_t<double>(a, chunk) : cum_chunk_t<float>(a, chunk);
+}
+void cum_launch(const void* p, ThreadPool& pool) {
+  const CumArgs& a = *static_cast<const CumArgs*>(p);
+  pool.run(a.w.chunks(), cum_chunk, p);
+}
+
+// ---- gather and its gradient. Position p of the index (row-major over the index's shape) reads
+// the data element with the same coordinates except along the axis, where the index's value is.
+constexpr int kMaxRank = 16;
+struct GatherArgs {
+  int rank, axis;
+  int64_t idx_shape[kMaxRank], data_stride[kMaxRank];
+  int64_t positions, slab;  // index elements; per slab: index elements before the axis' next value
+  int64_t axis_size, data_numel;
+  const void* data;  // gather: the data; gather_grad: the upstream gradient (index-shaped)
+  const void* idx;
+  void* out;
+  bool f64, i64;
+};
+
+// The offset of position p's data element without its coordinate along the axis.
+int64_t data_offset(const GatherArgs& a, int64_t p) {
+  int64_t off = 0;
+  for (int d = a.rank - 1; d >= 0; --d) {
+    int64_t n = a.idx_shape[d], coord = p % n;
+    p /= n;
+    if (d != a.axis) off += coord * a.data_stride[d];  // the axis' coordinate is the index's value
+  }
+  return off;
+}
+
+int64_t index_value(const GatherArgs& a, int64_t p, const char* op) {
+  int64_t v = a.i64 ? static_cast<const int64_t*>(a.idx)[p] : static_cast<const int32_t*>(a.idx)[p];
+  if (v < 0 || v >= a.axis_size)
+    throw Error(std::string(op) + ": index " + std::to_string(v) + " is out of range [0, " +
+                std::to_string(a.axis_size) + ")");
+  return v;
+}
+
+template <class T>
+void gather_chunk_t(const GatherArgs& a, int64_t chunk) {
+  const T* x = static_cast<const T*>(a.data);
+  T* y = static_cast<T*>(a.out);
+  int64_t b = chunk * kPositions, e = std::min(a.positions, b + kPositions);
+  for (int64_t p = b; p < e; ++p)
+    y[p] = x[data_offset(a, p) + index_value(a, p, "gather") * a.data_stride[a.axis]];
+}
+void gather_chunk(const void* p, int64_t chunk) {
+  const GatherArgs& a = *static_cast<const GatherArgs*>(p);
+  a.f64 ? gather_chunk_t<double>(a, chunk) : gather_chunk_t<float>(a, chunk);
+}
+void gather_launch(const void* p, ThreadPool& pool) {
+  const GatherArgs& a = *static_cast<const GatherArgs*>(p);
+  pool.run((a.positions + kPositions - 1) / kPositions, gather_chunk, p);
+}
+
+// The gradient: slab s (one combination of the index's coordinates before the axis) adds into
+// the data elements with those leading coordinates only, its positions in ascending order, so
+// slabs run in parallel and every sum has one order.
+template <class T>
+void gather_grad_slab_t(const GatherArgs& a, int64_t s) {
+  const T* g = static_cast<const T*>(a.data);
+  T* out = static_cast<T*>(a.out);
+  for (int64_t p = s * a.slab; p < (s + 1) * a.slab; ++p)
+    out[data_offset(a, p) + index_value(a, p, "gather_grad") * a.data_stride[a.axis]] += g[p];
+}
+void gather_grad_slab(const void* p, int64_t s) {
+  const GatherArgs& a = *static_cast<const GatherArgs*>(p);
+  a.f64 ? gather_grad_slab_t<double>(a, s) : gather_grad_slab_t<float>(a, s);
+}
+void gather_grad_launch(const void* p, ThreadPool& pool) {
+  const GatherArgs& a = *static_cast<const GatherArgs*>(p);
+  std::memset(a.out, 0, size_t(a.data_numel) * (a.f64 ? 8 : 4));
+  if (a.slab > 0) pool.run(a.positions / a.slab, gather_grad_slab, p);
+}
+
+GatherArgs* gather_args(LowerCtx& c, const Shape& data, const void* values) {
+  auto* a = c.args<GatherArgs>();
+  const Shape& idx = c.in_shape(1);
+  if (idx.size() > size_t(kMaxRank))
+    throw Error(std::string(op_name(c.node.op)) + ": rank above 16");
+  a->rank = int(idx.size());
+  a->axis = normalize_axis(c.node.attrs.ints[0], data.size(), op_name(c.node.op), data);
+  std::vector<int64_t> st = contiguous_strides(data);
+  a->positions = numel(idx);
+  a->slab = 1;
+  for (int d = 0; d < a->rank; ++d) {
+    a->idx_shape[d] = idx[size_t(d)];
+    a->data_stride[d] = st[size_t(d)];
+    if (d >= a->axis) a->slab *= idx[size_t(d)];
+  }
+  a->axis_size = data[size_t(a->axis)];
+  a->data_numel = numel(data);
+  a->data = values;
+  a->idx = c.in[1];
+  a->out = c.out;
+  a->f64 = c.node.dtype == DType::F64;
+  a->i64 = c.in_dtype(1) == DType::I64;
+  return a;
+}
+}  // namespace
+
+Launch lower_argmax(LowerCtx& c) {
+  auto* a = c.args<ArgArgs>();
+  const Shape& s = c.in_shape(0);
+  int axis = normalize_axis(c.node.attrs.ints[0], s.size(), "argmax", s);
+  *a = {axis_walk(s, axis), c.in[0], static_cast<int64_t*>(c.out), c.in_dtype(0),
+        c.node.attrs.ints[1] != 0};
+  return {arg_launch, a, c.id};
+}
+
+Launch lower_cumsum(LowerCtx& c) {
+  auto* a = c.args<CumArgs>();
+  const Shape& s = c.node.shape;
+  int axis = normalize_axis(c.node.attrs.ints[0], s.size(), "cumsum", s);
+  *a = {axis_walk(s, axis), c.in[0], c.out, c.node.dtype == DType::F64, c.node.attrs.ints[1] != 0};
+  return {cum_launch, a, c.id};
+}
+
+Launch lower_gather(LowerCtx& c) {
+  return {gather_launch, gather_args(c, c.in_shape(0), c.in[0]), c.id};
+}
+Launch lower_gather_grad(LowerCtx& c) {
+  return {gather_grad_launch, gather_args(c, c.node.shape, c.in[0]), c.id};
+}
+
+}  // namespace synoros::kernels
