@@ -50,10 +50,31 @@ void bind_functions(nb::module_& m) {
         "Computes several tensors with one plan (work they share is done once).");
   // Losses and the functional layers (synoros.nn.functional).
   m.def("mse_loss", &mse_loss, nb::arg("input"), nb::arg("target"));
-  m.def("cross_entropy", &cross_entropy, nb::arg("input"), nb::arg("target"));
-  m.def("layer_norm", [](const Tensor& x, const Tensor& w, const Tensor& b, double eps) {
-    return layer_norm(x, w, b, eps);
-  }, nb::arg("input"), nb::arg("weight"), nb::arg("bias"), nb::arg("eps") = 1e-5);
+  m.def("cross_entropy", [](const Tensor& input, const Tensor& target, std::optional<int64_t> ignore_index,
+                            const std::string& reduction, double label_smoothing) {
+    CrossEntropyOptions o;
+    if (is_float(target.dtype()) && ignore_index == -100) ignore_index.reset();  // PyTorch's default, unused
+    o.ignore_index = ignore_index;
+    o.label_smoothing = label_smoothing;
+    if (reduction == "sum") o.reduction = Reduction::Sum;
+    else if (reduction == "none") o.reduction = Reduction::None;
+    else if (reduction != "mean") throw Error("cross_entropy: reduction must be 'mean', 'sum' or 'none', got '" + reduction + "'");
+    return cross_entropy(input, target, o);
+  }, nb::arg("input"), nb::arg("target"), nb::kw_only(), nb::arg("ignore_index") = -100,
+     nb::arg("reduction") = "mean", nb::arg("label_smoothing") = 0.0,
+     "torch.nn.functional.cross_entropy: class indices (targets equal to ignore_index skipped) or probabilities.");
+  m.def("layer_norm", [](const Tensor& x, const Shape& normalized_shape, std::optional<Tensor> w,
+                         std::optional<Tensor> b, double eps) {
+    return layer_norm(x, normalized_shape, w.value_or(Tensor()), b.value_or(Tensor()), eps);
+  }, nb::arg("input"), nb::arg("normalized_shape"), nb::arg("weight") = nb::none(), nb::arg("bias") = nb::none(),
+     nb::arg("eps") = 1e-5, "torch.nn.functional.layer_norm over the trailing axes normalized_shape.");
+  m.def("batch_norm", [](const Tensor& x, std::optional<Tensor> rm, std::optional<Tensor> rv, std::optional<Tensor> w,
+                         std::optional<Tensor> b, bool training, double momentum, double eps) {
+    return nn::batch_norm(x, rm.value_or(Tensor()), rv.value_or(Tensor()), w.value_or(Tensor()), b.value_or(Tensor()),
+                          training, momentum, eps);
+  }, nb::arg("input"), nb::arg("running_mean").none(), nb::arg("running_var").none(), nb::arg("weight") = nb::none(),
+     nb::arg("bias") = nb::none(), nb::arg("training") = false, nb::arg("momentum") = 0.1, nb::arg("eps") = 1e-5,
+     "torch.nn.functional.batch_norm over [N, C, ...]; in training, given running statistics are updated in place.");
   m.def("scaled_dot_product_attention", [](const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
                                            std::optional<double> scale) {
     if (scale && *scale == 0) throw Error("scaled_dot_product_attention: scale must be non-zero");

@@ -17,26 +17,6 @@ nb::tuple shape_tuple(const Shape& s) {
   return nb::tuple(l);
 }
 
-// A shape with at most one -1, resolved against the tensor's element count (torch.reshape).
-Shape resolve_shape(const Tensor& t, Shape s) {
-  int64_t known = 1, free = -1;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == -1) {
-      if (free >= 0) throw Error("reshape: only one dimension can be -1, got " + shape_str(s));
-      free = int64_t(i);
-    } else {
-      known *= s[i];
-    }
-  }
-  if (free >= 0) {
-    if (known == 0 || t.numel() % known != 0)
-      throw Error("reshape: shape " + shape_str(s) + " is invalid for a tensor of " + std::to_string(t.numel()) +
-                  " elements");
-    s[size_t(free)] = t.numel() / known;
-  }
-  return s;
-}
-
 // reshape(2, 3) and reshape((2, 3)) alike.
 Shape shape_args(const nb::args& args) {
   if (args.size() == 1 && !nb::isinstance<nb::int_>(args[0])) return shape_arg(args[0]);
@@ -161,16 +141,10 @@ void bind_tensor(nb::module_& m) {
         return t.std(axes_arg(dim), correction, keepdim);
       }, nb::arg("dim") = nb::none(), nb::kw_only(), nb::arg("correction") = 1, nb::arg("keepdim") = false)
       // Shapes.
-      .def("reshape", [](const Tensor& t, nb::args shape) { return t.reshape(resolve_shape(t, shape_args(shape))); })
-      .def("view", [](const Tensor& t, nb::args shape) { return t.reshape(resolve_shape(t, shape_args(shape))); })
+      .def("reshape", [](const Tensor& t, nb::args shape) { return t.reshape(shape_args(shape)); })
+      .def("view", [](const Tensor& t, nb::args shape) { return t.reshape(shape_args(shape)); })
       .def("permute", [](const Tensor& t, nb::args dims) { return t.permute(shape_args(dims)); })
-      .def("expand", [](const Tensor& t, nb::args shape) {
-        Shape s = shape_args(shape);
-        // -1 keeps the tensor's size there (torch.expand), counted from the right.
-        for (size_t i = 0; i < s.size() && i < t.shape().size(); ++i)
-          if (s[s.size() - 1 - i] == -1) s[s.size() - 1 - i] = t.shape()[t.shape().size() - 1 - i];
-        return t.expand(s);
-      })
+      .def("expand", [](const Tensor& t, nb::args shape) { return t.expand(shape_args(shape)); })
       .def("transpose", [](const Tensor& t, int64_t d0, int64_t d1) {
         size_t r = t.shape().size();
         std::vector<int64_t> p(r);
@@ -202,7 +176,22 @@ void bind_tensor(nb::module_& m) {
         throw Error("clamp: at least one of min and max must be given");
       }, nb::arg("min") = nb::none(), nb::arg("max") = nb::none())
       .def("clamp_min", &Tensor::clamp_min, nb::arg("min"))
-      .def("clamp_max", &Tensor::clamp_max, nb::arg("max"));
+      .def("clamp_max", &Tensor::clamp_max, nb::arg("max"))
+      // Index and scan methods.
+      .def("argmax", [](const Tensor& t, std::optional<int64_t> dim, bool keepdim) {
+        return dim ? t.argmax(*dim, keepdim) : t.argmax();
+      }, nb::arg("dim") = nb::none(), nb::arg("keepdim") = false)
+      .def("argmin", [](const Tensor& t, std::optional<int64_t> dim, bool keepdim) {
+        return dim ? t.argmin(*dim, keepdim) : t.argmin();
+      }, nb::arg("dim") = nb::none(), nb::arg("keepdim") = false)
+      .def("cumsum", &Tensor::cumsum, nb::arg("dim"))
+      .def("gather", &Tensor::gather, nb::arg("dim"), nb::arg("index"))
+      .def("index_select", &Tensor::index_select, nb::arg("dim"), nb::arg("index"))
+      .def("_index", &Tensor::index, nb::arg("index"))
+      .def("_str", [](const Tensor& t) {
+        nb::gil_scoped_release no_gil;
+        return to_string(t);
+      });
 }
 
 }  // namespace synoros::py

@@ -170,6 +170,26 @@ def minimum(a: Tensor, b: Tensor) -> Tensor:
     return a.minimum(b)
 
 
+def argmax(input: Tensor, dim: int | None = None, keepdim: bool = False) -> Tensor:
+    return input.argmax(dim, keepdim)
+
+
+def argmin(input: Tensor, dim: int | None = None, keepdim: bool = False) -> Tensor:
+    return input.argmin(dim, keepdim)
+
+
+def cumsum(input: Tensor, dim: int) -> Tensor:
+    return input.cumsum(dim)
+
+
+def gather(input: Tensor, dim: int, index: Tensor) -> Tensor:
+    return input.gather(dim, index)
+
+
+def index_select(input: Tensor, dim: int, index: Tensor) -> Tensor:
+    return input.index_select(dim, index)
+
+
 # --- Gradient mode -------------------------------------------------------------------------
 
 
@@ -230,7 +250,14 @@ class set_grad_enabled(_GradMode):
 
 
 def _getitem(self: Tensor, index: Any) -> Tensor:
-    """Basic indexing: integers, slices with step 1, ``None`` and ``...``."""
+    """Basic indexing (integers, slices with step 1, ``None`` and ``...``) and indexing by one
+    integer tensor or list of integers (rows of the first axis)."""
+    if isinstance(index, list) or (isinstance(index, np.ndarray) and index.dtype.kind in "iu"):
+        index = tensor(np.asarray(index, dtype=np.int64))
+    if isinstance(index, Tensor):
+        if index.dtype not in (int64, int32):
+            raise IndexError(f"synoros: tensors used as indices must be integer tensors, got {index.dtype}")
+        return self._index(index)
     if not isinstance(index, tuple):
         index = (index,)
     if sum(1 for i in index if i is Ellipsis) > 1:
@@ -270,13 +297,12 @@ def _getitem(self: Tensor, index: Any) -> Tensor:
 
 
 def _repr(self: Tensor) -> str:
-    body = np.array2string(self.numpy(), separator=", ", prefix="tensor(")
-    extra = ""
-    if self.dtype not in (float32, int64):
-        extra += f", dtype=synoros.{self.dtype.name}"
-    if self.requires_grad:
-        extra += ", requires_grad=True"
-    return f"tensor({body}{extra})"
+    """PyTorch's format (the C++ printer); a computed tensor behind a leaf that requires a
+    gradient says so too."""
+    s = self._str().replace(", dtype=", ", dtype=synoros.")
+    if self.requires_grad and not self.is_leaf:
+        s = s[:-1] + ", requires_grad=True)"
+    return s
 
 
 def _array(self: Tensor, dtype: Any = None, copy: Any = None) -> np.ndarray:

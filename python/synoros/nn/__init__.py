@@ -225,5 +225,10 @@ class MSELoss(Module):
 
 
 class CrossEntropyLoss(Module):
+    def __init__(self, ignore_index: int = -100, reduction: str = "mean", label_smoothing: float = 0.0) -> None:
+        super().__init__()
+        self.ignore_index, self.reduction, self.label_smoothing = ignore_index, reduction, label_smoothing
+
     def forward(self, input: Tensor, target: Tensor) -> Tensor:
-        return _C.cross_entropy(input, target)
+        return _C.cross_entropy(input, target, ignore_index=self.ignore_index, reduction=self.reduction,
+                                label_smoothing=self.label_smoothing)

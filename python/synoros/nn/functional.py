@@ -5,6 +5,7 @@ from __future__ import annotations
 from .._C import (  # noqa: F401  (re-exported)
     adaptive_avg_pool2d,
     avg_pool2d,
+    batch_norm,
     conv2d,
     cross_entropy,
     dropout,
@@ -48,8 +49,7 @@ def log_softmax(input: Tensor, dim: int) -> Tensor:
     return input.log_softmax(dim)
 
 
-def layer_norm(input: Tensor, normalized_shape: object, weight: Tensor, bias: Tensor, eps: float = 1e-5) -> Tensor:
+def layer_norm(input: Tensor, normalized_shape: object, weight: Tensor | None = None, bias: Tensor | None = None,
+               eps: float = 1e-5) -> Tensor:
     shape = tuple(normalized_shape) if hasattr(normalized_shape, "__len__") else (normalized_shape,)
-    if len(shape) != 1 or shape[0] != input.shape[-1]:
-        raise _C.Error(f"layer_norm: normalizes the last axis only; normalized_shape {shape} for input {input.shape}")
-    return _C.layer_norm(input, weight, bias, eps)
+    return _C.layer_norm(input, list(shape), weight, bias, eps)
