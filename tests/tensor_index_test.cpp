@@ -69,6 +69,26 @@ TEST(TensorIndex, CumsumAccumulatesInDoubleAndItsGradientIsTheReverseSum) {
   EXPECT_THROW(Tensor::from(ints64({1, 2}, {2})).cumsum(0), Error);
 }
 
+TEST(TensorIndex, ProdAndItsGradientAtZeros) {
+  Tensor m = Tensor::from({1, 2, 3, 4, 0, 6}, {2, 3});
+  EXPECT_EQ(m.prod(1).to_vector(), (std::vector<float>{6, 0}));
+  EXPECT_EQ(m.prod(0, true).shape(), (Shape{1, 3}));
+  EXPECT_EQ(m.prod(0).to_vector(), (std::vector<float>{4, 0, 18}));
+  EXPECT_EQ(m.prod().item(), 0.0);
+  EXPECT_EQ(Tensor::scalar(3.0).prod(0).item(), 3.0);
+  // The gradient is the product of the others: at the zero, 4 * 6; elsewhere 0.
+  Tensor leaf = Tensor::from({1, 2, 3, 4, 0, 6}, {2, 3});
+  leaf.requires_grad();
+  leaf.prod(1).sum().backward();
+  EXPECT_EQ(leaf.grad().to_vector(), (std::vector<float>{6, 3, 2, 0, 24, 0}));
+  // Products in float64, rounded once: (1 - 2^-21)(1 - 2^-22) 5 rounds to another float stepwise.
+  const float a = 1.0f - 0x1p-21f, b = 1.0f - 0x1p-22f;
+  Tensor p = Tensor::from({a, b, 5.0f}, {3});
+  float once = float(double(a) * double(b) * 5.0), stepwise = (a * b) * 5.0f;
+  ASSERT_NE(once, stepwise);
+  EXPECT_EQ(p.prod().item(), double(once));
+}
+
 TEST(TensorIndex, GatherAndItsScatterAddGradient) {
   Tensor x = Tensor::from({1, 2, 3, 4, 5, 6}, {2, 3});
   Tensor idx = Tensor::from(ints64({2, 2, 0, 1}, {2, 2}));
@@ -254,9 +274,29 @@ TEST(TensorIndex, CompiledStepsReturnGradientsOfTheirArguments) {
     const std::vector<float> wv = {1, -2, 3};
     for (int64_t i = 0; i < 3; ++i) {
       EXPECT_EQ(out[1].get(i), 2.0 * x.get(i) * wv[size_t(i)]);  // d/dx sum(w x^2) = 2 w x
-      EXPECT_EQ(out[2].get(i), x.get(i) * x.get(i));            // d/dw = x^2
+      EXPECT_EQ(out[2].get(i), x.get(i) * x.get(i));             // d/dw = x^2
     }
   }
+}
+
+TEST(TensorIndex, ViewMethods) {
+  Tensor x = Tensor::arange(5) + 1.0;  // 1 2 3 4 5
+  EXPECT_EQ(x.pad(0, 2, 1).to_vector(), (std::vector<float>{0, 0, 1, 2, 3, 4, 5, 0}));
+  EXPECT_EQ(x.stride(0, 2).to_vector(), (std::vector<float>{1, 3, 5}));
+  EXPECT_EQ(x.shift(0, 2).to_vector(), (std::vector<float>{3, 4, 5, 1, 2}));
+  EXPECT_EQ(x.shift(0, -1).to_vector(), (std::vector<float>{5, 1, 2, 3, 4}));
+  Tensor u = x.unfold(0, 3);  // windows centred on each position, zero outside
+  EXPECT_EQ(u.shape(), (Shape{5, 3}));
+  EXPECT_EQ(u.to_vector(), (std::vector<float>{0, 1, 2, 1, 2, 3, 2, 3, 4, 3, 4, 5, 4, 5, 0}));
+  EXPECT_EQ(x.unfold(0, 3, 2).to_vector()[0], 0.0f);       // reads -2, 0, 2
+  EXPECT_EQ(x.unfold(0, 3, 2).to_vector()[8], 5.0f);       // position 2 reads 0, 2, 4
+  EXPECT_EQ(x.unfold(0, 3, 1, 2).shape(), (Shape{3, 3}));  // positions 0, 2, 4
+  EXPECT_EQ(x.unfold(0, 3, 1, 2).to_vector()[3], 2.0f);
+  // Gradients are views too: d/dx sum(w * shift(x)) = shift(w) backwards.
+  Tensor leaf = Tensor::arange(5);
+  leaf.requires_grad();
+  (leaf.shift(0, 2) * (Tensor::arange(5) + 1.0)).sum().backward();
+  EXPECT_EQ(leaf.grad().to_vector(), (std::vector<float>{4, 5, 1, 2, 3}));
 }
 
 TEST(TensorIndex, PrintsAsPyTorch) {

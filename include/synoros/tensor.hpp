@@ -98,6 +98,16 @@ class Tensor {
   Tensor min(std::vector<int64_t> axes = {}, bool keepdim = false) const;
   Tensor var(std::vector<int64_t> axes = {}, int64_t correction = 1, bool keepdim = false) const;
   Tensor std(std::vector<int64_t> axes = {}, int64_t correction = 1, bool keepdim = false) const;
+  // The view ops (index maps, no arithmetic; their gradients are views too). pad: `before` and
+  // `after` zeros along axis. unfold: a new last axis of `window` positions `dilation` apart
+  // centred on each position, out[.., i, .., j] = in[.., i + (j - (window - 1) / 2) * dilation, ..],
+  // zero outside (with `stride` > 1, at every stride-th position only). stride: every
+  // `stride`-th position from the first. shift: out[i] = in[(i + offset) mod n] (torch.roll by
+  // -offset).
+  Tensor pad(int64_t axis, int64_t before, int64_t after) const;
+  Tensor unfold(int64_t axis, int64_t window, int64_t dilation = 1, int64_t stride = 1) const;
+  Tensor stride(int64_t axis, int64_t stride) const;
+  Tensor shift(int64_t axis, int64_t offset) const;
   // torch.argmax / argmin: the index of the first extreme along axis (a NaN counts as the
   // extreme), i64; without an axis, over all elements as one row (a 0-d result).
   Tensor argmax() const;
@@ -106,6 +116,10 @@ class Tensor {
   Tensor argmin(int64_t axis, bool keepdim = false) const;
   // torch.cumsum: running sums along axis, accumulated in float64 (PyTorch's CPU rounding).
   Tensor cumsum(int64_t axis) const;
+  // torch.prod: the product along axis (of all elements without one), in float64, rounded once;
+  // the gradient at each element is the product of the others (zeros included).
+  Tensor prod() const;
+  Tensor prod(int64_t axis, bool keepdim = false) const;
   // torch.gather: out[..., i, ...] = self[..., index[..., i, ...], ...] along axis; index (i32 or
   // i64) has this tensor's rank and at most its size on the other axes. The gradient adds each
   // position's share in a fixed order.

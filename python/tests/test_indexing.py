@@ -94,3 +94,18 @@ def test_printing_matches_pytorch(torch):
     x = synoros.tensor(np.array([1.0, 2.0], np.float32), requires_grad=True)
     assert repr(x) == "tensor([1., 2.], requires_grad=True)"
     assert repr(x * 2) == "tensor([2., 4.], requires_grad=True)"
+
+
+def test_prod_matches_pytorch_with_gradients_at_zeros(torch, rng):
+    a = rng.uniform(0.5, 1.5, size=(3, 4, 5)).astype(np.float32)
+    a[0, 1, 2] = 0.0
+    a[2, 3, 0] = a[2, 3, 1] = 0.0  # two zeros in one line: a zero gradient there
+    for dim in (None, 0, 2):
+        s, t = synoros.tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+        ys = synoros.prod(s) if dim is None else s.prod(dim, keepdim=True)
+        yt = torch.prod(t) if dim is None else t.prod(dim, keepdim=True)
+        np.testing.assert_allclose(ys.numpy(), yt.detach().numpy(), rtol=1e-6)
+        g = rng.standard_normal(yt.shape).astype(np.float32)
+        (ys * synoros.tensor(g)).sum().backward()
+        (yt * torch.tensor(g)).sum().backward()
+        np.testing.assert_allclose(s.grad.numpy(), t.grad.numpy(), rtol=1e-5, atol=1e-6)

@@ -250,6 +250,15 @@ Tensor Tensor::slice(int64_t axis, int64_t start, int64_t end) const {
   end = std::max(start, bound(end));
   return with_ints(Op::Slice, *this, {axis, start, end});
 }
+Tensor Tensor::pad(int64_t axis, int64_t before, int64_t after) const {
+  return with_ints(Op::Pad, *this, {axis, before, after});
+}
+Tensor Tensor::unfold(int64_t axis, int64_t window, int64_t dilation, int64_t stride) const {
+  return stride == 1 ? with_ints(Op::Unfold, *this, {axis, window, dilation})
+                     : with_ints(Op::Unfold, *this, {axis, window, dilation, stride});
+}
+Tensor Tensor::stride(int64_t axis, int64_t s) const { return s == 1 ? *this : with_ints(Op::Stride, *this, {axis, s}); }
+Tensor Tensor::shift(int64_t axis, int64_t offset) const { return with_ints(Op::Shift, *this, {axis, offset}); }
 Tensor Tensor::dropout(double p, uint64_t seed) const {
   Attrs at;
   at.scalar = p;

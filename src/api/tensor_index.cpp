@@ -46,6 +46,16 @@ Tensor Tensor::cumsum(int64_t axis) const {
   return with_ints(Op::Cumsum, {*this}, {axis, 0});
 }
 
+Tensor Tensor::prod() const {
+  return with_ints(Op::Prod, {reshape({numel()})}, {0});
+}
+Tensor Tensor::prod(int64_t axis, bool keepdim) const {
+  if (shape().empty())
+    return with_ints(Op::Prod, {reshape({1})}, {axis});  // as PyTorch: axis 0 or -1
+  Tensor r = with_ints(Op::Prod, {*this}, {axis});
+  return keepdim ? r.unsqueeze(axis) : r;
+}
+
 Tensor Tensor::gather(int64_t axis, const Tensor& index) const {
   return with_ints(Op::Gather, {*this, index}, {axis});
 }

@@ -376,6 +376,15 @@ void vjp_cumsum(Graph& g, ValueId v, ValueId go, GradIn& gi) {
   const auto& a = g.node(v).attrs.ints;  // each output sums the inputs before it: the reverse sum
   gi[0] = axis_op(g, Op::Cumsum, go, {a[0], a[1] ? 0 : 1});
 }
+void vjp_prod(Graph& g, ValueId v, ValueId go, GradIn& gi) {
+  // d prod / d x_i = the product of the others = (product before i) * (product after i).
+  ValueId x = x0(g, v);
+  int64_t axis = g.node(v).attrs.ints[0];
+  Shape in = g.shape(x), keep = in;
+  keep[size_t(normalize_axis(axis, in.size(), "prod", in))] = 1;
+  ValueId others = mul(g, axis_op(g, Op::CumprodExclusive, x, {axis, 0}), axis_op(g, Op::CumprodExclusive, x, {axis, 1}));
+  gi[0] = mul(g, g.expand(g.reshape(go, keep), in), others);
+}
 void vjp_gather(Graph& g, ValueId v, ValueId go, GradIn& gi) {
   Attrs at;
   at.ints = {g.node(v).attrs.ints[0]};

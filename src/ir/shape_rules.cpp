@@ -454,7 +454,17 @@ void infer_argmax(const Graph& g, Node& n) {
   n.shape.erase(n.shape.begin() + a);
 }
 
-void infer_cumsum(const Graph& g, Node& n) {
+void infer_prod(const Graph& g, Node& n) {
+  require_float(g, n, 0);
+  require_ints(n, 1, "(axis)");
+  const Shape& in = in_shape(g, n, 0);
+  int a = normalize_axis(n.attrs.ints[0], in.size(), "prod", in);
+  n.dtype = in_dtype(g, n, 0);
+  n.shape = in;
+  n.shape.erase(n.shape.begin() + a);
+}
+
+void infer_cumsum(const Graph& g, Node& n) {  // and cumprod_exclusive
   require_float(g, n, 0);
   require_ints(n, 2, "(axis, reverse)");
   const Shape& in = in_shape(g, n, 0);

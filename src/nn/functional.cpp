@@ -8,20 +8,6 @@
 namespace synoros::nn {
 
 namespace {
-Attrs ints(std::vector<int64_t> v) {
-  Attrs a;
-  a.ints = std::move(v);
-  return a;
-}
-Tensor pad(const Tensor& x, int64_t axis, int64_t before, int64_t after) {
-  return Tensor::apply(Op::Pad, {x}, ints({axis, before, after}));
-}
-Tensor unfold(const Tensor& x, int64_t axis, int64_t k, int64_t d) {
-  return Tensor::apply(Op::Unfold, {x}, ints({axis, k, d}));
-}
-Tensor stride(const Tensor& x, int64_t axis, int64_t s) {
-  return s == 1 ? x : Tensor::apply(Op::Stride, {x}, ints({axis, s}));
-}
 int64_t out_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) { return (in + 2 * p - d * (k - 1) - 1) / s + 1; }
 
 void check4(const char* op, const Tensor& x) {
@@ -45,15 +31,14 @@ Tensor windows(const Tensor& x, int64_t kh, int64_t kw, int64_t s, int64_t p, in
   // convolution is just two (strided) unfolds, whose adjoints are two (strided) folds.
   auto axis_windows = [&](Tensor u, int64_t axis, int64_t k, int64_t out) {
     int64_t shift = (k - 1) / 2 * d - p;
-    if (shift < 0) u = pad(u, axis, -shift, -shift), shift = 0;
+    if (shift < 0) u = u.pad(axis, -shift, -shift), shift = 0;
     if (shift % s == 0) {
-      u = Tensor::apply(Op::Unfold, {u}, ints({axis, k, d, s}));
+      u = u.unfold(axis, k, d, s);
       int64_t start = shift / s;
       if (start != 0 || u.shape()[size_t(axis)] != out) u = u.slice(axis, start, start + out);
       return u;
     }
-    u = unfold(u, axis, k, d).slice(axis, shift, shift + (out - 1) * s + 1);
-    return stride(u, axis, s);
+    return u.unfold(axis, k, d).slice(axis, shift, shift + (out - 1) * s + 1).stride(axis, s);
   };
   // Each unfold appends its window axis; the h window must end up before the w window.
   Tensor u = axis_windows(x, ah, kh, Ho);  // [.., Ho, W, kh]

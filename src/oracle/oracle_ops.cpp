@@ -542,20 +542,40 @@ HostTensor oracle_argmax(const Node& n, const OracleIn& in) {
   return out;
 }
 
+// cumsum: the sum up to each position, it included; cumprod_exclusive: the product up to it, it
+// excluded (from the end when reversed).
 HostTensor oracle_cumsum(const Node& n, const OracleIn& in) {
   const Shape& xs = in[0]->shape;
-  int a = normalize_axis(n.attrs.ints[0], xs.size(), "cumsum", xs);
-  bool reverse = n.attrs.ints[1] != 0;
+  int a = normalize_axis(n.attrs.ints[0], xs.size(), op_name(n.op), xs);
+  bool reverse = n.attrs.ints[1] != 0, product = n.op == Op::CumprodExclusive;
   HostTensor out = make_out(n);
   for (int64_t i = 0; i < out.numel(); ++i) {
     std::vector<int64_t> idx = unravel(i, xs);
     int64_t at = idx[size_t(a)];
-    double s = 0;
-    for (int64_t j = reverse ? at : 0; j < (reverse ? xs[size_t(a)] : at + 1); ++j) {
+    int64_t lo = reverse ? at + (product ? 1 : 0) : 0, hi = reverse ? xs[size_t(a)] : at + (product ? 0 : 1);
+    double s = product ? 1 : 0;
+    for (int64_t j = lo; j < hi; ++j) {
       idx[size_t(a)] = j;
-      s += in[0]->get(ravel(idx, xs));
+      s = product ? s * in[0]->get(ravel(idx, xs)) : s + in[0]->get(ravel(idx, xs));
     }
     out.set(i, s);
+  }
+  return out;
+}
+
+HostTensor oracle_prod(const Node& n, const OracleIn& in) {
+  const Shape& xs = in[0]->shape;
+  int a = normalize_axis(n.attrs.ints[0], xs.size(), "prod", xs);
+  HostTensor out = make_out(n);
+  for (int64_t o = 0; o < out.numel(); ++o) {
+    std::vector<int64_t> idx = unravel(o, n.shape);
+    idx.insert(idx.begin() + a, 0);
+    double p = 1;
+    for (int64_t j = 0; j < xs[size_t(a)]; ++j) {
+      idx[size_t(a)] = j;
+      p *= in[0]->get(ravel(idx, xs));
+    }
+    out.set(o, p);
   }
   return out;
 }

@@ -1,6 +1,7 @@
-// Ops that walk an axis or index into one: argmax/argmin, cumulative sums, gather and its
-// scatter-add gradient. Each output element is computed in one fixed order by one thread, so the
-// bits do not depend on the thread count or the instruction set.
+// Ops that walk an axis or index into one: argmax/argmin, cumulative sums and products, the
+// product along an axis, gather and its scatter-add gradient. Each output element is computed in
+// one fixed order by one thread, so the bits do not depend on the thread count or the instruction
+// set.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -87,13 +88,17 @@ void arg_launch(const void* p, ThreadPool& pool) {
   pool.run(a.w.chunks(), arg_chunk, p);
 }
 
-// ---- cumsum: running sums in double along the axis (from the end when reversed), each rounded
-// once to the output's type (PyTorch's CPU cumsum accumulates float32 in double too).
+// ---- cumsum and cumprod_exclusive: running sums (products) in double along the axis (from the
+// end when reversed), each rounded once to the output's type (PyTorch's CPU cumsum accumulates
+// float32 in double too); the exclusive product writes the product before adding the element in.
+// prod: the product along the axis, in double from the first element on, rounded once.
+enum class Scan { Sum, ExclusiveProduct, Product };
 struct CumArgs {
   AxisWalk w;
   const void* in;
   void* out;
   bool f64, reverse;
+  Scan scan;
 };
 
 template <class T>
@@ -102,16 +107,29 @@ void cum_chunk_t(const CumArgs& a, int64_t chunk) {
   int64_t o = chunk / w.blocks, c0 = chunk % w.blocks * kColumns,
           c1 = std::min(w.inner, c0 + kColumns);
   const T* x = static_cast<const T*>(a.in) + o * w.n * w.inner;
-  T* y = static_cast<T*>(a.out) + o * w.n * w.inner;
+  T* y = static_cast<T*>(a.out) + o * (a.scan == Scan::Product ? 1 : w.n) * w.inner;
   double acc[kColumns];
-  std::fill(acc, acc + (c1 - c0), 0.0);
+  std::fill(acc, acc + (c1 - c0), a.scan == Scan::Sum ? 0.0 : 1.0);
   for (int64_t k = 0; k < w.n; ++k) {
     int64_t j = a.reverse ? w.n - 1 - k : k;
-    for (int64_t c = c0; c < c1; ++c) {
-      acc[c - c0] += double(x[j * w.inner + c]);
-      y[j * w.inner + c] = T(acc[c - c0]);
+    const T* row = x + j * w.inner;
+    switch (a.scan) {
+      case Scan::Sum:
+        for (int64_t c = c0; c < c1; ++c) y[j * w.inner + c] = T(acc[c - c0] += double(row[c]));
+        break;
+      case Scan::ExclusiveProduct:
+        for (int64_t c = c0; c < c1; ++c) {
+          y[j * w.inner + c] = T(acc[c - c0]);
+          acc[c - c0] *= double(row[c]);
+        }
+        break;
+      case Scan::Product:
+        for (int64_t c = c0; c < c1; ++c) acc[c - c0] *= double(row[c]);
+        break;
     }
   }
+  if (a.scan == Scan::Product)
+    for (int64_t c = c0; c < c1; ++c) y[c] = T(acc[c - c0]);
 }
 void cum_chunk(const void* p, int64_t chunk) {
   const CumArgs& a = *static_cast<const CumArgs*>(p);
@@ -229,9 +247,22 @@ Launch lower_argmax(LowerCtx& c) {
 
 Launch lower_cumsum(LowerCtx& c) {
   auto* a = c.args<CumArgs>();
-  const Shape& s = c.node.shape;
-  int axis = normalize_axis(c.node.attrs.ints[0], s.size(), "cumsum", s);
-  *a = {axis_walk(s, axis), c.in[0], c.out, c.node.dtype == DType::F64, c.node.attrs.ints[1] != 0};
+  const Shape& s = c.in_shape(0);
+  int axis = normalize_axis(c.node.attrs.ints[0], s.size(), op_name(c.node.op), s);
+  *a = {axis_walk(s, axis),
+        c.in[0],
+        c.out,
+        c.node.dtype == DType::F64,
+        c.node.attrs.ints[1] != 0,
+        c.node.op == Op::CumprodExclusive ? Scan::ExclusiveProduct : Scan::Sum};
+  return {cum_launch, a, c.id};
+}
+
+Launch lower_prod(LowerCtx& c) {
+  auto* a = c.args<CumArgs>();
+  const Shape& s = c.in_shape(0);
+  int axis = normalize_axis(c.node.attrs.ints[0], s.size(), "prod", s);
+  *a = {axis_walk(s, axis), c.in[0], c.out, c.node.dtype == DType::F64, false, Scan::Product};
   return {cum_launch, a, c.id};
 }
 
