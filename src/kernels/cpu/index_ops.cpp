@@ -20,6 +20,13 @@ constexpr int64_t kPositions = 1 << 14;  // gather: index positions per chunk
 struct AxisWalk {
   int64_t outer, n, inner, blocks;
   int64_t chunks() const { return outer * blocks; }
+  struct Chunk {
+    int64_t o, c0, c1;  // the outer index and the columns [c0, c1)
+  };
+  Chunk chunk(int64_t k) const {
+    int64_t c0 = k % blocks * kColumns;
+    return {k / blocks, c0, std::min(inner, c0 + kColumns)};
+  }
 };
 AxisWalk axis_walk(const Shape& s, int axis) {
   AxisWalk w{1, s[size_t(axis)], 1, 1};
@@ -41,8 +48,7 @@ struct ArgArgs {
 template <class T>
 void arg_chunk_t(const ArgArgs& a, int64_t chunk) {
   const AxisWalk& w = a.w;
-  int64_t o = chunk / w.blocks, c0 = chunk % w.blocks * kColumns,
-          c1 = std::min(w.inner, c0 + kColumns);
+  auto [o, c0, c1] = w.chunk(chunk);
   const T* x = static_cast<const T*>(a.in) + o * w.n * w.inner;
   int64_t* out = a.out + o * w.inner;
   T best[kColumns];
@@ -104,8 +110,7 @@ struct CumArgs {
 template <class T>
 void cum_chunk_t(const CumArgs& a, int64_t chunk) {
   const AxisWalk& w = a.w;
-  int64_t o = chunk / w.blocks, c0 = chunk % w.blocks * kColumns,
-          c1 = std::min(w.inner, c0 + kColumns);
+  auto [o, c0, c1] = w.chunk(chunk);
   const T* x = static_cast<const T*>(a.in) + o * w.n * w.inner;
   T* y = static_cast<T*>(a.out) + o * (a.scan == Scan::Product ? 1 : w.n) * w.inner;
   double acc[kColumns];
