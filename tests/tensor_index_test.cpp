@@ -50,13 +50,14 @@ TEST(TensorIndex, ArgmaxFollowsPyTorch) {
 }
 
 TEST(TensorIndex, CumsumAccumulatesInDoubleAndItsGradientIsTheReverseSum) {
-  // float32 sums rounded once per element from a float64 running sum: 1e8 + 1 + 1 stays 1e8 in
-  // float32 steps, but the double running sum reaches 100000002 (exactly representable).
-  Tensor x = Tensor::from({1e8f, 1.0f, 1.0f, 1.0f}, {4});
+  // float32 sums rounded once per element from a float64 running sum: stepping in float32,
+  // 1e8 + 3 + 3 stays 1e8 (the spacing there is 8); the double running sum reaches 100000006,
+  // which rounds to 100000008.
+  Tensor x = Tensor::from({1e8f, 3.0f, 3.0f}, {3});
   std::vector<float> y = x.cumsum(0).to_vector();
-  EXPECT_EQ(y[1], float(1e8 + 1));
-  EXPECT_EQ(y[2], float(1e8 + 2));
-  EXPECT_EQ(y[3], float(1e8 + 3));
+  ASSERT_EQ((1e8f + 3.0f) + 3.0f, 1e8f);
+  EXPECT_EQ(y[1], 1e8f);
+  EXPECT_EQ(y[2], 100000008.0f);
   Tensor m = Tensor::from({1, 2, 3, 4, 5, 6}, {2, 3});
   EXPECT_EQ(m.cumsum(1).to_vector(), (std::vector<float>{1, 3, 6, 4, 9, 15}));
   EXPECT_EQ(m.cumsum(0).to_vector(), (std::vector<float>{1, 2, 3, 5, 7, 9}));
@@ -106,6 +107,26 @@ TEST(TensorIndex, GatherAndItsScatterAddGradient) {
     EXPECT_NE(std::string(e.what()).find("index 3 is out of range [0, 3)"), std::string::npos)
         << e.what();
   }
+  // An index out of range far into a large gather, and its gradient: an error, not a crash.
+  HostTensor big(DType::I64, {40000, 1});
+  big.set(39999, 5.0);
+  Tensor col = Tensor::randn({40000, 3}, 5);
+  EXPECT_THROW(col.gather(1, Tensor::from(big)).value(), Error);
+  big.set(39999, -1.0);
+  Tensor cl = Tensor::randn({40000, 3}, 5);
+  cl.requires_grad();
+  EXPECT_THROW(cl.gather(1, Tensor::from(big)).sum().backward(), Error);
+  // Integer data: bits copied (i64 values beyond float precision survive).
+  HostTensor iv(DType::I64, {2, 2});
+  int64_t large = (int64_t(1) << 53) + 1;
+  iv.set(0, 1.0);
+  static_cast<int64_t*>(iv.buffer->data())[1] = large;
+  Tensor ig = Tensor::from(iv).gather(1, Tensor::from(ints64({1, 1, 0, 0}, {2, 2})));
+  HostTensor igv = ig.value();
+  EXPECT_EQ(igv.dtype, DType::I64);
+  EXPECT_EQ(static_cast<const int64_t*>(igv.buffer->data())[0], large);
+  EXPECT_EQ(to_string(ig), "tensor([[9007199254740993, 9007199254740993],\n        [" +
+                               std::string(15, ' ') + "0, " + std::string(15, ' ') + "0]])");
   EXPECT_THROW(x.gather(1, Tensor::from(ints64({0, 0, 0}, {3, 1}))), Error);  // larger off the axis
   EXPECT_THROW(x.gather(1, Tensor::from({0.0f}, {1, 1})), Error);             // float index
 }

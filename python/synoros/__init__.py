@@ -256,8 +256,16 @@ class set_grad_enabled(_GradMode):
 def _getitem(self: Tensor, index: Any) -> Tensor:
     """Basic indexing (integers, slices with step 1, ``None`` and ``...``) and indexing by one
     integer tensor or list of integers (rows of the first axis)."""
-    if isinstance(index, list) or (isinstance(index, np.ndarray) and index.dtype.kind in "iu"):
-        index = tensor(np.asarray(index, dtype=np.int64))
+    if isinstance(index, list) or (isinstance(index, np.ndarray) and index.dtype.kind in "iub"):
+        a = np.asarray(index)
+        if a.dtype.kind == "b":
+            raise IndexError("synoros: boolean masks are not supported as indices (use where)")
+        if a.size and a.dtype.kind not in "iu":
+            raise IndexError(f"synoros: list indices must be integers, got {a.dtype}")
+        a = a.astype(np.int64)
+        if self.ndim:
+            a = np.where(a < 0, a + self.shape[0], a)  # negative entries count from the end, as PyTorch
+        index = tensor(a)
     if isinstance(index, Tensor):
         if index.dtype not in (int64, int32):
             raise IndexError(f"synoros: tensors used as indices must be integer tensors, got {index.dtype}")

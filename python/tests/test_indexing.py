@@ -72,6 +72,9 @@ def test_indexing_by_integer_tensors_and_lists(torch, rng):
     np.testing.assert_array_equal(s[synoros.tensor(rows)].numpy(), t[torch.tensor(rows)].numpy())
     np.testing.assert_array_equal(s[[2, 2, 0]].numpy(), t[[2, 2, 0]].numpy())
     np.testing.assert_array_equal(s[np.array([1, 3])].numpy(), t[np.array([1, 3])].numpy())
+    np.testing.assert_array_equal(s[[-1, 0, -5]].numpy(), t[[-1, 0, -5]].numpy())
+    with pytest.raises(IndexError, match="boolean"):
+        s[[True, False, True, False, True]]
     with pytest.raises(IndexError, match="integer tensors"):
         s[synoros.tensor(np.array([1.0], dtype=np.float32))]
     with pytest.raises(synoros.Error, match="out of range"):

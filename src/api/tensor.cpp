@@ -381,9 +381,10 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized, const Tensor& weight
   Attrs at;
   at.scalar = eps;
   std::vector<Tensor> in{x.reshape(rows)};
-  if (weight.defined() || bias.defined())
+  if (weight.defined() || bias.defined()) {  // the op takes x, x and weight, or all three
     in.push_back(weight.defined() ? weight.reshape({n}) : Tensor::ones({n}, x.dtype()));
-  if (bias.defined()) in.push_back(bias.reshape({n}));
+    in.push_back(bias.defined() ? bias.reshape({n}) : Tensor::zeros({n}, x.dtype()));
+  }
   return Tensor::apply(Op::LayerNorm, in, at).reshape(s);
 }
 namespace {

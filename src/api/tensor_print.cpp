@@ -15,10 +15,16 @@ namespace synoros {
 namespace {
 constexpr int64_t kThreshold = 1000, kEdge = 3, kLineWidth = 80, kPrecision = 4;
 
-std::string printf_str(const char* fmt, double v) {
+// fmt takes a precision and a double ("%.*f", "%.*e").
+std::string printf_str(const char* fmt, double v, int precision = kPrecision) {
   char buf[64];
-  std::snprintf(buf, sizeof buf, fmt, kPrecision, v);
+  std::snprintf(buf, sizeof buf, fmt, precision, v);
   return buf;
+}
+// Integers from their own storage (a double would round those beyond 2^53).
+int64_t int_at(const HostTensor& h, int64_t i) {
+  return h.dtype == DType::I64 ? static_cast<const int64_t*>(h.buffer->data())[i]
+                               : static_cast<const int32_t*>(h.buffer->data())[i];
 }
 std::string special(double v) {
   return std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf";
@@ -31,7 +37,7 @@ struct Formatter {
   Formatter(const HostTensor& h, const std::vector<int64_t>& shown) {
     floating = is_float(h.dtype);
     if (!floating) {
-      for (int64_t i : shown) width = std::max(width, std::to_string(int64_t(h.get(i))).size());
+      for (int64_t i : shown) width = std::max(width, std::to_string(int_at(h, i)).size());
       return;
     }
     double lo = INFINITY, hi = 0;
@@ -50,22 +56,23 @@ struct Formatter {
       double v = h.get(i);
       if (!std::isfinite(v) || v == 0) continue;
       size_t w = sci_mode   ? printf_str("%.*e", v).size()
-                 : int_mode ? printf_str("%.0f", v).size() + 1
+                 : int_mode ? printf_str("%.*f", v, 0).size() + 1
                             : printf_str("%.*f", v).size();
       width = std::max(width, w);
     }
   }
 
-  std::string format(double v) const {
+  std::string format(const HostTensor& h, int64_t i) const {
     std::string s;
+    double v = floating ? h.get(i) : 0.0;
     if (!floating)
-      s = std::to_string(int64_t(v));
+      s = std::to_string(int_at(h, i));
     else if (!std::isfinite(v))
       s = special(v);
     else if (sci_mode)
       s = printf_str("%.*e", v);
     else if (int_mode)
-      s = printf_str("%.0f", v) + ".";
+      s = printf_str("%.*f", v, 0) + ".";
     else
       s = printf_str("%.*f", v);
     return std::string(width > s.size() ? width - s.size() : 0, ' ') + s;
@@ -103,7 +110,7 @@ struct Printer {
       std::vector<std::string> items;
       for (int64_t i : shown_along(n, summarize)) {
         if (cut && i == n - kEdge) items.push_back(" ...");
-        items.push_back(fmt->format(h.get(base + i * strides[dim])));
+        items.push_back(fmt->format(h, base + i * strides[dim]));
       }
       std::string out = "[";
       for (size_t i = 0; i < items.size(); ++i) {
@@ -150,7 +157,7 @@ std::string to_string(const Tensor& t) {
   p.fmt = &f;
   std::string body;
   if (h.shape.empty())
-    body = f.format(h.get(0));
+    body = f.format(h, 0);
   else if (h.numel() == 0)
     body = "[]";
   else
@@ -162,7 +169,10 @@ std::string to_string(const Tensor& t) {
       extra += (i ? ", " : "") + std::to_string(h.shape[i]);
     extra += h.shape.size() == 1 ? ",)" : ")";
   }
-  if (*torch_dtype(h.dtype)) extra += std::string(", dtype=") + torch_dtype(h.dtype);
+  if (*torch_dtype(h.dtype))
+    extra += std::string(", dtype=") + torch_dtype(h.dtype);
+  else if (h.numel() == 0 && h.dtype == DType::I64)
+    extra += ", dtype=int64";  // as PyTorch
   if (t.is_leaf() && t.requires_grad_enabled()) extra += ", requires_grad=True";
   return "tensor(" + body + extra + ")";
 }

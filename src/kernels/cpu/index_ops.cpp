@@ -13,26 +13,33 @@
 namespace synoros::kernels {
 
 namespace {
-constexpr int64_t kColumns = 256;        // columns (positions after the axis) per chunk
-constexpr int64_t kPositions = 1 << 14;  // gather: index positions per chunk
+constexpr int64_t kColumns = 256;  // columns (positions after the axis) per chunk
+constexpr int64_t kPositions =
+    1 << 14;  // elements per chunk (gather positions, grouped short lines)
 
-// A tensor seen as [outer, n, inner] around one axis; chunks are (outer, block of kColumns).
+// A tensor seen as [outer, n, inner] around one axis; chunks are (outer, block of kColumns), or
+// several outer indices with all their columns.
 struct AxisWalk {
-  int64_t outer, n, inner, blocks;
-  int64_t chunks() const { return outer * blocks; }
+  int64_t outer, n, inner, blocks, rows;  // rows: outer indices per chunk (blocks == 1 only)
+  int64_t chunks() const { return blocks > 1 ? outer * blocks : (outer + rows - 1) / rows; }
   struct Chunk {
-    int64_t o, c0, c1;  // the outer index and the columns [c0, c1)
+    int64_t o0, o1, c0, c1;  // outer indices [o0, o1), columns [c0, c1)
   };
   Chunk chunk(int64_t k) const {
+    if (blocks == 1) return {k * rows, std::min(outer, (k + 1) * rows), 0, inner};
     int64_t c0 = k % blocks * kColumns;
-    return {k / blocks, c0, std::min(inner, c0 + kColumns)};
+    return {k / blocks, k / blocks + 1, c0, std::min(inner, c0 + kColumns)};
   }
 };
+// Short lines are grouped, several outer indices to a chunk (about kPositions elements), so a
+// chunk is never a handful of elements; each element's order stays that of its own line.
 AxisWalk axis_walk(const Shape& s, int axis) {
-  AxisWalk w{1, s[size_t(axis)], 1, 1};
+  AxisWalk w{1, s[size_t(axis)], 1, 1, 1};
   for (int d = 0; d < axis; ++d) w.outer *= s[size_t(d)];
   for (size_t d = size_t(axis) + 1; d < s.size(); ++d) w.inner *= s[d];
   w.blocks = std::max<int64_t>(1, (w.inner + kColumns - 1) / kColumns);
+  if (w.blocks == 1)
+    w.rows = std::max<int64_t>(1, kPositions / std::max<int64_t>(1, w.n * w.inner));
   return w;
 }
 
@@ -46,9 +53,8 @@ struct ArgArgs {
 };
 
 template <class T>
-void arg_chunk_t(const ArgArgs& a, int64_t chunk) {
+void arg_line_t(const ArgArgs& a, int64_t o, int64_t c0, int64_t c1) {
   const AxisWalk& w = a.w;
-  auto [o, c0, c1] = w.chunk(chunk);
   const T* x = static_cast<const T*>(a.in) + o * w.n * w.inner;
   int64_t* out = a.out + o * w.inner;
   T best[kColumns];
@@ -75,6 +81,11 @@ void arg_chunk_t(const ArgArgs& a, int64_t chunk) {
       }
     }
   }
+}
+template <class T>
+void arg_chunk_t(const ArgArgs& a, int64_t chunk) {
+  auto [o0, o1, c0, c1] = a.w.chunk(chunk);
+  for (int64_t o = o0; o < o1; ++o) arg_line_t<T>(a, o, c0, c1);
 }
 void arg_chunk(const void* p, int64_t chunk) {
   const ArgArgs& a = *static_cast<const ArgArgs*>(p);
@@ -108,9 +119,8 @@ struct CumArgs {
 };
 
 template <class T>
-void cum_chunk_t(const CumArgs& a, int64_t chunk) {
+void cum_line_t(const CumArgs& a, int64_t o, int64_t c0, int64_t c1) {
   const AxisWalk& w = a.w;
-  auto [o, c0, c1] = w.chunk(chunk);
   const T* x = static_cast<const T*>(a.in) + o * w.n * w.inner;
   T* y = static_cast<T*>(a.out) + o * (a.scan == Scan::Product ? 1 : w.n) * w.inner;
   double acc[kColumns];
@@ -136,6 +146,11 @@ void cum_chunk_t(const CumArgs& a, int64_t chunk) {
   if (a.scan == Scan::Product)
     for (int64_t c = c0; c < c1; ++c) y[c] = T(acc[c - c0]);
 }
+template <class T>
+void cum_chunk_t(const CumArgs& a, int64_t chunk) {
+  auto [o0, o1, c0, c1] = a.w.chunk(chunk);
+  for (int64_t o = o0; o < o1; ++o) cum_line_t<T>(a, o, c0, c1);
+}
 void cum_chunk(const void* p, int64_t chunk) {
   const CumArgs& a = *static_cast<const CumArgs*>(p);
   a.f64 ? cum_chunk_t<double>(a, chunk) : cum_chunk_t<float>(a, chunk);
@@ -152,11 +167,12 @@ struct GatherArgs {
   int rank, axis;
   int64_t idx_shape[kMaxRank], data_stride[kMaxRank];
   int64_t positions, slab;  // index elements; per slab: index elements before the axis' next value
+  int64_t slabs_per_chunk;
   int64_t axis_size, data_numel;
   const void* data;  // gather: the data; gather_grad: the upstream gradient (index-shaped)
   const void* idx;
   void* out;
-  bool f64, i64;
+  bool wide, i64;  // wide: 8-byte elements
 };
 
 // The offset of position p's data element without its coordinate along the axis.
@@ -170,49 +186,60 @@ int64_t data_offset(const GatherArgs& a, int64_t p) {
   return off;
 }
 
-int64_t index_value(const GatherArgs& a, int64_t p, const char* op) {
-  int64_t v = a.i64 ? static_cast<const int64_t*>(a.idx)[p] : static_cast<const int32_t*>(a.idx)[p];
-  if (v < 0 || v >= a.axis_size)
-    throw Error(std::string(op) + ": index " + std::to_string(v) + " is out of range [0, " +
-                std::to_string(a.axis_size) + ")");
-  return v;
+int64_t index_at(const GatherArgs& a, int64_t p) {
+  return a.i64 ? static_cast<const int64_t*>(a.idx)[p] : static_cast<const int32_t*>(a.idx)[p];
+}
+// Every index is checked on the calling thread before any chunk runs: a chunk never throws.
+void check_indices(const GatherArgs& a, const char* op) {
+  for (int64_t p = 0; p < a.positions; ++p) {
+    int64_t v = index_at(a, p);
+    if (v < 0 || v >= a.axis_size)
+      throw Error(std::string(op) + ": index " + std::to_string(v) + " is out of range [0, " +
+                  std::to_string(a.axis_size) + ")");
+  }
 }
 
-template <class T>
+template <class T>  // T: an unsigned integer of the element's size (gather copies bits)
 void gather_chunk_t(const GatherArgs& a, int64_t chunk) {
   const T* x = static_cast<const T*>(a.data);
   T* y = static_cast<T*>(a.out);
   int64_t b = chunk * kPositions, e = std::min(a.positions, b + kPositions);
   for (int64_t p = b; p < e; ++p)
-    y[p] = x[data_offset(a, p) + index_value(a, p, "gather") * a.data_stride[a.axis]];
+    y[p] = x[data_offset(a, p) + index_at(a, p) * a.data_stride[a.axis]];
 }
 void gather_chunk(const void* p, int64_t chunk) {
   const GatherArgs& a = *static_cast<const GatherArgs*>(p);
-  a.f64 ? gather_chunk_t<double>(a, chunk) : gather_chunk_t<float>(a, chunk);
+  a.wide ? gather_chunk_t<uint64_t>(a, chunk) : gather_chunk_t<uint32_t>(a, chunk);
 }
 void gather_launch(const void* p, ThreadPool& pool) {
   const GatherArgs& a = *static_cast<const GatherArgs*>(p);
+  check_indices(a, "gather");
   pool.run((a.positions + kPositions - 1) / kPositions, gather_chunk, p);
 }
 
 // The gradient: slab s (one combination of the index's coordinates before the axis) adds into
 // the data elements with those leading coordinates only, its positions in ascending order, so
-// slabs run in parallel and every sum has one order.
+// slabs run in parallel (several to a chunk) and every sum has one order.
 template <class T>
-void gather_grad_slab_t(const GatherArgs& a, int64_t s) {
+void gather_grad_chunk_t(const GatherArgs& a, int64_t chunk) {
   const T* g = static_cast<const T*>(a.data);
   T* out = static_cast<T*>(a.out);
-  for (int64_t p = s * a.slab; p < (s + 1) * a.slab; ++p)
-    out[data_offset(a, p) + index_value(a, p, "gather_grad") * a.data_stride[a.axis]] += g[p];
+  int64_t b = chunk * a.slabs_per_chunk * a.slab,
+          e = std::min(a.positions, b + a.slabs_per_chunk * a.slab);
+  for (int64_t p = b; p < e; ++p)
+    out[data_offset(a, p) + index_at(a, p) * a.data_stride[a.axis]] += g[p];
 }
-void gather_grad_slab(const void* p, int64_t s) {
+void gather_grad_chunk(const void* p, int64_t chunk) {
   const GatherArgs& a = *static_cast<const GatherArgs*>(p);
-  a.f64 ? gather_grad_slab_t<double>(a, s) : gather_grad_slab_t<float>(a, s);
+  a.wide ? gather_grad_chunk_t<double>(a, chunk) : gather_grad_chunk_t<float>(a, chunk);
 }
 void gather_grad_launch(const void* p, ThreadPool& pool) {
   const GatherArgs& a = *static_cast<const GatherArgs*>(p);
-  std::memset(a.out, 0, size_t(a.data_numel) * (a.f64 ? 8 : 4));
-  if (a.slab > 0) pool.run(a.positions / a.slab, gather_grad_slab, p);
+  check_indices(a, "gather_grad");
+  std::memset(a.out, 0, size_t(a.data_numel) * (a.wide ? 8 : 4));
+  if (a.slab == 0) return;
+  int64_t per = a.slabs_per_chunk * a.slab;
+  pool.run((a.positions + per - 1) / per, gather_grad_chunk, p);
 }
 
 GatherArgs* gather_args(LowerCtx& c, const Shape& data, const void* values) {
@@ -235,8 +262,9 @@ GatherArgs* gather_args(LowerCtx& c, const Shape& data, const void* values) {
   a->data = values;
   a->idx = c.in[1];
   a->out = c.out;
-  a->f64 = c.node.dtype == DType::F64;
+  a->wide = dtype_size(c.node.dtype) == 8;
   a->i64 = c.in_dtype(1) == DType::I64;
+  a->slabs_per_chunk = std::max<int64_t>(1, kPositions / std::max<int64_t>(1, a->slab));
   return a;
 }
 }  // namespace
