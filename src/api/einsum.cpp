@@ -7,6 +7,7 @@
 #include <cctype>
 #include <map>
 
+#include "ir/einsum_spec.hpp"
 #include "synoros/tensor.hpp"
 
 namespace synoros {
@@ -48,9 +49,7 @@ Tensor take_diagonals(Tensor t, std::string& labels, const std::string& spec) {
       rest += labels[size_t(perm[k])];
     }
     flat.push_back(n * n);
-    Attrs at;
-    at.ints = {int64_t(flat.size()) - 1, n + 1};
-    t = Tensor::apply(Op::Stride, {t.permute(perm).reshape(flat)}, at);
+    t = t.permute(perm).reshape(flat).stride(-1, n + 1);
     labels = rest + labels[i];
     i = size_t(-1);  // start over: the labels moved
   }
@@ -137,14 +136,9 @@ Tensor einsum(const std::string& spec_in, const std::vector<Tensor>& operands) {
   // Left to right: after each step, keep the labels the output or a later operand reads.
   Tensor acc = ops[0];
   std::string acc_labels = terms[0];
-  auto make = [](const std::vector<std::string>& in, const std::string& o) {
-    std::string s;
-    for (size_t i = 0; i < in.size(); ++i) s += (i ? "," : "") + in[i];
-    return s + "->" + o;
-  };
   if (ops.size() == 1) {
     Attrs at;
-    at.spec = make({acc_labels}, out);
+    at.spec = make_einsum({acc_labels}, out);
     return Tensor::apply(Op::Einsum, {acc}, at);
   }
   for (size_t k = 1; k < ops.size(); ++k) {
@@ -158,7 +152,7 @@ Tensor einsum(const std::string& spec_in, const std::vector<Tensor>& operands) {
         if (later.find(c) != std::string::npos && keep.find(c) == std::string::npos) keep += c;
     }
     Attrs at;
-    at.spec = make({acc_labels, terms[k]}, keep);
+    at.spec = make_einsum({acc_labels, terms[k]}, keep);
     acc = Tensor::apply(Op::Einsum, {acc, ops[k]}, at);
     acc_labels = keep;
   }

@@ -31,18 +31,18 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEnt
                 std::to_string(o.label_smoothing));
   int64_t C = ls[1];
   bool probabilities = is_float(targets.dtype());
-  // Classes last, one row per position: [N, C, d...] -> [N * d..., C].
-  Tensor rows = logits;
   Shape sample = ls;  // [N, d...]
   sample.erase(sample.begin() + 1);
-  if (ls.size() > 2) {
+  int64_t M = synoros::numel(sample);
+  // Classes last, one row per position: [N, C, d...] -> [N * d..., C].
+  auto classes_last = [&](const Tensor& t) {
+    if (ls.size() == 2) return t;
     std::vector<int64_t> perm{0};
     for (int64_t d = 2; d < int64_t(ls.size()); ++d) perm.push_back(d);
     perm.push_back(1);
-    rows = logits.permute(perm);
-  }
-  int64_t M = synoros::numel(sample);
-  rows = rows.reshape({M, C});
+    return t.permute(perm).reshape({M, C});
+  };
+  Tensor rows = classes_last(logits);
   Shape want_targets = probabilities ? ls : sample;
   if (targets.shape() != want_targets)
     throw Error("cross_entropy: logits " + shape_str(ls) + " need " +
@@ -52,14 +52,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEnt
   if (probabilities) {
     if (o.ignore_index)
       throw Error("cross_entropy: ignore_index needs class-index targets, not probabilities");
-    Tensor p = targets;
-    if (ls.size() > 2) {
-      std::vector<int64_t> perm{0};
-      for (int64_t d = 2; d < int64_t(ls.size()); ++d) perm.push_back(d);
-      perm.push_back(1);
-      p = p.permute(perm);
-    }
-    p = p.reshape({M, C});
+    Tensor p = classes_last(targets);
     if (eps > 0) p = p * (1 - eps) + eps / double(C);
     Tensor per = -(p * rows.log_softmax(-1)).sum({-1});
     return reduce(per, o.reduction, Tensor::scalar(double(M), per.dtype()), sample);

@@ -12,8 +12,7 @@ Tensor with_ints(Op op, const std::vector<Tensor>& in, std::vector<int64_t> v) {
 }
 
 Tensor arg_extreme(const Tensor& t, int64_t axis, bool keepdim, bool want_min) {
-  if (t.shape()
-          .empty()) {  // a 0-d tensor is one row of one element (PyTorch accepts axis 0 and -1)
+  if (t.shape().empty()) {  // one row of one element (PyTorch accepts axis 0 and -1)
     normalize_axis(axis, 1, want_min ? "argmin" : "argmax", t.shape());
     return with_ints(Op::ArgMax, {t.reshape({1})}, {0, want_min});
   }

@@ -271,15 +271,6 @@ int axis_attr(const LowerCtx& c) {
   return normalize_axis(c.node.attrs.ints[0], c.node.shape.size(), op_name(c.node.op), c.node.shape);
 }
 
-// Index tensors may be i32 or i64.
-int64_t index_at(const void* p, bool i64, int64_t k) {
-  return i64 ? static_cast<const int64_t*>(p)[k] : static_cast<const int32_t*>(p)[k];
-}
-
-[[noreturn]] void bad_index(const char* op, int64_t v, int64_t limit) {
-  throw Error(std::string(op) + ": index " + std::to_string(v) + " is out of range [0, " +
-              std::to_string(limit) + ")");
-}
 
 // ---- cross entropy (mean over the samples whose target is not the ignored one, if any); its
 // gradient scales by the upstream scalar and is zero on ignored rows.

@@ -7,6 +7,14 @@
 
 namespace synoros::kernels {
 
+// Element k of an index tensor (i32 or i64), and the error for one out of [0, limit).
+inline int64_t index_at(const void* p, bool i64, int64_t k) {
+  return i64 ? static_cast<const int64_t*>(p)[k] : static_cast<const int32_t*>(p)[k];
+}
+[[noreturn]] inline void bad_index(const char* op, int64_t v, int64_t limit) {
+  throw Error(std::string(op) + ": index " + std::to_string(v) + " is out of range [0, " + std::to_string(limit) + ")");
+}
+
 Launch lower_map(LowerCtx& c);       // elementwise unary/binary/ternary with broadcasting
 
 // A fused elementwise group: `members` in tape order (the last one is the group's output), all

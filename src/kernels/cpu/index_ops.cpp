@@ -33,6 +33,12 @@ struct AxisWalk {
 };
 // Short lines are grouped, several outer indices to a chunk (about kPositions elements), so a
 // chunk is never a handful of elements; each element's order stays that of its own line.
+// Runs line(o, c0, c1) for each outer index of chunk k, in order.
+template <class Line>
+void each_line(const AxisWalk& w, int64_t k, Line line) {
+  auto [o0, o1, c0, c1] = w.chunk(k);
+  for (int64_t o = o0; o < o1; ++o) line(o, c0, c1);
+}
 AxisWalk axis_walk(const Shape& s, int axis) {
   AxisWalk w{1, s[size_t(axis)], 1, 1, 1};
   for (int d = 0; d < axis; ++d) w.outer *= s[size_t(d)];
@@ -82,23 +88,20 @@ void arg_line_t(const ArgArgs& a, int64_t o, int64_t c0, int64_t c1) {
     }
   }
 }
-template <class T>
-void arg_chunk_t(const ArgArgs& a, int64_t chunk) {
-  auto [o0, o1, c0, c1] = a.w.chunk(chunk);
-  for (int64_t o = o0; o < o1; ++o) arg_line_t<T>(a, o, c0, c1);
-}
 void arg_chunk(const void* p, int64_t chunk) {
   const ArgArgs& a = *static_cast<const ArgArgs*>(p);
-  switch (a.dtype) {
-    case DType::F32:
-      return arg_chunk_t<float>(a, chunk);
-    case DType::F64:
-      return arg_chunk_t<double>(a, chunk);
-    case DType::I32:
-      return arg_chunk_t<int32_t>(a, chunk);
-    default:
-      return arg_chunk_t<int64_t>(a, chunk);
-  }
+  each_line(a.w, chunk, [&](int64_t o, int64_t c0, int64_t c1) {
+    switch (a.dtype) {
+      case DType::F32:
+        return arg_line_t<float>(a, o, c0, c1);
+      case DType::F64:
+        return arg_line_t<double>(a, o, c0, c1);
+      case DType::I32:
+        return arg_line_t<int32_t>(a, o, c0, c1);
+      default:
+        return arg_line_t<int64_t>(a, o, c0, c1);
+    }
+  });
 }
 void arg_launch(const void* p, ThreadPool& pool) {
   const ArgArgs& a = *static_cast<const ArgArgs*>(p);
@@ -146,14 +149,11 @@ void cum_line_t(const CumArgs& a, int64_t o, int64_t c0, int64_t c1) {
   if (a.scan == Scan::Product)
     for (int64_t c = c0; c < c1; ++c) y[c] = T(acc[c - c0]);
 }
-template <class T>
-void cum_chunk_t(const CumArgs& a, int64_t chunk) {
-  auto [o0, o1, c0, c1] = a.w.chunk(chunk);
-  for (int64_t o = o0; o < o1; ++o) cum_line_t<T>(a, o, c0, c1);
-}
 void cum_chunk(const void* p, int64_t chunk) {
   const CumArgs& a = *static_cast<const CumArgs*>(p);
-  a.f64 ? cum_chunk_t<double>(a, chunk) : cum_chunk_t<float>(a, chunk);
+  each_line(a.w, chunk, [&](int64_t o, int64_t c0, int64_t c1) {
+    a.f64 ? cum_line_t<double>(a, o, c0, c1) : cum_line_t<float>(a, o, c0, c1);
+  });
 }
 void cum_launch(const void* p, ThreadPool& pool) {
   const CumArgs& a = *static_cast<const CumArgs*>(p);
@@ -175,27 +175,23 @@ struct GatherArgs {
   bool wide, i64;  // wide: 8-byte elements
 };
 
-// The offset of position p's data element without its coordinate along the axis.
+// The offset of the data element position p of the index reads: p's own coordinates, but the
+// index's value along the axis.
 int64_t data_offset(const GatherArgs& a, int64_t p) {
-  int64_t off = 0;
+  int64_t off = index_at(a.idx, a.i64, p) * a.data_stride[a.axis];
   for (int d = a.rank - 1; d >= 0; --d) {
     int64_t n = a.idx_shape[d], coord = p % n;
     p /= n;
-    if (d != a.axis) off += coord * a.data_stride[d];  // the axis' coordinate is the index's value
+    if (d != a.axis) off += coord * a.data_stride[d];
   }
   return off;
 }
 
-int64_t index_at(const GatherArgs& a, int64_t p) {
-  return a.i64 ? static_cast<const int64_t*>(a.idx)[p] : static_cast<const int32_t*>(a.idx)[p];
-}
 // Every index is checked on the calling thread before any chunk runs: a chunk never throws.
 void check_indices(const GatherArgs& a, const char* op) {
   for (int64_t p = 0; p < a.positions; ++p) {
-    int64_t v = index_at(a, p);
-    if (v < 0 || v >= a.axis_size)
-      throw Error(std::string(op) + ": index " + std::to_string(v) + " is out of range [0, " +
-                  std::to_string(a.axis_size) + ")");
+    int64_t v = index_at(a.idx, a.i64, p);
+    if (v < 0 || v >= a.axis_size) bad_index(op, v, a.axis_size);
   }
 }
 
@@ -204,8 +200,7 @@ void gather_chunk_t(const GatherArgs& a, int64_t chunk) {
   const T* x = static_cast<const T*>(a.data);
   T* y = static_cast<T*>(a.out);
   int64_t b = chunk * kPositions, e = std::min(a.positions, b + kPositions);
-  for (int64_t p = b; p < e; ++p)
-    y[p] = x[data_offset(a, p) + index_at(a, p) * a.data_stride[a.axis]];
+  for (int64_t p = b; p < e; ++p) y[p] = x[data_offset(a, p)];
 }
 void gather_chunk(const void* p, int64_t chunk) {
   const GatherArgs& a = *static_cast<const GatherArgs*>(p);
@@ -226,8 +221,7 @@ void gather_grad_chunk_t(const GatherArgs& a, int64_t chunk) {
   T* out = static_cast<T*>(a.out);
   int64_t b = chunk * a.slabs_per_chunk * a.slab,
           e = std::min(a.positions, b + a.slabs_per_chunk * a.slab);
-  for (int64_t p = b; p < e; ++p)
-    out[data_offset(a, p) + index_at(a, p) * a.data_stride[a.axis]] += g[p];
+  for (int64_t p = b; p < e; ++p) out[data_offset(a, p)] += g[p];
 }
 void gather_grad_chunk(const void* p, int64_t chunk) {
   const GatherArgs& a = *static_cast<const GatherArgs*>(p);
