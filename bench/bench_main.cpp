@@ -27,16 +27,16 @@ void warm(Plan& plan) {
   plan.run();
 }
 
-void load(CompiledStep& step, const TinyTask& task) {
+void load(CompiledStep& step, const nn::TinyTask& task) {
   std::memcpy(step.input_ptr(0), task.x.buffer->data(), task.x.bytes());
   std::memcpy(step.input_ptr(1), task.target.buffer->data(), task.target.bytes());
 }
 
 // Forward + backward: loss and the gradients of all four parameters.
 void TinyMLP_FwdBwd(benchmark::State& state) {
-  TinyTask task(1);
-  TinyMLP m(2);
-  CompiledStep step = compile_tiny_mlp_grad(m);
+  nn::TinyTask task(1);
+  nn::TinyMLP m(2);
+  CompiledStep step = nn::compile_tiny_mlp_grad(m);
   load(step, task);
   warm(step);
   for (auto _ : state) {
@@ -49,9 +49,9 @@ BENCHMARK(TinyMLP_FwdBwd)->Name("TinyMLP/FwdBwd");
 
 // Forward + backward + SGD update of all parameters.
 void TinyMLP_Sgd(benchmark::State& state) {
-  TinyTask task(1);
-  TinyMLP m(2);
-  CompiledStep step = compile_tiny_mlp_sgd(m, 1e-3);
+  nn::TinyTask task(1);
+  nn::TinyMLP m(2);
+  CompiledStep step = nn::compile_tiny_mlp_sgd(m, 1e-3);
   load(step, task);
   warm(step);
   for (auto _ : state) {
@@ -64,7 +64,7 @@ BENCHMARK(TinyMLP_Sgd)->Name("TinyMLP/SgdStep");
 // The same step built as the Python package builds it (bench/python_compare.py): nn modules,
 // optim::SGD and compile(), so that Python's replay can be set against this replay.
 void TinyMLP_SgdModules(benchmark::State& state) {
-  TinyTask task(1);
+  nn::TinyTask task(1);
   nn::Sequential model;
   model.add(std::make_shared<nn::Linear>(16, 32, true, 1));
   model.add(std::make_shared<nn::ReLU>());

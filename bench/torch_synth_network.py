@@ -4,7 +4,7 @@ stride-1 3x3 convolutions of the classes the search replaced, against the convol
 eval-mode forward at batch 64, timed interleaved in one process (PyTorch eager, Debian's 1.13).
 
 usage: torch_synth_network.py PREFIX [--threads N] [--repeats N]
-Reads PREFIX_b64_class<c>.py (written by `synoros search` for operators on the Pareto front as
+Reads PREFIX_b64_class<c>.py (written by `synoros trials` for operators on the Pareto front as
 REPORT/op<i>_b64_class<c>.py, or by `synoros export --operator ACTIONS --out DIR` as
 DIR/op_b64_class<c>.py). Prints one JSON line: baseline and candidate ms (medians), speedup.
 """

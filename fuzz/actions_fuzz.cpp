@@ -1,8 +1,8 @@
-// Fuzz target: action paths (synth::decode_actions and search::parse_actions). A decoded path
+// Fuzz target: action paths (synth::decode_actions and trials::parse_actions). A decoded path
 // must encode back to text that decodes to the same actions, and is replayed on the conv2d spec
 // with build_from_actions.
 #include "fuzz_util.hpp"
-#include "synoros/search.hpp"
+#include "synoros/trials.hpp"
 #include "synoros/synth.hpp"
 
 using namespace synoros;
@@ -14,14 +14,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     path = synth::decode_actions(text);
   } catch (const Error& e) {
     try {
-      search::parse_actions(text);
+      trials::parse_actions(text);
     } catch (const Error& e2) {
       if (std::string(e.what()) != e2.what()) fuzz::fail("parse_actions fails differently");
       return 0;
     }
     fuzz::fail("parse_actions accepts what decode_actions refuses");
   }
-  if (search::parse_actions(text) != path) fuzz::fail("parse_actions and decode_actions disagree");
+  if (trials::parse_actions(text) != path) fuzz::fail("parse_actions and decode_actions disagree");
   try {
     if (synth::decode_actions(synth::encode_actions(path)) != path) fuzz::fail("encode/decode round trip differs");
   } catch (const Error& e) {

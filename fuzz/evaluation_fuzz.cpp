@@ -1,13 +1,13 @@
-// Fuzz target: one line of a search's evaluations.jsonl (search::evaluation_from_json), the log
+// Fuzz target: one line of a search's evaluations.jsonl (trials::evaluation_from_json), the log
 // a resumed search reads back. A record that parses must survive to_json and back unchanged.
 #include "fuzz_util.hpp"
-#include "synoros/search.hpp"
+#include "synoros/trials.hpp"
 
 using namespace synoros;
 
 namespace {
 
-bool same(const search::Evaluation& a, const search::Evaluation& b) {
+bool same(const trials::Evaluation& a, const trials::Evaluation& b) {
   return a.key == b.key && a.formula == b.formula && a.actions == b.actions && a.failed == b.failed &&
          a.error == b.error && a.class_mask == b.class_mask && a.accuracy == b.accuracy && a.loss == b.loss &&
          a.trained_epochs == b.trained_epochs && a.latency.b1_t1 == b.latency.b1_t1 &&
@@ -20,14 +20,14 @@ bool same(const search::Evaluation& a, const search::Evaluation& b) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  search::Evaluation e;
+  trials::Evaluation e;
   try {
-    e = search::evaluation_from_json(std::string(fuzz::text_of(data, size)));
+    e = trials::evaluation_from_json(std::string(fuzz::text_of(data, size)));
   } catch (const Error&) {
     return 0;
   }
   try {
-    if (!same(search::evaluation_from_json(search::to_json(e)), e)) fuzz::fail("the record changes through to_json");
+    if (!same(trials::evaluation_from_json(trials::to_json(e)), e)) fuzz::fail("the record changes through to_json");
   } catch (const Error& ex) {
     fuzz::fail(std::string("to_json writes a record that does not parse: ") + ex.what());
   }

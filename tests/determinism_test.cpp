@@ -34,9 +34,9 @@ std::vector<uint8_t> output_bytes(Plan& p, const std::vector<ValueId>& outs) {
 }
 
 std::vector<uint8_t> train_bytes(int steps) {
-  TinyTask task(42);
-  TinyMLP m(7);
-  CompiledStep step = compile_tiny_mlp_sgd(m, 0.05);
+  nn::TinyTask task(42);
+  nn::TinyMLP m(7);
+  CompiledStep step = nn::compile_tiny_mlp_sgd(m, 0.05);
   std::memcpy(step.input_ptr(0), task.x.buffer->data(), task.x.bytes());
   std::memcpy(step.input_ptr(1), task.target.buffer->data(), task.target.bytes());
   for (int i = 0; i < steps; ++i) step.run();
@@ -59,9 +59,9 @@ TEST(Determinism, TinyMlpTrainingIsBitIdenticalAcrossRunsAndThreads) {
 }
 
 TEST(Determinism, TinyMlpLossFalls) {
-  TinyTask task(42);
-  TinyMLP m(7);
-  CompiledStep step = compile_tiny_mlp_sgd(m, 0.05);
+  nn::TinyTask task(42);
+  nn::TinyMLP m(7);
+  CompiledStep step = nn::compile_tiny_mlp_sgd(m, 0.05);
   double first = step({task.x, task.target})[0].get(0), last = first;
   for (int i = 0; i < 300; ++i) last = step({task.x, task.target})[0].get(0);
   EXPECT_LT(last, 0.5 * first);

@@ -8,9 +8,9 @@ namespace synoros {
 namespace {
 
 TEST(Profiler, CoversEveryLaunchAndEveryFlop) {
-  TinyTask task(1);
-  TinyMLP m(2);
-  CompiledStep step = compile_tiny_mlp_sgd(m, 1e-3);
+  nn::TinyTask task(1);
+  nn::TinyMLP m(2);
+  CompiledStep step = nn::compile_tiny_mlp_sgd(m, 1e-3);
   step.plan().set_input("arg0", task.x);
   step.plan().set_input("arg1", task.target);
   MachinePeak peak{100, 10, "test"};

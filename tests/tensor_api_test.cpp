@@ -43,9 +43,9 @@ TEST(TensorApi, BackwardGivesAnalyticGradients) {
 
 TEST(TensorApi, CompiledStepMatchesEagerStepBitForBit) {
   testing::StrictKernels strict;
-  TinyTask task(3);
-  TinyMLP eager(11), compiled(11);
-  CompiledStep step = compile_tiny_mlp_sgd(compiled, 0.05);
+  nn::TinyTask task(3);
+  nn::TinyMLP eager(11), compiled(11);
+  CompiledStep step = nn::compile_tiny_mlp_sgd(compiled, 0.05);
   for (int it = 0; it < 5; ++it) {
     Tensor loss = mse_loss(eager.forward(Tensor::from(task.x)), Tensor::from(task.target));
     loss.backward();
@@ -64,14 +64,14 @@ TEST(TensorApi, CompiledStepMatchesEagerStepBitForBit) {
 }
 
 TEST(TensorApi, TracingLeavesEagerGradientsUntouched) {
-  TinyMLP m(5);
-  compile_tiny_mlp_grad(m);
+  nn::TinyMLP m(5);
+  nn::compile_tiny_mlp_grad(m);
   for (const Tensor& p : m.params()) EXPECT_FALSE(p.grad().defined());
 }
 
 TEST(TensorApi, EagerLoopReusesCachedPlans) {
-  TinyTask task(4);
-  TinyMLP m(6);
+  nn::TinyTask task(4);
+  nn::TinyMLP m(6);
   optim::SGD opt(m.params(), 0.01);
   auto step = [&] {
     mse_loss(m.forward(Tensor::from(task.x)), Tensor::from(task.target)).backward();
@@ -101,7 +101,7 @@ TEST(TensorApi, PlanCacheStaysWithinItsByteBudget) {
 }
 
 TEST(TensorApi, ReadingInsideCompileIsAnError) {
-  TinyMLP m(1);
+  nn::TinyMLP m(1);
   EXPECT_THROW(compile([&](const std::vector<Tensor>& a) {
                  m.forward(a[0]).item();
                  return std::vector<Tensor>{};

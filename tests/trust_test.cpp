@@ -10,7 +10,7 @@
 #include "io/atomic_file.hpp"
 #include "synoros/checkpoint.hpp"
 #include "synoros/plot.hpp"
-#include "synoros/search.hpp"
+#include "synoros/trials.hpp"
 #include "test_util.hpp"
 
 namespace synoros {
@@ -160,7 +160,7 @@ TEST(Trust, TheCostModelTimerPricesFlopsAndBytes) {
   auto matmul_ms = [](int64_t n) {
     Graph g;
     ValueId a = g.input(DType::F32, {n, n}, "a"), b = g.input(DType::F32, {n, n}, "b");
-    return search::cost_model_ms(Plan(g, {g.matmul(a, b)}));
+    return trials::cost_model_ms(Plan(g, {g.matmul(a, b)}));
   };
   double small = matmul_ms(128), big = matmul_ms(256);
   EXPECT_GT(small, 0);

@@ -5,7 +5,7 @@
 
 #include "synoros/tensor.hpp"
 
-namespace synoros {
+namespace synoros::nn {
 
 struct TinyMLP {
   static constexpr int64_t kBatch = 8, kIn = 16, kHidden = 32, kOut = 8;
@@ -27,4 +27,4 @@ struct TinyTask {
   explicit TinyTask(uint64_t seed);
 };
 
-}  // namespace synoros
+}  // namespace synoros::nn

@@ -22,7 +22,7 @@ void bind_optim(nb::module_& m);
 void bind_io(nb::module_& m);
 void bind_gpt(nb::module_& m);
 void bind_runtime(nb::module_& m);
-void bind_search(nb::module_& m);
+void bind_trials(nb::module_& m);
 void bind_compile(nb::module_& m);
 
 // A C-contiguous CPU array of any dtype, as NumPy, PyTorch (DLPack) or any buffer gives it.

@@ -100,6 +100,6 @@ NB_MODULE(_C, m) {
   bind_io(m);
   bind_gpt(m);
   bind_runtime(m);
-  bind_search(m);
+  bind_trials(m);
   bind_compile(m);
 }

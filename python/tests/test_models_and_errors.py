@@ -139,14 +139,14 @@ def test_operator_search_trains_and_times_the_baseline_network():
         synoros.data.FashionMNIST(train=False, limit=1)
     except synoros.Error:
         pytest.skip("dataset-fashion-mnist is not installed")
-    spec = synoros.search.resnet_conv_spec(8)
-    cfg = synoros.search.ProxyConfig()
+    spec = synoros.trials.resnet_conv_spec(8)
+    cfg = synoros.trials.ProxyConfig()
     cfg.train_images, cfg.test_images, cfg.width = 256, 128, 8
-    e = synoros.search.evaluate(spec, None, 0, cfg)
+    e = synoros.trials.evaluate(spec, None, 0, cfg)
     assert not e.failed, e.error
     assert e.key == "baseline" and 0.0 <= e.accuracy <= 1.0 and e.params > 0
-    again = synoros.search.Evaluation.from_json(e.to_json())
+    again = synoros.trials.Evaluation.from_json(e.to_json())
     assert again.accuracy == e.accuracy and again.key == e.key
-    net = synoros.search.network(spec, None, 0, seed=1, width=8)
+    net = synoros.trials.network(spec, None, 0, seed=1, width=8)
     assert isinstance(net, synoros.nn.Module)
     assert net(synoros.randn(2, 1, 28, 28, seed=1)).shape == (2, 10)

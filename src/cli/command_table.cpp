@@ -76,7 +76,7 @@ CommandSpec train_spec() {
               "classifier"),
       text("prompt", "'The '", "prompt of the sample printed at the end", "lm"),
       integer("sample", 300, 0, 1 << 20, "bytes to sample at the end", "lm"),
-      text("operator", "", "an action path from a search report: resnet-mini with that operator", "classifier"),
+      text("operator", "", "an action path from a trials report: resnet-mini with that operator", "classifier"),
       integer("mask", 7, 1, 255, "layer classes that take --operator (bit i: class i)", "classifier"),
       flag("no-progress", "no progress bar"),
       flag("json", "print a JSON summary at the end"),
@@ -168,11 +168,11 @@ CommandSpec profile_spec() {
   return s;
 }
 
-CommandSpec search_spec() {
-  CommandSpec s{"search",
-                "operator search: synthesized operators replace resnet-mini's 3x3 convolutions, each trained "
+CommandSpec trials_spec() {
+  CommandSpec s{"trials",
+                "operator trials: synthesized operators replace resnet-mini's 3x3 convolutions, each trained "
                 "and timed",
-                "Under mpirun -np N, rank 0 searches and the other ranks train candidates.",
+                "Under mpirun -np N, rank 0 proposes and ranks, the other ranks train candidates.",
                 {},
                 {}};
   s.opts = {
@@ -192,7 +192,7 @@ CommandSpec search_spec() {
       real("lr", "0.05", 1e-12, 100, "proxy learning rate"),
       flag("augment", "augment the proxy training"),
       integer("seed", 1, 0, kMax, "seed"),
-      path("report", "search-report", "report directory"),
+      path("report", "trials-report", "report directory"),
       flag("inline", "train candidates in this process (no worker processes)"),
       choice("timer", "measured", "measured|cost-model",
              "latency: measured, or a FLOP-and-byte estimate at fixed rates (deterministic; tests, dry runs)"),
@@ -202,8 +202,8 @@ CommandSpec search_spec() {
   return s;
 }
 
-CommandSpec search_worker_spec() {
-  CommandSpec s{"search-worker", "one candidate's proxy training, for search (internal)", "", {}, {}};
+CommandSpec trials_worker_spec() {
+  CommandSpec s{"trials-worker", "one candidate's proxy training, for trials (internal)", "", {}, {}};
   s.hidden = true;
   s.opts = {
       integer("width", 16, 1, 4096, "network width"),
@@ -291,7 +291,7 @@ CommandSpec generate_spec() {
 
 CommandSpec operator_spec(const char* name, const char* summary, std::vector<Opt> extra) {
   CommandSpec s{name, summary, "", {}, {}};
-  s.opts = {text("operator", "", "an action path from a search report (required)"),
+  s.opts = {text("operator", "", "an action path from a trials report (required)"),
             integer("mask", 7, 1, 255, "layer classes that take the operator (bit i: class i)"),
             integer("width", 16, 1, 4096, "network width")};
   for (Opt& o : extra) s.opts.push_back(std::move(o));
@@ -344,8 +344,8 @@ const std::vector<Command>& commands() {
       {CommandSpec{"tune", "select and cache kernels for the built-in models and benchmark shapes", "",
                    {threads_opt(), fast_opt()}, {}},
        tune},
-      {search_spec(), search_cmd},
-      {search_worker_spec(), search_worker_cmd},
+      {trials_spec(), trials_cmd},
+      {trials_worker_spec(), trials_worker_cmd},
       {operator_spec("export", "a searched operator as PyTorch modules, one per replaced layer class",
                      {integer("batch", 64, 1, 1 << 20, "batch size of the example input"),
                       path("out", ".", "output directory"), text("stem", "op", "file name stem")}),

@@ -18,9 +18,9 @@ int train_mlp(const Args& a) {
   apply_threads(a);
   int64_t steps = a.integer("steps");
   double lr = a.real("lr");
-  TinyTask task(42);
-  TinyMLP m(7);
-  CompiledStep step = compile_tiny_mlp_sgd(m, lr);
+  nn::TinyTask task(42);
+  nn::TinyMLP m(7);
+  CompiledStep step = nn::compile_tiny_mlp_sgd(m, lr);
   std::cout << "tiny MLP 16-32-8, MSE on a fixed synthetic regression task, SGD lr=" << lr << ", "
             << steps << " steps, " << num_threads() << " thread(s)\n";
   std::vector<double> losses;
@@ -42,8 +42,8 @@ int print_plan(const Args& a) {
   CompileOptions opts;
   opts.fuse = !a.has("no-fusion");
   opts.plan_memory = !a.has("no-plan");
-  TinyMLP m(7);
-  CompiledStep step = compile_tiny_mlp_sgd(m, 0.05);
+  nn::TinyMLP m(7);
+  CompiledStep step = nn::compile_tiny_mlp_sgd(m, 0.05);
   Plan p(step.plan().graph(), step.plan().outputs(), opts);
   std::cout << p.graph().to_string() << "\n" << p.describe();
   return 0;

@@ -6,7 +6,7 @@
 
 #include "cli/commands.hpp"
 #include "kernels/providers.hpp"
-#include "synoros/search.hpp"
+#include "synoros/trials.hpp"
 #include "synoros/synoros.hpp"
 #include "synoros/tiny_mlp.hpp"
 
@@ -48,9 +48,9 @@ int profile_model(const Args& a) {
   MachinePeak peak = measure_peak();
   Profile prof;
   if (model == "mlp") {
-    TinyTask task(1);
-    TinyMLP m(2);
-    CompiledStep step = compile_tiny_mlp_sgd(m, 1e-3);
+    nn::TinyTask task(1);
+    nn::TinyMLP m(2);
+    CompiledStep step = nn::compile_tiny_mlp_sgd(m, 1e-3);
     step.plan().set_input("arg0", task.x);
     step.plan().set_input("arg1", task.target);
     prof = measure(step.plan(), iterations, peak);
@@ -65,7 +65,7 @@ int profile_model(const Args& a) {
   } else if (model == "mlp-classifier" || model == "lenet" || model == "resnet-mini") {
     std::shared_ptr<nn::Module> m;
     if (!actions.empty()) {  // resnet-mini with a synthesized operator (an action path from a search report)
-      m = search::network_from_actions(actions, mask, 1);
+      m = trials::network_from_actions(actions, mask, 1);
     } else {
       m = train::make_classifier(model == "mlp-classifier" ? "mlp" : model, 10, 1);
     }
@@ -119,8 +119,8 @@ int tune(const Args& a) {
       std::cout << "  " << what << " %" << p.launches()[k].node << " -> " << li.kernel << "\n";
     }
   };
-  TinyMLP mlp(1);
-  show("tiny-mlp", compile_tiny_mlp_sgd(mlp, 1e-3).plan());
+  nn::TinyMLP mlp(1);
+  show("tiny-mlp", nn::compile_tiny_mlp_sgd(mlp, 1e-3).plan());
   nn::Gpt gpt(kBenchGpt, 1);
   show("gpt", compile_gpt_grad(gpt, kBenchGptBatch).plan());
   for (int64_t n : {64, 128, 256, 512, 1024, 2048}) {

@@ -22,7 +22,7 @@
 #include "cli/mpi_runtime.hpp"
 #include "io/atomic_file.hpp"
 #include "kernels/providers.hpp"
-#include "synoros/search.hpp"
+#include "synoros/trials.hpp"
 #include "synoros/synoros.hpp"
 
 namespace synoros::cli {
@@ -245,7 +245,7 @@ const char* kOperatorKey = "operator";
 const char* kMaskKey = "operator_mask";
 
 std::shared_ptr<nn::Module> operator_network(const std::string& actions, int64_t mask, uint64_t seed) {
-  return search::network_from_actions(actions, unsigned(mask), seed);
+  return trials::network_from_actions(actions, unsigned(mask), seed);
 }
 
 int train_classifier(const Args& a, const std::string& model, const MpiRuntime& mpi) {

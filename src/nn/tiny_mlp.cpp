@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-namespace synoros {
+namespace synoros::nn {
 
 TinyMLP::TinyMLP(uint64_t seed) {
   w1 = Tensor::uniform({kHidden, kIn}, seed, 1.0 / std::sqrt(double(kIn)));
@@ -53,4 +53,4 @@ TinyTask::TinyTask(uint64_t seed) {
   target = Tensor::from(x).matmul(teacher.transpose()).tanh().value();
 }
 
-}  // namespace synoros
+}  // namespace synoros::nn

@@ -10,10 +10,10 @@
 #include <unistd.h>
 
 #include "synoros/data.hpp"
-#include "synoros/search.hpp"
+#include "synoros/trials.hpp"
 #include "test_util.hpp"
 
-namespace synoros::search {
+namespace synoros::trials {
 namespace {
 
 // The first few canonical operators with weights for ResNetMini's layer spec.
@@ -31,7 +31,7 @@ synth::Options depth(int d) {
   return o;
 }
 
-TEST(Search, EvaluationRecordsRoundTripThroughJson) {
+TEST(Trials, EvaluationRecordsRoundTripThroughJson) {
   Evaluation e;
   e.key = "op \"quoted\"\nline";
   e.formula = "y[n,c,h,w] = sum_k x[n,k,h,w] * w0[c,k]";
@@ -57,7 +57,7 @@ TEST(Search, EvaluationRecordsRoundTripThroughJson) {
   EXPECT_THROW(evaluation_from_json("{not json"), std::exception);
 }
 
-TEST(Search, ActionPathsRebuildTheSameOperator) {
+TEST(Trials, ActionPathsRebuildTheSameOperator) {
   synth::Synthesizer syn(resnet_conv_spec(), depth(5));
   auto ops = some_operators(syn);
   ASSERT_GE(ops.size(), 3u);
@@ -69,8 +69,8 @@ TEST(Search, ActionPathsRebuildTheSameOperator) {
   EXPECT_THROW(parse_actions("this is not an action path"), Error);
 }
 
-TEST(Search, RewardPenalisesOnlyLatencyAboveTheTarget) {
-  SearchConfig cfg;  // target 1/1.5, weight 0.1
+TEST(Trials, RewardPenalisesOnlyLatencyAboveTheTarget) {
+  TrialsConfig cfg;  // target 1/1.5, weight 0.1
   Evaluation base, e;
   base.latency.b64_t1 = 10;
   e.accuracy = 0.8;
@@ -82,8 +82,8 @@ TEST(Search, RewardPenalisesOnlyLatencyAboveTheTarget) {
   EXPECT_EQ(reward(e, base, cfg), -1);
 }
 
-TEST(Search, PairedBaselineDecidesTheSpeedup) {
-  SearchConfig cfg;
+TEST(Trials, PairedBaselineDecidesTheSpeedup) {
+  TrialsConfig cfg;
   Evaluation base, e;
   base.latency.b64_t1 = 20;  // measured in a slow minute
   e.accuracy = 0.8;
@@ -99,7 +99,7 @@ TEST(Search, PairedBaselineDecidesTheSpeedup) {
   EXPECT_EQ(reward(e, base, cfg), -1);
 }
 
-TEST(Search, ClassSubsetKeepsTheMostWeightsThatStillMeetsTheTarget) {
+TEST(Trials, ClassSubsetKeepsTheMostWeightsThatStillMeetsTheTarget) {
   // The headline search's screen of the depthwise 3x3 operator: conv / operator layer ms per
   // class, layers {2, 1, 1}, weights per layer 16^2*9, 32^2*9, 64^2*9 against 144, 288, 576.
   ClassTimes t{{2.1134, 1.6782, 1.5339}, {0.4898, 0.3869, 0.4941}, {2, 1, 1},
@@ -122,7 +122,7 @@ TEST(Search, ClassSubsetKeepsTheMostWeightsThatStillMeetsTheTarget) {
   EXPECT_EQ(one.mask, 1u);
 }
 
-TEST(Search, SpatialFootprintCountsTheReachOfAnImpulse) {
+TEST(Trials, SpatialFootprintCountsTheReachOfAnImpulse) {
   synth::Spec spec = resnet_conv_spec();
   synth::Synthesizer syn(spec, depth(5));
   synth::EnumResult en = synth::enumerate(syn, true);
@@ -143,12 +143,12 @@ TEST(Search, SpatialFootprintCountsTheReachOfAnImpulse) {
   EXPECT_GE(checked, 3);
 }
 
-TEST(Search, LayerCountsFollowTheNetwork) {
+TEST(Trials, LayerCountsFollowTheNetwork) {
   // layer1 has two stride-1 16->16 convolutions; layers 2 and 3 one each (their first is strided).
   EXPECT_EQ(layers_per_class(16), (std::vector<int>{2, 1, 1}));
 }
 
-TEST(Search, NetworkFromActionsRebuildsTheReportedOperator) {
+TEST(Trials, NetworkFromActionsRebuildsTheReportedOperator) {
   synth::Spec spec = resnet_conv_spec();
   synth::Synthesizer syn(spec, depth(5));
   auto ops = some_operators(syn);
@@ -159,7 +159,7 @@ TEST(Search, NetworkFromActionsRebuildsTheReportedOperator) {
   EXPECT_THROW(network_from_actions("garbage", 7, 1), Error);
 }
 
-TEST(Search, NetworksReplaceOnlyTheMaskedLayerClasses) {
+TEST(Trials, NetworksReplaceOnlyTheMaskedLayerClasses) {
   synth::Spec spec = resnet_conv_spec();
   synth::Synthesizer syn(spec, depth(5));
   auto ops = some_operators(syn);
@@ -180,7 +180,7 @@ TEST(Search, NetworksReplaceOnlyTheMaskedLayerClasses) {
 
 // The depthwise convolution the search finds exports as F.conv2d(groups=C) (PyTorch then runs a
 // convolution instead of an einsum over a 9x copy), with the engine's exact semantics.
-TEST(Search, DepthwiseOperatorExportsAsAGroupedConvolution) {
+TEST(Trials, DepthwiseOperatorExportsAsAGroupedConvolution) {
   synth::Spec spec = resnet_conv_spec();
   synth::Synthesizer syn(spec, depth(5));
   synth::EnumResult en = synth::enumerate(syn, true);
@@ -233,7 +233,7 @@ TEST(Search, DepthwiseOperatorExportsAsAGroupedConvolution) {
   std::filesystem::remove_all(dir);
 }
 
-TEST(Search, EvaluateTrainsAndTimesATinyProxy) {
+TEST(Trials, EvaluateTrainsAndTimesATinyProxy) {
   if (!std::filesystem::exists(data::default_fashion_mnist_dir()))
     GTEST_SKIP() << "Fashion-MNIST is not installed (Debian package dataset-fashion-mnist)";
   ProxyConfig cfg;
@@ -260,13 +260,13 @@ TEST(Search, EvaluateTrainsAndTimesATinyProxy) {
 // operator's canonical form) and plans timed by the cost model: which candidates are trained,
 // how a worker that dies is recorded, the Pareto front, and a resumed search that trains nothing
 // again and reports the same outcome.
-TEST(Search, FailedWorkersParetoFrontAndResume) {
+TEST(Trials, FailedWorkersParetoFrontAndResume) {
   set_plan_timer(cost_model_ms);
   struct Restore {
     ~Restore() { set_plan_timer(nullptr); }
   } restore;
-  synoros::testing::TempDir dir("search-e2e");
-  SearchConfig cfg;
+  synoros::testing::TempDir dir("trials-e2e");
+  TrialsConfig cfg;
   cfg.width = 4;
   cfg.depth = 5;
   cfg.mcts_iterations = 400;
@@ -311,7 +311,7 @@ TEST(Search, FailedWorkersParetoFrontAndResume) {
     }
     return out;
   };
-  SearchOutcome first = run_search(cfg);
+  TrialsOutcome first = run_trials(cfg);
   ASSERT_GT(jobs_seen, 2) << "the search trained nothing: the screen found no candidate";
   ASSERT_FALSE(failed_key.empty());
   ASSERT_GE(first.evaluations.size(), 3u) << "too few candidates for the front to mean anything";
@@ -347,7 +347,7 @@ TEST(Search, FailedWorkersParetoFrontAndResume) {
   // Resumed in the same directory: every evaluation is found in evaluations.jsonl (a failure is
   // a result too: it is not retried), nothing is trained again, and the outcome is the same.
   const int64_t before = jobs_seen;
-  SearchOutcome again = run_search(cfg);
+  TrialsOutcome again = run_trials(cfg);
   EXPECT_EQ(jobs_seen, before) << "a resumed search trained again";
   ASSERT_EQ(again.evaluations.size(), first.evaluations.size());
   for (size_t i = 0; i < first.evaluations.size(); ++i) {
@@ -359,4 +359,4 @@ TEST(Search, FailedWorkersParetoFrontAndResume) {
 }
 
 }  // namespace
-}  // namespace synoros::search
+}  // namespace synoros::trials

@@ -2,9 +2,9 @@
 #include <algorithm>
 #include <chrono>
 
-#include "synoros/search.hpp"
+#include "synoros/trials.hpp"
 
-namespace synoros::search {
+namespace synoros::trials {
 
 synth::Spec resnet_conv_spec(int64_t w) {
   std::string t = "input: N, C, H, W; output: N, C, H, W; coef: k=3:2, g=4:3, s=2:2;";
@@ -211,4 +211,4 @@ std::vector<double> layer_latency(const synth::Spec& spec, const synth::Operator
   return out;
 }
 
-}  // namespace synoros::search
+}  // namespace synoros::trials

@@ -1,4 +1,4 @@
-// The search report: markdown for people, JSON for tools, SVG plots and PyTorch modules.
+// The trials report: markdown for people, JSON for tools, SVG plots and PyTorch modules.
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -6,9 +6,11 @@
 
 #include "io/atomic_file.hpp"
 #include "synoros/plot.hpp"
-#include "synoros/search.hpp"
+#include "cli/trials_report.hpp"
 
-namespace synoros::search {
+namespace synoros::cli {
+
+using namespace trials;
 
 namespace {
 void write_text(const std::string& path, const std::string& text) {
@@ -42,7 +44,7 @@ std::vector<std::string> export_layer_modules(const synth::Spec& spec, const syn
   return files;
 }
 
-void write_report(const SearchConfig& cfg, const SearchOutcome& out) {
+void write_report(const TrialsConfig& cfg, const TrialsOutcome& out) {
   const Evaluation& base = out.baseline;
   synth::Spec spec = resnet_conv_spec(cfg.width);
   synth::Options so;
@@ -117,4 +119,4 @@ void write_report(const SearchConfig& cfg, const SearchOutcome& out) {
   io::write_svg_chart(cfg.dir + "/reward.svg", {best});
 }
 
-}  // namespace synoros::search
+}  // namespace synoros::cli

@@ -1,4 +1,4 @@
-// Operator search with real training and measured latency: candidates from the synthesizer
+// Operator trials, the engine's operator search with real training and measured latency: candidates from the synthesizer
 // replace the stride-1 3x3 convolutions of ResNetMini, are trained on a Fashion-MNIST proxy and
 // timed as compiled plans of the whole network; a Pareto front of accuracy against latency and a
 // scalarized reward with a stated latency target rank them.
@@ -12,7 +12,7 @@
 #include "synoros/nn.hpp"
 #include "synoros/synth.hpp"
 
-namespace synoros::search {
+namespace synoros::trials {
 
 // The layer spec of ResNetMini's replaceable convolutions: [N, C, H, W] -> [N, C, H, W] with
 // k=3, g=4, s=2 and one binding per layer class (C, H) = (w, 28), (2w, 14), (4w, 7).
@@ -116,20 +116,15 @@ std::vector<synth::Action> parse_actions(const std::string& text);
 // crash inside, a non-finite loss or an unusable operator is returned as failed.
 Evaluation evaluate(const synth::Spec& spec, const synth::Operator* op, unsigned class_mask, const ProxyConfig& cfg);
 
-// One worker run: the JSON line a `synoros search-worker` wrote, or why there is none.
+// One worker run: the evaluation record a worker wrote (`synoros trials-worker` runs one), or
+// why there is none.
 struct WorkerResult {
   bool ok = false;
   std::string line;   // the evaluation record (when ok)
   std::string error;  // why not (when !ok)
   std::string where;  // who ran it ("local", "rank 1", ...)
 };
-// Runs `synoros search-worker ARGS --out FILE` for each argument list, at most `parallel` at a
-// time, each in its own process (so a crash is a failed evaluation, never fatal), with
-// SYNOROS_NUM_THREADS=1; results in the order of `jobs`. Result files go to `tmp_dir`.
-std::vector<WorkerResult> run_worker_processes(const std::string& exe, const std::vector<std::vector<std::string>>& jobs,
-                                               int parallel, const std::string& tmp_dir);
-
-struct SearchConfig {
+struct TrialsConfig {
   int64_t width = 16;
   int depth = 6;
   uint64_t mcts_iterations = 3000;
@@ -140,18 +135,17 @@ struct SearchConfig {
   int64_t rounds = 2;            // halving rounds (each doubles the training budget)
   double latency_target = 1.0 / 1.5;  // network latency / baseline latency aimed at
   double latency_weight = 0.1;   // reward = accuracy - weight * max(0, latency ratio / target - 1)
-  int workers = 1;               // evaluation processes
   ProxyConfig proxy;
   uint64_t seed = 1;
-  std::string dir = "search";    // evaluations.jsonl (resumable), mcts.state, report files
-  std::string worker_exe;        // the synoros binary for worker processes ("": evaluate inline)
-  // Where worker argument lists run; unset: run_worker_processes on this machine. The MPI
-  // front end sets it to hand jobs to other ranks.
+  std::string dir = "trials";    // evaluations.jsonl (resumable), mcts.state, report files
+  // Where the jobs' argument lists (a `synoros trials-worker` command line each) are trained,
+  // one result per job in order; unset: in this process, one after another. The command line
+  // tool sets it to run worker processes (crash-isolated) or to hand jobs to other MPI ranks.
   std::function<std::vector<WorkerResult>(const std::vector<std::vector<std::string>>&)> run_workers;
   std::function<void(const std::string&)> log;  // progress lines
 };
 
-struct SearchOutcome {
+struct TrialsOutcome {
   Evaluation baseline;
   std::vector<Evaluation> evaluations;  // every finished one, in completion order
   std::vector<size_t> pareto;           // indices into evaluations: the accuracy/latency front
@@ -180,16 +174,6 @@ ClassChoice predict_classes(const ClassTimes& t, unsigned mask, double latency_t
 // 3x3 operator in every class underfit (91.5% training accuracy against the baseline's 93.1%),
 // so the capacity a subset keeps is worth trying when the latency budget allows it.
 ClassChoice weight_keeping_classes(const ClassTimes& t, unsigned classes, double latency_target);
-double reward(const Evaluation& e, const Evaluation& baseline, const SearchConfig& cfg);
-SearchOutcome run_search(const SearchConfig& cfg);
-// PyTorch modules of `op` for each layer class in `mask` at batch `batch`: DIR/STEM_b<batch>_class<c>.py
-// (class name SynthOp), what bench/torch_synth_network.py puts into the PyTorch ResNet. Returns
-// the files written.
-std::vector<std::string> export_layer_modules(const synth::Spec& spec, const synth::Operator& op, unsigned mask,
-                                              int64_t batch, const std::string& dir, const std::string& stem);
-
-// Markdown, JSON and SVG plots in cfg.dir (report.md, report.json, front.svg, reward.svg,
-// op<i>.py per operator on the front).
-void write_report(const SearchConfig& cfg, const SearchOutcome& out);
-
-}  // namespace synoros::search
+double reward(const Evaluation& e, const Evaluation& baseline, const TrialsConfig& cfg);
+TrialsOutcome run_trials(const TrialsConfig& cfg);
+}  // namespace synoros::trials

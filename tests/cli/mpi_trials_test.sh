@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# `mpirun -np 2 synoros search`: rank 0 searches, rank 1 trains every candidate; the records land
+# `mpirun -np 2 synoros trials`: rank 0 searches, rank 1 trains every candidate; the records land
 # in evaluations.jsonl and a second run resumes from them without training again.
 source "$(dirname "$0")/mpi_common.sh"
 # The cost-model timer makes the latency screen deterministic: the test's outcome must not depend
 # on how busy the machine is.
-args=(search --timer cost-model --enumerate --depth 3 --screen 2 --candidates 1 --rounds 1 --train-images 128 --test-images 64
+args=(trials --timer cost-model --enumerate --depth 3 --screen 2 --candidates 1 --rounds 1 --train-images 128 --test-images 64
       --report "$dir/report")
 "$mpirun" -np 2 "$synoros" "${args[@]}" > "$dir/first.log" 2>&1 || { cat "$dir/first.log"; exit 1; }
 cat "$dir/first.log"

@@ -1,9 +1,9 @@
-"""synoros.search: synthesized operators trained and timed inside the small ResNet on the
+"""synoros.trials: synthesized operators trained and timed inside the small ResNet on the
 Fashion-MNIST proxy task (the engine's operator search)."""
 
 from __future__ import annotations
 
-from ._C.search import (  # noqa: F401  (re-exported)
+from ._C.trials import (  # noqa: F401  (re-exported)
     Evaluation,
     Latency,
     ProxyConfig,

@@ -1,5 +1,5 @@
-// `mpirun -np N synoros search ...`: rank 0 searches, ranks 1..N-1 train the candidates it hands
-// out (each in a crash-isolated search-worker process on its own machine) and send back the
+// `mpirun -np N synoros trials ...`: rank 0 searches, ranks 1..N-1 train the candidates it hands
+// out (each in a crash-isolated trials-worker process on its own machine) and send back the
 // evaluation record. Compiled against Open MPI when CMake finds it; otherwise a launch under
 // mpirun with more than one rank is an Error.
 #pragma once
@@ -8,25 +8,25 @@
 #include <string>
 
 #include "cli/mpi_runtime.hpp"
-#include "synoros/search.hpp"
+#include "synoros/trials.hpp"
 
 namespace synoros::cli {
 
-class MpiSearch {
+class MpiTrials {
  public:
   // Initialises MPI when this process was started by mpirun/mpiexec (Open MPI, MPICH or PMIx
   // environment); a no-op otherwise.
-  MpiSearch() : mpi_("search") {}
-  ~MpiSearch();  // stops the worker ranks (rank 0); then MPI is finalised
-  MpiSearch(const MpiSearch&) = delete;
-  MpiSearch& operator=(const MpiSearch&) = delete;
+  MpiTrials() : mpi_("trials") {}
+  ~MpiTrials();  // stops the worker ranks (rank 0); then MPI is finalised
+  MpiTrials(const MpiTrials&) = delete;
+  MpiTrials& operator=(const MpiTrials&) = delete;
 
   bool active() const { return mpi_.active(); }
   int rank() const { return mpi_.rank(); }
   int size() const { return mpi_.size(); }
-  // Rank 0: a runner for SearchConfig::run_workers that hands each job to an idle rank.
-  std::function<std::vector<search::WorkerResult>(const std::vector<std::vector<std::string>>&)> runner();
-  // Ranks > 0: trains the jobs rank 0 sends (with `exe search-worker`) until told to stop.
+  // Rank 0: a runner for TrialsConfig::run_workers that hands each job to an idle rank.
+  std::function<std::vector<trials::WorkerResult>(const std::vector<std::vector<std::string>>&)> runner();
+  // Ranks > 0: trains the jobs rank 0 sends (with `exe trials-worker`) until told to stop.
   void serve(const std::string& exe);
   // Rank 0 after an error: prints it and takes every rank down instead of leaving them waiting
   // (a no-op outside MPI, where the caller reports the error itself).

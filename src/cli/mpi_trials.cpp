@@ -1,8 +1,8 @@
-// Distributed candidate evaluation over MPI (see mpi_search.hpp). Messages are byte strings:
+// Distributed candidate evaluation over MPI (see mpi_trials.hpp). Messages are byte strings:
 // a job is "<index>\0<arg>\0<arg>...", a result "<index>\0<ok>\0<where>\0<line or error>".
 // Waiting polls with a short sleep instead of blocking in MPI, whose busy-wait would take a core
 // from the worker training next to it.
-#include "cli/mpi_search.hpp"
+#include "cli/mpi_trials.hpp"
 
 #include <unistd.h>
 
@@ -13,6 +13,8 @@
 #include <iostream>
 #include <filesystem>
 #include <thread>
+
+#include "cli/worker_processes.hpp"
 
 #ifdef SYNOROS_HAVE_MPI
 #include <mpi.h>
@@ -44,7 +46,7 @@ std::string join0(const std::vector<std::string>& parts) {
 }
 
 void check(int rc, const char* what) {
-  if (rc != MPI_SUCCESS) throw Error(std::string("search: MPI ") + what + " failed");
+  if (rc != MPI_SUCCESS) throw Error(std::string("trials: MPI ") + what + " failed");
 }
 
 // Waits (polling, see above) for a message from `source` with `tag` and returns its bytes.
@@ -67,15 +69,15 @@ void send(const std::string& s, int dest, int tag) {
 }
 }  // namespace
 
-MpiSearch::~MpiSearch() {
+MpiTrials::~MpiTrials() {
   if (!active() || rank() != 0 || std::uncaught_exceptions() > 0) return;
   for (int r = 1; r < size(); ++r) MPI_Send(nullptr, 0, MPI_CHAR, r, kStop, MPI_COMM_WORLD);
 }
 
-std::function<std::vector<search::WorkerResult>(const std::vector<std::vector<std::string>>&)> MpiSearch::runner() {
+std::function<std::vector<trials::WorkerResult>(const std::vector<std::vector<std::string>>&)> MpiTrials::runner() {
   int size = this->size();
   return [size](const std::vector<std::vector<std::string>>& jobs) {
-    std::vector<search::WorkerResult> out(jobs.size());
+    std::vector<trials::WorkerResult> out(jobs.size());
     std::deque<int> idle;
     for (int r = 1; r < size; ++r) idle.push_back(r);
     size_t next = 0, pending = 0;
@@ -88,9 +90,9 @@ std::function<std::vector<search::WorkerResult>(const std::vector<std::vector<st
       }
       MPI_Status st;
       std::vector<std::string> r = split0(receive(MPI_ANY_SOURCE, kResult, st), 4);
-      if (r.size() != 4) throw Error("search: malformed result message from rank " + std::to_string(st.MPI_SOURCE));
+      if (r.size() != 4) throw Error("trials: malformed result message from rank " + std::to_string(st.MPI_SOURCE));
       size_t i = std::stoul(r[0]);
-      if (i >= out.size()) throw Error("search: result for an unknown job from rank " + std::to_string(st.MPI_SOURCE));
+      if (i >= out.size()) throw Error("trials: result for an unknown job from rank " + std::to_string(st.MPI_SOURCE));
       out[i].ok = r[1] == "1";
       out[i].where = r[2];
       (out[i].ok ? out[i].line : out[i].error) = r[3];
@@ -101,7 +103,7 @@ std::function<std::vector<search::WorkerResult>(const std::vector<std::vector<st
   };
 }
 
-void MpiSearch::serve(const std::string& exe) {
+void MpiTrials::serve(const std::string& exe) {
   char host[256] = {};
   gethostname(host, sizeof host - 1);
   std::string where = "rank " + std::to_string(rank()) + " on " + host;
@@ -116,9 +118,9 @@ void MpiSearch::serve(const std::string& exe) {
     std::vector<std::string> args(parts.begin() + 1, parts.end());
     // Whatever happens here, rank 0 gets an answer for the job (a failure is recorded as one
     // evaluation, never a rank that stops answering).
-    search::WorkerResult r;
+    trials::WorkerResult r;
     try {
-      r = search::run_worker_processes(exe, {args}, 1, tmp)[0];
+      r = run_worker_processes(exe, {args}, 1, tmp)[0];
     } catch (const std::exception& e) {
       r.ok = false;
       r.error = std::string("worker rank failed: ") + e.what();
@@ -131,11 +133,11 @@ void MpiSearch::serve(const std::string& exe) {
 
 #else  // built without MPI (MpiRuntime refuses a launch with several ranks)
 
-MpiSearch::~MpiSearch() = default;
-std::function<std::vector<search::WorkerResult>(const std::vector<std::vector<std::string>>&)> MpiSearch::runner() {
+MpiTrials::~MpiTrials() = default;
+std::function<std::vector<trials::WorkerResult>(const std::vector<std::vector<std::string>>&)> MpiTrials::runner() {
   return {};
 }
-void MpiSearch::serve(const std::string&) {}
+void MpiTrials::serve(const std::string&) {}
 
 #endif
 

@@ -4,7 +4,6 @@
 // that a restarted search reads back instead of evaluating again.
 #include <fcntl.h>
 #include <sys/types.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,9 +19,9 @@
 #include <sstream>
 
 #include "synoros/checkpoint.hpp"
-#include "synoros/search.hpp"
+#include "synoros/trials.hpp"
 
-namespace synoros::search {
+namespace synoros::trials {
 
 double speedup(const Evaluation& e, const Evaluation& base) {
   if (e.failed || e.latency.b64_t1 <= 0) return 0;
@@ -30,7 +29,7 @@ double speedup(const Evaluation& e, const Evaluation& base) {
   return base.latency.b64_t1 / e.latency.b64_t1;
 }
 
-double reward(const Evaluation& e, const Evaluation& base, const SearchConfig& cfg) {
+double reward(const Evaluation& e, const Evaluation& base, const TrialsConfig& cfg) {
   if (e.failed || base.latency.b64_t1 <= 0) return -1;
   double sp = speedup(e, base);
   if (sp <= 0) return -1;
@@ -61,66 +60,6 @@ ClassChoice weight_keeping_classes(const ClassTimes& t, unsigned classes, double
   return best;
 }
 
-std::vector<WorkerResult> run_worker_processes(const std::string& exe, const std::vector<std::vector<std::string>>& jobs,
-                                               int parallel, const std::string& tmp_dir) {
-  std::vector<WorkerResult> out(jobs.size());
-  std::filesystem::create_directories(tmp_dir);
-  std::map<pid_t, size_t> running;
-  size_t next = 0;
-  auto result_file = [&](size_t i) { return tmp_dir + "/job" + std::to_string(i) + ".json"; };
-  while (next < jobs.size() || !running.empty()) {
-    while (next < jobs.size() && int(running.size()) < std::max(parallel, 1)) {
-      std::vector<std::string> args = {exe, "search-worker"};
-      args.insert(args.end(), jobs[next].begin(), jobs[next].end());
-      args.insert(args.end(), {"--out", result_file(next)});
-      std::remove(result_file(next).c_str());
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      // The child's environment is built here: between fork and exec only async-signal-safe calls.
-      std::vector<std::string> env_store = {"SYNOROS_NUM_THREADS=1"};
-      for (char** e = environ; *e; ++e)
-        if (std::strncmp(*e, "SYNOROS_NUM_THREADS=", 20) != 0) env_store.push_back(*e);
-      std::vector<char*> envp;
-      for (auto& e : env_store) envp.push_back(e.data());
-      envp.push_back(nullptr);
-      pid_t pid = fork();
-      if (pid < 0) {
-        for (auto& [child, job] : running) waitpid(child, nullptr, 0);  // leave no zombies behind
-        throw Error("search: fork failed");
-      }
-      if (pid == 0) {
-        execve(argv[0], argv.data(), envp.data());
-        _exit(127);
-      }
-      running[pid] = next++;
-    }
-    int status = 0;
-    pid_t pid = waitpid(-1, &status, 0);
-    if (pid < 0 && errno == EINTR) continue;
-    if (pid < 0) {  // no children left to wait for: whatever did not report has failed
-      for (auto& [child, job] : running) out[job].error = "worker process lost (waitpid failed)";
-      for (size_t j = next; j < jobs.size(); ++j) out[j].error = "worker process never started";
-      break;
-    }
-    auto it = running.find(pid);
-    if (it == running.end()) continue;
-    size_t i = it->second;
-    running.erase(it);
-    WorkerResult& r = out[i];
-    r.where = "local";
-    std::ifstream f(result_file(i));
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && std::getline(f, r.line)) {
-      r.ok = true;
-    } else {
-      r.error = WIFSIGNALED(status) ? "worker killed by signal " + std::to_string(WTERMSIG(status))
-                                    : "worker exited with status " + std::to_string(WEXITSTATUS(status));
-    }
-    std::remove(result_file(i).c_str());
-  }
-  return out;
-}
-
 namespace {
 using Clock = std::chrono::steady_clock;
 
@@ -138,11 +77,11 @@ std::string record_key(const std::string& key, unsigned mask, int64_t epochs) {
 // Appends one whole line and syncs it, so a kill leaves at most the last line cut short.
 void append_line(const std::string& path, const std::string& line) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-  if (fd < 0) throw Error("search: cannot append to '" + path + "'");
+  if (fd < 0) throw Error("trials: cannot append to '" + path + "'");
   bool ok = ::write(fd, line.data(), line.size()) == ssize_t(line.size());
   ok = ::fsync(fd) == 0 && ok;
   ::close(fd);
-  if (!ok) throw Error("search: writing '" + path + "' failed");
+  if (!ok) throw Error("trials: writing '" + path + "' failed");
 }
 
 class Log {
@@ -216,10 +155,9 @@ class ScreenLog {
   std::map<std::string, std::vector<double>> times_;
 };
 
-// Runs the jobs (at most cfg.workers at a time) in worker processes -- on this machine or
-// wherever cfg.run_workers sends them -- or inline without a worker binary. A worker that dies
-// yields a failed evaluation.
-std::vector<Evaluation> run_jobs(const SearchConfig& cfg, const synth::Spec& spec, const std::vector<Job>& jobs,
+// Runs the jobs wherever cfg.run_workers sends them (worker processes, other ranks), or inline
+// without a runner. A worker that dies yields a failed evaluation.
+std::vector<Evaluation> run_jobs(const TrialsConfig& cfg, const synth::Spec& spec, const std::vector<Job>& jobs,
                                  const std::function<void(const std::string&)>& say) {
   std::vector<Evaluation> out(jobs.size());
   auto proxy = [&](const Job& j) {
@@ -228,7 +166,7 @@ std::vector<Evaluation> run_jobs(const SearchConfig& cfg, const synth::Spec& spe
     p.width = cfg.width;
     return p;
   };
-  if (!cfg.run_workers && (cfg.worker_exe.empty() || cfg.workers < 1)) {
+  if (!cfg.run_workers) {
     for (size_t i = 0; i < jobs.size(); ++i) out[i] = evaluate(spec, jobs[i].op, jobs[i].mask, proxy(jobs[i]));
     return out;
   }
@@ -243,10 +181,8 @@ std::vector<Evaluation> run_jobs(const SearchConfig& cfg, const synth::Spec& spe
     if (j.op) a.insert(a.end(), {"--actions", serialize_actions(j.op->path), "--depth", std::to_string(cfg.depth)});
     args.push_back(std::move(a));
   }
-  std::vector<WorkerResult> res = cfg.run_workers ? cfg.run_workers(args)
-                                                  : run_worker_processes(cfg.worker_exe, args, cfg.workers,
-                                                                         cfg.dir + "/work");
-  if (res.size() != jobs.size()) throw Error("search: the worker runner returned the wrong number of results");
+  std::vector<WorkerResult> res = cfg.run_workers(args);
+  if (res.size() != jobs.size()) throw Error("trials: the worker runner returned the wrong number of results");
   for (size_t i = 0; i < jobs.size(); ++i) {
     if (res[i].ok) {
       try {
@@ -271,7 +207,7 @@ std::vector<Evaluation> run_jobs(const SearchConfig& cfg, const synth::Spec& spe
 }
 }  // namespace
 
-SearchOutcome run_search(const SearchConfig& cfg) {
+TrialsOutcome run_trials(const TrialsConfig& cfg) {
   auto t0 = Clock::now();
   // A candidate whose lowering needs more than 2 GiB per plan is reported as failed, never run.
   set_plan_memory_limit(std::min<size_t>(plan_memory_limit(), size_t(2) << 30));
@@ -290,7 +226,7 @@ SearchOutcome run_search(const SearchConfig& cfg) {
   auto var = [&](const char* name) {
     for (size_t i = 0; i < spec.primary.size(); ++i)
       if (spec.primary[i].name == name) return double(b0.primary[i]);
-    throw Error(std::string("search: the spec has no variable ") + name);
+    throw Error(std::string("trials: the spec has no variable ") + name);
   };
   double conv_flops = 2.0 * var("N") * var("C") * var("C") * 9.0 * var("H") * var("W");
   std::vector<synth::Operator> proposed;
@@ -424,7 +360,7 @@ SearchOutcome run_search(const SearchConfig& cfg) {
   say("screened " + std::to_string(screened.size()) + " operators faster than the convolution in some layer class");
 
   // 3. Successive halving: train, keep the better half by reward, double the budget.
-  SearchOutcome out;
+  TrialsOutcome out;
   std::vector<Screened> alive = screened;
   std::shared_ptr<nn::ResNetMini> base_net;  // the baseline timed next to each candidate (compiled once)
   int64_t epochs = cfg.proxy.epochs;
@@ -507,4 +443,4 @@ SearchOutcome run_search(const SearchConfig& cfg) {
   return out;
 }
 
-}  // namespace synoros::search
+}  // namespace synoros::trials

@@ -5,10 +5,10 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "synoros/search.hpp"
+#include "synoros/trials.hpp"
 #include "synoros/train.hpp"
 
-namespace synoros::search {
+namespace synoros::trials {
 
 std::string serialize_actions(const std::vector<synth::Action>& path) { return synth::encode_actions(path); }
 
@@ -42,7 +42,7 @@ int64_t integer_field(const nlohmann::json& j, const char* name, int64_t lo, int
   const nlohmann::json& v = j.at(name);
   if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(hi)) ||
       v.get<int64_t>() < lo || v.get<int64_t>() > hi)
-    throw Error(std::string("search: malformed evaluation record: ") + name + " is not an integer in [" +
+    throw Error(std::string("trials: malformed evaluation record: ") + name + " is not an integer in [" +
                 std::to_string(lo) + ", " + std::to_string(hi) + "]");
   return v.get<int64_t>();
 }
@@ -73,7 +73,7 @@ Evaluation evaluation_from_json(const std::string& line) {
   } catch (const Error&) {
     throw;
   } catch (const std::exception& ex) {
-    throw Error(std::string("search: malformed evaluation record: ") + ex.what());
+    throw Error(std::string("trials: malformed evaluation record: ") + ex.what());
   }
   return e;
 }
@@ -129,4 +129,4 @@ Evaluation evaluate(const synth::Spec& spec, const synth::Operator* op, unsigned
   return e;
 }
 
-}  // namespace synoros::search
+}  // namespace synoros::trials
