@@ -18,6 +18,7 @@
 #include <limits>
 #include <random>
 #include <sstream>
+#include <utility>
 
 #include "kernels/providers.hpp"
 #include "kernels/vendor_gemm.hpp"
@@ -64,28 +65,63 @@ void one_omp_thread() {
   if (omp_get_max_threads() != 1) omp_set_num_threads(1);  // checked every time: others may change it
 }
 
+// An owned oneDNN handle, destroyed by its C API's destroy function when the owner goes (also
+// when a later step of building a state throws).
+template <class T, dnnl_status_t (*Destroy)(T)>
+class Owned {
+ public:
+  Owned() = default;
+  Owned(const Owned&) = delete;
+  Owned& operator=(const Owned&) = delete;
+  Owned(Owned&& o) noexcept : h_(std::exchange(o.h_, nullptr)) {}
+  Owned& operator=(Owned&& o) noexcept {
+    if (this != &o) reset(std::exchange(o.h_, nullptr));
+    return *this;
+  }
+  ~Owned() { reset(); }
+  T get() const { return h_; }
+  // Where a create call writes the new handle (any old one is destroyed first).
+  T* out() {
+    reset();
+    return &h_;
+  }
+  explicit operator bool() const { return h_ != nullptr; }
+  void reset(T h = nullptr) {
+    if (h_) Destroy(h_);
+    h_ = h;
+  }
+
+ private:
+  T h_ = nullptr;
+};
+using Engine = Owned<dnnl_engine_t, dnnl_engine_destroy>;
+using Stream = Owned<dnnl_stream_t, dnnl_stream_destroy>;
+using Memory = Owned<dnnl_memory_t, dnnl_memory_destroy>;
+using Primitive = Owned<dnnl_primitive_t, dnnl_primitive_destroy>;
+using PrimitiveDesc = Owned<dnnl_primitive_desc_t, dnnl_primitive_desc_destroy>;
+using Attr = Owned<dnnl_primitive_attr_t, dnnl_primitive_attr_destroy>;
+
 // Everything oneDNN needs for one minibatch size: the convolution, the reorders around it and the
 // sizes of the blocked buffers (0 when oneDNN works on the plain layout directly). Operands: the
 // image input (src), the second input b (weights forward, dY for the weight gradient) and the
 // output (dst forward, dW for the weight gradient).
 struct Prims {
   int64_t mb = 0;
-  dnnl_primitive_t conv = nullptr, src_re = nullptr, b_re = nullptr, out_re = nullptr;
+  Primitive conv, src_re, b_re, out_re;
   dnnl_memory_desc_t usrc{}, psrc{}, ub{}, pb{}, uout{}, pout{}, pad{};
   int64_t src_bytes = 0, b_bytes = 0, out_bytes = 0, pad_bytes = 0;
 };
 
 struct Chunk {
   const Prims* p = nullptr;
-  dnnl_stream_t stream = nullptr;
-  dnnl_memory_t usrc = nullptr, psrc = nullptr, ub = nullptr, pb = nullptr, pout = nullptr, uout = nullptr,
-                pad = nullptr;
-  dnnl_memory_t b = nullptr;  // what the convolution reads as its second input
+  Stream stream;
+  Memory usrc, psrc, ub, pb, pout, uout, pad;
+  dnnl_memory_t b = nullptr;  // what the convolution reads as its second input (not owned here)
 };
 
 struct ConvState {
   ConvGeom g{};
-  dnnl_engine_t eng = nullptr;
+  Engine eng;  // first: destroyed after everything made with it
   Prims full, last;  // last: the remainder chunk when the batch is not a multiple
   int64_t chunks = 0;
   int64_t slots = 1;  // scratch slots: the engine's thread count when compiled, at most one per chunk
@@ -93,8 +129,8 @@ struct ConvState {
   // Forward: the weights, user (plain oihw) and blocked copies per minibatch size, redone when the
   // weights' bytes change (compared with a copy: cheap next to the convolution, and right however
   // the weights were written).
-  dnnl_memory_t uw = nullptr, pw_full = nullptr, pw_last = nullptr;
-  dnnl_stream_t wstream = nullptr;
+  Memory uw, pw_full, pw_last;
+  Stream wstream;
   const float* w_ptr = nullptr;
   std::vector<float> w_copy;
   bool w_valid = false;
@@ -112,30 +148,14 @@ struct ConvState {
   ConvState(const ConvState&) = delete;
   ConvState& operator=(const ConvState&) = delete;
   ConvState() = default;
-  ~ConvState() {
-    for (Chunk& c : ch) {
-      for (dnnl_memory_t m : {c.usrc, c.psrc, c.ub, c.pb, c.pout, c.uout, c.pad})
-        if (m) dnnl_memory_destroy(m);
-      if (c.stream) dnnl_stream_destroy(c.stream);
-    }
-    for (dnnl_memory_t m : {uw, pw_full, pw_last})
-      if (m) dnnl_memory_destroy(m);
-    if (wstream) dnnl_stream_destroy(wstream);
-    for (Prims* p : {&full, &last})
-      for (dnnl_primitive_t q : {p->conv, p->src_re, p->b_re, p->out_re})
-        if (q) dnnl_primitive_destroy(q);
-    if (eng) dnnl_engine_destroy(eng);
-  }
 };
 
-dnnl_primitive_t make_reorder(const dnnl_memory_desc_t& from, const dnnl_memory_desc_t& to, dnnl_engine_t eng) {
-  if (dnnl_memory_desc_equal(&from, &to)) return nullptr;
-  dnnl_primitive_desc_t pd = nullptr;
-  ok(dnnl_reorder_primitive_desc_create(&pd, &from, eng, &to, eng, nullptr), "reorder descriptor");
-  dnnl_primitive_t prim = nullptr;
-  dnnl_status_t st = dnnl_primitive_create(&prim, pd);
-  dnnl_primitive_desc_destroy(pd);
-  ok(st, "reorder primitive");
+Primitive make_reorder(const dnnl_memory_desc_t& from, const dnnl_memory_desc_t& to, dnnl_engine_t eng) {
+  Primitive prim;
+  if (dnnl_memory_desc_equal(&from, &to)) return prim;
+  PrimitiveDesc pd;
+  ok(dnnl_reorder_primitive_desc_create(pd.out(), &from, eng, &to, eng, nullptr), "reorder descriptor");
+  ok(dnnl_primitive_create(prim.out(), pd.get()), "reorder primitive");
   return prim;
 }
 
@@ -164,29 +184,27 @@ void init_prims(Prims& p, const ConvGeom& g, int64_t mb, dnnl_engine_t eng, bool
     ok(dnnl_memory_desc_init_by_tag(&uw, 4, w_dims, dnnl_f32, dnnl_oihw), "weights desc");
   }
   ok(dnnl_memory_desc_init_by_tag(&udst, 4, dst_dims, dnnl_f32, dnnl_nchw), "dst desc");
-  dnnl_primitive_attr_t attr = nullptr;
-  ok(dnnl_primitive_attr_create(&attr), "attributes");
+  Attr attr;
+  ok(dnnl_primitive_attr_create(attr.out()), "attributes");
   // A scratchpad per call, in the plan's scratch: calls of one primitive run concurrently.
-  dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
+  dnnl_primitive_attr_set_scratchpad_mode(attr.get(), dnnl_scratchpad_mode_user);
   dnnl_convolution_desc_t fd;
   dnnl_status_t st = dnnl_dilated_convolution_forward_desc_init(
       &fd, g.kind == ConvKind::Forward ? dnnl_forward_inference : dnnl_forward_training, alg,
       &any_src, &any_w, nullptr, &any_dst, strides, dil, pl, pr);
-  dnnl_primitive_desc_t fpd = nullptr, pd = nullptr;
-  if (st == dnnl_success) st = dnnl_primitive_desc_create(&fpd, &fd, g.kind == ConvKind::Forward ? attr : nullptr, eng, nullptr);
+  PrimitiveDesc fpd, bpd;
+  if (st == dnnl_success)
+    st = dnnl_primitive_desc_create(fpd.out(), &fd, g.kind == ConvKind::Forward ? attr.get() : nullptr, eng, nullptr);
   if (st == dnnl_success && g.kind != ConvKind::Forward) {
     dnnl_convolution_desc_t bd;
     st = bww ? dnnl_dilated_convolution_backward_weights_desc_init(&bd, alg, &any_src, &any_w,
                                                                   nullptr, &any_dst, strides, dil, pl, pr)
              : dnnl_dilated_convolution_backward_data_desc_init(&bd, alg, &any_src, &any_w,
                                                                &any_dst, strides, dil, pl, pr);
-    if (st == dnnl_success) st = dnnl_primitive_desc_create(&pd, &bd, attr, eng, fpd);
-    dnnl_primitive_desc_destroy(fpd);
-  } else {
-    pd = fpd;
+    if (st == dnnl_success) st = dnnl_primitive_desc_create(bpd.out(), &bd, attr.get(), eng, fpd.get());
   }
-  dnnl_primitive_attr_destroy(attr);
   ok(st, "convolution primitive descriptor");
+  dnnl_primitive_desc_t pd = g.kind == ConvKind::Forward ? fpd.get() : bpd.get();
   if (bww) {
     p.usrc = usrc, p.ub = udst, p.uout = uw;
     p.psrc = *dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
@@ -209,14 +227,10 @@ void init_prims(Prims& p, const ConvGeom& g, int64_t mb, dnnl_engine_t eng, bool
   p.out_bytes = blocked_bytes(p.pout, p.uout);
   p.pad_bytes = int64_t(dnnl_memory_desc_get_size(&p.pad));
   if (create) {
-    st = dnnl_primitive_create(&p.conv, pd);
-    dnnl_primitive_desc_destroy(pd);
-    ok(st, "convolution primitive");
+    ok(dnnl_primitive_create(p.conv.out(), pd), "convolution primitive");
     p.src_re = make_reorder(p.usrc, p.psrc, eng);
     p.b_re = make_reorder(p.ub, p.pb, eng);
     p.out_re = make_reorder(p.pout, p.uout, eng);
-  } else {
-    dnnl_primitive_desc_destroy(pd);
   }
 }
 
@@ -252,15 +266,15 @@ std::unique_ptr<ConvState> make_state(const ConvGeom& g, bool create, dnnl_alg_k
   auto s = std::make_unique<ConvState>();
   s->g = g;
   if (flipped_from) s->flipped_from = *flipped_from;
-  ok(dnnl_engine_create(&s->eng, dnnl_cpu, 0), "engine");
+  ok(dnnl_engine_create(s->eng.out(), dnnl_cpu, 0), "engine");
   int64_t mb = chunk_images(g);
   s->chunks = (g.N + mb - 1) / mb;
   s->slots = std::clamp<int64_t>(num_threads(), 1, s->chunks);
   // oneDNN has no reorder from the swapped weights' strides into Winograd's layout: those are
   // transposed to plain [O, C, KH, KW] first (see run_state).
   s->plain_w = (g.kswap && alg == dnnl_convolution_winograd) || s->flipped_from;
-  init_prims(s->full, g, mb, s->eng, create, alg, s->plain_w);
-  if (g.N % mb != 0) init_prims(s->last, g, g.N % mb, s->eng, create, alg, s->plain_w);
+  init_prims(s->full, g, mb, s->eng.get(), create, alg, s->plain_w);
+  if (g.N % mb != 0) init_prims(s->last, g, g.N % mb, s->eng.get(), create, alg, s->plain_w);
   return s;
 }
 
@@ -313,9 +327,9 @@ Layout layout_of(const ConvState& s) {
   return {s.slots, sb, s.chunks, partial_bytes(s), wb};
 }
 
-dnnl_memory_t mem(const dnnl_memory_desc_t& md, dnnl_engine_t eng, const void* ptr) {
-  dnnl_memory_t m = nullptr;
-  ok(dnnl_memory_create(&m, &md, eng, const_cast<void*>(ptr)), "memory");
+Memory mem(const dnnl_memory_desc_t& md, dnnl_engine_t eng, const void* ptr) {
+  Memory m;
+  ok(dnnl_memory_create(m.out(), &md, eng, const_cast<void*>(ptr)), "memory");
   return m;
 }
 
@@ -331,10 +345,11 @@ void bind(ConvState& s, const float* x, const float* b, float* y, char* scratch,
   if (!bww) {
     char* wbuf = wstore;
     if (s.plain_w) s.w_plain.assign(size_t(g.O * g.C * g.KH * g.KW), 0.0f);
-    s.uw = mem(s.full.ub, s.eng, s.plain_w ? s.w_plain.data() : b);
-    s.pw_full = s.full.b_bytes ? mem(s.full.pb, s.eng, wbuf) : nullptr;
-    if (s.last.mb && s.last.b_bytes) s.pw_last = mem(s.last.pb, s.eng, wbuf + align64(s.full.b_bytes));
-    ok(dnnl_stream_create(&s.wstream, s.eng, dnnl_stream_default_flags), "stream");
+    dnnl_engine_t eng = s.eng.get();
+    s.uw = mem(s.full.ub, eng, s.plain_w ? s.w_plain.data() : b);
+    if (s.full.b_bytes) s.pw_full = mem(s.full.pb, eng, wbuf);
+    if (s.last.mb && s.last.b_bytes) s.pw_last = mem(s.last.pb, eng, wbuf + align64(s.full.b_bytes));
+    ok(dnnl_stream_create(s.wstream.out(), eng, dnnl_stream_default_flags), "stream");
     s.w_ptr = b;
     s.w_copy.assign(size_t(g.O * g.C * g.KH * g.KW), 0.0f);
     s.w_valid = false;
@@ -355,17 +370,19 @@ void bind(ConvState& s, const float* x, const float* b, float* y, char* scratch,
       at += align64(bytes);
       return r;
     };
-    ok(dnnl_stream_create(&c.stream, s.eng, dnnl_stream_default_flags), "stream");
-    c.usrc = mem(p.usrc, s.eng, x + n0 * in_per_image(g));
-    c.psrc = p.src_bytes ? mem(p.psrc, s.eng, take(p.src_bytes)) : nullptr;
+    dnnl_engine_t eng = s.eng.get();
+    ok(dnnl_stream_create(c.stream.out(), eng, dnnl_stream_default_flags), "stream");
+    c.usrc = mem(p.usrc, eng, x + n0 * in_per_image(g));
+    if (p.src_bytes) c.psrc = mem(p.psrc, eng, take(p.src_bytes));
     if (bww) {
-      c.ub = mem(p.ub, s.eng, b + n0 * g.O * g.OH * g.OW);
-      c.pb = p.b_bytes ? mem(p.pb, s.eng, take(p.b_bytes)) : nullptr;
-      c.b = c.pb ? c.pb : c.ub;
+      c.ub = mem(p.ub, eng, b + n0 * g.O * g.OH * g.OW);
+      if (p.b_bytes) c.pb = mem(p.pb, eng, take(p.b_bytes));
+      c.b = c.pb ? c.pb.get() : c.ub.get();
     } else {
-      c.b = is_last ? (s.pw_last ? s.pw_last : s.uw) : (s.pw_full ? s.pw_full : s.uw);
+      const Memory& pw = is_last ? s.pw_last : s.pw_full;
+      c.b = pw ? pw.get() : s.uw.get();
     }
-    c.pout = p.out_bytes ? mem(p.pout, s.eng, take(p.out_bytes)) : nullptr;
+    if (p.out_bytes) c.pout = mem(p.pout, eng, take(p.out_bytes));
     float* uout = y + n0 * out_per_image(g);
     if (bww) {
       uout = y;
@@ -374,35 +391,35 @@ void bind(ConvState& s, const float* x, const float* b, float* y, char* scratch,
         s.partial.push_back(uout);
       }
     }
-    c.uout = mem(p.uout, s.eng, uout);
-    c.pad = mem(p.pad, s.eng, take(p.pad_bytes));
+    c.uout = mem(p.uout, eng, uout);
+    c.pad = mem(p.pad, eng, take(p.pad_bytes));
   }
 }
 
-void exec(dnnl_primitive_t prim, dnnl_stream_t st, std::initializer_list<dnnl_exec_arg_t> args) {
-  ok(dnnl_primitive_execute(prim, st, int(args.size()), args.begin()), "execute");
+void exec(const Primitive& prim, const Stream& st, std::initializer_list<dnnl_exec_arg_t> args) {
+  ok(dnnl_primitive_execute(prim.get(), st.get(), int(args.size()), args.begin()), "execute");
 }
 
 void conv_chunk_or_throw(const ConvState& s, int64_t i) {
   const Chunk& c = s.ch[size_t(i)];
   const Prims& pr = *c.p;
-  dnnl_memory_t src = c.usrc, out = c.pout ? c.pout : c.uout;
+  dnnl_memory_t src = c.usrc.get(), out = c.pout ? c.pout.get() : c.uout.get(), pad = c.pad.get();
   if (pr.src_re) {
-    exec(pr.src_re, c.stream, {{DNNL_ARG_FROM, c.usrc}, {DNNL_ARG_TO, c.psrc}});
-    src = c.psrc;
+    exec(pr.src_re, c.stream, {{DNNL_ARG_FROM, c.usrc.get()}, {DNNL_ARG_TO, c.psrc.get()}});
+    src = c.psrc.get();
   }
   if (s.g.kind == ConvKind::BwdWeights) {
-    if (pr.b_re) exec(pr.b_re, c.stream, {{DNNL_ARG_FROM, c.ub}, {DNNL_ARG_TO, c.pb}});
+    if (pr.b_re) exec(pr.b_re, c.stream, {{DNNL_ARG_FROM, c.ub.get()}, {DNNL_ARG_TO, c.pb.get()}});
     exec(pr.conv, c.stream,
-         {{DNNL_ARG_SRC, src}, {DNNL_ARG_DIFF_DST, c.b}, {DNNL_ARG_DIFF_WEIGHTS, out}, {DNNL_ARG_SCRATCHPAD, c.pad}});
+         {{DNNL_ARG_SRC, src}, {DNNL_ARG_DIFF_DST, c.b}, {DNNL_ARG_DIFF_WEIGHTS, out}, {DNNL_ARG_SCRATCHPAD, pad}});
   } else if (s.g.kind == ConvKind::BwdData) {
     exec(pr.conv, c.stream,
-         {{DNNL_ARG_DIFF_DST, src}, {DNNL_ARG_WEIGHTS, c.b}, {DNNL_ARG_DIFF_SRC, out}, {DNNL_ARG_SCRATCHPAD, c.pad}});
+         {{DNNL_ARG_DIFF_DST, src}, {DNNL_ARG_WEIGHTS, c.b}, {DNNL_ARG_DIFF_SRC, out}, {DNNL_ARG_SCRATCHPAD, pad}});
   } else {
     exec(pr.conv, c.stream,
-         {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, c.b}, {DNNL_ARG_DST, out}, {DNNL_ARG_SCRATCHPAD, c.pad}});
+         {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, c.b}, {DNNL_ARG_DST, out}, {DNNL_ARG_SCRATCHPAD, pad}});
   }
-  if (pr.out_re) exec(pr.out_re, c.stream, {{DNNL_ARG_FROM, c.pout}, {DNNL_ARG_TO, c.uout}});
+  if (pr.out_re) exec(pr.out_re, c.stream, {{DNNL_ARG_FROM, c.pout.get()}, {DNNL_ARG_TO, c.uout.get()}});
 }
 
 // The chunks of slot t, one after another. On a pool thread an exception would end the process:
@@ -440,8 +457,9 @@ void run_state(ConvState& s, ThreadPool& pool) {
           for (int64_t j = 0; j < g.KW; ++j)
             s.w_plain[size_t((oc * g.KH + i) * g.KW + j)] = s.w_ptr[(oc * g.KW + j) * g.KH + i];
     }
-    if (s.full.b_re) exec(s.full.b_re, s.wstream, {{DNNL_ARG_FROM, s.uw}, {DNNL_ARG_TO, s.pw_full}});
-    if (s.last.mb && s.last.b_re) exec(s.last.b_re, s.wstream, {{DNNL_ARG_FROM, s.uw}, {DNNL_ARG_TO, s.pw_last}});
+    if (s.full.b_re) exec(s.full.b_re, s.wstream, {{DNNL_ARG_FROM, s.uw.get()}, {DNNL_ARG_TO, s.pw_full.get()}});
+    if (s.last.mb && s.last.b_re)
+      exec(s.last.b_re, s.wstream, {{DNNL_ARG_FROM, s.uw.get()}, {DNNL_ARG_TO, s.pw_last.get()}});
     std::memcpy(s.w_copy.data(), s.w_ptr, wb);
     s.w_valid = true;
   }
