@@ -231,6 +231,21 @@ TEST(TensorIndex, CrossEntropyForms) {
   EXPECT_NEAR(g[3], std::exp(-1.0) / s - 1, 1e-6);
   EXPECT_THROW(cross_entropy(rows, Tensor::from(ints64({0, 1, 2}, {3}))), Error);
   EXPECT_THROW(cross_entropy(Tensor::zeros({3}), Tensor::from(ints64({0}, {1}))), Error);
+
+  // Class weights: each sample scaled by its target's weight; the mean divides by the weights
+  // of the counted targets (the ignored one counts nothing).
+  CrossEntropyOptions wo = o;
+  wo.weight = Tensor::from({0.5, 2.0, 4.0}, {3});
+  wo.reduction = Reduction::None;
+  std::vector<float> wper = cross_entropy(logits, t, wo).to_vector();
+  EXPECT_NEAR(wper[0], 2.0 * nll(0, 0, 1), 1e-5);
+  EXPECT_EQ(wper[1], 0.0f);
+  EXPECT_NEAR(wper[2], 4.0 * nll(1, 0, 2), 1e-5);
+  EXPECT_NEAR(wper[3], 0.5 * nll(1, 1, 0), 1e-5);
+  wo.reduction = Reduction::Mean;
+  EXPECT_NEAR(cross_entropy(logits, t, wo).item(), (wper[0] + wper[2] + wper[3]) / 6.5, 1e-5);
+  wo.weight = Tensor::ones({2});
+  EXPECT_THROW(cross_entropy(logits, t, wo), Error);
 }
 
 TEST(TensorIndex, LayerNormOverSeveralAxesAndFunctionalBatchNorm) {

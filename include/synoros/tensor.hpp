@@ -210,13 +210,17 @@ Tensor mse_loss(const Tensor& pred, const Tensor& target);
 // are not counted by the mean (unset by default, where PyTorch's default is -100: set it to skip
 // padding; an out-of-range target is an error either way).
 struct CrossEntropyOptions {
+  Tensor weight;  // per-class weights [C] (torch's `weight`); undefined: every class weighs 1
   std::optional<int64_t> ignore_index;
   double label_smoothing = 0;
   Reduction reduction = Reduction::Mean;
 };
 // logits [N, C] or [N, C, d1, ...]; targets: class indices [N] or [N, d1, ...] (i32 or i64), or
-// class probabilities of the logits' shape. The mean over class indices, with or without an
-// ignored target, runs one fused kernel forward and backward; the other forms are composed.
+// class probabilities of the logits' shape. With `weight`, each sample's loss is scaled as in
+// PyTorch: by its target class's weight (the mean then divides by the sum of those weights), or
+// per class inside the sum over probabilities (the mean divides by the number of samples). The
+// mean over class indices without weights, with or without an ignored target, runs one fused
+// kernel forward and backward; the other forms are composed.
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEntropyOptions& options = {});
 
 // Prints as PyTorch does: tensor([[1.0000, 2.0000], ...]) with the dtype where it is not float32

@@ -50,9 +50,10 @@ void bind_functions(nb::module_& m) {
         "Computes several tensors with one plan (work they share is done once).");
   // Losses and the functional layers (synoros.nn.functional).
   m.def("mse_loss", &mse_loss, nb::arg("input"), nb::arg("target"));
-  m.def("cross_entropy", [](const Tensor& input, const Tensor& target, std::optional<int64_t> ignore_index,
-                            const std::string& reduction, double label_smoothing) {
+  m.def("cross_entropy", [](const Tensor& input, const Tensor& target, std::optional<Tensor> weight,
+                            std::optional<int64_t> ignore_index, const std::string& reduction, double label_smoothing) {
     CrossEntropyOptions o;
+    o.weight = weight.value_or(Tensor());
     if (is_float(target.dtype()) && ignore_index == -100) ignore_index.reset();  // PyTorch's default, unused
     o.ignore_index = ignore_index;
     o.label_smoothing = label_smoothing;
@@ -60,9 +61,10 @@ void bind_functions(nb::module_& m) {
     else if (reduction == "none") o.reduction = Reduction::None;
     else if (reduction != "mean") throw Error("cross_entropy: reduction must be 'mean', 'sum' or 'none', got '" + reduction + "'");
     return cross_entropy(input, target, o);
-  }, nb::arg("input"), nb::arg("target"), nb::kw_only(), nb::arg("ignore_index") = -100,
-     nb::arg("reduction") = "mean", nb::arg("label_smoothing") = 0.0,
-     "torch.nn.functional.cross_entropy: class indices (targets equal to ignore_index skipped) or probabilities.");
+  }, nb::arg("input"), nb::arg("target"), nb::arg("weight") = nb::none(), nb::kw_only(),
+     nb::arg("ignore_index") = -100, nb::arg("reduction") = "mean", nb::arg("label_smoothing") = 0.0,
+     "torch.nn.functional.cross_entropy: class indices (targets equal to ignore_index skipped) or probabilities,\n"
+     "optionally weighted per class.");
   m.def("layer_norm", [](const Tensor& x, const Shape& normalized_shape, std::optional<Tensor> w,
                          std::optional<Tensor> b, double eps) {
     return layer_norm(x, normalized_shape, w.value_or(Tensor()), b.value_or(Tensor()), eps);

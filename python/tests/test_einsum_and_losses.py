@@ -39,7 +39,8 @@ def test_einsum_notation_matches_pytorch(torch, rng, spec, shapes):
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 @pytest.mark.parametrize("smoothing", [0.0, 0.2])
 @pytest.mark.parametrize("form", ["2d", "spatial", "probabilities"])
-def test_cross_entropy_forms_match_pytorch(torch, rng, reduction, smoothing, form):
+@pytest.mark.parametrize("weighted", [False, True])
+def test_cross_entropy_forms_match_pytorch(torch, rng, reduction, smoothing, form, weighted):
     shape = (6, 5) if form == "2d" else (3, 5, 2, 4)
     logits = rng.standard_normal(shape).astype(np.float32) * 3
     if form == "probabilities":
@@ -50,13 +51,32 @@ def test_cross_entropy_forms_match_pytorch(torch, rng, reduction, smoothing, for
         target.flat[::4] = -100  # PyTorch's default ignore_index
     s = synoros.tensor(logits, requires_grad=True)
     t = torch.tensor(logits, requires_grad=True)
-    ys = F.cross_entropy(s, synoros.tensor(target), reduction=reduction, label_smoothing=smoothing)
-    yt = torch.nn.functional.cross_entropy(t, torch.tensor(target), reduction=reduction, label_smoothing=smoothing)
+    w = (rng.random(5) + 0.25).astype(np.float32)
+    sw = synoros.tensor(w, requires_grad=True) if weighted else None
+    # PyTorch differentiates the weights only for probability targets; elsewhere the weights'
+    # gradient is checked against central differences of PyTorch's float64 loss.
+    tw = torch.tensor(w, requires_grad=weighted and form == "probabilities") if weighted else None
+    ys = F.cross_entropy(s, synoros.tensor(target), sw, reduction=reduction, label_smoothing=smoothing)
+    yt = torch.nn.functional.cross_entropy(t, torch.tensor(target), tw, reduction=reduction, label_smoothing=smoothing)
     np.testing.assert_allclose(ys.numpy(), yt.detach().numpy(), rtol=1e-5, atol=1e-6)
     g = rng.standard_normal(yt.shape).astype(np.float32)
     (ys * synoros.tensor(g)).sum().backward()
     (yt * torch.tensor(g)).sum().backward()
     np.testing.assert_allclose(s.grad.numpy(), t.grad.numpy(), rtol=1e-4, atol=1e-6)
+    if weighted and tw.requires_grad:
+        np.testing.assert_allclose(sw.grad.numpy(), tw.grad.numpy(), rtol=1e-4, atol=1e-6)
+    elif weighted:
+        def loss64(wk):
+            y = torch.nn.functional.cross_entropy(torch.tensor(logits, dtype=torch.float64), torch.tensor(target),
+                                                  torch.tensor(wk), reduction=reduction, label_smoothing=smoothing)
+            return float((y * torch.tensor(g, dtype=torch.float64)).sum())
+        h, want = 1e-4, []
+        for k in range(5):
+            up, down = w.astype(np.float64), w.astype(np.float64)
+            up[k] += h
+            down[k] -= h
+            want.append((loss64(up) - loss64(down)) / (2 * h))
+        np.testing.assert_allclose(sw.grad.numpy(), want, rtol=1e-4, atol=1e-5)
 
 
 def test_cross_entropy_loss_module_and_errors(torch, rng):
@@ -65,6 +85,12 @@ def test_cross_entropy_loss_module_and_errors(torch, rng):
     loss = synoros.nn.CrossEntropyLoss(ignore_index=2)(synoros.tensor(logits), synoros.tensor(target))
     want = torch.nn.CrossEntropyLoss(ignore_index=2)(torch.tensor(logits), torch.tensor(target))
     assert abs(float(loss) - float(want)) < 1e-5
+    w = np.array([0.5, 2.0, 1.0], dtype=np.float32)
+    loss = synoros.nn.CrossEntropyLoss(synoros.tensor(w))(synoros.tensor(logits), synoros.tensor(target))
+    want = torch.nn.CrossEntropyLoss(torch.tensor(w))(torch.tensor(logits), torch.tensor(target))
+    assert abs(float(loss) - float(want)) < 1e-5
+    with pytest.raises(synoros.Error, match=r"weight must be a float tensor of shape \[3\]"):
+        F.cross_entropy(synoros.tensor(logits), synoros.tensor(target), synoros.tensor(w[:2]))
     with pytest.raises(synoros.Error, match="reduction"):
         F.cross_entropy(synoros.tensor(logits), synoros.tensor(target), reduction="avg")
     with pytest.raises(synoros.Error, match="out of range"):

@@ -49,16 +49,21 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEnt
                 (probabilities ? "probabilities " : "targets ") + shape_str(want_targets) +
                 ", got " + shape_str(targets.shape()));
   double eps = o.label_smoothing;
+  Tensor w = o.weight;
+  if (w.defined() && (w.shape() != Shape{C} || !is_float(w.dtype())))
+    throw Error("cross_entropy: weight must be a float tensor of shape [" + std::to_string(C) + "] (one per class), got " +
+                std::string(dtype_name(w.dtype())) + " " + shape_str(w.shape()));
   if (probabilities) {
     if (o.ignore_index)
       throw Error("cross_entropy: ignore_index needs class-index targets, not probabilities");
     Tensor p = classes_last(targets);
     if (eps > 0) p = p * (1 - eps) + eps / double(C);
+    if (w.defined()) p = p * w;
     Tensor per = -(p * rows.log_softmax(-1)).sum({-1});
     return reduce(per, o.reduction, Tensor::scalar(double(M), per.dtype()), sample);
   }
   Tensor t = targets.reshape({M});
-  if (o.reduction == Reduction::Mean && eps == 0) {  // the fused kernel
+  if (o.reduction == Reduction::Mean && eps == 0 && !w.defined()) {  // the fused kernel
     Attrs at;
     if (o.ignore_index) at.ints = {*o.ignore_index};
     return Tensor::apply(Op::CrossEntropy, {rows, t}, at);
@@ -74,10 +79,17 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEnt
     valid = 1.0 - ignored;
   }
   Tensor per = -logp.gather(1, safe.unsqueeze(1)).squeeze(1);
-  if (eps > 0) per = per * (1 - eps) - logp.mean({-1}) * eps;
+  Tensor wt;  // the weight of each sample's target class
+  if (w.defined()) {
+    wt = w.index_select(0, safe);
+    per = per * wt;
+  }
+  if (eps > 0) per = per * (1 - eps) - (w.defined() ? (logp * w).mean({-1}) : logp.mean({-1})) * eps;
   if (ignored.defined())
     per = where(ignored, Tensor::scalar(0, per.dtype()), per);  // exactly 0, even beside inf
-  Tensor count = valid.defined() ? valid.sum() : Tensor::scalar(double(M), per.dtype());
+  Tensor count = wt.defined()      ? (valid.defined() ? (wt * valid).sum() : wt.sum())
+                 : valid.defined() ? valid.sum()
+                                   : Tensor::scalar(double(M), per.dtype());
   return reduce(per, o.reduction, count, sample);
 }
 

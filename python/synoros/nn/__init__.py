@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import abc
 from collections import OrderedDict
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
 
 from .. import _C
 from .._C import Tensor
@@ -225,10 +225,15 @@ class MSELoss(Module):
 
 
 class CrossEntropyLoss(Module):
-    def __init__(self, ignore_index: int = -100, reduction: str = "mean", label_smoothing: float = 0.0) -> None:
+    def __init__(self, weight: Optional[Tensor] = None, ignore_index: int = -100, reduction: str = "mean",
+                 label_smoothing: float = 0.0) -> None:
         super().__init__()
+        if weight is not None:
+            self.register_buffer("weight", weight)
+        else:
+            self.weight = None
         self.ignore_index, self.reduction, self.label_smoothing = ignore_index, reduction, label_smoothing
 
     def forward(self, input: Tensor, target: Tensor) -> Tensor:
-        return _C.cross_entropy(input, target, ignore_index=self.ignore_index, reduction=self.reduction,
+        return _C.cross_entropy(input, target, self.weight, ignore_index=self.ignore_index, reduction=self.reduction,
                                 label_smoothing=self.label_smoothing)
