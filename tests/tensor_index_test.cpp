@@ -152,6 +152,21 @@ TEST(TensorIndex, IndexSelectAndIntegerIndexing) {
   leaf.requires_grad();
   leaf.index_select(0, Tensor::from(ints64({2, 2, 0}, {3}))).sum().backward();
   EXPECT_EQ(leaf.grad().to_vector(), (std::vector<float>{1, 1, 0, 0, 2, 2}));
+  // Integer data (no gradient) is selected too, through gather: values beyond 2^53 survive.
+  const int64_t big = (int64_t(1) << 60) + 1;
+  HostTensor ih(DType::I64, {3, 2});
+  std::vector<int64_t> iv = {7, big, -3, 5, 6, 9};
+  std::copy(iv.begin(), iv.end(), ih.data<int64_t>());
+  Tensor ix = Tensor::from(ih);
+  auto i64 = [](const Tensor& t) {
+    HostTensor h = t.value();
+    EXPECT_EQ(h.dtype, DType::I64);
+    return std::vector<int64_t>(h.data<int64_t>(), h.data<int64_t>() + h.numel());
+  };
+  Tensor picked = ix.index(Tensor::from(ints64({2, 0, 1}, {3})));
+  EXPECT_EQ(picked.shape(), (Shape{3, 2}));
+  EXPECT_EQ(i64(picked), (std::vector<int64_t>{6, 9, 7, big, -3, 5}));
+  EXPECT_EQ(i64(ix.index_select(1, Tensor::from(ints64({1}, {1})))), (std::vector<int64_t>{big, 5, 9}));
   EXPECT_THROW(x.index_select(1, Tensor::from({1.0f}, {1})), Error);
   EXPECT_THROW(x.index_select(1, Tensor::from(ints64({0, 1}, {1, 2}))), Error);
   EXPECT_THROW(x.index_select(3, idx), Error);

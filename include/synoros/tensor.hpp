@@ -127,7 +127,8 @@ class Tensor {
   // torch.index_select: the slices at `index` (1-D, i32 or i64) along axis, in that order.
   Tensor index_select(int64_t axis, const Tensor& index) const;
   // Indexing by an integer tensor, self[index]: the slices along the first axis at each of
-  // index's positions, shape index.shape + shape[1:]. Repeated indices add their gradients.
+  // index's positions, shape index.shape + shape[1:], for tensors of any dtype. Repeated indices
+  // add their gradients.
   Tensor index(const Tensor& index) const;
   // Generic escape hatch: any op of the table with these attrs.
   static Tensor apply(Op op, const std::vector<Tensor>& in, const Attrs& attrs = {},

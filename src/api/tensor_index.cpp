@@ -59,15 +59,20 @@ Tensor Tensor::gather(int64_t axis, const Tensor& index) const {
   return with_ints(Op::Gather, {*this, index}, {axis});
 }
 
-// Both select rows of a [size, rest] view with the embedding op (a copy of each row; its gradient
-// adds repeated rows in ascending position order).
+// Both select rows of a [size, rest] view: float data with the embedding op (a copy of each
+// row; its gradient adds repeated rows in ascending position order), other dtypes (no gradient)
+// with gather, which copies any dtype's bits.
 Tensor Tensor::index(const Tensor& idx) const {
   require_index(idx, "index");
   const Shape& s = shape();
   if (s.empty()) throw Error("index: a 0-d tensor cannot be indexed");
   Shape rest(s.begin() + 1, s.end()), out = idx.shape();
   out.insert(out.end(), rest.begin(), rest.end());
-  return embedding(reshape({s[0], synoros::numel(rest)}), idx).reshape(out);
+  int64_t R = synoros::numel(rest);
+  Tensor rows = reshape({s[0], R});
+  if (is_float(dtype())) return embedding(rows, idx).reshape(out);
+  int64_t L = idx.numel();
+  return rows.gather(0, idx.reshape({L, 1}).expand({L, R})).reshape(out);
 }
 
 Tensor Tensor::index_select(int64_t axis, const Tensor& idx) const {
