@@ -5,7 +5,9 @@
 #include <signal.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
+#include <optional>
 
 #include "io/atomic_file.hpp"
 #include "synoros/checkpoint.hpp"
@@ -77,6 +79,34 @@ TEST(Trust, SettingsAreCheckedAndNameTheVariable) {
   std::string table = config::describe_variables();
   for (const config::Variable& v : config::variables()) EXPECT_NE(table.find(v.name), std::string::npos);
   expect_error([] { config::flag("SYNOROS_NOT_A_SETTING"); }, {"unknown variable"});
+}
+
+// The system's own variables are read in the one place too: the caches follow XDG_CACHE_HOME,
+// else HOME; temporary files TMPDIR, else /tmp; a name outside the list is an Error.
+TEST(Trust, SystemVariablesDecideTheCacheAndTemporaryDirectories) {
+  struct Saved {  // restores the process environment, whatever the test did
+    std::string name;
+    std::optional<std::string> value;
+    explicit Saved(const char* n) : name(n) {
+      if (const char* v = std::getenv(n)) value = v;
+    }
+    ~Saved() {
+      if (value) ::setenv(name.c_str(), value->c_str(), 1);
+      else ::unsetenv(name.c_str());
+    }
+  } xdg("XDG_CACHE_HOME"), home("HOME"), tmp("TMPDIR");
+  ::setenv("XDG_CACHE_HOME", "/x/cache", 1);
+  ::setenv("HOME", "/h", 1);
+  EXPECT_EQ(config::user_cache_dir(), "/x/cache/synoros");
+  ::unsetenv("XDG_CACHE_HOME");
+  EXPECT_EQ(config::user_cache_dir(), "/h/.cache/synoros");
+  ::unsetenv("HOME");
+  EXPECT_EQ(config::user_cache_dir(), "");
+  ::unsetenv("TMPDIR");
+  EXPECT_EQ(config::temp_dir(), "/tmp");
+  ::setenv("TMPDIR", "/t", 1);
+  EXPECT_EQ(config::temp_dir(), "/t");
+  expect_error([] { config::system_variable("PATH"); }, {"PATH", "not a system variable"});
 }
 
 // layer_norm of a rank-1 input: the weight and bias gradients are vectors (go * x-hat and go),

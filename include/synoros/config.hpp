@@ -35,6 +35,16 @@ bool flag(const char* name, bool fallback = false);  // Flag: "0" or "1"
 std::optional<int64_t> integer(const char* name);  // Integer within its range, or Bytes (K/M/G suffixes)
 std::string text(const char* name);               // Choice or Path
 
+// The standard variables of the system the engine also follows (not SYNOROS_*; read at each
+// call, never cached): HOME, XDG_CACHE_HOME, TMPDIR, CUDA_HOME, CUDA_PATH, and the MPI launchers'
+// OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_RANK. "" when unset; any other name is an Error.
+std::string system_variable(const char* name);
+// Where the engine keeps caches of its own (the tuning cache, compiled kernels):
+// $XDG_CACHE_HOME/synoros, else $HOME/.cache/synoros; "" when neither is set.
+std::string user_cache_dir();
+// The directory for temporary files: $TMPDIR, else /tmp.
+std::string temp_dir();
+
 // Replaces a variable's value for the lifetime of the object (tests; nullptr: unset). Only
 // settings read at use time see it (SYNOROS_NO_FUSION, SYNOROS_NO_PLAN, SYNOROS_VERBOSE, the data
 // and cache paths); those cached at first use (the ISA, the thread count, strict mode, the window

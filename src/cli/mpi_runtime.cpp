@@ -15,15 +15,14 @@ namespace synoros::cli {
 
 namespace {
 int env_int(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? std::atoi(v) : 0;
+  return std::atoi(config::system_variable(name).c_str());
 }
 // World size announced by the launcher, 0 when not started by one.
 int launcher_world_size() {
   for (const char* n : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"})
     if (int s = env_int(n)) return s;
   // PMIx launchers (srun --mpi=pmix) set the rank, not the size: let MPI_Comm_size tell.
-  if (std::getenv("PMIX_RANK")) return 1;
+  if (!config::system_variable("PMIX_RANK").empty()) return 1;
   return 0;
 }
 // Seconds a rank waits for a peer before it gives up.

@@ -1,8 +1,11 @@
 // The environment, read in one place: the table of SYNOROS_* variables and their parsers.
 #include "synoros/config.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -67,12 +70,15 @@ const Variable& find(const std::string& name) {
   throw Error("config: unknown variable '" + name + "'");
 }
 
+// The engine's one read of the environment.
+const char* env(const char* name) { return std::getenv(name); }
+
 std::optional<std::string> raw_value(const char* name) {
   State& s = state();
   std::lock_guard<std::mutex> lk(s.mu);
   if (!s.loaded) {
     for (const Variable& v : variables()) {
-      const char* e = std::getenv(v.name);  // the engine's one read of the environment
+      const char* e = env(v.name);
       s.raw[v.name] = e && *e ? std::optional<std::string>(e) : std::nullopt;
     }
     s.loaded = true;
@@ -160,6 +166,26 @@ std::string text(const char* name) {
   if (!s) return "";
   check_value(v, *s);
   return *s;
+}
+
+std::string system_variable(const char* name) {
+  static const char* const known[] = {"HOME",      "XDG_CACHE_HOME",       "TMPDIR",  "CUDA_HOME",
+                                      "CUDA_PATH", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"};
+  if (std::none_of(std::begin(known), std::end(known), [&](const char* k) { return std::strcmp(k, name) == 0; }))
+    throw Error(std::string("config: '") + name + "' is not a system variable the engine follows");
+  const char* e = env(name);
+  return e ? e : "";
+}
+
+std::string user_cache_dir() {
+  if (std::string x = system_variable("XDG_CACHE_HOME"); !x.empty()) return x + "/synoros";
+  if (std::string h = system_variable("HOME"); !h.empty()) return h + "/.cache/synoros";
+  return "";
+}
+
+std::string temp_dir() {
+  std::string t = system_variable("TMPDIR");
+  return t.empty() ? "/tmp" : t;
 }
 
 std::string describe_variables() {

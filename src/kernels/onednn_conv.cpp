@@ -579,70 +579,84 @@ std::string oracle_check(const ConvGeom& g, const Probe& p, const Floats& y, con
 
 thread_local bool probing = false;  // lowering the alternative on probe buffers: no conv there
 
-// Runs each of oneDNN's algorithms whose why[a] is "" (the candidates) on one probe and checks it
-// against float64 (why[a]: then "" or why it failed); when `time`, times those
-// that passed against the alternative lowering on the same probe. Each timed run prepares the
-// weights again: the plan cannot tell a training step's parameters (updated every run) from
-// constant ones, nor computed weights (such as a data gradient's flipped ones) from either, and
-// Winograd's weight transform costs as much as its gain on small images (64 channels at 7x7:
-// ~1 ms against ~0.8 ms saved); constant weights may thus pass over Winograd where it would win.
-// Returns the fastest algorithm, or -1 for the alternative.
-int check_and_time(const ConvGeom& g, const ProbeLowering& alt, bool time, std::vector<std::string>& why) {
-  Probe p = make_probe(g);
-  ThreadPool& pool = default_pool();
-  struct Run {
-    std::unique_ptr<ConvState> st;
-    std::unique_ptr<Buffer> scratch, wstore;
-    Floats y;
-  };
-  std::vector<Run> runs;
-  std::vector<int> which;
-  for (int a = 0; a < kNumAlgorithms; ++a) {
-    if (why[size_t(a)] != "") continue;  // not a candidate here
+// The candidates' runs on one probe: each algorithm checked against float64, and the
+// alternative lowered over the same buffers, all made only when the choice is measured. Each
+// timed run prepares the weights again: the plan cannot tell a training step's parameters
+// (updated every run) from constant ones, nor computed weights (such as a data gradient's
+// flipped ones) from either, and Winograd's weight transform costs as much as its gain on small
+// images (64 channels at 7x7: ~1 ms against ~0.8 ms saved); constant weights may thus pass over
+// Winograd where it would win.
+class ProbeRuns {
+ public:
+  ProbeRuns(const ConvGeom& g, const ProbeLowering& alt) : g_(g), alt_(alt) {}
+
+  // "" when algorithm a's result on the probe agrees with float64, else why not.
+  std::string check(int a) {
+    const char* name = kAlgorithms[a].name;
     try {
-      Run r{make_candidate(g, a, true), nullptr, nullptr, Floats(numel(p.out))};
+      const Probe& p = probe();
+      Run& r = runs_[size_t(a)];
+      r.st = make_candidate(g_, a, true);
       Layout lay = layout_of(*r.st);
       r.scratch = std::make_unique<Buffer>(size_t(lay.scratch()));
       r.wstore = std::make_unique<Buffer>(size_t(lay.weights()));
-      std::fill(r.y.data(), r.y.data() + r.y.size, std::numeric_limits<float>::quiet_NaN());
-      bind(*r.st, p.x.data(), p.b.data(), r.y.data(), static_cast<char*>(r.scratch->data()),
+      r.y = std::make_unique<Floats>(numel(p.out));
+      std::fill(r.y->data(), r.y->data() + r.y->size, std::numeric_limits<float>::quiet_NaN());
+      bind(*r.st, p.x.data(), p.b.data(), r.y->data(), static_cast<char*>(r.scratch->data()),
            static_cast<char*>(r.wstore->data()));
-      run_state(*r.st, pool);
-      why[size_t(a)] = oracle_check(g, p, r.y, kAlgorithms[a].name);
-      if (why[size_t(a)].empty()) runs.push_back(std::move(r)), which.push_back(a);
+      run_state(*r.st, default_pool());
+      return oracle_check(g_, p, *r.y, name);
     } catch (const Error& err) {
-      why[size_t(a)] = std::string(kAlgorithms[a].name) + ": failed: " + err.what();
+      return std::string(name) + ": failed: " + err.what();
     }
   }
-  if (runs.empty() || !time) return which.empty() ? -1 : which[0];
-  // The alternative on the probe: sized first, then for real.
-  Floats y2(numel(p.out));
-  auto lower_on = [&](PlanStorage& storage) {
-    struct Probing {  // reset even when the lowering throws
-      Probing() { probing = true; }
-      ~Probing() { probing = false; }
-    } guard;
-    return alt(storage, p.x.data(), p.b.data(), y2.data());
+  void run(int a) {
+    Run& r = runs_[size_t(a)];
+    r.st->w_valid = false;  // the weights blocked (or transformed) again, as after an update
+    run_state(*r.st, default_pool());
+  }
+  // The alternative on the probe: sized first, then lowered for real on the first call.
+  void run_alternative() {
+    if (!other_) {
+      const Probe& p = probe();
+      y_alt_ = std::make_unique<Floats>(numel(p.out));
+      auto lower_on = [&](PlanStorage& storage) {
+        struct Probing {  // reset even when the lowering throws
+          Probing() { probing = true; }
+          ~Probing() { probing = false; }
+        } guard;
+        return alt_(storage, p.x.data(), p.b.data(), y_alt_->data());
+      };
+      PlanStorage sizing;
+      sizing.set_sizing(true);
+      sizing.begin_frame(reinterpret_cast<char*>(uintptr_t(1) << 20));  // a placeholder, never dereferenced
+      lower_on(sizing);
+      frame_ = std::make_unique<Buffer>(std::max<size_t>(sizing.frame_bytes(), 64));
+      real_.begin_frame(static_cast<char*>(frame_->data()));
+      other_ = lower_on(real_);
+    }
+    other_->fn(other_->args, default_pool());
+  }
+
+ private:
+  struct Run {
+    std::unique_ptr<ConvState> st;
+    std::unique_ptr<Buffer> scratch, wstore;
+    std::unique_ptr<Floats> y;
   };
-  PlanStorage sizing;
-  sizing.set_sizing(true);
-  sizing.begin_frame(reinterpret_cast<char*>(uintptr_t(1) << 20));  // a placeholder, never dereferenced
-  lower_on(sizing);
-  Buffer frame(std::max<size_t>(sizing.frame_bytes(), 64));
-  PlanStorage real;
-  real.begin_frame(static_cast<char*>(frame.data()));
-  Launch other = lower_on(real);
-  std::vector<std::function<void()>> fns;
-  for (Run& r : runs)
-    fns.push_back([&r, &pool] {
-      r.st->w_valid = false;  // the weights blocked (or transformed) again, as after an update
-      run_state(*r.st, pool);
-    });
-  fns.push_back([&] { other.fn(other.args, pool); });
-  std::vector<double> ns = best_times_interleaved(fns);
-  size_t best = size_t(std::min_element(ns.begin(), ns.end()) - ns.begin());
-  return best == runs.size() ? -1 : which[best];
-}
+  const Probe& probe() {
+    if (!probe_) probe_ = make_probe(g_);
+    return *probe_;
+  }
+  ConvGeom g_;
+  const ProbeLowering& alt_;
+  std::optional<Probe> probe_;
+  Run runs_[kNumAlgorithms];
+  std::unique_ptr<Floats> y_alt_;
+  std::unique_ptr<Buffer> frame_;
+  PlanStorage real_;
+  std::optional<Launch> other_;
+};
 
 std::string key_of(const ConvGeom& g) {
   std::ostringstream o;
@@ -653,116 +667,27 @@ std::string key_of(const ConvGeom& g) {
   return tuning_key(o.str(), false);
 }
 
-// Stride, dilation and padding of the unfold view U [n, c, h, w, kh, kw] of an [N, C, H, W] buffer
-// (g's sizes set); false when the view is not such a convolution window.
-bool window_geometry(const LowerCtx& c, int v, ConvGeom& g) {
-  if (size_t(v) >= c.in_base_shapes.size() || size_t(v) >= c.in_offsets.size() || size_t(v) >= c.in_strides.size())
-    return false;
-  const Shape& bs = c.in_base_shapes[size_t(v)];
-  if (bs.size() != 4 || bs[0] != g.N || bs[1] != g.C) return false;
-  g.H = bs[2], g.W = bs[3];
-  const std::vector<int64_t>& s = c.in_strides[size_t(v)];
-  if (s.size() != 6) return false;
-  if ((g.N > 1 && s[0] != g.C * g.H * g.W) || (g.C > 1 && s[1] != g.H * g.W)) return false;
-  const int kh = g.kswap ? 5 : 4, kw = g.kswap ? 4 : 5;  // the view's window dimensions
-  auto derive = [&](int64_t stride, int64_t size, int64_t unit, int64_t& out) {
-    if (size == 1) return out = 1, true;
-    if (stride <= 0 || stride % unit != 0) return false;
-    out = stride / unit;
-    return true;
-  };
-  if (!derive(s[2], g.OH, g.W, g.sh) || !derive(s[size_t(kh)], g.KH, g.W, g.dh) || !derive(s[3], g.OW, 1, g.sw) ||
-      !derive(s[size_t(kw)], g.KW, 1, g.dw))
-    return false;
-  // Zero padding: each gate must concern only the rows (h, kh) or only the columns (w, kw).
-  std::vector<const passes::ViewGate*> hg, wg;
-  static const std::vector<passes::ViewGate> none;
-  const auto& gates = size_t(v) < c.in_gates.size() ? c.in_gates[size_t(v)] : none;
-  for (const passes::ViewGate& gt : gates) {
-    if (gt.cstride.size() != 6) return false;
-    bool rows = gt.cstride[2] || gt.cstride[size_t(kh)], cols = gt.cstride[3] || gt.cstride[size_t(kw)];
-    if (gt.cstride[0] || gt.cstride[1] || (rows && cols)) return false;
-    if (!rows && !cols && !(gt.c0 >= 0 && gt.c0 < gt.limit)) return false;  // everything zero
-    if (rows) hg.push_back(&gt);
-    if (cols) wg.push_back(&gt);
-  }
-  auto axis_matches = [](const std::vector<const passes::ViewGate*>& gs, int dout, int dk, int64_t nout, int64_t nk,
-                         int64_t st, int64_t dil, int64_t pad, int64_t extent) {
-    for (int64_t i = 0; i < nout; ++i)
-      for (int64_t k = 0; k < nk; ++k) {
-        bool view = true;
-        for (const passes::ViewGate* gt : gs) {
-          int64_t val = gt->c0 + i * gt->cstride[size_t(dout)] + k * gt->cstride[size_t(dk)];
-          view = view && val >= 0 && val < gt->limit;
-        }
-        int64_t r = i * st + k * dil - pad;
-        if (view != (r >= 0 && r < extent)) return false;
-      }
-    return true;
-  };
-  // The view's offset is -(pt W + pl): try each top padding the window allows.
-  int64_t off = c.in_offsets[size_t(v)];
-  bool found = false;
-  for (int64_t pt = 0; pt <= (g.KH - 1) * g.dh && !found; ++pt) {
-    int64_t pl = -off - pt * g.W;
-    if (pl < 0 || pl > (g.KW - 1) * g.dw) continue;
-    if (axis_matches(hg, 2, kh, g.OH, g.KH, g.sh, g.dh, pt, g.H) &&
-        axis_matches(wg, 3, kw, g.OW, g.KW, g.sw, g.dw, pl, g.W))
-      g.pt = pt, g.pl = pl, found = true;
-  }
-  if (!found) return false;
-  // Bottom/right padding that makes oneDNN's output size ours (floor division: up to stride - 1
-  // unread rows are fine).
-  g.pb = (g.OH - 1) * g.sh + (g.KH - 1) * g.dh + 1 - g.H - g.pt;
-  g.pr = (g.OW - 1) * g.sw + (g.KW - 1) * g.dw + 1 - g.W - g.pl;
-  if (g.pb < 0) g.pb = -g.pb < g.sh ? 0 : g.pb;
-  if (g.pr < 0) g.pr = -g.pr < g.sw ? 0 : g.pr;
-  return g.pb >= 0 && g.pr >= 0;
-}
 }  // namespace
+
+std::vector<passes::ReadView> read_views(const LowerCtx& c) {
+  std::vector<passes::ReadView> out;
+  if (c.in_strides.size() != c.node.in.size()) return out;  // no folded views: nothing to match
+  for (size_t k = 0; k < c.node.in.size(); ++k) {
+    passes::ReadView r;
+    r.viewed = true;
+    r.shape = c.in_shape(k);
+    r.strides = c.in_strides[k];
+    if (k < c.in_gates.size()) r.gates = c.in_gates[k];
+    if (k < c.in_base_shapes.size()) r.base_shape = c.in_base_shapes[k];
+    if (k < c.in_offsets.size()) r.offset = c.in_offsets[k];
+    out.push_back(std::move(r));
+  }
+  return out;
+}
 
 void force_conv_lowering(const std::string& name) { forced() = checked_lowering(name, "force_conv_lowering"); }
 
 const std::string& forced_conv_lowering() { return forced(); }
-
-std::optional<ConvGeom> match_conv(const LowerCtx& c, const EinsumSpec& e) {
-  if (c.node.dtype != DType::F32 || e.in.size() != 2 || c.in_strides.size() != 2) return std::nullopt;
-  ConvGeom g{};
-  auto sz = [&](char l) { return e.size[int(l)]; };
-  const std::string& o = e.out;
-  if (o.size() != 4) return std::nullopt;
-  // Forward: U = "nchwxy", weights "ocxy" -> "nohw". Weight gradient: dY "nohw", U "nchwxy" -> "ocxy".
-  const std::string& u = e.in[0].size() == 6 ? e.in[0] : e.in[1];
-  const std::string& q = e.in[0].size() == 6 ? e.in[1] : e.in[0];
-  if (u.size() != 6 || q.size() != 4) return std::nullopt;
-  int v = e.in[0].size() == 6 ? 0 : 1;
-  if (v == 0 && q[1] == u[1] && q[2] == u[4] && q[3] == u[5] && o[0] == u[0] && o[1] == q[0] && o[2] == u[2] &&
-      o[3] == u[3] && u.find(q[0]) == std::string::npos) {
-    g.kind = ConvKind::Forward;
-  } else if (v == 1 && q[0] == u[0] && q[2] == u[2] && q[3] == u[3] && o[0] == q[1] && o[1] == u[1] && o[2] == u[4] &&
-             o[3] == u[5] && u.find(q[1]) == std::string::npos) {
-    g.kind = ConvKind::BwdWeights;
-  } else {
-    return std::nullopt;
-  }
-  g.N = sz(u[0]), g.C = sz(u[1]), g.OH = sz(u[2]), g.OW = sz(u[3]);
-  g.O = sz(g.kind == ConvKind::BwdWeights ? q[1] : q[0]);
-  if (g.N < 1 || g.C < 1 || g.O < 1 || g.OH < 1 || g.OW < 1 || sz(u[4]) < 1 || sz(u[5]) < 1) return std::nullopt;
-  // The second input plain: weights [O, C, KH, KW] or dY [N, O, OH, OW].
-  int w = 1 - v;
-  if (c.in_strides[size_t(w)] != contiguous_strides(c.in_shape(size_t(w))) ||
-      (size_t(w) < c.in_gates.size() && !c.in_gates[size_t(w)].empty()))
-    return std::nullopt;
-  // The view's window dimensions in the order (kh, kw), or -- a transposed convolution's input
-  // gradient, whose unfolds come in the reverse order -- (kw, kh) with weights [O, C, KW, KH].
-  for (bool swap : {false, true}) {
-    if (swap && g.kind != ConvKind::Forward) break;
-    g.kswap = swap;
-    g.KH = sz(u[swap ? 5 : 4]), g.KW = sz(u[swap ? 4 : 5]);
-    if (window_geometry(c, v, g)) return g;
-  }
-  return std::nullopt;
-}
 
 namespace {
 // The forced lowering, the probe, strict mode and the instruction-set cap keep the alternative.
@@ -772,16 +697,14 @@ bool alternative_only() { return probing || strict_kernels() || active_isa() != 
 Launch select_onednn(LowerCtx& c, const ConvGeom& g, const float* x, const float* b, Launch alt,
                      const ProbeLowering& alt_on_probe) {
   if (alternative_only()) return alt;
-  // The algorithms oneDNN implements for this geometry (why: "" for a candidate).
+  // The algorithms oneDNN implements for this geometry.
   std::unique_ptr<ConvState> st[kNumAlgorithms];
-  std::vector<std::string> why(kNumAlgorithms, "not applicable");
   int64_t scratch_bytes = 0;
   for (int a = 0; a < kNumAlgorithms; ++a) {
     if (!algorithm_applies(g, a) || (forced() == "onednn-conv" && a != 0)) continue;
     try {
       st[a] = make_candidate(g, a, !c.storage.sizing());
       scratch_bytes = std::max(scratch_bytes, layout_of(*st[a]).scratch());
-      why[size_t(a)] = "";
     } catch (const Error&) {
       // a geometry this oneDNN does not implement with this algorithm
     }
@@ -791,7 +714,7 @@ Launch select_onednn(LowerCtx& c, const ConvGeom& g, const float* x, const float
     if (forced() == kAlgorithms[only].name) {
       int keep = st[only] ? only : 0;
       for (int a = 0; a < kNumAlgorithms; ++a)
-        if (a != keep) why[size_t(a)] = "not applicable", st[a].reset();
+        if (a != keep) st[a].reset();
     }
   if (!st[0] && !st[1] && !st[2]) {
     // None applies here: a recorded oneDNN choice for this geometry cannot be honoured.
@@ -799,42 +722,46 @@ Launch select_onednn(LowerCtx& c, const ConvGeom& g, const float* x, const float
     bool replayed = false;
     if (!c.storage.sizing() && forced().empty() && cached_choice(key_of(g), name, version, &replayed) && replayed &&
         name != "gemm")
-      throw Error("onednn conv: the recorded kernel choice for '" + key_of(g).substr(0, key_of(g).find(" providers=")) +
-                  "' is " + name + " " + version + ", which this build cannot run here (the run's bits depend on it)");
+      throw unreplayable_choice(key_of(g), name, version);
     return alt;
   }
   // Every lowering gets the same scratch in both passes, so the frame is the same whichever is chosen.
   char* scratch = static_cast<char*>(c.storage.scratch(size_t(scratch_bytes)));
   if (c.storage.sizing()) return alt;
-  std::string key = key_of(g), name, version;
-  bool replayed = false;
-  if (!forced().empty() || !cached_choice(key, name, version, &replayed)) {
-    int pick = -1;
-    try {
-      pick = check_and_time(g, alt_on_probe, forced().empty(), why);
-    } catch (const Error& err) {
-      why.assign(kNumAlgorithms, std::string("onednn conv: failed: ") + err.what());
-    }
-    for (int a = 0; a < kNumAlgorithms; ++a) {
-      if (!st[a] || why[size_t(a)].empty()) continue;
-      if (!forced().empty()) throw Error("onednn conv: failed the float64 oracle: " + why[size_t(a)]);
-      record_rejection(key, why[size_t(a)]);
-    }
-    name = pick < 0 ? "gemm" : kAlgorithms[pick].name;
-    version = pick < 0 ? "1" : onednn_version();
-    if (forced().empty()) store_choice(key, name, version);
-  }
-  int a = -1;
+  // The candidates: each algorithm oneDNN implements here, then (unless one is forced) the
+  // alternative lowering, which is the engine's own and needs no check.
+  std::string key = key_of(g);
+  ProbeRuns probe(g, alt_on_probe);
+  std::vector<Candidate> cands;
+  std::vector<int> algorithm;  // per candidate; -1 for the alternative
   for (int k = 0; k < kNumAlgorithms; ++k)
-    if (name == kAlgorithms[k].name) a = k;
-  auto unreplayable = [&] {
-    return Error("onednn conv: the recorded kernel choice for '" + key.substr(0, key.find(" providers=")) + "' is " +
-                 name + " " + version + ", which this build cannot run here (the run's bits depend on it)");
-  };
-  if (a < 0 || !st[a] || version != onednn_version()) {
-    if (replayed && name != "gemm") throw unreplayable();
+    if (st[k]) {
+      cands.push_back({kAlgorithms[k].name, onednn_version(), [&probe, k] { return probe.check(k); },
+                       [&probe, k] { probe.run(k); }});
+      algorithm.push_back(k);
+    }
+  bool measured = forced().empty();
+  if (measured) {
+    cands.push_back({"gemm", "1", nullptr, [&probe] { probe.run_alternative(); }});
+    algorithm.push_back(-1);
+  }
+  ChooseOptions o;
+  o.replay = o.cached = o.time = measured;
+  Choice ch;
+  try {
+    ch = choose(key, cands, o);
+  } catch (const UnreplayableChoice&) {
+    throw;
+  } catch (const Error& err) {  // a run while timing failed: the engine's own lowering stands
+    if (!measured) throw;
+    record_rejection(key, std::string("onednn conv: failed: ") + err.what());
     return alt;
   }
+  if (!measured && !ch.rejected.empty()) throw Error("onednn conv: failed the float64 oracle: " + ch.rejected[0]);
+  int a = ch.index < 0 ? -1 : algorithm[size_t(ch.index)];
+  bool replayed = ch.replayed;
+  auto unreplayable = [&] { return unreplayable_choice(key, cands[size_t(ch.index)].name, onednn_version()); };
+  if (a < 0) return alt;
   char* wstore = static_cast<char*>(c.storage.persistent(size_t(layout_of(*st[a]).weights())));
   try {
     bind(*st[a], x, b, static_cast<float*>(c.out), scratch, wstore);
@@ -851,7 +778,7 @@ Launch select_onednn(LowerCtx& c, const ConvGeom& g, const float* x, const float
 
 Launch select_conv_lowering(LowerCtx& c, const EinsumSpec& e, Launch gemm_path) {
   if (alternative_only()) return gemm_path;
-  std::optional<ConvGeom> m = match_conv(c, e);
+  std::optional<ConvGeom> m = passes::match_conv(c.node.dtype, e, read_views(c));
   if (!m) return gemm_path;
   int v = m->kind == ConvKind::BwdWeights ? 1 : 0;  // the unfold view's operand
   // The GEMM lowering of this node over probe buffers (the view starts at base + offset).

@@ -11,27 +11,17 @@
 #include <string>
 
 #include "ir/einsum_spec.hpp"
+#include "passes/conv_match.hpp"
 #include "kernels/kernel_api.hpp"
 
 namespace synoros::kernels {
 
-enum class ConvKind {
-  Forward,     // y = conv(x, W)
-  BwdWeights,  // dW from x and dY
-  BwdData,     // dX from dY and W (the transposed convolution)
-};
+using passes::ConvDataChain;
+using passes::ConvGeom;
+using passes::ConvKind;
 
-struct ConvGeom {
-  ConvKind kind;
-  bool kswap = false;  // weights laid out [O, C, KW, KH] (a window-flipped transposed convolution's)
-  int64_t N, C, H, W, O, KH, KW, OH, OW;
-  int64_t sh, sw, dh, dw;  // stride and dilation (1 = dense)
-  int64_t pt, pl, pb, pr;  // zero padding: top, left, bottom, right
-};
-
-// The convolution the contraction computes, when it is one oneDNN can run (f32, plain weights or
-// plain dY).
-std::optional<ConvGeom> match_conv(const LowerCtx& c, const EinsumSpec& e);
+// How the lowering reads its operands (LowerCtx's folded views), for passes::match_conv.
+std::vector<passes::ReadView> read_views(const LowerCtx& c);
 
 // Returns `gemm_path` or an oneDNN convolution launch, whichever the selection picks.
 Launch select_conv_lowering(LowerCtx& c, const EinsumSpec& e, Launch gemm_path);
@@ -47,15 +37,6 @@ using ProbeLowering = std::function<Launch(PlanStorage& storage, float* x, float
 Launch select_onednn(LowerCtx& c, const ConvGeom& g, const float* x, const float* b, Launch alt,
                      const ProbeLowering& alt_on_probe);
 
-// A convolution's data gradient fold(fold(einsum(dY, W))) ending at the fold f2: its geometry,
-// which einsum operand is dY, the einsum and the first fold. The plan keeps neither value and
-// lowers f2 with LowerCtx::chain set, through lower_conv_data_grad.
-struct ConvDataChain {
-  ConvGeom g;
-  int dy;
-  ValueId e, f1;
-};
-std::optional<ConvDataChain> match_conv_data_grad(const Graph& g, ValueId f2);
 // The chain as oneDNN's backward-data convolution or as its own three kernels, whichever the
 // selection picks.
 Launch lower_conv_data_grad(LowerCtx& c);

@@ -15,6 +15,7 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <sstream>
 
@@ -212,10 +213,6 @@ std::string check(const GemmProvider& prov, const Probe& p, std::vector<float>& 
   return "";
 }
 
-struct Candidate {
-  const GemmProvider* prov;
-  std::unique_ptr<Buffer> scratch;  // 64-byte aligned, as in a plan
-};
 }  // namespace
 
 std::string serialize_tuning_cache(const std::map<std::string, TuningEntry>& m) {
@@ -260,9 +257,8 @@ std::vector<std::shared_ptr<GemmProvider>>& gemm_providers() {
 
 std::string tuning_cache_path() {
   if (std::string p = config::text("SYNOROS_TUNING_CACHE"); !p.empty()) return p;
-  if (const char* x = std::getenv("XDG_CACHE_HOME")) return std::string(x) + "/synoros/tuning.txt";
-  if (const char* h = std::getenv("HOME")) return std::string(h) + "/.cache/synoros/tuning.txt";
-  return "synoros-tuning.txt";
+  std::string dir = config::user_cache_dir();
+  return dir.empty() ? "synoros-tuning.txt" : dir + "/tuning.txt";
 }
 
 void clear_tuning_cache() {
@@ -449,64 +445,99 @@ void record_rejection(const std::string& key, const std::string& why) {
   note_rejection_locked(c, key, why);
 }
 
-Selection select_gemm(const GemmShape& s, bool strict) {
+UnreplayableChoice unreplayable_choice(const std::string& key, const std::string& name, const std::string& version) {
+  return UnreplayableChoice("select: the recorded kernel choice for '" + replay_key(key) + "' is " + name + " " + version +
+               ", which this build cannot run here (the run's bits depend on it)");
+}
+
+Choice choose(const std::string& key, const std::vector<Candidate>& cands, const ChooseOptions& o) {
   Cache& c = cache();
-  std::lock_guard<std::mutex> lk(c.mu);
-  load_locked(c);
-  std::string key = key_of(s, strict);
-  auto& provs = gemm_providers();
-  Selection sel;
-  if (const Entry* r = strict ? nullptr : replayed_locked(c, key)) {
-    for (const auto& p : provs)
-      if (p->name() == r->provider && p->version() == r->version && p->supports(s)) {
-        sel.provider = p.get();
-        sel.from_cache = true;
-        note_used_locked(c, key, *r);
-        return sel;
-      }
-    throw Error("select: the recorded kernel choice for '" + replay_key(key) + "' is " + r->provider + " " +
-                r->version + ", which this build cannot run here (the run's bits depend on it)");
+  Choice ch;
+  auto find = [&](const Entry& e) {
+    for (size_t i = 0; i < cands.size(); ++i)
+      if (cands[i].name == e.provider && cands[i].version == e.version) return int(i);
+    return -1;
+  };
+  {
+    std::lock_guard<std::mutex> lk(c.mu);
+    load_locked(c);
+    if (const Entry* r = o.replay && fast_kernels() ? replayed_locked(c, key) : nullptr) {
+      ch.index = find(*r);
+      if (ch.index < 0) throw unreplayable_choice(key, r->provider, r->version);
+      ch.from_cache = ch.replayed = true;
+      note_used_locked(c, key, *r);
+      return ch;
+    }
+    auto hit = o.cached ? c.entries.find(key) : c.entries.end();
+    if (hit != c.entries.end() && (ch.index = find(hit->second)) >= 0) {
+      ch.from_cache = true;
+      note_used_locked(c, key, hit->second);
+      return ch;
+    }
   }
-  auto hit = c.entries.find(key);
-  if (hit != c.entries.end()) {
-    for (const auto& p : provs)
-      if (p->name() == hit->second.provider && p->version() == hit->second.version && p->supports(s) &&
-          (!strict || p->canonical())) {
-        sel.provider = p.get();
-        sel.from_cache = true;
-        note_used_locked(c, key, hit->second);
-        return sel;
-      }
-  }
-  Probe probe = make_probe(s);
-  std::vector<float> C(size_t((s.M - 1) * s.c_rs + s.N));
-  ThreadPool& pool = default_pool();
-  std::vector<Candidate> passed;
-  for (const auto& p : provs) {
-    if (!p->supports(s) || (strict && !p->canonical())) continue;
-    auto scratch = std::make_unique<Buffer>(p->scratch_floats(s) * sizeof(float));
-    std::string why = check(*p, probe, C, static_cast<float*>(scratch->data()), pool);
-    if (!why.empty()) {
-      sel.rejected.push_back(why);
-      note_rejection_locked(c, key, why);
+  std::vector<int> passed;
+  for (size_t i = 0; i < cands.size(); ++i) {
+    std::string why = cands[i].check ? cands[i].check() : "";
+    if (why.empty()) {
+      passed.push_back(int(i));
+      if (!o.time) break;
       continue;
     }
-    passed.push_back({p.get(), std::move(scratch)});
+    ch.rejected.push_back(why);
+    std::lock_guard<std::mutex> lk(c.mu);
+    note_rejection_locked(c, key, why);
   }
-  std::vector<std::function<void()>> runs;
-  for (const Candidate& cand : passed)
-    runs.push_back([&] {
-      cand.prov->run({s, probe.A.data(), probe.B.data(), C.data(), static_cast<float*>(cand.scratch->data())}, pool);
-    });
-  std::vector<double> ns = best_times_interleaved(runs);
-  double best = 1e300;
-  for (size_t i = 0; i < passed.size(); ++i)
-    if (ns[i] < best) best = ns[i], sel.provider = passed[i].prov;
-  if (!sel.provider) throw Error("select: no kernel passed the float64 oracle for " + key);
-  c.entries[key] = {sel.provider->name(), sel.provider->version()};
-  note_used_locked(c, key, c.entries[key]);
-  save_locked(c);
-  return sel;
+  if (passed.empty()) return ch;
+  ch.index = passed[0];
+  ch.ns.assign(cands.size(), 0.0);
+  bool measured = o.time && passed.size() > 1;
+  if (measured) {
+    std::vector<std::function<void()>> runs;
+    for (int i : passed) runs.push_back(cands[size_t(i)].run);
+    std::vector<double> ns = best_times_interleaved(runs);
+    double best = 1e300;
+    for (size_t i = 0; i < passed.size(); ++i) {
+      ch.ns[size_t(passed[i])] = ns[i];
+      if (ns[i] < best) best = ns[i], ch.index = passed[i];
+    }
+  }
+  if (o.cached && (measured || o.store_unmeasured)) {
+    std::lock_guard<std::mutex> lk(c.mu);
+    Entry& e = c.entries[key] = {cands[size_t(ch.index)].name, cands[size_t(ch.index)].version};
+    note_used_locked(c, key, e);
+    save_locked(c);
+  }
+  return ch;
+}
+
+Selection select_gemm(const GemmShape& s, bool strict) {
+  std::string key = key_of(s, strict);
+  std::vector<const GemmProvider*> provs;
+  for (const auto& p : gemm_providers())
+    if (p->supports(s) && (!strict || p->canonical())) provs.push_back(p.get());
+  // The probe and the candidates' scratch are made only when the choice is measured.
+  std::optional<Probe> probe;
+  std::vector<float> C;
+  std::vector<std::unique_ptr<Buffer>> scratch(provs.size());  // 64-byte aligned, as in a plan
+  ThreadPool& pool = default_pool();
+  auto call = [&](size_t i) {
+    return GemmCall{s, probe->A.data(), probe->B.data(), C.data(), static_cast<float*>(scratch[i]->data())};
+  };
+  std::vector<Candidate> cands;
+  for (size_t i = 0; i < provs.size(); ++i)
+    cands.push_back({provs[i]->name(), provs[i]->version(),
+                     [&, i] {
+                       if (!probe) probe = make_probe(s), C.resize(size_t((s.M - 1) * s.c_rs + s.N));
+                       scratch[i] = std::make_unique<Buffer>(provs[i]->scratch_floats(s) * sizeof(float));
+                       return check(*provs[i], *probe, C, static_cast<float*>(scratch[i]->data()), pool);
+                     },
+                     [&, i] { provs[i]->run(call(i), pool); }});
+  // Strict mode never replays: a replay records fast mode's choices, and strict takes none of them.
+  ChooseOptions o;
+  o.replay = !strict;
+  Choice ch = choose(key, cands, o);
+  if (ch.index < 0) throw Error("select: no kernel passed the float64 oracle for " + key);
+  return {provs[size_t(ch.index)], ch.from_cache, ch.rejected};
 }
 
 }  // namespace synoros::kernels

@@ -36,6 +36,47 @@ class GemmProvider {
   virtual void run(const GemmCall& call, ThreadPool& pool) const = 0;
 };
 
+// One way to compute a selectable problem, whatever it is (a GEMM provider, a convolution
+// algorithm, the engine's own lowering, a generated kernel): the name and version the tuning
+// cache records, and how it runs on the problem's probe inputs.
+struct Candidate {
+  std::string name, version;
+  // Runs on the probe and compares with the problem's float64 reference: "" when it passes,
+  // else "name: why". Unset for the reference lowering itself, which needs no check.
+  std::function<std::string()> check;
+  std::function<void()> run;  // one run on the probe, for timing (only after check passed)
+};
+
+struct Choice {
+  int index = -1;           // into the candidates; -1 when none passed its check
+  bool from_cache = false;  // the tuning cache's or a replayed choice, not measured now
+  bool replayed = false;    // fast mode's replay of a recorded choice
+  std::vector<std::string> rejected;  // "name: why" for every candidate that failed its check
+  std::vector<double> ns;             // per candidate: ns per probe run when timed now, else 0
+};
+
+struct ChooseOptions {
+  bool replay = true;   // honour fast mode's replayed choices
+  bool cached = true;   // read and write the tuning cache
+  bool time = true;     // time the passing candidates (else the first that passes wins)
+  // Keep a choice that no comparison made (one candidate passed). Off where a failed check may
+  // not last (a generated kernel's compiler missing for now).
+  bool store_unmeasured = true;
+};
+
+// Select, the one procedure every selectable kernel goes through. For `key` (see tuning_key):
+// a replayed choice (fast mode), else the tuning cache's, when a candidate has its name and
+// version; else every candidate checked (a failure is recorded and the candidate dropped), the
+// passing ones timed in interleaved rounds, the fastest stored in the cache. A replayed choice
+// no candidate matches is an Error: the recorded run's bits depend on it. The cache is not
+// locked while candidates run, so a check may itself select (a lowering on probe buffers).
+Choice choose(const std::string& key, const std::vector<Candidate>& candidates, const ChooseOptions& options = {});
+// A replayed choice this build cannot run (an Error that a fallback must not swallow).
+struct UnreplayableChoice : Error {
+  using Error::Error;
+};
+UnreplayableChoice unreplayable_choice(const std::string& key, const std::string& name, const std::string& version);
+
 // The registered providers (the engine's own first). Tests may add or remove providers.
 std::vector<std::shared_ptr<GemmProvider>>& gemm_providers();
 

@@ -4,6 +4,8 @@
 #include <functional>
 #include <map>
 
+#include "passes/conv_match.hpp"
+
 namespace synoros::passes {
 
 namespace {
@@ -151,7 +153,7 @@ void fold_views_into_einsums(const Graph& g, Placement& p) {
   }
 }
 
-void fuse_conv_data_chains(const Graph& g, Placement& p, ChainMatcher match) {
+void fuse_conv_data_chains(const Graph& g, Placement& p) {
   auto inner = [&](ValueId v) {
     size_t i = size_t(v);
     return p.launched[i] && !p.fused_away[i] && !p.observable[i] && p.readers[i] == 1;
@@ -159,9 +161,9 @@ void fuse_conv_data_chains(const Graph& g, Placement& p, ChainMatcher match) {
   for (size_t i = 0; i < g.size(); ++i) {
     if (!p.needed[i] || !p.launched[i] || (p.fused_away[i] && !p.is_producer[i]) || g.node(ValueId(i)).op != Op::Fold)
       continue;
-    auto m = match(g, ValueId(i));
+    std::optional<ConvDataChain> m = match_conv_data_grad(g, ValueId(i));
     if (!m) continue;
-    auto [e, f1] = *m;
+    ValueId e = m->e, f1 = m->f1;
     if (!inner(e) || !inner(f1) || !p.operand_views[size_t(e)].empty()) continue;
     p.chain_of[i] = {e, f1};
     p.fused_away[size_t(e)] = p.fused_away[size_t(f1)] = true;

@@ -47,10 +47,8 @@ void fuse_groups(const Graph& g, Placement& p, bool enabled);
 // are never materialised: each einsum operand records its base and (offset, strides).
 void fold_views_into_einsums(const Graph& g, Placement& p);
 // A convolution's data gradient fold(fold(einsum(dY, W))) whose einsum and first fold nobody else
-// reads runs as one launch of the last fold. `match` recognises the chain ending at a fold and
-// returns its einsum and first fold.
-using ChainMatcher = std::optional<std::pair<ValueId, ValueId>> (*)(const Graph&, ValueId);
-void fuse_conv_data_chains(const Graph& g, Placement& p, ChainMatcher match);
+// reads runs as one launch of the last fold (match_conv_data_grad, conv_match.hpp).
+void fuse_conv_data_chains(const Graph& g, Placement& p);
 // A group whose output only a sum or mean reads, and that nobody else observes, runs block by
 // block inside the reduction's launch; `takes_prologue` says which reductions can.
 void fuse_reduction_prologues(const Graph& g, Placement& p, bool (*takes_prologue)(const Graph&, ValueId));

@@ -11,7 +11,6 @@
 #include "kernels/kernel_api.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
 #include "kernels/jit/compiler.hpp"
-#include "kernels/onednn_conv.hpp"
 #include "kernels/providers.hpp"
 #include "passes/placement.hpp"
 #include "runtime/plan_impl.hpp"
@@ -38,14 +37,6 @@ size_t& plan_limit_slot() {
 size_t plan_memory_limit() { return plan_limit_slot(); }
 void set_plan_memory_limit(size_t bytes) { plan_limit_slot() = bytes; }
 
-namespace {
-std::optional<std::pair<ValueId, ValueId>> conv_data_chain(const Graph& g, ValueId fold) {
-  std::optional<kernels::ConvDataChain> m = kernels::match_conv_data_grad(g, fold);
-  if (!m) return std::nullopt;
-  return std::pair{m->e, m->f1};
-}
-}  // namespace
-
 Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
     : graph_(g), outputs_(std::move(outputs)), pool_(opts.pool), check_finite_(opts.check_finite),
       impl_(std::make_unique<Impl>()) {
@@ -61,7 +52,7 @@ Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
   passes::fuse_groups(graph_, p, fuse);
   if (fuse) {
     passes::fold_views_into_einsums(graph_, p);
-    passes::fuse_conv_data_chains(graph_, p, conv_data_chain);
+    passes::fuse_conv_data_chains(graph_, p);
     passes::fuse_reduction_prologues(graph_, p, kernels::reduce_takes_prologue);
   }
 

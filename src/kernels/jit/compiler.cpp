@@ -145,9 +145,8 @@ std::string compiler_version(const std::string& cxx, std::string& why) {
     if (auto it = s.versions.find(cxx); it != s.versions.end()) return it->second;
   }
   // Written to the temporary directory: a read-only kernel cache stays usable.
-  const char* tmpdir = std::getenv("TMPDIR");
   static std::atomic<int> serial{0};
-  std::string log = std::string(tmpdir && *tmpdir ? tmpdir : "/tmp") + "/synoros-cxx-version." +
+  std::string log = config::temp_dir() + "/synoros-cxx-version." +
                     std::to_string(::getpid()) + "." + std::to_string(serial++) + ".txt";
   int rc = run_process({cxx, "--version"}, log, why);
   std::string v;
@@ -221,9 +220,8 @@ bool enabled() { return !config::flag("SYNOROS_NO_JIT"); }
 
 std::string cache_dir() {
   if (std::string p = config::text("SYNOROS_JIT_CACHE"); !p.empty()) return p;
-  if (const char* x = std::getenv("XDG_CACHE_HOME")) return std::string(x) + "/synoros/jit";
-  if (const char* h = std::getenv("HOME")) return std::string(h) + "/.cache/synoros/jit";
-  return "synoros-jit";
+  std::string dir = config::user_cache_dir();
+  return dir.empty() ? "synoros-jit" : dir + "/jit";
 }
 
 int64_t compiler_runs() { return g_runs.load(); }

@@ -1,5 +1,7 @@
 #include "kernels/jit/nvrtc.hpp"
 
+#include "synoros/config.hpp"
+
 #include <dlfcn.h>
 
 #include <cstdlib>
@@ -39,7 +41,7 @@ const Api& api() {
   std::call_once(once, [] {
     std::vector<std::string> names;
     for (const char* env : {"CUDA_HOME", "CUDA_PATH"})
-      if (const char* d = std::getenv(env)) names.push_back(std::string(d) + "/lib64/libnvrtc.so");
+      if (std::string d = config::system_variable(env); !d.empty()) names.push_back(d + "/lib64/libnvrtc.so");
     names.push_back("/usr/local/cuda/lib64/libnvrtc.so");
     names.push_back("libnvrtc.so");
     for (const std::string& n : names)

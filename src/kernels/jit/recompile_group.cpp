@@ -26,58 +26,59 @@ GroupRecompile recompile_group(void* group) {
   if (total == 0) return r;  // nothing to compute
   const std::string key = tuning_key("jit-group " + r.kernel + " n=" + std::to_string(total) + " walk=" + group_walk(group),
                                      strict_kernels());
-  std::string name, version;
-  bool have = cached_choice(key, name, version) && version == kRendererVersion;
-  if (have && name == "interpreter") {
-    group_set_run(group, nullptr);
-    r.outcome = "interpreter";
-    r.cached = true;
-    return r;
-  }
-  const Isa isa = active_isa();
-  Compiled c = compile(render_cpp(*k, isa, kSymbol), kSymbol, isa);
-  r.compile_seconds = c.seconds;
-  if (!c.symbol) {
-    group_set_run(group, nullptr);
-    r.outcome = "failed: " + c.error;
-    return r;
-  }
-  RunFn run = reinterpret_cast<RunFn>(c.symbol);
-  // The same elements through both: identical bits, or the generated kernel is refused.
+  // Two candidates: the interpreter (the reference) and the generated kernel, which must give
+  // the interpreter's bits on the probe elements; it is compiled only when the choice is
+  // measured or the cache picked it.
   const int64_t n = std::min<int64_t>(total, kProbeElements);
   std::vector<float> ref(static_cast<size_t>(n)), gen(static_cast<size_t>(n));
-  group_prepare(group);
-  group_set_run(group, nullptr);
-  group_eval(group, 0, n, ref.data());
-  group_set_run(group, run);
-  group_eval(group, 0, n, gen.data());
-  if (std::memcmp(ref.data(), gen.data(), size_t(n) * sizeof(float)) != 0) {
+  RunFn run = nullptr;
+  std::string failure;  // the outcome when the generated kernel is refused
+  auto check_generated = [&]() -> std::string {
+    const Isa isa = active_isa();
+    Compiled c = compile(render_cpp(*k, isa, kSymbol), kSymbol, isa);
+    r.compile_seconds = c.seconds;
+    if (!c.symbol) {
+      failure = "failed: " + c.error;
+      return "generated kernel: " + failure;
+    }
+    run = reinterpret_cast<RunFn>(c.symbol);
+    group_prepare(group);
     group_set_run(group, nullptr);
-    r.outcome = "rejected: its bits differ from the interpreter's";
-    record_rejection(key, "generated kernel: its bits differ from the interpreter's");
-    return r;
+    group_eval(group, 0, n, ref.data());
+    group_set_run(group, run);
+    group_eval(group, 0, n, gen.data());
+    if (std::memcmp(ref.data(), gen.data(), size_t(n) * sizeof(float)) != 0) {
+      failure = "rejected: its bits differ from the interpreter's";
+      return "generated kernel: its bits differ from the interpreter's";
+    }
+    return "";
+  };
+  std::vector<Candidate> cands = {
+      {"interpreter", kRendererVersion, nullptr,
+       [&] {
+         group_set_run(group, nullptr);
+         group_eval(group, 0, n, ref.data());
+       }},
+      {"generated", kRendererVersion, check_generated,
+       [&] {
+         group_set_run(group, run);
+         group_eval(group, 0, n, gen.data());
+       }},
+  };
+  ChooseOptions o;
+  o.store_unmeasured = false;  // a compiler missing now may be there next time
+  Choice ch = choose(key, cands, o);
+  r.cached = ch.from_cache;
+  if (ch.index == 1 && ch.from_cache) {  // the cache's choice: compiled and checked here
+    std::string why = check_generated();
+    if (!why.empty()) {
+      record_rejection(key, why);
+      ch.index = 0, r.cached = false;
+    }
   }
-  if (have && name == "generated") {
-    r.outcome = "generated";
-    r.cached = true;
-    return r;
-  }
-  std::vector<double> t = best_times_interleaved({
-      [&] {
-        group_set_run(group, nullptr);
-        group_eval(group, 0, n, ref.data());
-      },
-      [&] {
-        group_set_run(group, run);
-        group_eval(group, 0, n, gen.data());
-      },
-  });
-  r.interpreter_ns = t[0];
-  r.generated_ns = t[1];
-  bool faster = t[1] < t[0];
-  group_set_run(group, faster ? run : nullptr);
-  r.outcome = faster ? "generated" : "interpreter";
-  store_choice(key, r.outcome, kRendererVersion);
+  if (!ch.ns.empty()) r.interpreter_ns = ch.ns[0], r.generated_ns = ch.ns[1];
+  group_set_run(group, ch.index == 1 ? run : nullptr);
+  r.outcome = ch.index == 1 ? "generated" : failure.empty() ? "interpreter" : failure;
   return r;
 }
 
