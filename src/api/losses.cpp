@@ -50,8 +50,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEnt
                 ", got " + shape_str(targets.shape()));
   double eps = o.label_smoothing;
   Tensor w = o.weight;
-  if (w.defined() && (w.shape() != Shape{C} || !is_float(w.dtype())))
-    throw Error("cross_entropy: weight must be a float tensor of shape [" + std::to_string(C) + "] (one per class), got " +
+  if (w.defined() && (w.shape() != Shape{C} || w.dtype() != logits.dtype()))
+    throw Error("cross_entropy: weight must be a " + std::string(dtype_name(logits.dtype())) +
+                " tensor (the logits' dtype) of shape [" + std::to_string(C) + "] (one per class), got " +
                 std::string(dtype_name(w.dtype())) + " " + shape_str(w.shape()));
   if (probabilities) {
     if (o.ignore_index)

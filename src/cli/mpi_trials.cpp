@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "cli/worker_processes.hpp"
+#include "synoros/config.hpp"
 
 #ifdef SYNOROS_HAVE_MPI
 #include <mpi.h>
@@ -107,9 +108,7 @@ void MpiTrials::serve(const std::string& exe) {
   char host[256] = {};
   gethostname(host, sizeof host - 1);
   std::string where = "rank " + std::to_string(rank()) + " on " + host;
-  std::string tmp = (std::filesystem::temp_directory_path() /
-                     ("synoros-rank" + std::to_string(rank()) + "-" + std::to_string(getpid())))
-                        .string();
+  std::string tmp = config::temp_dir() + "/synoros-rank" + std::to_string(rank()) + "-" + std::to_string(getpid());
   for (;;) {
     MPI_Status st;
     std::string msg = receive(0, MPI_ANY_TAG, st);

@@ -1,4 +1,4 @@
-// `mpirun -np N synoros trials ...`: rank 0 searches, ranks 1..N-1 train the candidates it hands
+// `mpirun -np N synoros trials ...`: rank 0 proposes and ranks, ranks 1..N-1 train the candidates it hands
 // out (each in a crash-isolated trials-worker process on its own machine) and send back the
 // evaluation record. Compiled against Open MPI when CMake finds it; otherwise a launch under
 // mpirun with more than one rank is an Error.

@@ -57,7 +57,7 @@ int trials_cmd(const Args& a) {
   c.log = [](const std::string& s) {
     std::cout << s << std::endl;
   };
-  // Under mpirun: rank 0 searches, the other ranks train what it hands out.
+  // Under mpirun: rank 0 proposes and ranks, the other ranks train what it hands out.
   MpiTrials mpi;
   if (mpi.active() && mpi.rank() > 0) {
     mpi.serve(self_exe());
@@ -65,7 +65,7 @@ int trials_cmd(const Args& a) {
   }
   if (mpi.active()) {
     c.run_workers = mpi.runner();
-    std::cout << "MPI: rank 0 searches, " << mpi.size() - 1 << " rank(s) train candidates" << std::endl;
+    std::cout << "MPI: rank 0 proposes and ranks, " << mpi.size() - 1 << " rank(s) train candidates" << std::endl;
   }
   trials::TrialsOutcome out;
   try {

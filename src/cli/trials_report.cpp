@@ -51,14 +51,14 @@ void write_report(const TrialsConfig& cfg, const TrialsOutcome& out) {
   so.max_depth = cfg.depth;
   synth::Synthesizer syn(spec, so);
   std::ostringstream md, js, notes;
-  md << "# Operator search report\n\n"
+  md << "# Operator trials report\n\n"
      << "Backbone: ResNetMini (width " << cfg.width << ") on Fashion-MNIST; candidates replace the stride-1 3x3 "
      << "convolutions of the layer classes where their layer is faster than the convolution.\n"
      << "Proxy: " << cfg.proxy.train_images << " training images, " << base.trained_epochs << " epoch(s) (final round), "
      << cfg.proxy.test_images << " test images. Latency: compiled inference plan of the whole network, median ms.\n"
      << "Reward: accuracy - " << cfg.latency_weight << " x max(0, latency ratio / " << fmt("%.3f", cfg.latency_target)
      << " - 1) (latency target: " << fmt("%.2f", 1 / cfg.latency_target) << "x faster than the baseline).\n"
-     << "Search time: " << fmt("%.0f", out.seconds) << " s.\n\n"
+     << "Time: " << fmt("%.0f", out.seconds) << " s.\n\n"
      << "| # | operator | layers | params | MFLOPs | accuracy | b64 1T ms | b64 2T ms | b1 1T ms | speedup b64 | reward | front |\n"
      << "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   md << "| base | 3x3 convolution | all | " << fmt("%.0f", base.params) << " | " << fmt("%.1f", base.flops / 1e6) << " | "

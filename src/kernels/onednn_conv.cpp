@@ -615,8 +615,8 @@ class ProbeRuns {
     r.st->w_valid = false;  // the weights blocked (or transformed) again, as after an update
     run_state(*r.st, default_pool());
   }
-  // The alternative on the probe: sized first, then lowered for real on the first call.
-  void run_alternative() {
+  // The alternative lowered on the probe (sized first, then for real), before it is timed.
+  void prepare_alternative() {
     if (!other_) {
       const Probe& p = probe();
       y_alt_ = std::make_unique<Floats>(numel(p.out));
@@ -635,8 +635,8 @@ class ProbeRuns {
       real_.begin_frame(static_cast<char*>(frame_->data()));
       other_ = lower_on(real_);
     }
-    other_->fn(other_->args, default_pool());
   }
+  void run_alternative() { other_->fn(other_->args, default_pool()); }
 
  private:
   struct Run {
@@ -742,7 +742,12 @@ Launch select_onednn(LowerCtx& c, const ConvGeom& g, const float* x, const float
     }
   bool measured = forced().empty();
   if (measured) {
-    cands.push_back({"gemm", "1", nullptr, [&probe] { probe.run_alternative(); }});
+    cands.push_back({"gemm", "1",
+                     [&probe] {
+                       probe.prepare_alternative();  // its lowering (and GEMM selection) not timed
+                       return std::string();
+                     },
+                     [&probe] { probe.run_alternative(); }});
     algorithm.push_back(-1);
   }
   ChooseOptions o;
@@ -752,9 +757,10 @@ Launch select_onednn(LowerCtx& c, const ConvGeom& g, const float* x, const float
     ch = choose(key, cands, o);
   } catch (const UnreplayableChoice&) {
     throw;
-  } catch (const Error& err) {  // a run while timing failed: the engine's own lowering stands
+  } catch (const Error& err) {  // a probe run failed: the engine's own lowering stands
     if (!measured) throw;
     record_rejection(key, std::string("onednn conv: failed: ") + err.what());
+    store_choice(key, "gemm", "1");
     return alt;
   }
   if (!measured && !ch.rejected.empty()) throw Error("onednn conv: failed the float64 oracle: " + ch.rejected[0]);

@@ -475,6 +475,21 @@ Choice choose(const std::string& key, const std::vector<Candidate>& cands, const
       return ch;
     }
   }
+  // One measurement at a time in the process: candidates share the default pool, timings would
+  // disturb each other, and two threads choosing for one key must not pin two kernels. The lock
+  // is recursive: a check may select for another key (a convolution's alternative lowering
+  // selects its GEMM). A choice another thread stored meanwhile is taken as it is.
+  static std::recursive_mutex measuring;
+  std::lock_guard<std::recursive_mutex> one_at_a_time(measuring);
+  if (o.cached) {
+    std::lock_guard<std::mutex> lk(c.mu);
+    auto hit = c.entries.find(key);
+    if (hit != c.entries.end() && (ch.index = find(hit->second)) >= 0) {
+      ch.from_cache = true;
+      note_used_locked(c, key, hit->second);
+      return ch;
+    }
+  }
   std::vector<int> passed;
   for (size_t i = 0; i < cands.size(); ++i) {
     std::string why = cands[i].check ? cands[i].check() : "";

@@ -68,8 +68,8 @@ struct ChooseOptions {
 // a replayed choice (fast mode), else the tuning cache's, when a candidate has its name and
 // version; else every candidate checked (a failure is recorded and the candidate dropped), the
 // passing ones timed in interleaved rounds, the fastest stored in the cache. A replayed choice
-// no candidate matches is an Error: the recorded run's bits depend on it. The cache is not
-// locked while candidates run, so a check may itself select (a lowering on probe buffers).
+// no candidate matches is an Error: the recorded run's bits depend on it. Measurements run one
+// at a time in the process; a check may itself select (a lowering on probe buffers).
 Choice choose(const std::string& key, const std::vector<Candidate>& candidates, const ChooseOptions& options = {});
 // A replayed choice this build cannot run (an Error that a fallback must not swallow).
 struct UnreplayableChoice : Error {

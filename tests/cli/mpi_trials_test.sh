@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `mpirun -np 2 synoros trials`: rank 0 searches, rank 1 trains every candidate; the records land
+# `mpirun -np 2 synoros trials`: rank 0 proposes and ranks, rank 1 trains every candidate; the records land
 # in evaluations.jsonl and a second run resumes from them without training again.
 source "$(dirname "$0")/mpi_common.sh"
 # The cost-model timer makes the latency screen deterministic: the test's outcome must not depend
@@ -8,7 +8,7 @@ args=(trials --timer cost-model --enumerate --depth 3 --screen 2 --candidates 1 
       --report "$dir/report")
 "$mpirun" -np 2 "$synoros" "${args[@]}" > "$dir/first.log" 2>&1 || { cat "$dir/first.log"; exit 1; }
 cat "$dir/first.log"
-grep -q "MPI: rank 0 searches, 1 rank(s) train candidates" "$dir/first.log"
+grep -q "MPI: rank 0 proposes and ranks, 1 rank(s) train candidates" "$dir/first.log"
 trained=$(grep -c "trained by rank 1 on" "$dir/first.log" || true)
 records=$(grep -c '"failed":false' "$dir/report/evaluations.jsonl" || true)
 [ "$trained" -eq 2 ] || { echo "expected 2 candidates trained by rank 1, got $trained"; exit 1; }
