@@ -255,6 +255,16 @@ std::vector<OpCase> all_cases() {
       c.push_back(with_attrs("cumsum" + std::to_string(axis) + std::to_string(want_min), Op::Cumsum,
                              {f32({3, 5, 300})}, ints({axis, want_min})));
     }
+  // Running products forward and reverse (values near 1 keep 300-long products finite), and the
+  // zero-safe gradient with zeros in the line.
+  for (int64_t axis : {0, 2})
+    for (int64_t rev : {0, 1})
+      c.push_back(with_attrs("cumprod" + std::to_string(axis) + std::to_string(rev), Op::Cumprod,
+                             {f32({3, 5, 300}, 0.9, 1.1)}, ints({axis, rev})));
+  c.push_back(with_attrs("cumprod of mixed signs", Op::Cumprod, {f32({6, 7}, -1.5, 1.5)}, ints({1, 0})));
+  for (int64_t rev : {0, 1})
+    c.push_back(with_attrs("cumprod_grad" + std::to_string(rev), Op::CumprodGrad,
+                           {f32({4, 9}, -1.5, 1.5), f32({4, 9}, -1.5, 1.5)}, ints({1, rev}), false));
   c.push_back(with_attrs("argmax i64", Op::ArgMax, {i64({5, 7}, 4)}, ints({1, 0}), false));
   for (int64_t axis : {0, 1, 2}) c.push_back(with_attrs("prod" + std::to_string(axis), Op::Prod, {f32({3, 4, 300}, 0.5, 1.5)}, ints({axis})));
   c.push_back(with_attrs("prod of mixed signs", Op::Prod, {f32({6, 5}, -1, 1)}, ints({1})));  // zeros: TensorIndex tests

@@ -88,6 +88,21 @@ TEST(TensorIndex, ProdAndItsGradientAtZeros) {
   float once = float(double(a) * double(b) * 5.0), stepwise = (a * b) * 5.0f;
   ASSERT_NE(once, stepwise);
   EXPECT_EQ(p.prod().item(), double(once));
+  EXPECT_EQ(p.cumprod(0).to_vector()[2], once);  // running products in float64 too
+}
+
+TEST(TensorIndex, CumprodAndItsGradientAtZeros) {
+  Tensor x = Tensor::from({2, 0, 3, 4}, {4});
+  EXPECT_EQ(x.cumprod(0).to_vector(), (std::vector<float>{2, 0, 0, 0}));
+  EXPECT_EQ(Tensor::from({1, 2, 3, 4, 5, 6}, {2, 3}).cumprod(-1).to_vector(), (std::vector<float>{1, 2, 6, 4, 20, 120}));
+  EXPECT_EQ(Tensor::scalar(3.0).cumprod(0).item(), 3.0);
+  // y = (x0, x0 x1, x0 x1 x2, x0 x1 x2 x3) with x1 = 0: dy/dx1 summed = x0 + x0 x2 + x0 x2 x3 = 2 + 6 + 24;
+  // dx0 = 1 (the other terms hold x1 = 0), dx2 = dx3 = 0.
+  Tensor leaf = Tensor::from({2, 0, 3, 4}, {4});
+  leaf.requires_grad();
+  leaf.cumprod(0).sum().backward();
+  EXPECT_EQ(leaf.grad().to_vector(), (std::vector<float>{1, 32, 0, 0}));
+  EXPECT_THROW(Tensor::from(ints64({1, 2}, {2})).cumprod(0), Error);
 }
 
 TEST(TensorIndex, GatherAndItsScatterAddGradient) {

@@ -116,6 +116,9 @@ class Tensor {
   Tensor argmin(int64_t axis, bool keepdim = false) const;
   // torch.cumsum: running sums along axis, accumulated in float64 (PyTorch's CPU rounding).
   Tensor cumsum(int64_t axis) const;
+  // torch.cumprod: running products along axis, in float64 (PyTorch's CPU rounding); the
+  // gradient divides by nothing, so zeros get theirs exactly.
+  Tensor cumprod(int64_t axis) const;
   // torch.prod: the product along axis (of all elements without one), in float64, rounded once;
   // the gradient at each element is the product of the others (zeros included).
   Tensor prod() const;

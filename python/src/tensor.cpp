@@ -185,6 +185,7 @@ void bind_tensor(nb::module_& m) {
         return dim ? t.argmin(*dim, keepdim) : t.argmin();
       }, nb::arg("dim") = nb::none(), nb::arg("keepdim") = false)
       .def("cumsum", &Tensor::cumsum, nb::arg("dim"))
+      .def("cumprod", &Tensor::cumprod, nb::arg("dim"))
       .def("prod", [](const Tensor& t, std::optional<int64_t> dim, bool keepdim) {
         return dim ? t.prod(*dim, keepdim) : t.prod();
       }, nb::arg("dim") = nb::none(), nb::arg("keepdim") = false)

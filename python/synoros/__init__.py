@@ -182,6 +182,10 @@ def cumsum(input: Tensor, dim: int) -> Tensor:
     return input.cumsum(dim)
 
 
+def cumprod(input: Tensor, dim: int) -> Tensor:
+    return input.cumprod(dim)
+
+
 def prod(input: Tensor, dim: int | None = None, keepdim: bool = False) -> Tensor:
     return input.prod(dim, keepdim)
 

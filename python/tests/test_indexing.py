@@ -1,4 +1,4 @@
-"""argmax/argmin, cumsum, gather, index_select, integer-tensor indexing and printing against
+"""argmax/argmin, cumsum, cumprod, gather, index_select, integer-tensor indexing and printing against
 PyTorch: values, gradients and strings."""
 
 import numpy as np
@@ -39,6 +39,22 @@ def test_cumsum_matches_pytorch_bit_for_bit_with_its_gradient(torch, rng):
         (ys * synoros.tensor(g)).sum().backward()
         (yt * torch.tensor(g)).sum().backward()
         np.testing.assert_allclose(s.grad.numpy(), t.grad.numpy(), rtol=1e-5, atol=1e-3)
+
+
+def test_cumprod_matches_pytorch_bit_for_bit_and_its_gradient_at_zeros(torch, rng):
+    a = rng.uniform(0.8, 1.25, size=(3, 57, 4)).astype(np.float32)
+    a[1, 5, 2] = 0.0  # one zero in a line, two in another
+    a[2, 7, 0] = a[2, 30, 0] = 0.0
+    g = rng.standard_normal(a.shape).astype(np.float32)
+    for dim in (0, 1, -1):
+        s = synoros.tensor(a, requires_grad=True)
+        t = torch.tensor(a, requires_grad=True)
+        ys, yt = synoros.cumprod(s, dim), torch.cumprod(t, dim)
+        # Both multiply float32 in float64 and round each product once.
+        np.testing.assert_array_equal(ys.numpy(), yt.detach().numpy())
+        (ys * synoros.tensor(g)).sum().backward()
+        (yt * torch.tensor(g)).sum().backward()
+        np.testing.assert_allclose(s.grad.numpy(), t.grad.numpy(), rtol=1e-4, atol=1e-5)
 
 
 def test_gather_and_index_select_match_pytorch_with_gradients(torch, rng):

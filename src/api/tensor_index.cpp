@@ -1,4 +1,4 @@
-// Tensor's index and scan methods: argmax/argmin, cumsum, gather, index_select and indexing by
+// Tensor's index and scan methods: argmax/argmin, cumsum, cumprod, gather, index_select and indexing by
 // an integer tensor.
 #include "synoros/tensor.hpp"
 
@@ -43,6 +43,11 @@ Tensor Tensor::argmin(int64_t axis, bool keepdim) const {
 Tensor Tensor::cumsum(int64_t axis) const {
   if (shape().empty()) return with_ints(Op::Cumsum, {reshape({1})}, {axis, 0}).reshape({});
   return with_ints(Op::Cumsum, {*this}, {axis, 0});
+}
+
+Tensor Tensor::cumprod(int64_t axis) const {
+  if (shape().empty()) return with_ints(Op::Cumprod, {reshape({1})}, {axis, 0}).reshape({});
+  return with_ints(Op::Cumprod, {*this}, {axis, 0});
 }
 
 Tensor Tensor::prod() const {

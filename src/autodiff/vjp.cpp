@@ -376,6 +376,15 @@ void vjp_cumsum(Graph& g, ValueId v, ValueId go, GradIn& gi) {
   const auto& a = g.node(v).attrs.ints;  // each output sums the inputs before it: the reverse sum
   gi[0] = axis_op(g, Op::Cumsum, go, {a[0], a[1] ? 0 : 1});
 }
+void vjp_cumprod(Graph& g, ValueId v, ValueId go, GradIn& gi) {
+  // dx_j = (product before j) * sum over i >= j of g_i * (product of x over (j, i]): no division,
+  // so zeros get theirs exactly.
+  const auto& a = g.node(v).attrs.ints;
+  ValueId x = x0(g, v);
+  Attrs at;
+  at.ints = {a[0], a[1]};
+  gi[0] = mul(g, axis_op(g, Op::CumprodExclusive, x, {a[0], a[1]}), g.add(Op::CumprodGrad, {go, x}, at));
+}
 void vjp_prod(Graph& g, ValueId v, ValueId go, GradIn& gi) {
   // d prod / d x_i = the product of the others = (product before i) * (product after i).
   ValueId x = x0(g, v);

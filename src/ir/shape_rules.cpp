@@ -464,7 +464,19 @@ void infer_prod(const Graph& g, Node& n) {
   n.shape.erase(n.shape.begin() + a);
 }
 
-void infer_cumsum(const Graph& g, Node& n) {  // and cumprod_exclusive
+void infer_cumprod_grad(const Graph& g, Node& n) {
+  require_float(g, n, 0);
+  require_ints(n, 2, "(axis, reverse)");
+  const Shape& in = in_shape(g, n, 0);
+  if (in_shape(g, n, 1) != in || in_dtype(g, n, 1) != in_dtype(g, n, 0))
+    throw Error("cumprod_grad: the gradient and the input must have one shape and dtype, got " + shape_str(in) +
+                " and " + shape_str(in_shape(g, n, 1)));
+  normalize_axis(n.attrs.ints[0], in.size(), "cumprod_grad", in);
+  n.dtype = in_dtype(g, n, 0);
+  n.shape = in;
+}
+
+void infer_cumsum(const Graph& g, Node& n) {  // and cumprod_exclusive, cumprod
   require_float(g, n, 0);
   require_ints(n, 2, "(axis, reverse)");
   const Shape& in = in_shape(g, n, 0);

@@ -542,23 +542,50 @@ HostTensor oracle_argmax(const Node& n, const OracleIn& in) {
   return out;
 }
 
-// cumsum: the sum up to each position, it included; cumprod_exclusive: the product up to it, it
-// excluded (from the end when reversed).
+// cumsum: the sum up to each position, it included; cumprod: the product up to it, it included;
+// cumprod_exclusive: the product up to it, it excluded (from the end when reversed).
 HostTensor oracle_cumsum(const Node& n, const OracleIn& in) {
   const Shape& xs = in[0]->shape;
   int a = normalize_axis(n.attrs.ints[0], xs.size(), op_name(n.op), xs);
-  bool reverse = n.attrs.ints[1] != 0, product = n.op == Op::CumprodExclusive;
+  bool reverse = n.attrs.ints[1] != 0, product = n.op != Op::Cumsum;
+  int64_t excluded = n.op == Op::CumprodExclusive ? 1 : 0;
   HostTensor out = make_out(n);
   for (int64_t i = 0; i < out.numel(); ++i) {
     std::vector<int64_t> idx = unravel(i, xs);
     int64_t at = idx[size_t(a)];
-    int64_t lo = reverse ? at + (product ? 1 : 0) : 0, hi = reverse ? xs[size_t(a)] : at + (product ? 0 : 1);
+    int64_t lo = reverse ? at + excluded : 0, hi = reverse ? xs[size_t(a)] : at + 1 - excluded;
     double s = product ? 1 : 0;
     for (int64_t j = lo; j < hi; ++j) {
       idx[size_t(a)] = j;
       s = product ? s * in[0]->get(ravel(idx, xs)) : s + in[0]->get(ravel(idx, xs));
     }
     out.set(i, s);
+  }
+  return out;
+}
+
+// cumprod_grad(g, x): s_j = sum over i >= j of g_i * prod of x over (j, i] (mirrored when
+// reversed), each term a direct product.
+HostTensor oracle_cumprod_grad(const Node& n, const OracleIn& in) {
+  const Shape& xs = in[0]->shape;
+  int a = normalize_axis(n.attrs.ints[0], xs.size(), "cumprod_grad", xs);
+  bool reverse = n.attrs.ints[1] != 0;
+  int64_t len = xs[size_t(a)];
+  HostTensor out = make_out(n);
+  for (int64_t o = 0; o < out.numel(); ++o) {
+    std::vector<int64_t> idx = unravel(o, xs);
+    int64_t j = idx[size_t(a)];
+    double s = 0;
+    for (int64_t i = reverse ? 0 : j; i < (reverse ? j + 1 : len); ++i) {
+      double term = 1;
+      for (int64_t k = std::min(i, j) + (reverse ? 0 : 1); k < std::max(i, j) + (reverse ? 0 : 1); ++k) {
+        idx[size_t(a)] = k;
+        term *= in[1]->get(ravel(idx, xs));
+      }
+      idx[size_t(a)] = i;
+      s += in[0]->get(ravel(idx, xs)) * term;
+    }
+    out.set(o, s);
   }
   return out;
 }

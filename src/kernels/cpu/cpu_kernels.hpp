@@ -64,7 +64,8 @@ Launch lower_cross_entropy_grad(LowerCtx& c);
 Launch lower_embedding(LowerCtx& c);
 Launch lower_embedding_grad(LowerCtx& c);
 Launch lower_argmax(LowerCtx& c);  // argmax and argmin (index_ops.cpp)
-Launch lower_cumsum(LowerCtx& c);  // and cumprod_exclusive
+Launch lower_cumsum(LowerCtx& c);  // and cumprod_exclusive, cumprod
+Launch lower_cumprod_grad(LowerCtx& c);
 Launch lower_prod(LowerCtx& c);
 Launch lower_gather(LowerCtx& c);
 Launch lower_gather_grad(LowerCtx& c);  // the scatter-add of the upstream gradient

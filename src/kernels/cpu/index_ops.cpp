@@ -112,13 +112,16 @@ void arg_launch(const void* p, ThreadPool& pool) {
 // end when reversed), each rounded once to the output's type (PyTorch's CPU cumsum accumulates
 // float32 in double too); the exclusive product writes the product before adding the element in.
 // prod: the product along the axis, in double from the first element on, rounded once.
-enum class Scan { Sum, ExclusiveProduct, Product };
+// cumprod: the product with the element in; cumprod_grad(g, x): s_j = g_j + x_(j+1) s_(j+1),
+// run from the far end (from the start when reversed), in double.
+enum class Scan { Sum, ExclusiveProduct, Product, InclusiveProduct, ProductGrad };
 struct CumArgs {
   AxisWalk w;
   const void* in;
   void* out;
   bool f64, reverse;
   Scan scan;
+  const void* in2 = nullptr;  // cumprod_grad: x
 };
 
 template <class T>
@@ -127,11 +130,24 @@ void cum_line_t(const CumArgs& a, int64_t o, int64_t c0, int64_t c1) {
   const T* x = static_cast<const T*>(a.in) + o * w.n * w.inner;
   T* y = static_cast<T*>(a.out) + o * (a.scan == Scan::Product ? 1 : w.n) * w.inner;
   double acc[kColumns];
-  std::fill(acc, acc + (c1 - c0), a.scan == Scan::Sum ? 0.0 : 1.0);
+  std::fill(acc, acc + (c1 - c0), a.scan == Scan::Sum || a.scan == Scan::ProductGrad ? 0.0 : 1.0);
+  const bool backwards = a.scan == Scan::ProductGrad ? !a.reverse : a.reverse;
+  const T* xs = a.in2 ? static_cast<const T*>(a.in2) + o * w.n * w.inner : nullptr;
   for (int64_t k = 0; k < w.n; ++k) {
-    int64_t j = a.reverse ? w.n - 1 - k : k;
+    int64_t j = backwards ? w.n - 1 - k : k;
     const T* row = x + j * w.inner;
     switch (a.scan) {
+      case Scan::InclusiveProduct:
+        for (int64_t c = c0; c < c1; ++c) y[j * w.inner + c] = T(acc[c - c0] *= double(row[c]));
+        break;
+      case Scan::ProductGrad: {
+        const T* prev = k == 0 ? nullptr : xs + (backwards ? j + 1 : j - 1) * w.inner;  // x beyond j
+        for (int64_t c = c0; c < c1; ++c) {
+          double s = prev ? double(prev[c]) * acc[c - c0] + double(row[c]) : double(row[c]);
+          y[j * w.inner + c] = T(acc[c - c0] = s);
+        }
+        break;
+      }
       case Scan::Sum:
         for (int64_t c = c0; c < c1; ++c) y[j * w.inner + c] = T(acc[c - c0] += double(row[c]));
         break;
@@ -276,14 +292,15 @@ Launch lower_cumsum(LowerCtx& c) {
   auto* a = c.args<CumArgs>();
   const Shape& s = c.in_shape(0);
   int axis = normalize_axis(c.node.attrs.ints[0], s.size(), op_name(c.node.op), s);
-  *a = {axis_walk(s, axis),
-        c.in[0],
-        c.out,
-        c.node.dtype == DType::F64,
-        c.node.attrs.ints[1] != 0,
-        c.node.op == Op::CumprodExclusive ? Scan::ExclusiveProduct : Scan::Sum};
+  Scan scan = c.node.op == Op::CumprodExclusive ? Scan::ExclusiveProduct
+              : c.node.op == Op::Cumprod        ? Scan::InclusiveProduct
+              : c.node.op == Op::CumprodGrad    ? Scan::ProductGrad
+                                                : Scan::Sum;
+  *a = {axis_walk(s, axis), c.in[0], c.out, c.node.dtype == DType::F64, c.node.attrs.ints[1] != 0, scan,
+        scan == Scan::ProductGrad ? c.in[1] : nullptr};
   return {cum_launch, a, c.id};
 }
+Launch lower_cumprod_grad(LowerCtx& c) { return lower_cumsum(c); }
 
 Launch lower_prod(LowerCtx& c) {
   auto* a = c.args<CumArgs>();
