@@ -19,6 +19,10 @@ namespace synoros::train {
 // run_metadata(), so a resume in the other mode is refused), and in fast mode "kernel_choices",
 // every kernel selection the process made (kernels::recorded_choices()).
 void record_kernel_choices(io::Metadata& md);
+// A trainer's checkpoint: the tensors and `md` completed with the kernel record, the format
+// version and the step, written atomically.
+void save_run_checkpoint(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
+                         io::Metadata md, int64_t step);
 // In fast mode, replays the choices a checkpoint recorded (ahead of the tuning cache and of
 // measuring) and returns true; false when there is nothing to replay.
 bool replay_kernel_choices(const io::Metadata& md, const std::string& path);

@@ -27,34 +27,30 @@ def test_argmax_and_argmin_match_pytorch(torch, rng):
                 np.testing.assert_array_equal(got, want, err_msg=f"{fn} dim={dim} keepdim={keepdim}")
 
 
-def test_cumsum_matches_pytorch_bit_for_bit_with_its_gradient(torch, rng):
-    a = (rng.standard_normal((3, 257, 4)) * 1000).astype(np.float32)
+def check_scan(torch, a, name, dims, rtol, atol, rng):
+    """synoros.NAME against torch.NAME along each of dims: the same bits forward (both accumulate
+    float32 in float64 and round each running value once), and close gradients."""
     g = rng.standard_normal(a.shape).astype(np.float32)
-    for dim in (0, 1, 2, -1):
+    for dim in dims:
         s = synoros.tensor(a, requires_grad=True)
         t = torch.tensor(a, requires_grad=True)
-        ys, yt = synoros.cumsum(s, dim), torch.cumsum(t, dim)
-        # Both accumulate float32 in float64 and round each sum once.
-        np.testing.assert_array_equal(ys.numpy(), yt.detach().numpy())
+        ys, yt = getattr(synoros, name)(s, dim), getattr(torch, name)(t, dim)
+        np.testing.assert_array_equal(ys.numpy(), yt.detach().numpy(), err_msg=f"{name} dim={dim}")
         (ys * synoros.tensor(g)).sum().backward()
         (yt * torch.tensor(g)).sum().backward()
-        np.testing.assert_allclose(s.grad.numpy(), t.grad.numpy(), rtol=1e-5, atol=1e-3)
+        np.testing.assert_allclose(s.grad.numpy(), t.grad.numpy(), rtol=rtol, atol=atol, err_msg=f"{name} dim={dim}")
+
+
+def test_cumsum_matches_pytorch_bit_for_bit_with_its_gradient(torch, rng):
+    a = (rng.standard_normal((3, 257, 4)) * 1000).astype(np.float32)
+    check_scan(torch, a, "cumsum", (0, 1, 2, -1), 1e-5, 1e-3, rng)
 
 
 def test_cumprod_matches_pytorch_bit_for_bit_and_its_gradient_at_zeros(torch, rng):
     a = rng.uniform(0.8, 1.25, size=(3, 57, 4)).astype(np.float32)
     a[1, 5, 2] = 0.0  # one zero in a line, two in another
     a[2, 7, 0] = a[2, 30, 0] = 0.0
-    g = rng.standard_normal(a.shape).astype(np.float32)
-    for dim in (0, 1, -1):
-        s = synoros.tensor(a, requires_grad=True)
-        t = torch.tensor(a, requires_grad=True)
-        ys, yt = synoros.cumprod(s, dim), torch.cumprod(t, dim)
-        # Both multiply float32 in float64 and round each product once.
-        np.testing.assert_array_equal(ys.numpy(), yt.detach().numpy())
-        (ys * synoros.tensor(g)).sum().backward()
-        (yt * torch.tensor(g)).sum().backward()
-        np.testing.assert_allclose(s.grad.numpy(), t.grad.numpy(), rtol=1e-4, atol=1e-5)
+    check_scan(torch, a, "cumprod", (0, 1, -1), 1e-4, 1e-5, rng)
 
 
 def test_gather_and_index_select_match_pytorch_with_gradients(torch, rng):

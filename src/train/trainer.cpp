@@ -34,6 +34,14 @@ void record_kernel_choices(io::Metadata& md) {
   if (fast_mode()) md["kernel_choices"] = kernels::recorded_choices();
 }
 
+void save_run_checkpoint(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
+                         io::Metadata md, int64_t step) {
+  record_kernel_choices(md);
+  md[io::kFormatKey] = io::kFormatVersion;
+  md["step"] = std::to_string(step);
+  io::save_safetensors(path, tensors, md);
+}
+
 bool replay_kernel_choices(const io::Metadata& md, const std::string& path) {
   auto it = md.find("kernel_choices");
   if (!fast_mode() || it == md.end()) return false;
@@ -195,11 +203,7 @@ void ClassifierTrainer::save(const std::string& path) {
   std::vector<std::pair<std::string, Tensor>> all;
   for (auto& [name, t] : model_->state_dict()) all.emplace_back("model." + name, t);
   for (auto& [name, t] : opt_->state()) all.emplace_back("optim." + name, t);
-  io::Metadata md = run_metadata();
-  record_kernel_choices(md);
-  md[io::kFormatKey] = io::kFormatVersion;
-  md["step"] = std::to_string(step_);
-  io::save_safetensors(path, all, md);
+  save_run_checkpoint(path, all, run_metadata(), step_);
 }
 
 void ClassifierTrainer::load(const std::string& path, bool resume) {

@@ -173,12 +173,7 @@ std::vector<std::pair<std::string, Tensor>> LmTrainer::state() const {
 }
 
 void LmTrainer::save(const std::string& path) {
-  std::vector<std::pair<std::string, Tensor>> all = state();
-  io::Metadata md = run_metadata();
-  record_kernel_choices(md);
-  md[io::kFormatKey] = io::kFormatVersion;
-  md["step"] = std::to_string(step_);
-  io::save_safetensors(path, all, md);
+  save_run_checkpoint(path, state(), run_metadata(), step_);
 }
 
 void LmTrainer::load(const std::string& path, bool resume) {
