@@ -717,12 +717,13 @@ Launch select_onednn(LowerCtx& c, const ConvGeom& g, const float* x, const float
         if (a != keep) st[a].reset();
     }
   if (!st[0] && !st[1] && !st[2]) {
-    // None applies here: a recorded oneDNN choice for this geometry cannot be honoured.
-    std::string name, version;
-    bool replayed = false;
-    if (!c.storage.sizing() && forced().empty() && cached_choice(key_of(g), name, version, &replayed) && replayed &&
-        name != "gemm")
-      throw unreplayable_choice(key_of(g), name, version);
+    // None applies here: the alternative is the one candidate, and a recorded oneDNN choice for
+    // this geometry cannot be honoured (choose says so).
+    if (!c.storage.sizing() && forced().empty()) {
+      ChooseOptions o;
+      o.cached = false;
+      choose(key_of(g), {{"gemm", "1", nullptr, nullptr}}, o);
+    }
     return alt;
   }
   // Every lowering gets the same scratch in both passes, so the frame is the same whichever is chosen.

@@ -325,23 +325,6 @@ std::string tuning_key(const std::string& what, bool strict) {
          " cpu=" + cpu_model();
 }
 
-bool cached_choice(const std::string& key, std::string& name, std::string& version, bool* replayed) {
-  Cache& c = cache();
-  std::lock_guard<std::mutex> lk(c.mu);
-  load_locked(c);
-  const Entry* e = fast_kernels() ? replayed_locked(c, key) : nullptr;
-  if (replayed) *replayed = e != nullptr;
-  if (!e) {
-    auto hit = c.entries.find(key);
-    if (hit == c.entries.end()) return false;
-    e = &hit->second;
-  }
-  name = e->provider;
-  version = e->version;
-  note_used_locked(c, key, *e);
-  return true;
-}
-
 void store_choice(const std::string& key, const std::string& name, const std::string& version) {
   Cache& c = cache();
   std::lock_guard<std::mutex> lk(c.mu);
@@ -458,6 +441,14 @@ Choice choose(const std::string& key, const std::vector<Candidate>& cands, const
       if (cands[i].name == e.provider && cands[i].version == e.version) return int(i);
     return -1;
   };
+  // The cache's choice when a candidate has its name and version (c.mu held).
+  auto cached_locked = [&] {
+    auto hit = o.cached ? c.entries.find(key) : c.entries.end();
+    if (hit == c.entries.end() || (ch.index = find(hit->second)) < 0) return false;
+    ch.from_cache = true;
+    note_used_locked(c, key, hit->second);
+    return true;
+  };
   {
     std::lock_guard<std::mutex> lk(c.mu);
     load_locked(c);
@@ -468,12 +459,7 @@ Choice choose(const std::string& key, const std::vector<Candidate>& cands, const
       note_used_locked(c, key, *r);
       return ch;
     }
-    auto hit = o.cached ? c.entries.find(key) : c.entries.end();
-    if (hit != c.entries.end() && (ch.index = find(hit->second)) >= 0) {
-      ch.from_cache = true;
-      note_used_locked(c, key, hit->second);
-      return ch;
-    }
+    if (cached_locked()) return ch;
   }
   // One measurement at a time in the process: candidates share the default pool, timings would
   // disturb each other, and two threads choosing for one key must not pin two kernels. The lock
@@ -481,14 +467,9 @@ Choice choose(const std::string& key, const std::vector<Candidate>& cands, const
   // selects its GEMM). A choice another thread stored meanwhile is taken as it is.
   static std::recursive_mutex measuring;
   std::lock_guard<std::recursive_mutex> one_at_a_time(measuring);
-  if (o.cached) {
+  {
     std::lock_guard<std::mutex> lk(c.mu);
-    auto hit = c.entries.find(key);
-    if (hit != c.entries.end() && (ch.index = find(hit->second)) >= 0) {
-      ch.from_cache = true;
-      note_used_locked(c, key, hit->second);
-      return ch;
-    }
+    if (cached_locked()) return ch;
   }
   std::vector<int> passed;
   for (size_t i = 0; i < cands.size(); ++i) {
@@ -535,9 +516,6 @@ Selection select_gemm(const GemmShape& s, bool strict) {
   std::vector<float> C;
   std::vector<std::unique_ptr<Buffer>> scratch(provs.size());  // 64-byte aligned, as in a plan
   ThreadPool& pool = default_pool();
-  auto call = [&](size_t i) {
-    return GemmCall{s, probe->A.data(), probe->B.data(), C.data(), static_cast<float*>(scratch[i]->data())};
-  };
   std::vector<Candidate> cands;
   for (size_t i = 0; i < provs.size(); ++i)
     cands.push_back({provs[i]->name(), provs[i]->version(),
@@ -546,7 +524,11 @@ Selection select_gemm(const GemmShape& s, bool strict) {
                        scratch[i] = std::make_unique<Buffer>(provs[i]->scratch_floats(s) * sizeof(float));
                        return check(*provs[i], *probe, C, static_cast<float*>(scratch[i]->data()), pool);
                      },
-                     [&, i] { provs[i]->run(call(i), pool); }});
+                     [&, i] {
+                       provs[i]->run({s, probe->A.data(), probe->B.data(), C.data(),
+                                      static_cast<float*>(scratch[i]->data())},
+                                     pool);
+                     }});
   // Strict mode never replays: a replay records fast mode's choices, and strict takes none of them.
   ChooseOptions o;
   o.replay = !strict;

@@ -111,8 +111,6 @@ bool parse_tuning_cache(const std::string& text, std::map<std::string, TuningEnt
 // The tuning cache for choices other than a GEMM provider (how a convolution is lowered): the
 // key is completed with the ISA, strict mode, the provider set and the CPU model.
 std::string tuning_key(const std::string& what, bool strict);
-// A replayed choice (fast mode) comes first; *replayed says whether it was one.
-bool cached_choice(const std::string& key, std::string& name, std::string& version, bool* replayed = nullptr);
 void store_choice(const std::string& key, const std::string& name, const std::string& version);
 void record_rejection(const std::string& key, const std::string& why);
 
