@@ -8,6 +8,7 @@
 #include <functional>
 #include <limits>
 
+#include "kernels/cpu/conv_direct.hpp"
 #include "kernels/cpu/window_einsum.hpp"
 #include "synoros/synoros.hpp"
 #include "test_util.hpp"
@@ -75,7 +76,16 @@ std::vector<char> run_case(const ColsCase& c, std::string& kernel, bool check_or
   return std::vector<char>(d, d + numel(g.shape(y)) * 4);
 }
 
-class WindowCols : public ::testing::TestWithParam<ColsCase> {};
+// Full convolutions take the padded implicit GEMM first (conv_direct_test.cpp): off here, so the
+// column form is what runs.
+struct NoConvDirect {
+  NoConvDirect() { kernels::set_conv_direct(false); }
+  ~NoConvDirect() { kernels::set_conv_direct(true); }
+};
+
+class WindowCols : public ::testing::TestWithParam<ColsCase> {
+  NoConvDirect no_direct_;
+};
 
 // The AVX2 kernels for the scope of a test, on any CPU that has them (an AVX-512 CPU too).
 struct OnAvx2 {
@@ -120,6 +130,7 @@ INSTANTIATE_TEST_SUITE_P(Cases, WindowCols, ::testing::ValuesIn(cases()),
 // A non-finite weight reaches the outputs whose windows read padding at its tap as NaN (0 * inf),
 // exactly as through gather + GEMM.
 TEST(WindowColsEdges, InfiniteWeightsPoisonPaddedOutputsLikeGemm) {
+  NoConvDirect no_direct;
   OnAvx2 avx2;
   if (kernels::active_isa() != kernels::Isa::Avx2) GTEST_SKIP() << "this CPU has no AVX2";
   synoros::testing::StrictKernels canonical;

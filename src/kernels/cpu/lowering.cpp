@@ -7,6 +7,7 @@
 #include "kernels/onednn_conv.hpp"
 #include "kernels/providers.hpp"
 #include "kernels/cpu/line_fn.hpp"
+#include "kernels/cpu/conv_direct.hpp"
 #include "kernels/cpu/window_einsum.hpp"
 #include "kernels/jit/compiler.hpp"
 
@@ -57,7 +58,8 @@ std::string kernel_config() {
   const std::string& conv = forced_conv_lowering();
   std::string replayed = fast_kernels() ? replayed_choices_id() : "";
   return std::string(isa_name(active_isa())) + (fast_kernels() ? " fast" : "") + (conv.empty() ? "" : " conv=" + conv) +
-         (window_einsum_enabled() ? "" : " nowindow") + (replayed.empty() ? "" : " replay=" + replayed) +
+         (window_einsum_enabled() ? "" : " nowindow") +
+         (conv_direct_enabled() ? "" : " noconvdirect") + (replayed.empty() ? "" : " replay=" + replayed) +
          (jit::enabled() ? " jit" : "");
 }
 Isa best_isa() { return detect_isa(); }
