@@ -9,6 +9,7 @@
 #include <tuple>
 #include <sstream>
 
+#include "kernels/cpu/conv_direct.hpp"
 #include "kernels/kernel_api.hpp"
 #include "kernels/onednn_conv.hpp"
 #include "kernels/providers.hpp"
@@ -197,10 +198,20 @@ TEST(OneDnnConvSelection, DataGradientChainKeepsTheBitsOfTheUnfusedPlan) {
   HostTensor r = synoros::testing::random_tensor({DType::F32, {g.N, g.O, out_size(g.H, g), out_size(g.W, g)}}, 10);
   nn::Conv2d conv(g.C, g.O, g.k, 5, g.s, g.p, g.d, 1, false), twin(g.C, g.O, g.k, 5, g.s, g.p, g.d, 1, false);
   bool onednn = false;
-  std::string fused_kernels, unfused_kernels;
+  std::string fused_kernels, unfused_kernels, sequence_kernels;
   HostTensor fused = data_grad(x, r, conv, onednn, &fused_kernels);
   EXPECT_FALSE(onednn);
-  EXPECT_NE(fused_kernels.find("+fold"), std::string::npos) << fused_kernels;  // the chain ran as one launch
+  // The chain ran as one launch: the engine's one-pass kernel where it applies, else the chain's
+  // own kernels in sequence.
+  const bool vector_isa = kernels::active_isa() != kernels::Isa::Scalar;
+  EXPECT_NE(fused_kernels.find(vector_isa ? "engine-conv-data" : "+fold"), std::string::npos) << fused_kernels;
+  kernels::set_conv_direct(false);
+  nn::Conv2d third(g.C, g.O, g.k, 5, g.s, g.p, g.d, 1, false);
+  HostTensor sequence = data_grad(x, r, third, onednn, &sequence_kernels);
+  kernels::set_conv_direct(true);
+  EXPECT_NE(sequence_kernels.find("+fold"), std::string::npos) << sequence_kernels;
+  ASSERT_EQ(sequence.bytes(), fused.bytes());
+  EXPECT_EQ(0, std::memcmp(fused.buffer->data(), sequence.buffer->data(), fused.bytes()));
   HostTensor unfused;
   {
     config::ScopedOverride no_fusion("SYNOROS_NO_FUSION", "1");

@@ -10,6 +10,7 @@
 
 #include "ir/einsum_spec.hpp"
 #include "ir/op_defs.hpp"
+#include "kernels/cpu/conv_direct.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
 #include "kernels/onednn_conv.hpp"
 
@@ -43,18 +44,30 @@ Launch lower_conv_data_grad(LowerCtx& c) {
     throw Error("fold: the plan's convolution data-gradient chain does not match the graph");
   std::vector<const Buffer*> params = c.chain_param;
   params.resize(2, nullptr);
+  int dy = m->dy;
+  const auto* dyp = static_cast<const float*>(c.chain_in[size_t(dy)]);
+  const auto* wp = static_cast<const float*>(c.chain_in[size_t(1 - dy)]);
+  // The engine's own one-pass kernel where it applies (the unfolded gradient never leaves the
+  // core's cache), else the chain's three kernels.
+  if (std::optional<Launch> d = lower_conv_data_grad_direct(c, *m, dyp, wp)) {
+    ProbeLowering on_probe = [&c, &m](PlanStorage& storage, float* x, float* b, float* y) {
+      LowerCtx pc{c.g, c.id, c.node, {}, y, storage};
+      return *lower_conv_data_grad_direct(pc, *m, x, b);
+    };
+    Launch l = select_onednn(c, m->g, dyp, wp, *d, on_probe);
+    if (c.kernel == "onednn-conv" || c.kernel == "onednn-wino") c.kernel += "-data";
+    return l;
+  }
   // The choice is made in the real pass, so both paths get scratch in both: the frame holds the
   // unfolded gradient even when oneDNN is chosen (the memory the unfused plan used anyway).
   Launch seq = lower_sequence(c.g, *m, c.id, c.storage, c.chain_in, params, c.out, &c.kernel);
-  int dy = m->dy;
   ProbeLowering on_probe = [&c, &m, dy](PlanStorage& storage, float* x, float* b, float* y) {
     std::vector<void*> in(2);
     in[size_t(dy)] = x;
     in[size_t(1 - dy)] = b;
     return lower_sequence(c.g, *m, c.id, storage, in, {nullptr, nullptr}, y);
   };
-  Launch l = select_onednn(c, m->g, static_cast<const float*>(c.chain_in[size_t(dy)]),
-                           static_cast<const float*>(c.chain_in[size_t(1 - dy)]), seq, on_probe);
+  Launch l = select_onednn(c, m->g, dyp, wp, seq, on_probe);
   if (c.kernel == "onednn-conv" || c.kernel == "onednn-wino") c.kernel += "-data";
   return l;
 }

@@ -24,6 +24,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/cpu/cpu_kernels.hpp"
 #include "synoros/config.hpp"
 
 namespace synoros::kernels {
@@ -107,30 +108,40 @@ __attribute__((target("avx2,fma"))) void tile_avx2(int64_t K, const float* w, in
     for (int v = 0; v < kV; ++v) _mm256_storeu_ps(c + i * ldc + 8 * v, acc[i][v]);
 }
 
-void tile(const DirectArgs& a, int64_t rows, const float* w, const float* b, float* c,
-          int64_t ldc) {
-  if (a.avx512) {
+// rows x lanes outputs of a chain over K (see tile_avx512).
+void tile(bool avx512, int64_t rows, int64_t K, const float* w, int64_t ldw, const int64_t* off,
+          const float* b, float* c, int64_t ldc) {
+  if (avx512) {
     switch (rows) {
 #define SYNOROS_TILE(R) \
   case R:               \
-    return tile_avx512<R>(a.K, w, a.K, a.off, b, c, ldc);
+    return tile_avx512<R>(K, w, ldw, off, b, c, ldc);
       SYNOROS_TILE(1)
-      SYNOROS_TILE(2) SYNOROS_TILE(3) SYNOROS_TILE(4) SYNOROS_TILE(5) SYNOROS_TILE(6)
-          SYNOROS_TILE(7)
+      SYNOROS_TILE(2)
+      SYNOROS_TILE(3) SYNOROS_TILE(4) SYNOROS_TILE(5) SYNOROS_TILE(6) SYNOROS_TILE(7)
 #undef SYNOROS_TILE
-              default : return tile_avx512<8>(a.K, w, a.K, a.off, b, c, ldc);
+          default : return tile_avx512<8>(K, w, ldw, off, b, c, ldc);
     }
   }
   switch (rows) {
     case 1:
-      return tile_avx2<1>(a.K, w, a.K, a.off, b, c, ldc);
+      return tile_avx2<1>(K, w, ldw, off, b, c, ldc);
     case 2:
-      return tile_avx2<2>(a.K, w, a.K, a.off, b, c, ldc);
+      return tile_avx2<2>(K, w, ldw, off, b, c, ldc);
     case 3:
-      return tile_avx2<3>(a.K, w, a.K, a.off, b, c, ldc);
+      return tile_avx2<3>(K, w, ldw, off, b, c, ldc);
     default:
-      return tile_avx2<4>(a.K, w, a.K, a.off, b, c, ldc);
+      return tile_avx2<4>(K, w, ldw, off, b, c, ldc);
   }
+}
+
+// A task's buffers, per thread (grown once, then reused), 64-byte aligned.
+float* task_scratch(size_t floats) {
+  static thread_local std::vector<float> scratch;
+  if (scratch.size() < floats + 16) scratch.resize(floats + 16);
+  float* p = scratch.data();
+  while (reinterpret_cast<uintptr_t>(p) % 64) ++p;
+  return p;
 }
 
 // One task: the output channels of one group for the images of one chunk.
@@ -141,12 +152,8 @@ void direct_task(const void* p, int64_t task) {
   const int64_t n0 = chunk * a.imgs, ni = std::min(a.imgs, a.N - n0);
   const int64_t nq = ((ni - 1) * a.Rimg + a.OH) * a.Wp;
   const int64_t nqp = (nq + a.lanes - 1) / a.lanes * a.lanes;
-  // The padded copy and the computed positions, per thread (grown once, then reused).
-  static thread_local std::vector<float> scratch;
-  const size_t need = size_t(a.C * a.plane + oc * nqp) + 16;
-  if (scratch.size() < need) scratch.resize(need);
-  float* pad = scratch.data();
-  while (reinterpret_cast<uintptr_t>(pad) % 64) ++pad;
+  float* pad =
+      task_scratch(size_t(a.C * a.plane + oc * nqp));  // the padded copy, then the positions
   float* out = pad + a.C * a.plane;
   std::memset(pad, 0, sizeof(float) * size_t(a.C * a.plane));
   for (int64_t ch = 0; ch < a.C; ++ch)
@@ -158,7 +165,8 @@ void direct_task(const void* p, int64_t task) {
     }
   for (int64_t q0 = 0; q0 < nqp; q0 += a.lanes)
     for (int64_t r = 0; r < oc; r += a.rows)
-      tile(a, std::min(a.rows, oc - r), a.w + (o0 + r) * a.K, pad + q0, out + r * nqp + q0, nqp);
+      tile(a.avx512, std::min(a.rows, oc - r), a.K, a.w + (o0 + r) * a.K, a.K, a.off, pad + q0,
+           out + r * nqp + q0, nqp);
   for (int64_t o = 0; o < oc; ++o)
     for (int64_t i = 0; i < ni; ++i)
       for (int64_t oh = 0; oh < a.OH; ++oh)
@@ -169,6 +177,98 @@ void direct_task(const void* p, int64_t task) {
 void direct_launch(const void* p, ThreadPool& pool) {
   const DirectArgs& a = *static_cast<const DirectArgs*>(p);
   pool.run(a.chunks * a.groups, direct_task, p);
+}
+
+// ---- the data gradient of a strided convolution: fold(fold(einsum(dY, W))) in one pass per
+// (image, block of input channels). The einsum's unfolded values U[c, kh, kw, oh, ow] (each a
+// chain over o from +0) are tiles like the forward's, held in the core's cache instead of a
+// buffer of KH KW times the input's size; the two folds then add them exactly as the fold
+// kernels do: t = 0 + U over kw ascending, dX = 0 + t over kh ascending.
+struct DataGradArgs {
+  const float* dy;                   // [N, O, OH, OW]
+  const float* w;                    // [O, C, KH, KW]
+  float* wt;                         // [C KH KW, O]: the weights transposed at each launch
+  float* dx;                         // [N, C, H, W]
+  int64_t N, C, O, H, W, OW, T, KW;  // T = KH KW taps
+  int64_t ohw, imgs, groups,
+      pp;  // dY's plane; images per task, their groups; positions per task in whole tiles
+  int64_t cb, cblocks;               // input channels per task, blocks
+  const int64_t* off;                // k pp for k < O
+  const int64_t *hfirst, *hin, *hj;  // the second fold's taps of each h: (oh, kh)
+  int64_t ws, pw;                    // the first fold's stride (phases of a row), values per phase
+  const int64_t* wtaps;              // per kw: offset into the phases, first and end ow
+  bool avx512;
+  int64_t lanes, rows;
+};
+
+// dX's plane of one channel from its unfolded values uc (tap planes pp apart, rows OW long). The
+// first fold's additions into w = ow s + (kw - center) d go to phase (w mod s) of the row, where
+// they are contiguous in ow: for each kw ascending, one vector add over ow -- each element still
+// sees 0, then its taps in ascending kw, as in the fold kernel. The second fold adds those rows
+// the same way over kh. `t`: two rows of scratch.
+__attribute__((target("avx2"))) void fold_plane(const DataGradArgs& a, const float* uc, float* t,
+                                                float* d) {
+  const int64_t s1 = a.ws, pw = a.pw, n = s1 * pw;
+  float* acc = t + n;
+  for (int64_t h = 0; h < a.H; ++h, d += a.W) {
+    for (int64_t v = 0; v < n; ++v) acc[v] = 0.0f;
+    for (int64_t e = a.hfirst[h]; e < a.hfirst[h + 1]; ++e) {
+      const float* row = uc + a.hj[e] * a.KW * a.pp + a.hin[e] * a.OW;  // U[c, kh, 0, oh, :]
+      for (int64_t v = 0; v < n; ++v) t[v] = 0.0f;
+      for (int64_t kw = 0; kw < a.KW; ++kw) {
+        const int64_t* r = a.wtaps + 3 * kw;  // where kw's values go: offset in t, first and end ow
+        const float* up = row + kw * a.pp;
+        for (int64_t ow = r[1], at = r[0] + r[1]; ow < r[2]; ++ow, ++at) t[at] += up[ow];
+      }
+      for (int64_t v = 0; v < n; ++v) acc[v] += t[v];
+    }
+    for (int64_t ph = 0; ph < s1; ++ph)  // the phases interleaved back into the row
+      for (int64_t j = 0, x = ph; x < a.W; ++j, x += s1) d[x] = acc[ph * pw + j];
+  }
+}
+
+void data_grad_task(const void* p, int64_t task) {
+  const DataGradArgs& a = *static_cast<const DataGradArgs*>(p);
+  const int64_t n0 = task / a.cblocks * a.imgs, ni = std::min(a.imgs, a.N - n0);
+  const int64_t c0 = (task % a.cblocks) * a.cb, cc = std::min(a.cb, a.C - c0);
+  // dY's planes (whole tiles long), U, and two rows of the folds
+  float* dy = task_scratch(size_t((a.O + cc * a.T) * a.pp + 2 * (a.W + a.ws)));
+  float* u = dy + a.O * a.pp;
+  for (int64_t o = 0; o < a.O; ++o) {  // the images' planes back to back
+    for (int64_t i = 0; i < ni; ++i)
+      std::memcpy(dy + o * a.pp + i * a.ohw, a.dy + ((n0 + i) * a.O + o) * a.ohw,
+                  sizeof(float) * size_t(a.ohw));
+    std::memset(dy + o * a.pp + ni * a.ohw, 0, sizeof(float) * size_t(a.pp - ni * a.ohw));
+  }
+  const int64_t m0 = c0 * a.T, mc = cc * a.T;
+  for (int64_t q0 = 0; q0 < ni * a.ohw; q0 += a.lanes)
+    for (int64_t r = 0; r < mc; r += a.rows)
+      tile(a.avx512, std::min(a.rows, mc - r), a.O, a.wt + (m0 + r) * a.O, a.O, a.off, dy + q0,
+           u + r * a.pp + q0, a.pp);
+  // The folds, a row of dX at a time. The first fold's additions into w = ow s + (kw - center) d
+  // go to phase (w mod s) of the row, where they are contiguous in ow: for each kw ascending, one
+  // vector add over ow -- each element still sees 0, then its taps in ascending kw, as in the
+  // fold kernel. The second fold adds those rows the same way over kh.
+  float* t = u + mc * a.pp;
+  for (int64_t i = 0; i < ni; ++i)
+    for (int64_t c = 0; c < cc; ++c)
+      fold_plane(a, u + c * a.T * a.pp + i * a.ohw, t,
+                 a.dx + ((n0 + i) * a.C + c0 + c) * a.H * a.W);
+}
+
+void data_grad_launch(const void* p, ThreadPool& pool) {
+  const DataGradArgs& a = *static_cast<const DataGradArgs*>(p);
+  const int64_t M = a.C * a.T;
+  for (int64_t o = 0; o < a.O; ++o)
+    for (int64_t m = 0; m < M; ++m) a.wt[m * a.O + o] = a.w[o * M + m];
+  pool.run(a.groups * a.cblocks, data_grad_task, p);
+}
+
+int64_t* persistent_copy(PlanStorage& storage, const std::vector<int64_t>& v) {
+  auto* p =
+      static_cast<int64_t*>(storage.persistent(std::max<size_t>(v.size(), 1) * sizeof(int64_t)));
+  std::copy(v.begin(), v.end(), p);
+  return p;
 }
 }  // namespace
 
@@ -220,6 +320,59 @@ std::optional<Launch> lower_conv_direct(LowerCtx& c, const ConvGeom& g, const fl
   a->off = off;
   c.kernel = "engine-conv";
   return Launch{direct_launch, a, c.id};
+}
+
+}  // namespace synoros::kernels
+
+namespace synoros::kernels {
+
+std::optional<Launch> lower_conv_data_grad_direct(LowerCtx& c, const passes::ConvDataChain& m,
+                                                  const float* dy, const float* w) {
+  const Isa isa = active_isa();
+  if (!conv_direct_enabled() || (isa != Isa::Avx512 && isa != Isa::Avx2)) return std::nullopt;
+  const Node& ne = c.g.node(m.e);
+  const Node& n1 = c.g.node(m.f1);
+  const Shape& u = ne.shape;                         // [N, C, OH, OW, KH, KW]
+  const Shape& y = c.node.shape;                     // [N, C, H, W]
+  const Shape& ys = c.g.shape(ne.in[size_t(m.dy)]);  // [N, O, OH, OW]
+  if (u.size() != 6 || y.size() != 4 || ys.size() != 4) return std::nullopt;
+  auto* a = c.args<DataGradArgs>();
+  a->dy = dy, a->w = w, a->dx = static_cast<float*>(c.out);
+  a->N = u[0], a->C = u[1], a->O = ys[1], a->H = y[2], a->W = y[3], a->OW = u[3], a->KW = u[5];
+  a->T = u[4] * u[5];
+  a->avx512 = isa == Isa::Avx512;
+  a->lanes = kV * (a->avx512 ? 16 : 8);
+  a->rows = a->avx512 ? 8 : 4;
+  a->ohw = u[2] * u[3];
+  // At least ~384 positions per task (small planes leave whole tiles mostly empty otherwise), and
+  // at most ~64K unfolded values (256 KB, in the core's cache).
+  a->imgs = std::clamp<int64_t>(384 / std::max<int64_t>(a->ohw, 1), 1, a->N);
+  a->groups = (a->N + a->imgs - 1) / a->imgs;
+  a->pp = (a->imgs * a->ohw + a->lanes - 1) / a->lanes * a->lanes;
+  a->cb = std::clamp<int64_t>((int64_t(1) << 16) / std::max<int64_t>(a->T * a->pp, 1), 1, a->C);
+  a->cblocks = (a->C + a->cb - 1) / a->cb;
+  a->wt = static_cast<float*>(c.storage.persistent(size_t(a->C * a->T * a->O) * sizeof(float)));
+  std::vector<int64_t> off(size_t(a->O));
+  for (int64_t k = 0; k < a->O; ++k) off[size_t(k)] = k * a->pp;
+  a->off = persistent_copy(c.storage, off);
+  // The folds' own taps: the first adds the kw window into w, the second the kh window into h.
+  const opdefs::WindowArgs w1 = opdefs::window_args(n1, n1.shape.size());
+  if (w1.window != u[5] || w1.stride < 1) return std::nullopt;
+  a->ws = w1.stride, a->pw = (a->W + w1.stride - 1) / w1.stride;
+  std::vector<int64_t> wtaps;
+  for (int64_t kw = 0; kw < a->KW; ++kw) {
+    const int64_t at = (kw - w1.center) * w1.dilation;  // w = ow s + at
+    const int64_t phase = ((at % a->ws) + a->ws) % a->ws, shift = (at - phase) / a->ws;
+    const int64_t count = (a->W - phase + a->ws - 1) / a->ws;  // values of w in this phase
+    wtaps.insert(wtaps.end(), {phase * a->pw + shift, std::max<int64_t>(0, -shift),
+                               std::min(a->OW, count - shift)});
+  }
+  a->wtaps = persistent_copy(c.storage, wtaps);
+  FoldTaps ht = fold_taps(opdefs::window_args(c.node, y.size()), y[2], u[2]);
+  a->hfirst = persistent_copy(c.storage, ht.first), a->hin = persistent_copy(c.storage, ht.in);
+  a->hj = persistent_copy(c.storage, ht.j);
+  c.kernel = "engine-conv-data";
+  return Launch{data_grad_launch, a, c.id};
 }
 
 }  // namespace synoros::kernels

@@ -15,6 +15,13 @@ namespace synoros::kernels {
 std::optional<Launch> lower_conv_direct(LowerCtx& c, const passes::ConvGeom& g, const float* x,
                                         const float* w);
 
+// The data gradient fold(fold(einsum(dY, W))) of a convolution (the chain m ending at the node
+// lowered, dY and W plain) as one launch (kernel "engine-conv-data") on AVX2 or AVX-512, else
+// nullopt: the unfolded gradient is computed in the core's cache, a block of channels at a
+// time, and folded as the fold kernels do. Same bits as the chain's own kernels.
+std::optional<Launch> lower_conv_data_grad_direct(LowerCtx& c, const passes::ConvDataChain& m, const float* dy,
+                                                  const float* w);
+
 // On by default; SYNOROS_CONV_DIRECT=0 or set_conv_direct(false) leaves these convolutions to the
 // other lowerings (tests compare them bit for bit). Part of kernel_config().
 bool conv_direct_enabled();

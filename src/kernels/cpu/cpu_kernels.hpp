@@ -1,6 +1,7 @@
 // CPU kernel lowerings, one per op family. src/kernels/cpu/lowering.cpp maps ops onto these.
 #pragma once
 
+#include "ir/op_defs.hpp"
 #include "kernels/jit/loop_ir.hpp"
 #include "kernels/kernel_api.hpp"
 #include "passes/fusion.hpp"
@@ -51,6 +52,13 @@ Launch lower_reduce_max_grad(LowerCtx& c);  // a max's input gradient, one pass 
 bool reduce_takes_prologue(const Graph& g, ValueId r);
 Launch lower_view(LowerCtx& c);      // permute, expand, slice, pad, stride, shift, unfold
 Launch lower_fold(LowerCtx& c);
+// What a fold (window `w`, n_in input positions per window dimension value, n_out outputs) adds
+// into output position p, in its order: entries [first[p], first[p + 1]) of (in, j), the input
+// position and the window index, j ascending.
+struct FoldTaps {
+  std::vector<int64_t> first, in, j;
+};
+FoldTaps fold_taps(const opdefs::WindowArgs& w, int64_t n_out, int64_t n_in);
 Launch lower_einsum(LowerCtx& c);
 Launch lower_softmax(LowerCtx& c);   // softmax, log_softmax
 Launch lower_softmax_grad(LowerCtx& c);

@@ -448,6 +448,21 @@ void fold_launch(const void* p, ThreadPool& pool) {
 }
 }  // namespace
 
+FoldTaps fold_taps(const opdefs::WindowArgs& w, int64_t n_out, int64_t n_in) {
+  FoldTaps t;
+  for (int64_t p = 0; p < n_out; ++p) {
+    t.first.push_back(int64_t(t.in.size()));
+    for (int64_t j = 0; j < w.window; ++j) {
+      int64_t q = p - (j - w.center) * w.dilation;
+      if (q < 0 || q % w.stride != 0 || q / w.stride >= n_in) continue;
+      t.in.push_back(q / w.stride);
+      t.j.push_back(j);
+    }
+  }
+  t.first.push_back(int64_t(t.in.size()));
+  return t;
+}
+
 Launch lower_fold(LowerCtx& c) {
   if (!c.chain.empty()) return lower_conv_data_grad(c);
   const Node& n = c.node;
@@ -464,19 +479,11 @@ Launch lower_fold(LowerCtx& c) {
   a->k = w.window;
   a->n_in_slice = n_in * a->inner * a->k;
   a->per_chunk = std::max<int64_t>(1, (int64_t(1) << 14) / std::max<int64_t>(1, a->n * a->inner));
+  FoldTaps taps = fold_taps(w, a->n, n_in);
   auto* first = static_cast<int64_t*>(c.storage.persistent(size_t(a->n + 1) * 8));
-  std::vector<int64_t> src;
-  for (int64_t p = 0; p < a->n; ++p) {
-    first[p] = int64_t(src.size());
-    for (int64_t j = 0; j < a->k; ++j) {
-      int64_t q = p - (j - w.center) * w.dilation;
-      if (q < 0 || q % w.stride != 0 || q / w.stride >= n_in) continue;
-      src.push_back((q / w.stride) * a->inner * a->k + j);
-    }
-  }
-  first[a->n] = int64_t(src.size());
-  auto* tab = static_cast<int64_t*>(c.storage.persistent(std::max<size_t>(src.size(), 1) * 8));
-  std::copy(src.begin(), src.end(), tab);
+  std::copy(taps.first.begin(), taps.first.end(), first);
+  auto* tab = static_cast<int64_t*>(c.storage.persistent(std::max<size_t>(taps.in.size(), 1) * 8));
+  for (size_t e = 0; e < taps.in.size(); ++e) tab[e] = taps.in[e] * a->inner * a->k + taps.j[e];
   a->first = first;
   a->src = tab;
   a->in = c.in[0];
