@@ -1,8 +1,8 @@
 // The engine's direct convolutions -- the padded implicit GEMM (stride 1, forward and the data
-// gradient's convolution of dY with the flipped weights) and the one-pass strided data gradient
-// -- taken wherever they apply, within float64's bounds, and exactly the bits of the gather +
-// GEMM and fold lowerings, at every thread count, on every instruction set and with non-finite
-// values.
+// gradient's convolution of dY with the flipped weights), the one-pass strided data gradient and
+// the weight gradient -- taken wherever they apply, within float64's bounds, and exactly the bits
+// of the gather + GEMM and fold lowerings, at every thread count, on every instruction set and with
+// non-finite values.
 #include "kernels/cpu/conv_direct.hpp"
 
 #include <gtest/gtest.h>
@@ -40,6 +40,8 @@ std::vector<Geo> geos() {
       {"wide_padding", 2, 3, 6, 5, 9, 3, 2, 1},
       {"pointwise", 2, 12, 10, 10, 17, 1, 0, 1},
       {"one_output_channel", 1, 5, 16, 3, 1, 3, 1, 1},
+      // The weight gradient's chains continue across chunks of seven images.
+      {"weight_chunks", 12, 4, 24, 24, 8, 3, 1, 1},
       // Strided: the forward stays gather + GEMM; the data gradient's fold chain is one pass.
       {"resnet_downsample", 3, 16, 28, 28, 32, 3, 1, 1, 2},
       {"shortcut_1x1", 2, 16, 28, 28, 32, 1, 0, 1, 2},
@@ -63,9 +65,10 @@ struct DirectOff {
   }
 };
 
-bool took_direct(CompiledStep& step) {
+// Whether the plan ran `kernel` (the direct kernels' labels all start "engine-conv").
+bool took(CompiledStep& step, const std::string& kernel) {
   for (const LaunchInfo& li : step.plan().launch_info())
-    if (li.kernel.find("engine-conv") != std::string::npos) return true;
+    if (li.kernel == kernel) return true;
   return false;
 }
 
@@ -73,28 +76,33 @@ bool direct_applies() {
   return kernels::active_isa() != kernels::Isa::Scalar;
 }
 
-// conv(x) (data = false) or d(sum(conv(x) * r))/dx (data = true), compiled in canonical mode.
+enum class What { Forward, Data, Weights };
+
+// conv(x), or the input or weight gradient of sum(conv(x) * r), compiled in canonical mode;
+// `direct`: whether the engine's direct kernel for it ran.
 HostTensor run(const Geo& g, const HostTensor& x, const HostTensor& w, const HostTensor& r,
-               bool data, bool& direct) {
+               What what, bool& direct) {
   synoros::testing::StrictKernels canonical;
   Tensor wt = Tensor::from(w);
-  CompiledStep step = data
-                          ? compile(
-                                [&](const std::vector<Tensor>& a) {
-                                  Tensor xt = a[0];
-                                  xt.requires_grad();
-                                  Tensor loss = (nn::conv2d(xt, wt, {}, g.s, g.p, g.d) * a[1]).sum();
-                                  loss.backward();
-                                  return std::vector<Tensor>{xt.grad()};
-                                },
-                                {{DType::F32, x.shape}, {DType::F32, r.shape}})
-                          : compile(
-                                [&](const std::vector<Tensor>& a) {
-                                  return std::vector<Tensor>{nn::conv2d(a[0], wt, {}, g.s, g.p, g.d)};
-                                },
-                                {{DType::F32, x.shape}});
-  direct = took_direct(step);
-  return data ? step({x, r})[0] : step({x})[0];
+  if (what == What::Weights) wt.requires_grad();
+  auto conv = [&](const Tensor& in) { return nn::conv2d(in, wt, {}, g.s, g.p, g.d); };
+  CompiledStep step =
+      what == What::Forward
+          ? compile([&](const std::vector<Tensor>& a) { return std::vector<Tensor>{conv(a[0])}; },
+                    {{DType::F32, x.shape}})
+          : compile(
+                [&](const std::vector<Tensor>& a) {
+                  Tensor xt = a[0];
+                  if (what == What::Data) xt.requires_grad();
+                  Tensor loss = (conv(xt) * a[1]).sum();
+                  loss.backward();
+                  return std::vector<Tensor>{what == What::Data ? xt.grad() : wt.grad()};
+                },
+                {{DType::F32, x.shape}, {DType::F32, r.shape}});
+  direct = what == What::Forward   ? took(step, "engine-conv")
+           : what == What::Weights ? took(step, "engine-conv-weights")
+                                   : took(step, g.s == 1 ? "engine-conv" : "engine-conv-data");
+  return what == What::Forward ? step({x})[0] : step({x, r})[0];
 }
 
 struct Inputs {
@@ -124,12 +132,12 @@ TEST_P(ConvDirect, ForwardMatchesFloat64AndTheGatherGemmBitForBit) {
   const Geo& g = GetParam();
   Inputs in = inputs(g);
   bool direct = false, off = true;
-  HostTensor y = run(g, in.x, in.w, in.r, false, direct);
+  HostTensor y = run(g, in.x, in.w, in.r, What::Forward, direct);
   EXPECT_EQ(direct, direct_applies() && g.s == 1) << g.name;
   HostTensor ref;
   {
     DirectOff o;
-    ref = run(g, in.x, in.w, in.r, false, off);
+    ref = run(g, in.x, in.w, in.r, What::Forward, off);
   }
   EXPECT_FALSE(off);
   expect_same_bits(y, ref, g.name);
@@ -155,7 +163,7 @@ TEST_P(ConvDirect, DataGradientMatchesTheGatherGemmBitForBit) {
   const Geo& g = GetParam();
   Inputs in = inputs(g);
   bool direct = false, off = true;
-  HostTensor dx = run(g, in.x, in.w, in.r, true, direct);
+  HostTensor dx = run(g, in.x, in.w, in.r, What::Data, direct);
   // Stride 1: the gradient's window is the forward's flipped, padded by d (k - 1) - p (a padding
   // wider than "same" leaves it a cropped view, which autodiff writes otherwise). Strided: the
   // fold(fold(einsum)) chain.
@@ -165,24 +173,58 @@ TEST_P(ConvDirect, DataGradientMatchesTheGatherGemmBitForBit) {
   HostTensor ref;
   {
     DirectOff o;
-    ref = run(g, in.x, in.w, in.r, true, off);
+    ref = run(g, in.x, in.w, in.r, What::Data, off);
   }
   EXPECT_FALSE(off);
   expect_same_bits(dx, ref, g.name);
+}
+
+TEST_P(ConvDirect, WeightGradientMatchesFloat64AndTheGatherGemmBitForBit) {
+  const Geo& g = GetParam();
+  Inputs in = inputs(g);
+  bool direct = false, off = true;
+  HostTensor dw = run(g, in.x, in.w, in.r, What::Weights, direct);
+  // Windows only: a 1 x 1 convolution's gather is no larger than its input.
+  EXPECT_EQ(direct, direct_applies() && g.k > 1) << g.name;
+  HostTensor ref;
+  {
+    DirectOff o;
+    ref = run(g, in.x, in.w, in.r, What::Weights, off);
+  }
+  EXPECT_FALSE(off);
+  expect_same_bits(dw, ref, g.name);
+  const int64_t OH = out_size(g.H, g), OW = out_size(g.W, g);
+  for (int64_t i = 0; i < dw.numel(); ++i) {
+    int64_t b = i % g.k, a = i / g.k % g.k, c = i / (g.k * g.k) % g.C, o = i / (g.k * g.k * g.C);
+    double want = 0, mag = 0;
+    for (int64_t n = 0; n < g.N; ++n)
+      for (int64_t oh = 0; oh < OH; ++oh)
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          int64_t h = oh * g.s + a * g.d - g.p, w = ow * g.s + b * g.d - g.p;
+          if (h < 0 || h >= g.H || w < 0 || w >= g.W) continue;
+          double t = in.x.get(((n * g.C + c) * g.H + h) * g.W + w) *
+                     in.r.get(((n * g.O + o) * OH + oh) * OW + ow);
+          want += t, mag += std::fabs(t);
+        }
+    ASSERT_NEAR(dw.get(i), want, 1.2e-7 * double(g.N * OH * OW + 2) * mag + 1e-30)
+        << g.name << " element " << i;
+  }
 }
 
 TEST_P(ConvDirect, SameBitsOnEveryIsaAndThreadCount) {
   const Geo& g = GetParam();
   Inputs in = inputs(g);
   bool direct = false;
-  HostTensor y = run(g, in.x, in.w, in.r, false, direct),
-             dx = run(g, in.x, in.w, in.r, true, direct);
+  HostTensor y = run(g, in.x, in.w, in.r, What::Forward, direct),
+             dx = run(g, in.x, in.w, in.r, What::Data, direct),
+             dw = run(g, in.x, in.w, in.r, What::Weights, direct);
   synoros::testing::for_every_isa_and_thread_count([&](kernels::Isa isa, int t) {
     std::string at = std::string(g.name) + " on " + kernels::isa_name(isa) + " with " +
                      std::to_string(t) + " threads";
-    expect_same_bits(run(g, in.x, in.w, in.r, false, direct), y, at);
+    expect_same_bits(run(g, in.x, in.w, in.r, What::Forward, direct), y, at);
     EXPECT_EQ(direct, direct_applies() && g.s == 1) << at;
-    expect_same_bits(run(g, in.x, in.w, in.r, true, direct), dx, at);
+    expect_same_bits(run(g, in.x, in.w, in.r, What::Data, direct), dx, at);
+    expect_same_bits(run(g, in.x, in.w, in.r, What::Weights, direct), dw, at);
   });
 }
 
@@ -201,12 +243,12 @@ TEST(ConvDirectEdges, NonFiniteValuesReachTheSameOutputsAsGatherGemm) {
   in.x.set(3 * g.W + 27, std::numeric_limits<double>::quiet_NaN());         // the end of a row
   in.x.set(g.H * g.W + 10 * g.W, std::numeric_limits<double>::infinity());  // the start of one
   bool direct = false, off = true;
-  HostTensor y = run(g, in.x, in.w, in.r, false, direct);
+  HostTensor y = run(g, in.x, in.w, in.r, What::Forward, direct);
   ASSERT_EQ(direct, direct_applies());
   HostTensor ref;
   {
     DirectOff o;
-    ref = run(g, in.x, in.w, in.r, false, off);
+    ref = run(g, in.x, in.w, in.r, What::Forward, off);
   }
   expect_same_bits(y, ref, "non-finite");
   EXPECT_TRUE(std::isnan(y.get(0)));  // output (0, 0, 0, 0) reads padding at the infinite tap

@@ -22,6 +22,12 @@ std::optional<Launch> lower_conv_direct(LowerCtx& c, const passes::ConvGeom& g, 
 std::optional<Launch> lower_conv_data_grad_direct(LowerCtx& c, const passes::ConvDataChain& m, const float* dy,
                                                   const float* w);
 
+// A convolution's weight gradient (g.kind BwdWeights: the unfold view of the [N, C, H, W] buffer
+// at x and plain dY) as kernel "engine-conv-weights" on AVX2 or AVX-512, else nullopt: no
+// unfolded gather, dW's chains over (n, oh, ow) in registers. Same bits as gather + GEMM.
+std::optional<Launch> lower_conv_weight_grad_direct(LowerCtx& c, const passes::ConvGeom& g, const float* x,
+                                                    const float* dy);
+
 // On by default; SYNOROS_CONV_DIRECT=0 or set_conv_direct(false) leaves these convolutions to the
 // other lowerings (tests compare them bit for bit). Part of kernel_config().
 bool conv_direct_enabled();

@@ -319,12 +319,14 @@ Launch lower_einsum(LowerCtx& c) {
   }
   for (char l : lb)
     if (!has(lo, l) && !has(la, l)) return direct_with_gates(c, e);
-  // A stride-1 convolution: the padded implicit GEMM (same bits as gather + GEMM, no gather).
+  // A convolution the engine's direct kernels take (same bits as gather + GEMM, no gather).
   if (std::optional<passes::ConvGeom> m = passes::match_conv(n.dtype, e, read_views(c))) {
     const int v = e.in[0].size() == 6 ? 0 : 1;  // the unfold view's operand
     const float* base = static_cast<const float*>(c.in[size_t(v)]) - c.in_offsets[size_t(v)];
-    if (std::optional<Launch> d = lower_conv_direct(c, *m, base, static_cast<const float*>(c.in[size_t(1 - v)])))
-      return select_conv_lowering(c, e, *d);
+    const auto* other = static_cast<const float*>(c.in[size_t(1 - v)]);
+    std::optional<Launch> d = m->kind == passes::ConvKind::BwdWeights ? lower_conv_weight_grad_direct(c, *m, base, other)
+                                                                       : lower_conv_direct(c, *m, base, other);
+    if (d) return select_conv_lowering(c, e, *d);
   }
   if (std::optional<Launch> w = lower_window_einsum(c, e))  // (fast mode measures oneDNN against the column form)
     return c.kernel == "window-cols" ? select_conv_lowering(c, e, *w) : *w;
