@@ -1,4 +1,4 @@
-// Stride-1 convolutions as an implicit GEMM over a zero-padded copy of the input. The gather +
+// Convolutions as an implicit GEMM over a zero-padded copy of the input. The gather +
 // GEMM lowering materialises the unfolded input (KH x KW times the input's size) and the GEMM
 // packs it once more; here each group of images is copied once into a padded buffer laid out so
 // that every tap (c, kh, kw) of every output is a fixed offset from the output's position:
@@ -9,9 +9,10 @@
 //
 // Output (image i, oh, ow) sits at position q = (i Rimg + oh) Wp + ow and reads tap (c, kh, kw)
 // at q + c plane + kh dh Wp + kw dw. Positions whose ow >= OW or oh >= OH are computed and thrown
-// away (7% of the work for 28 x 28 images, 23% for 7 x 7). A tile of R output channels by three
-// vectors of positions keeps 3R accumulators; each tap loads three vectors and broadcasts R
-// weights.
+// away (7% of the work for 28 x 28 images, 23% for 7 x 7). A strided convolution's padded input
+// is split into phase planes first (see lower_conv_direct), each tap reading one of them. A tile of
+// R output channels by three vectors of positions keeps 3R accumulators; each tap loads three
+// vectors and broadcasts R weights.
 //
 // Bits: each output is one FMA chain from +0 over the taps in the weights' order, padding taps
 // contributing fma(w, 0, acc) -- exactly what the gather + GEMM lowering computes. Outputs never
@@ -46,6 +47,7 @@ struct DirectArgs {
   float* y;        // [N, O, OH, OW]
   int64_t N, C, H, W, O, OH, OW, K;
   int64_t pt, pl, Wp, Rimg;
+  int64_t sh, sw, phase;      // strides; floats per phase plane (strided: see lower_conv_direct)
   int64_t imgs, chunks;       // images per chunk, chunks
   int64_t groups, per_group;  // output-channel groups per chunk, channels per group
   int64_t plane, nq_max;  // floats per channel plane of the padded copy; positions of a full chunk
@@ -118,7 +120,8 @@ void tile(bool avx512, int64_t rows, int64_t K, const float* w, int64_t ldw, con
     return tile_avx512<R>(K, w, ldw, off, b, c, ldc);
       SYNOROS_TILE(1)
       SYNOROS_TILE(2)
-      SYNOROS_TILE(3) SYNOROS_TILE(4) SYNOROS_TILE(5) SYNOROS_TILE(6) SYNOROS_TILE(7)
+      SYNOROS_TILE(3)
+      SYNOROS_TILE(4) SYNOROS_TILE(5) SYNOROS_TILE(6) SYNOROS_TILE(7)
 #undef SYNOROS_TILE
           default : return tile_avx512<8>(K, w, ldw, off, b, c, ldc);
     }
@@ -156,13 +159,32 @@ void direct_task(const void* p, int64_t task) {
       task_scratch(size_t(a.C * a.plane + oc * nqp));  // the padded copy, then the positions
   float* out = pad + a.C * a.plane;
   std::memset(pad, 0, sizeof(float) * size_t(a.C * a.plane));
-  for (int64_t ch = 0; ch < a.C; ++ch)
-    for (int64_t i = 0; i < ni; ++i) {
-      const float* src = a.x + ((n0 + i) * a.C + ch) * a.H * a.W;
-      float* dst = pad + ch * a.plane + (i * a.Rimg + a.pt) * a.Wp + a.pl;
-      for (int64_t h = 0; h < a.H; ++h)
-        std::memcpy(dst + h * a.Wp, src + h * a.W, sizeof(float) * size_t(a.W));
-    }
+  if (a.phase == 0) {
+    for (int64_t ch = 0; ch < a.C; ++ch)
+      for (int64_t i = 0; i < ni; ++i) {
+        const float* src = a.x + ((n0 + i) * a.C + ch) * a.H * a.W;
+        float* dst = pad + ch * a.plane + (i * a.Rimg + a.pt) * a.Wp + a.pl;
+        for (int64_t h = 0; h < a.H; ++h)
+          std::memcpy(dst + h * a.Wp, src + h * a.W, sizeof(float) * size_t(a.W));
+      }
+  } else {  // phase plane (ph, pw), row r of image i, column cc: the padded input's (ph + sh r, pw
+            // + sw cc)
+    for (int64_t ch = 0; ch < a.C; ++ch)
+      for (int64_t ph = 0; ph < a.sh; ++ph)
+        for (int64_t pw = 0; pw < a.sw; ++pw) {
+          const int64_t lo = std::max<int64_t>(0, (a.pl - pw + a.sw - 1) / a.sw);
+          const int64_t hi = std::min(a.Wp, (a.W + a.pl - pw + a.sw - 1) / a.sw);
+          for (int64_t i = 0; i < ni; ++i)
+            for (int64_t r = 0; r < a.Rimg; ++r) {
+              const int64_t h = ph + a.sh * r - a.pt;
+              if (h < 0 || h >= a.H) continue;
+              const float* src = a.x + (((n0 + i) * a.C + ch) * a.H + h) * a.W + pw - a.pl;
+              float* dst =
+                  pad + ch * a.plane + (ph * a.sw + pw) * a.phase + (i * a.Rimg + r) * a.Wp;
+              for (int64_t cc = lo; cc < hi; ++cc) dst[cc] = src[a.sw * cc];
+            }
+        }
+  }
   for (int64_t q0 = 0; q0 < nqp; q0 += a.lanes)
     for (int64_t r = 0; r < oc; r += a.rows)
       tile(a.avx512, std::min(a.rows, oc - r), a.K, a.w + (o0 + r) * a.K, a.K, a.off, pad + q0,
@@ -285,15 +307,22 @@ std::optional<Launch> lower_conv_direct(LowerCtx& c, const ConvGeom& g, const fl
   if (!conv_direct_enabled() || (isa != Isa::Avx512 && isa != Isa::Avx2) ||
       c.node.dtype != DType::F32)
     return std::nullopt;
-  if (g.kind != ConvKind::Forward || g.sh != 1 || g.sw != 1) return std::nullopt;
-  // The shared paddings hold only when an output row and column fit in one padded row and image.
-  const int64_t Wp = g.W + std::max(g.pl, g.pr), Rimg = g.H + std::max(g.pt, g.pb);
-  if (g.OW > Wp || g.OH > Rimg || g.OW < 1 || g.OH < 1) return std::nullopt;
+  if (g.kind != ConvKind::Forward || g.OW < 1 || g.OH < 1) return std::nullopt;
+  const bool strided = g.sh != 1 || g.sw != 1;
+  // A strided 1 x 1 convolution reads one phase of its input: its gather is a plain subsample.
+  if (strided && g.KH * g.KW == 1) return std::nullopt;
+  // Stride 1: the shared paddings, which hold when an output row and column fit in one padded row
+  // and image. Strided: the padded input split into sh x sw phase planes (rows ph + sh r, columns
+  // pw + sw c), each laid out like a stride-1 input without sharing, so that tap (kh, kw) is
+  // phase ((kh dh) mod sh, (kw dw) mod sw) at a fixed offset again.
+  const int64_t Wp = strided ? g.OW + (g.KW - 1) * g.dw / g.sw : g.W + std::max(g.pl, g.pr);
+  const int64_t Rimg = strided ? g.OH + (g.KH - 1) * g.dh / g.sh : g.H + std::max(g.pt, g.pb);
+  if (g.OW > Wp || g.OH > Rimg) return std::nullopt;
   auto* a = c.args<DirectArgs>();
   a->x = x, a->w = w, a->y = static_cast<float*>(c.out);
   a->N = g.N, a->C = g.C, a->H = g.H, a->W = g.W, a->O = g.O, a->OH = g.OH, a->OW = g.OW;
   a->K = g.C * g.KH * g.KW;
-  a->pt = g.pt, a->pl = g.pl, a->Wp = Wp, a->Rimg = Rimg;
+  a->pt = g.pt, a->pl = g.pl, a->Wp = Wp, a->Rimg = Rimg, a->sh = g.sh, a->sw = g.sw;
   a->avx512 = isa == Isa::Avx512;
   a->lanes = kV * (a->avx512 ? 16 : 8);
   a->rows = a->avx512 ? 8 : 4;
@@ -307,16 +336,22 @@ std::optional<Launch> lower_conv_direct(LowerCtx& c, const ConvGeom& g, const fl
   a->groups = (g.O + a->per_group - 1) / a->per_group;
   a->nq_max = ((a->imgs - 1) * Rimg + g.OH) * Wp;
   const int64_t nqp = (a->nq_max + a->lanes - 1) / a->lanes * a->lanes;
-  const int64_t reach = (g.KH - 1) * g.dh * Wp + (g.KW - 1) * g.dw;
-  const int64_t data_end = ((a->imgs - 1) * Rimg + g.pt + g.H) * Wp;
-  a->plane = (std::max(nqp + reach, data_end) + 15) / 16 * 16;
+  const int64_t reach = (g.KH - 1) * g.dh / g.sh * Wp + (g.KW - 1) * g.dw / g.sw;
+  const int64_t data_end = strided ? a->imgs * Rimg * Wp : ((a->imgs - 1) * Rimg + g.pt + g.H) * Wp;
+  const int64_t extent = (std::max(nqp + reach, data_end) + 15) / 16 * 16;
+  a->phase = strided ? extent : 0;
+  a->plane = extent * g.sh * g.sw;
   auto* off = static_cast<int64_t*>(c.storage.persistent(size_t(a->K) * sizeof(int64_t)));
   // Taps in the weights' order: (c, kh, kw), or (c, kw, kh) for weights laid out [O, C, KW, KH].
+  auto tap = [&](int64_t kh, int64_t kw) {
+    const int64_t rh = kh * g.dh, rw = kw * g.dw;
+    return (rh % g.sh * g.sw + rw % g.sw) * extent + rh / g.sh * Wp + rw / g.sw;
+  };
   const int64_t n1 = g.kswap ? g.KW : g.KH, n2 = g.kswap ? g.KH : g.KW;
-  const int64_t s1 = g.kswap ? g.dw : g.dh * Wp, s2 = g.kswap ? g.dh * Wp : g.dw;
   for (int64_t ch = 0, k = 0; ch < g.C; ++ch)
     for (int64_t t1 = 0; t1 < n1; ++t1)
-      for (int64_t t2 = 0; t2 < n2; ++t2) off[k++] = ch * a->plane + t1 * s1 + t2 * s2;
+      for (int64_t t2 = 0; t2 < n2; ++t2)
+        off[k++] = ch * a->plane + (g.kswap ? tap(t2, t1) : tap(t1, t2));
   a->off = off;
   c.kernel = "engine-conv";
   return Launch{direct_launch, a, c.id};

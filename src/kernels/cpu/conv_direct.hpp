@@ -1,4 +1,5 @@
-// Stride-1 convolutions without the unfolded gather: see conv_direct.cpp.
+// The engine's convolutions without the unfolded gather: see conv_direct.cpp and
+// conv_weight_grad.cpp.
 #pragma once
 
 #include <optional>
@@ -9,7 +10,7 @@
 namespace synoros::kernels {
 
 // The launch (kernel "engine-conv") for a forward convolution g -- or a stride-1 data gradient,
-// which has the same form -- with stride 1, the unfold view of operand `v` over the [N, C, H, W]
+// which has the same form -- with the unfold view of operand `v` over the [N, C, H, W]
 // buffer at `x` and plain [O, C, KH, KW] weights, on AVX2 or AVX-512; else nullopt. Same bits as
 // the gather + GEMM lowering.
 std::optional<Launch> lower_conv_direct(LowerCtx& c, const passes::ConvGeom& g, const float* x,
