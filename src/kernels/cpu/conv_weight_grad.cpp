@@ -49,7 +49,9 @@ __attribute__((target("avx512f,fma"))) void wgrad_tile512(const WgradArgs& a, in
                                                           const float* const* bases, float* acc,
                                                           int64_t ld, int64_t o0, bool first) {
   __m512 c[G * KWT][V];
+#pragma GCC unroll 24
   for (int r = 0; r < G * KWT; ++r)
+#pragma GCC unroll 3
     for (int v = 0; v < V; ++v)
       c[r][v] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(acc + r * ld + 16 * v);
   const float* b[G];
@@ -74,7 +76,9 @@ __attribute__((target("avx512f,fma"))) void wgrad_tile512(const WgradArgs& a, in
           }
       }
     }
+#pragma GCC unroll 24
   for (int r = 0; r < G * KWT; ++r)
+#pragma GCC unroll 3
     for (int v = 0; v < V; ++v) _mm512_storeu_ps(acc + r * ld + 16 * v, c[r][v]);
 }
 
@@ -83,7 +87,9 @@ __attribute__((target("avx2,fma"))) void wgrad_tile256(const WgradArgs& a, int64
                                                        const float* const* bases, float* acc,
                                                        int64_t ld, int64_t o0, bool first) {
   __m256 c[G * KWT][V];
+#pragma GCC unroll 24
   for (int r = 0; r < G * KWT; ++r)
+#pragma GCC unroll 3
     for (int v = 0; v < V; ++v)
       c[r][v] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(acc + r * ld + 8 * v);
   const float* b[G];
@@ -95,18 +101,22 @@ __attribute__((target("avx2,fma"))) void wgrad_tile256(const WgradArgs& a, int64
       const int64_t q0 = (i * a.Hp + oh * a.sh) * a.Wp;
       for (int64_t ow = 0, q = q0; ow < a.OW; ++ow, q += a.sw, d += step) {
         __m256 y[V];
+#pragma GCC unroll 3
         for (int v = 0; v < V; ++v) y[v] = _mm256_loadu_ps(d + 8 * v);
 #pragma GCC unroll 12
         for (int g = 0; g < G; ++g)
 #pragma GCC unroll 5
           for (int t = 0; t < KWT; ++t) {
             __m256 xv = _mm256_broadcast_ss(b[g] + q + t * dwv);
+#pragma GCC unroll 3
             for (int v = 0; v < V; ++v)
               c[g * KWT + t][v] = _mm256_fmadd_ps(xv, y[v], c[g * KWT + t][v]);
           }
       }
     }
+#pragma GCC unroll 24
   for (int r = 0; r < G * KWT; ++r)
+#pragma GCC unroll 3
     for (int v = 0; v < V; ++v) _mm256_storeu_ps(acc + r * ld + 8 * v, c[r][v]);
 }
 
