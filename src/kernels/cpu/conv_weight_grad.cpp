@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kernels/cpu/conv_direct.hpp"
+#include "kernels/cpu/gemm.hpp"
 
 namespace synoros::kernels {
 
@@ -175,10 +176,9 @@ void fill_task(const void* p, int64_t task) {
   const int64_t ohw = a.OH * a.OW;
   float* dst = a.dyt + i * ohw * a.Op;
   const float* src = a.dy + n * a.O * ohw;
-  for (int64_t q = 0; q < ohw; ++q) {
-    for (int64_t o = 0; o < a.O; ++o) dst[q * a.Op + o] = src[o * ohw + q];
-    for (int64_t o = a.O; o < a.Op; ++o) dst[q * a.Op + o] = 0.0f;
-  }
+  transpose_rows(src, ohw, a.O, ohw, dst, a.Op);
+  if (a.Op > a.O)
+    for (int64_t q = 0; q < ohw; ++q) std::fill(dst + q * a.Op + a.O, dst + (q + 1) * a.Op, 0.0f);
 }
 
 // Tile task: output-channel block (task % oblocks) for groups [g0, g0 + gpt) of its width.

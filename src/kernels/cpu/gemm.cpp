@@ -490,33 +490,6 @@ __attribute__((target("avx512f,avx512vl,fma"))) void small_gemm_avx512(const Gem
   }
 }
 
-// dst[k][n] = S[n][k] for S with rows of stride ld (the B of an A @ S^T product).
-// 8x8 blocks are transposed in registers; edges element by element.
-__attribute__((target("avx2"))) void transpose_rows(const float* S, int64_t ld, int64_t N, int64_t K,
-                                                    float* dst) {
-  int64_t n8 = N / 8 * 8, k8 = K / 8 * 8;
-  for (int64_t n = 0; n < n8; n += 8)
-    for (int64_t k = 0; k < k8; k += 8) {
-      __m256 r[8], t[8];
-      for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(S + (n + i) * ld + k);
-      for (int i = 0; i < 8; i += 2) {
-        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-      }
-      for (int i = 0; i < 8; i += 4) {
-        r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
-        r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
-        r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-        r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
-      }
-      for (int i = 0; i < 4; ++i) {
-        _mm256_storeu_ps(dst + (k + i) * N + n, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
-        _mm256_storeu_ps(dst + (k + i + 4) * N + n, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
-      }
-    }
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t k = (n < n8 ? k8 : 0); k < K; ++k) dst[k * N + n] = S[n * ld + k];
-}
 
 struct GemmJob {
   const GemmShape* s;
@@ -589,6 +562,34 @@ void compute_chunk(const void* p, int64_t chunk) {
     for (int64_t i = i0; i < i1; ++i) compute_tile(j, i, q);
 }
 }  // namespace
+
+// 8x8 blocks are transposed in registers; edges element by element.
+__attribute__((target("avx2"))) void transpose_rows(const float* S, int64_t ld, int64_t N, int64_t K, float* dst,
+                                                    int64_t ldd) {
+  if (ldd < 0) ldd = N;
+  int64_t n8 = N / 8 * 8, k8 = K / 8 * 8;
+  for (int64_t n = 0; n < n8; n += 8)
+    for (int64_t k = 0; k < k8; k += 8) {
+      __m256 r[8], t[8];
+      for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(S + (n + i) * ld + k);
+      for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+      }
+      for (int i = 0; i < 8; i += 4) {
+        r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+        r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+        r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+      }
+      for (int i = 0; i < 4; ++i) {
+        _mm256_storeu_ps(dst + (k + i) * ldd + n, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
+        _mm256_storeu_ps(dst + (k + i + 4) * ldd + n, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
+      }
+    }
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t k = (n < n8 ? k8 : 0); k < K; ++k) dst[k * ldd + n] = S[n * ld + k];
+}
 
 size_t gemm_scratch_floats(const GemmShape& s, int mode) {
   int64_t kc = std::min(s.K, kGemmKC);

@@ -47,6 +47,10 @@ void sgemm(const GemmShape& s, const float* A, const float* B, float* C, float* 
 void sgemm_block(const GemmShape& s, const float* A, const float* B, float* C, float* scratch, int isa,
                  bool accumulate = false);
 
+// dst[k * ldd + n] = S[n * ld + k] for n < N, k < K (ldd < 0: N), with AVX2 (the caller checks
+// the CPU has it).
+void transpose_rows(const float* S, int64_t ld, int64_t N, int64_t K, float* dst, int64_t ldd = -1);
+
 // Double precision, same canonical order, plain loops.
 // accumulate: C holds partial chains (of earlier k) to continue, as the K blocks do internally,
 // so splitting K across calls gives the bits of one call.
