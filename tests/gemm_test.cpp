@@ -54,7 +54,7 @@ std::vector<float> run(const GemmProvider& prov, const Problem& p, bool acc) {
 const std::vector<std::array<int64_t, 3>> kShapes = {
     {1, 1, 1}, {8, 32, 16}, {13, 31, 7}, {14, 32, 256}, {15, 33, 257}, {29, 65, 600},
     {64, 64, 64}, {127, 127, 127}, {1, 300, 513}, {1, 1000, 77}, {300, 1, 513}, {45, 97, 1030},
-    {5, 700, 77}, {8, 1000, 40}};  // the last two: a few rows of A streaming B
+    {40, 1, 24}, {64, 1, 47}, {5, 700, 77}, {8, 1000, 40}};  // the last two: a few rows of A streaming B
 
 TEST(Gemm, EveryProviderMatchesTheFloat64Reference) {
   for (const auto& prov : gemm_providers())
