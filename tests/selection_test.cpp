@@ -161,9 +161,11 @@ TEST(Selection, ANewProviderIsMeasuredAgainAndTheThreadCountIsNot) {
 
 TEST(Selection, StrictModeOnlyPicksCanonicalKernels) {
   TempCache tc;
-  set_strict_kernels(true);
-  Selection s = select_gemm({200, 300, 250, 250, 1, 300, 1, 300}, true);
-  set_strict_kernels(false);
+  Selection s;
+  {
+    synoros::testing::StrictKernels canonical;  // restores the mode the process had (not fast mode)
+    s = select_gemm({200, 300, 250, 250, 1, 300, 1, 300}, true);
+  }
   ASSERT_NE(s.provider, nullptr);
   EXPECT_TRUE(s.provider->canonical());
 }
