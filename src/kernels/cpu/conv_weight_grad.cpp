@@ -232,7 +232,8 @@ std::optional<Launch> lower_conv_weight_grad_direct(LowerCtx& c, const ConvGeom&
   a->N = g.N, a->C = g.C, a->H = g.H, a->W = g.W, a->O = g.O, a->OH = g.OH, a->OW = g.OW,
   a->KH = g.KH, a->KW = g.KW;
   a->M = g.C * g.KH * g.KW;
-  a->avx512 = isa == Isa::Avx512;
+  // Output channels are the lanes: eight or fewer fill an AVX2 vector better than an AVX-512 one.
+  a->avx512 = isa == Isa::Avx512 && g.O > 8;
   a->lanes = a->avx512 ? 16 : 8;
   a->vmax = a->avx512 ? 3 : 2;
   a->Op = (g.O + a->lanes - 1) / a->lanes * a->lanes;
@@ -244,13 +245,13 @@ std::optional<Launch> lower_conv_weight_grad_direct(LowerCtx& c, const ConvGeom&
   a->kwt = (g.KW == 3 || g.KW == 5) ? int(g.KW) : 1;
   a->groups = a->M / a->kwt;
   a->gpt = tile_groups(*a, std::min(a->vmax, a->Op / a->lanes));
-  // Windows that fill a tile, over more than eight output channels: a 1 x 1 convolution's gather
-  // is no larger than its input (and a strided one reads a fraction of it), a tile mostly of
-  // repeated groups wastes its FMAs, and eight or fewer output channels leave most lanes idle
-  // (LeNet's first layer, six channels: 736 us here against 599 us through gather + GEMM).
-  if (g.KH * g.KW < 2 || a->groups < a->gpt || g.O <= 8) return std::nullopt;
-  // About 4K positions per chunk: the padded images and dY's rows stay in the core's caches.
-  a->imgs = std::clamp<int64_t>(4096 / std::max<int64_t>(g.OH * g.OW, 1), 1, g.N);
+  // Windows that fill a tile: a 1 x 1 convolution's gather is no larger than its input (and a
+  // strided one reads a fraction of it), and a tile mostly of repeated groups wastes its FMAs.
+  if (g.KH * g.KW < 2 || a->groups < a->gpt) return std::nullopt;
+  // About 512 KB of padded images and transposed dY per chunk: they stay in the core's caches,
+  // and the two parallel steps a chunk takes are few (each is a wake-up of the pool).
+  const int64_t per_image = g.C * a->Hp * a->Wp + g.OH * g.OW * a->Op;
+  a->imgs = std::clamp<int64_t>((int64_t(1) << 17) / std::max<int64_t>(per_image, 1), 1, g.N);
   a->chunks = (g.N + a->imgs - 1) / a->imgs;
   a->plane = a->imgs * a->Hp * a->Wp;
   a->pad = static_cast<float*>(c.storage.scratch(size_t(g.C * a->plane + 16) * sizeof(float)));
