@@ -653,6 +653,27 @@ void sgemm_block(const GemmShape& s, const float* A, const float* B, float* C, f
   return small_gemm_avx2(s, A, b, ldb, C, accumulate);
 }
 
+namespace {
+constexpr int64_t kSmallCols = 64;
+struct SmallJob {
+  const GemmShape* s;
+  const float* A;
+  const float* B;
+  float* C;
+  float* scratch;
+  int isa;
+  bool accumulate;
+};
+void small_columns(const void* p, int64_t chunk) {
+  const SmallJob& j = *static_cast<const SmallJob*>(p);
+  const int64_t n0 = chunk * kSmallCols;
+  GemmShape c = *j.s;
+  c.N = std::min(kSmallCols, j.s->N - n0);
+  float* scratch = j.s->b_cs == 1 ? j.scratch : j.scratch + n0 * j.s->K;  // (used only to transpose B)
+  sgemm_block(c, j.A, j.B + n0 * j.s->b_cs, j.C + n0, scratch, j.isa, j.accumulate);
+}
+}  // namespace
+
 void sgemm(const GemmShape& s, const float* A, const float* B, float* C, float* scratch, int isa,
            ThreadPool& pool, int mode, bool accumulate) {
   if (s.M == 0 || s.N == 0) return;
@@ -678,7 +699,15 @@ void sgemm(const GemmShape& s, const float* A, const float* B, float* C, float* 
     return pool.run(ceil_div(s.N, kRowChunk), rows_times_matrix_chunk, &rj);
   }
   bool small = mode == 1 || (mode == 0 && tiny);
-  if (small && isa >= 1) return sgemm_block(s, A, B, C, scratch, isa, accumulate);
+  if (small && isa >= 1) {
+    // Large enough to share: blocks of kSmallCols columns, one per task (each block's scratch is
+    // its own K x cols slice; the split is the shape's, and each output's chain is unchanged).
+    if (pool.size() > 1 && s.M * s.N * s.K >= (int64_t(1) << 18) && s.N > kSmallCols) {
+      SmallJob sj{&s, A, B, C, scratch, isa, accumulate};
+      return pool.run(ceil_div(s.N, kSmallCols), small_columns, &sj);
+    }
+    return sgemm_block(s, A, B, C, scratch, isa, accumulate);
+  }
   // K blocks of equal length (at most kGemmKC): a short last block would pay the tile
   // load/store for little work. Chains resume from C, so blocking never changes the bits.
   int64_t kblocks = ceil_div(s.K, kGemmKC), kc_even = ceil_div(s.K, kblocks);
