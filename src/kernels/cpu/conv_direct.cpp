@@ -19,12 +19,11 @@
 // read what a thrown-away position reads, so non-finite inputs reach the same outputs as there.
 #include "kernels/cpu/conv_direct.hpp"
 
-#include <immintrin.h>
-
 #include <algorithm>
 #include <cstring>
 #include <vector>
 
+#include "kernels/cpu/conv_tiles.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
 #include "synoros/config.hpp"
 
@@ -39,8 +38,6 @@ bool& enabled_slot() {
   return on;
 }
 
-constexpr int kV = 3;  // vectors of positions per tile
-
 struct DirectArgs {
   const float* x;  // [N, C, H, W]
   const float* w;  // [O, K], K = C KH KW taps
@@ -51,91 +48,16 @@ struct DirectArgs {
   int64_t imgs, chunks;       // images per chunk, chunks
   int64_t groups, per_group;  // output-channel groups per chunk, channels per group
   int64_t plane, nq_max;  // floats per channel plane of the padded copy; positions of a full chunk
-  int64_t lanes, rows;    // positions per tile (kV vectors), output channels per tile
+  int64_t lanes, rows;    // positions per tile, output channels per tile
   const int64_t* off;     // per tap: its offset from the output's position
   bool avx512;
 };
 
-// Tile: `c` (rows of ldc) = R output channels (weights rows of ldw) x kV vectors of positions
-// from b, each a chain over the K taps.
-template <int R>
-__attribute__((target("avx512f,fma"))) void tile_avx512(int64_t K, const float* w, int64_t ldw,
-                                                        const int64_t* off, const float* b,
-                                                        float* c, int64_t ldc) {
-  __m512 acc[R][kV];
-#pragma GCC unroll 8
-  for (int i = 0; i < R; ++i)
-#pragma GCC unroll 3
-    for (int v = 0; v < kV; ++v) acc[i][v] = _mm512_setzero_ps();
-  for (int64_t k = 0; k < K; ++k) {
-    const float* p = b + off[k];
-    __m512 b0 = _mm512_loadu_ps(p), b1 = _mm512_loadu_ps(p + 16), b2 = _mm512_loadu_ps(p + 32);
-#pragma GCC unroll 8
-    for (int i = 0; i < R; ++i) {
-      __m512 a = _mm512_set1_ps(w[i * ldw + k]);
-      acc[i][0] = _mm512_fmadd_ps(a, b0, acc[i][0]);
-      acc[i][1] = _mm512_fmadd_ps(a, b1, acc[i][1]);
-      acc[i][2] = _mm512_fmadd_ps(a, b2, acc[i][2]);
-    }
-  }
-#pragma GCC unroll 8
-  for (int i = 0; i < R; ++i)
-#pragma GCC unroll 3
-    for (int v = 0; v < kV; ++v) _mm512_storeu_ps(c + i * ldc + 16 * v, acc[i][v]);
-}
-
-template <int R>
-__attribute__((target("avx2,fma"))) void tile_avx2(int64_t K, const float* w, int64_t ldw,
-                                                   const int64_t* off, const float* b, float* c,
-                                                   int64_t ldc) {
-  __m256 acc[R][kV];
-#pragma GCC unroll 4
-  for (int i = 0; i < R; ++i)
-#pragma GCC unroll 3
-    for (int v = 0; v < kV; ++v) acc[i][v] = _mm256_setzero_ps();
-  for (int64_t k = 0; k < K; ++k) {
-    const float* p = b + off[k];
-    __m256 b0 = _mm256_loadu_ps(p), b1 = _mm256_loadu_ps(p + 8), b2 = _mm256_loadu_ps(p + 16);
-#pragma GCC unroll 4
-    for (int i = 0; i < R; ++i) {
-      __m256 a = _mm256_broadcast_ss(w + i * ldw + k);
-      acc[i][0] = _mm256_fmadd_ps(a, b0, acc[i][0]);
-      acc[i][1] = _mm256_fmadd_ps(a, b1, acc[i][1]);
-      acc[i][2] = _mm256_fmadd_ps(a, b2, acc[i][2]);
-    }
-  }
-#pragma GCC unroll 4
-  for (int i = 0; i < R; ++i)
-#pragma GCC unroll 3
-    for (int v = 0; v < kV; ++v) _mm256_storeu_ps(c + i * ldc + 8 * v, acc[i][v]);
-}
-
-// rows x lanes outputs of a chain over K (see tile_avx512).
-void tile(bool avx512, int64_t rows, int64_t K, const float* w, int64_t ldw, const int64_t* off,
+// rows x lanes outputs of a chain over K (see conv_tiles.hpp).
+void tile(bool wide, int64_t rows, int64_t K, const float* w, int64_t ldw, const int64_t* off,
           const float* b, float* c, int64_t ldc) {
-  if (avx512) {
-    switch (rows) {
-#define SYNOROS_TILE(R) \
-  case R:               \
-    return tile_avx512<R>(K, w, ldw, off, b, c, ldc);
-      SYNOROS_TILE(1)
-      SYNOROS_TILE(2)
-      SYNOROS_TILE(3)
-      SYNOROS_TILE(4) SYNOROS_TILE(5) SYNOROS_TILE(6) SYNOROS_TILE(7)
-#undef SYNOROS_TILE
-          default : return tile_avx512<8>(K, w, ldw, off, b, c, ldc);
-    }
-  }
-  switch (rows) {
-    case 1:
-      return tile_avx2<1>(K, w, ldw, off, b, c, ldc);
-    case 2:
-      return tile_avx2<2>(K, w, ldw, off, b, c, ldc);
-    case 3:
-      return tile_avx2<3>(K, w, ldw, off, b, c, ldc);
-    default:
-      return tile_avx2<4>(K, w, ldw, off, b, c, ldc);
-  }
+  if (wide) return avx512::conv_tile(rows, K, w, ldw, off, b, c, ldc);
+  avx2::conv_tile(rows, K, w, ldw, off, b, c, ldc);
 }
 
 // A task's buffers, per thread (grown once, then reused), 64-byte aligned.
@@ -300,13 +222,16 @@ bool conv_direct_enabled() {
 void set_conv_direct(bool on) {
   enabled_slot() = on;
 }
+bool conv_direct_applies(const LowerCtx& c) {
+  const Isa isa = active_isa();
+  return conv_direct_enabled() && (isa == Isa::Avx512 || isa == Isa::Avx2) &&
+         c.node.dtype == DType::F32;
+}
 
 std::optional<Launch> lower_conv_direct(LowerCtx& c, const ConvGeom& g, const float* x,
                                         const float* w) {
+  if (!conv_direct_applies(c)) return std::nullopt;
   const Isa isa = active_isa();
-  if (!conv_direct_enabled() || (isa != Isa::Avx512 && isa != Isa::Avx2) ||
-      c.node.dtype != DType::F32)
-    return std::nullopt;
   if (g.kind != ConvKind::Forward || g.OW < 1 || g.OH < 1) return std::nullopt;
   const bool strided = g.sh != 1 || g.sw != 1;
   // A strided 1 x 1 convolution reads one phase of its input: its gather is a plain subsample.
@@ -324,8 +249,8 @@ std::optional<Launch> lower_conv_direct(LowerCtx& c, const ConvGeom& g, const fl
   a->K = g.C * g.KH * g.KW;
   a->pt = g.pt, a->pl = g.pl, a->Wp = Wp, a->Rimg = Rimg, a->sh = g.sh, a->sw = g.sw;
   a->avx512 = isa == Isa::Avx512;
-  a->lanes = kV * (a->avx512 ? 16 : 8);
-  a->rows = a->avx512 ? 8 : 4;
+  a->lanes = a->avx512 ? avx512::conv_tile_lanes() : avx2::conv_tile_lanes();
+  a->rows = a->avx512 ? avx512::conv_tile_rows() : avx2::conv_tile_rows();
   // About 512 positions per chunk: the padded copy and the outputs stay in the core's caches.
   a->imgs = std::clamp<int64_t>(512 / (Rimg * Wp), 1, g.N);
   a->chunks = (g.N + a->imgs - 1) / a->imgs;
@@ -363,8 +288,9 @@ namespace synoros::kernels {
 
 std::optional<Launch> lower_conv_data_grad_direct(LowerCtx& c, const passes::ConvDataChain& m,
                                                   const float* dy, const float* w) {
+  if (!conv_direct_applies(c))
+    return std::nullopt;  // (the chain's nodes are all float32: its matcher)
   const Isa isa = active_isa();
-  if (!conv_direct_enabled() || (isa != Isa::Avx512 && isa != Isa::Avx2)) return std::nullopt;
   const Node& ne = c.g.node(m.e);
   const Node& n1 = c.g.node(m.f1);
   const Shape& u = ne.shape;                         // [N, C, OH, OW, KH, KW]
@@ -376,8 +302,8 @@ std::optional<Launch> lower_conv_data_grad_direct(LowerCtx& c, const passes::Con
   a->N = u[0], a->C = u[1], a->O = ys[1], a->H = y[2], a->W = y[3], a->OW = u[3], a->KW = u[5];
   a->T = u[4] * u[5];
   a->avx512 = isa == Isa::Avx512;
-  a->lanes = kV * (a->avx512 ? 16 : 8);
-  a->rows = a->avx512 ? 8 : 4;
+  a->lanes = a->avx512 ? avx512::conv_tile_lanes() : avx2::conv_tile_lanes();
+  a->rows = a->avx512 ? avx512::conv_tile_rows() : avx2::conv_tile_rows();
   a->ohw = u[2] * u[3];
   // At least ~384 positions per task (small planes leave whole tiles mostly empty otherwise), and
   // at most ~64K unfolded values (256 KB, in the core's cache).

@@ -9,13 +9,12 @@
 //
 // Bits: each dW element is one FMA chain from +0 over (n, oh, ow) ascending, padding reading 0 --
 // exactly the chain gather + GEMM computes (the positions are its K, in this order).
-#include <immintrin.h>
-
 #include <algorithm>
 #include <cstring>
 #include <vector>
 
 #include "kernels/cpu/conv_direct.hpp"
+#include "kernels/cpu/conv_tiles.hpp"
 #include "kernels/cpu/gemm.hpp"
 
 namespace synoros::kernels {
@@ -23,8 +22,8 @@ namespace synoros::kernels {
 namespace {
 using passes::ConvGeom;
 
-// Registers for accumulators: 24 zmm (AVX-512, 16 lanes) or 12 ymm (AVX2, 8 lanes).
-constexpr int kAcc512 = 24, kAcc256 = 12;
+// Most rows a tile has (24 accumulators of AVX-512), and the widest tile (3 AVX-512 vectors).
+constexpr int kMaxRows = 24, kMaxWidth = 48;
 
 struct WgradArgs {
   const float* x;          // [N, C, H, W]
@@ -42,114 +41,16 @@ struct WgradArgs {
   bool avx512;
 };
 
-// The tile's chains over the chunk's positions: rows g * KWT + t (group g, tap t) x V vectors of
-// output channels from o0; `bases` the groups' padded-chunk pointers, `acc` (rows of ld) the
-// tile's chains to continue (`first`: start them at +0).
-template <int G, int KWT, int V>
-__attribute__((target("avx512f,fma"))) void wgrad_tile512(const WgradArgs& a, int64_t ni,
-                                                          const float* const* bases, float* acc,
-                                                          int64_t ld, int64_t o0, bool first) {
-  __m512 c[G * KWT][V];
-#pragma GCC unroll 24
-  for (int r = 0; r < G * KWT; ++r)
-#pragma GCC unroll 3
-    for (int v = 0; v < V; ++v)
-      c[r][v] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(acc + r * ld + 16 * v);
-  const float* b[G];
-  for (int g = 0; g < G; ++g) b[g] = bases[g];
-  const int64_t step = a.Op, dwv = a.dw_;
-  for (int64_t i = 0; i < ni; ++i)
-    for (int64_t oh = 0; oh < a.OH; ++oh) {
-      const float* d = a.dyt + ((i * a.OH + oh) * a.OW) * a.Op + o0;
-      const int64_t q0 = (i * a.Hp + oh * a.sh) * a.Wp;
-      for (int64_t ow = 0, q = q0; ow < a.OW; ++ow, q += a.sw, d += step) {
-        __m512 y[V];
-#pragma GCC unroll 3
-        for (int v = 0; v < V; ++v) y[v] = _mm512_loadu_ps(d + 16 * v);
-#pragma GCC unroll 24
-        for (int g = 0; g < G; ++g)
-#pragma GCC unroll 5
-          for (int t = 0; t < KWT; ++t) {
-            __m512 xv = _mm512_set1_ps(b[g][q + t * dwv]);
-#pragma GCC unroll 3
-            for (int v = 0; v < V; ++v)
-              c[g * KWT + t][v] = _mm512_fmadd_ps(xv, y[v], c[g * KWT + t][v]);
-          }
-      }
-    }
-#pragma GCC unroll 24
-  for (int r = 0; r < G * KWT; ++r)
-#pragma GCC unroll 3
-    for (int v = 0; v < V; ++v) _mm512_storeu_ps(acc + r * ld + 16 * v, c[r][v]);
-}
-
-template <int G, int KWT, int V>
-__attribute__((target("avx2,fma"))) void wgrad_tile256(const WgradArgs& a, int64_t ni,
-                                                       const float* const* bases, float* acc,
-                                                       int64_t ld, int64_t o0, bool first) {
-  __m256 c[G * KWT][V];
-#pragma GCC unroll 24
-  for (int r = 0; r < G * KWT; ++r)
-#pragma GCC unroll 3
-    for (int v = 0; v < V; ++v)
-      c[r][v] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(acc + r * ld + 8 * v);
-  const float* b[G];
-  for (int g = 0; g < G; ++g) b[g] = bases[g];
-  const int64_t step = a.Op, dwv = a.dw_;
-  for (int64_t i = 0; i < ni; ++i)
-    for (int64_t oh = 0; oh < a.OH; ++oh) {
-      const float* d = a.dyt + ((i * a.OH + oh) * a.OW) * a.Op + o0;
-      const int64_t q0 = (i * a.Hp + oh * a.sh) * a.Wp;
-      for (int64_t ow = 0, q = q0; ow < a.OW; ++ow, q += a.sw, d += step) {
-        __m256 y[V];
-#pragma GCC unroll 3
-        for (int v = 0; v < V; ++v) y[v] = _mm256_loadu_ps(d + 8 * v);
-#pragma GCC unroll 12
-        for (int g = 0; g < G; ++g)
-#pragma GCC unroll 5
-          for (int t = 0; t < KWT; ++t) {
-            __m256 xv = _mm256_broadcast_ss(b[g] + q + t * dwv);
-#pragma GCC unroll 3
-            for (int v = 0; v < V; ++v)
-              c[g * KWT + t][v] = _mm256_fmadd_ps(xv, y[v], c[g * KWT + t][v]);
-          }
-      }
-    }
-#pragma GCC unroll 24
-  for (int r = 0; r < G * KWT; ++r)
-#pragma GCC unroll 3
-    for (int v = 0; v < V; ++v) _mm256_storeu_ps(acc + r * ld + 8 * v, c[r][v]);
-}
-
-using TileFn = void (*)(const WgradArgs&, int64_t, const float* const*, float*, int64_t, int64_t,
-                        bool);
-
-// Groups per tile for KWT taps and V vectors: as many as the accumulators allow.
-constexpr int groups_for(int budget, int kwt, int v) {
-  return std::max(1, budget / (kwt * v));
-}
-
-template <int KWT, int V>
-TileFn tile_fn(bool avx512) {
-  if (avx512) return wgrad_tile512<groups_for(kAcc512, KWT, V), KWT, V>;
-  return wgrad_tile256<groups_for(kAcc256, KWT, V), KWT, V>;
-}
-
-template <int KWT>
-TileFn tile_fn(bool avx512, int64_t v) {
-  if (v == 1) return tile_fn<KWT, 1>(avx512);
-  if (v == 2) return tile_fn<KWT, 2>(avx512);
-  return tile_fn<KWT, 3>(avx512);
-}
-
-TileFn pick_tile(const WgradArgs& a, int64_t v) {
-  if (a.kwt == 3) return tile_fn<3>(a.avx512, v);
-  if (a.kwt == 5) return tile_fn<5>(a.avx512, v);
-  return tile_fn<1>(a.avx512, v);
-}
-
 int64_t tile_groups(const WgradArgs& a, int64_t v) {
-  return groups_for(a.avx512 ? kAcc512 : kAcc256, int(a.kwt), int(v));
+  return a.avx512 ? avx512::wgrad_groups(a.kwt, v) : avx2::wgrad_groups(a.kwt, v);
+}
+
+// The tile of v vectors from o0 over groups `bases` (see conv_tiles.hpp).
+void run_tile(const WgradArgs& a, int64_t v, int64_t ni, const float* const* bases, float* acc,
+              int64_t ld, int64_t o0, bool first) {
+  const WgradTileArgs t{a.dyt, a.Op, a.OH, a.OW, a.Hp, a.Wp, a.sh, a.sw, a.dw_};
+  if (a.avx512) return avx512::wgrad_tile(a.kwt, v, t, ni, bases, acc, ld, o0, first);
+  avx2::wgrad_tile(a.kwt, v, t, ni, bases, acc, ld, o0, first);
 }
 
 struct ChunkJob {
@@ -189,22 +90,22 @@ void tile_task(const void* p, int64_t task) {
   const int64_t o0 = ob * a.vmax * a.lanes, v = std::min(a.vmax, (a.Op - o0) / a.lanes);
   const int64_t gpt = tile_groups(a, v), g0 = gt * gpt;
   if (g0 >= a.groups) return;  // narrower blocks have fewer tiles
-  const float* bases[kAcc512];
+  const float* bases[kMaxRows];
   for (int64_t g = 0; g < gpt; ++g)  // groups past the end repeat the last (results dropped)
     bases[g] = a.pad + a.gofs[std::min(g0 + g, a.groups - 1)];
   const int64_t rows = std::min(gpt, a.groups - g0) * a.kwt;
   float* acc = a.acc + g0 * a.kwt * a.Op + o0;
   if (rows == gpt * a.kwt) {
-    pick_tile(a, v)(a, j.ni, bases, acc, a.Op, o0, j.first);
+    run_tile(a, v, j.ni, bases, acc, a.Op, o0, j.first);
     return;
   }
   // The last, partial tile: its chains in a side buffer of whole-tile height.
-  alignas(64) float side[kAcc512 * 48];
+  alignas(64) float side[kMaxRows * kMaxWidth];
   for (int64_t r = 0; r < rows; ++r)
-    std::memcpy(side + r * 48, acc + r * a.Op, sizeof(float) * size_t(v * a.lanes));
-  pick_tile(a, v)(a, j.ni, bases, side, 48, o0, j.first);
+    std::memcpy(side + r * kMaxWidth, acc + r * a.Op, sizeof(float) * size_t(v * a.lanes));
+  run_tile(a, v, j.ni, bases, side, kMaxWidth, o0, j.first);
   for (int64_t r = 0; r < rows; ++r)
-    std::memcpy(acc + r * a.Op, side + r * 48, sizeof(float) * size_t(v * a.lanes));
+    std::memcpy(acc + r * a.Op, side + r * kMaxWidth, sizeof(float) * size_t(v * a.lanes));
 }
 
 void wgrad_launch(const void* p, ThreadPool& pool) {
@@ -222,10 +123,8 @@ void wgrad_launch(const void* p, ThreadPool& pool) {
 
 std::optional<Launch> lower_conv_weight_grad_direct(LowerCtx& c, const ConvGeom& g, const float* x,
                                                     const float* dy) {
+  if (!conv_direct_applies(c)) return std::nullopt;
   const Isa isa = active_isa();
-  if (!conv_direct_enabled() || (isa != Isa::Avx512 && isa != Isa::Avx2) ||
-      c.node.dtype != DType::F32)
-    return std::nullopt;
   if (g.kind != passes::ConvKind::BwdWeights || g.kswap) return std::nullopt;
   auto* a = c.args<WgradArgs>();
   a->x = x, a->dy = dy, a->dw = static_cast<float*>(c.out);
