@@ -47,6 +47,8 @@ std::vector<Geo> geos() {
       {"shortcut_1x1", 2, 16, 28, 28, 32, 1, 0, 1, 2},
       {"odd_sizes_stride_2", 2, 5, 13, 11, 7, 3, 1, 1, 2},
       {"dilated_stride_3", 1, 3, 17, 19, 6, 3, 2, 2, 3},
+      // The strided input gradient over several blocks of channels.
+      {"channel_blocks_stride_2", 2, 64, 28, 28, 32, 3, 1, 1, 2},
   };
 }
 
@@ -54,15 +56,12 @@ int64_t out_size(int64_t n, const Geo& g) {
   return (n + 2 * g.p - g.d * (g.k - 1) - 1) / g.s + 1;
 }
 
+// The reference: gather + GEMM (the direct and window kernels off, restored afterwards).
 struct DirectOff {
-  DirectOff() {
-    kernels::set_conv_direct(false);
-    kernels::set_window_einsum(false);  // the reference: gather + GEMM
-  }
-  ~DirectOff() {
-    kernels::set_conv_direct(true);
-    kernels::set_window_einsum(true);
-  }
+  synoros::testing::ConvDirectKernels off{false};
+  bool window = kernels::window_einsum_enabled();
+  DirectOff() { kernels::set_window_einsum(false); }
+  ~DirectOff() { kernels::set_window_einsum(window); }
 };
 
 // Whether the plan ran `kernel` (the direct kernels' labels all start "engine-conv").

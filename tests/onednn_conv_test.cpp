@@ -205,10 +205,12 @@ TEST(OneDnnConvSelection, DataGradientChainKeepsTheBitsOfTheUnfusedPlan) {
   // own kernels in sequence.
   const bool vector_isa = kernels::active_isa() != kernels::Isa::Scalar;
   EXPECT_NE(fused_kernels.find(vector_isa ? "engine-conv-data" : "+fold"), std::string::npos) << fused_kernels;
-  kernels::set_conv_direct(false);
-  nn::Conv2d third(g.C, g.O, g.k, 5, g.s, g.p, g.d, 1, false);
-  HostTensor sequence = data_grad(x, r, third, onednn, &sequence_kernels);
-  kernels::set_conv_direct(true);
+  HostTensor sequence;
+  {
+    synoros::testing::ConvDirectKernels off(false);
+    nn::Conv2d third(g.C, g.O, g.k, 5, g.s, g.p, g.d, 1, false);
+    sequence = data_grad(x, r, third, onednn, &sequence_kernels);
+  }
   EXPECT_NE(sequence_kernels.find("+fold"), std::string::npos) << sequence_kernels;
   ASSERT_EQ(sequence.bytes(), fused.bytes());
   EXPECT_EQ(0, std::memcmp(fused.buffer->data(), sequence.buffer->data(), fused.bytes()));

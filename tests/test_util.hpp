@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/conv_direct.hpp"
 #include "kernels/kernel_api.hpp"
 #include "synoros/synoros.hpp"
 
@@ -63,6 +64,15 @@ struct FastKernels {
   bool saved = kernels::fast_kernels();
   FastKernels() { kernels::set_fast_kernels(true); }
   ~FastKernels() { kernels::set_fast_kernels(saved); }
+};
+
+// The engine's direct convolution kernels on or off for a scope, restoring what it found.
+struct ConvDirectKernels {
+  bool saved = kernels::conv_direct_enabled();
+  explicit ConvDirectKernels(bool on) { kernels::set_conv_direct(on); }
+  ~ConvDirectKernels() { kernels::set_conv_direct(saved); }
+  ConvDirectKernels(const ConvDirectKernels&) = delete;
+  ConvDirectKernels& operator=(const ConvDirectKernels&) = delete;
 };
 
 // Calls f(isa, threads) under every instruction set this CPU has and 1 and 2 threads, then

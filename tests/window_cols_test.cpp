@@ -79,8 +79,7 @@ std::vector<char> run_case(const ColsCase& c, std::string& kernel, bool check_or
 // Full convolutions take the padded implicit GEMM first (conv_direct_test.cpp): off here, so the
 // column form is what runs.
 struct NoConvDirect {
-  NoConvDirect() { kernels::set_conv_direct(false); }
-  ~NoConvDirect() { kernels::set_conv_direct(true); }
+  synoros::testing::ConvDirectKernels off{false};
 };
 
 class WindowCols : public ::testing::TestWithParam<ColsCase> {

@@ -30,7 +30,7 @@ const std::vector<Variable>& variables() {
       {"SYNOROS_MAX_MEMORY_BYTES", Kind::Bytes, "bytes, with an optional K, M or G suffix",
        "3/4 of physical memory", "largest total of the engine's live buffers"},
       {"SYNOROS_WINDOW_EINSUM", Kind::Flag, "0|1", "1", "the window kernel for small convolutions"},
-      {"SYNOROS_CONV_DIRECT", Kind::Flag, "0|1", "1", "the padded implicit-GEMM kernel for stride-1 convolutions"},
+      {"SYNOROS_CONV_DIRECT", Kind::Flag, "0|1", "1", "the engine's direct convolution kernels (forward, input and weight gradients)"},
       {"SYNOROS_CONV_LOWERING", Kind::Choice, "gemm|onednn-conv|onednn-wino|onednn-bwd", "measured",
        "force one convolution lowering (for comparisons)"},
       {"SYNOROS_TUNING_CACHE", Kind::Path, "a file path", "$XDG_CACHE_HOME/synoros/tuning.txt",

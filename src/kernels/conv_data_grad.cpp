@@ -1,10 +1,11 @@
 // A convolution's data gradient as one launch. Autodiff writes the input gradient of a strided
 // convolution as fold(fold(einsum(dY, W))): the contraction materialises the unfolded gradient
 // [N, C, OH, OW, KH, KW] (KH*KW times the input's size) and two folds add it back into
-// [N, C, H, W]. The plan hands the whole chain to the last fold; here it runs either as that same
-// sequence of kernels in the launch's scratch (same bits as unfused), or as oneDNN's
-// backward-data convolution, which never materialises the unfolded gradient -- checked against
-// float64 and timed against the sequence, like every provider.
+// [N, C, H, W]. The plan hands the whole chain to the last fold; here it runs as the engine's
+// one-pass kernel (engine-conv-data, conv_direct.cpp) where it applies, else as that same
+// sequence of kernels in the launch's scratch (both with the bits of the unfused plan) -- or, in
+// fast mode, as oneDNN's backward-data convolution, which never materialises the unfolded
+// gradient, checked against float64 and timed against the engine's, like every provider.
 #include <optional>
 #include <string>
 

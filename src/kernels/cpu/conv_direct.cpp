@@ -15,8 +15,9 @@
 // vectors and broadcasts R weights.
 //
 // Bits: each output is one FMA chain from +0 over the taps in the weights' order, padding taps
-// contributing fma(w, 0, acc) -- exactly what the gather + GEMM lowering computes. Outputs never
-// read what a thrown-away position reads, so non-finite inputs reach the same outputs as there.
+// contributing fma(w, 0, acc) -- exactly what the gather + GEMM lowering computes. A real output
+// reads only its own taps (pixels or zeros), so non-finite inputs reach the same outputs as there;
+// what the thrown-away positions compute is never stored.
 #include "kernels/cpu/conv_direct.hpp"
 
 #include <algorithm>
@@ -100,10 +101,10 @@ void direct_task(const void* p, int64_t task) {
             for (int64_t r = 0; r < a.Rimg; ++r) {
               const int64_t h = ph + a.sh * r - a.pt;
               if (h < 0 || h >= a.H) continue;
-              const float* src = a.x + (((n0 + i) * a.C + ch) * a.H + h) * a.W + pw - a.pl;
+              const float* src = a.x + (((n0 + i) * a.C + ch) * a.H + h) * a.W;
               float* dst =
                   pad + ch * a.plane + (ph * a.sw + pw) * a.phase + (i * a.Rimg + r) * a.Wp;
-              for (int64_t cc = lo; cc < hi; ++cc) dst[cc] = src[a.sw * cc];
+              for (int64_t cc = lo; cc < hi; ++cc) dst[cc] = src[pw + a.sw * cc - a.pl];
             }
         }
   }
@@ -124,8 +125,8 @@ void direct_launch(const void* p, ThreadPool& pool) {
 }
 
 // ---- the data gradient of a strided convolution: fold(fold(einsum(dY, W))) in one pass per
-// (image, block of input channels). The einsum's unfolded values U[c, kh, kw, oh, ow] (each a
-// chain over o from +0) are tiles like the forward's, held in the core's cache instead of a
+// (group of images, block of input channels). The einsum's unfolded values U[c, kh, kw, oh, ow]
+// (each a chain over o from +0) are tiles like the forward's, held in the core's cache instead of a
 // buffer of KH KW times the input's size; the two folds then add them exactly as the fold
 // kernels do: t = 0 + U over kw ascending, dX = 0 + t over kh ascending.
 struct DataGradArgs {
@@ -251,7 +252,8 @@ std::optional<Launch> lower_conv_direct(LowerCtx& c, const ConvGeom& g, const fl
   a->avx512 = isa == Isa::Avx512;
   a->lanes = a->avx512 ? avx512::conv_tile_lanes() : avx2::conv_tile_lanes();
   a->rows = a->avx512 ? avx512::conv_tile_rows() : avx2::conv_tile_rows();
-  // About 512 positions per chunk: the padded copy and the outputs stay in the core's caches.
+  // About 512 positions per chunk (one image at least, however large): for images up to about
+  // 20 x 20 the padded copy and the outputs stay in the core's caches.
   a->imgs = std::clamp<int64_t>(512 / (Rimg * Wp), 1, g.N);
   a->chunks = (g.N + a->imgs - 1) / a->imgs;
   // Few chunks (a small batch): split the output channels too, in whole tiles.
@@ -297,6 +299,8 @@ std::optional<Launch> lower_conv_data_grad_direct(LowerCtx& c, const passes::Con
   const Shape& y = c.node.shape;                     // [N, C, H, W]
   const Shape& ys = c.g.shape(ne.in[size_t(m.dy)]);  // [N, O, OH, OW]
   if (u.size() != 6 || y.size() != 4 || ys.size() != 4) return std::nullopt;
+  const opdefs::WindowArgs w1 = opdefs::window_args(n1, n1.shape.size());  // the first fold's
+  if (w1.window != u[5] || w1.stride < 1) return std::nullopt;
   auto* a = c.args<DataGradArgs>();
   a->dy = dy, a->w = w, a->dx = static_cast<float*>(c.out);
   a->N = u[0], a->C = u[1], a->O = ys[1], a->H = y[2], a->W = y[3], a->OW = u[3], a->KW = u[5];
@@ -306,7 +310,7 @@ std::optional<Launch> lower_conv_data_grad_direct(LowerCtx& c, const passes::Con
   a->rows = a->avx512 ? avx512::conv_tile_rows() : avx2::conv_tile_rows();
   a->ohw = u[2] * u[3];
   // At least ~384 positions per task (small planes leave whole tiles mostly empty otherwise), and
-  // at most ~64K unfolded values (256 KB, in the core's cache).
+  // about 64K unfolded values (256 KB, in the core's cache) -- one channel at least.
   a->imgs = std::clamp<int64_t>(384 / std::max<int64_t>(a->ohw, 1), 1, a->N);
   a->groups = (a->N + a->imgs - 1) / a->imgs;
   a->pp = (a->imgs * a->ohw + a->lanes - 1) / a->lanes * a->lanes;
@@ -317,8 +321,6 @@ std::optional<Launch> lower_conv_data_grad_direct(LowerCtx& c, const passes::Con
   for (int64_t k = 0; k < a->O; ++k) off[size_t(k)] = k * a->pp;
   a->off = persistent_copy(c.storage, off);
   // The folds' own taps: the first adds the kw window into w, the second the kh window into h.
-  const opdefs::WindowArgs w1 = opdefs::window_args(n1, n1.shape.size());
-  if (w1.window != u[5] || w1.stride < 1) return std::nullopt;
   a->ws = w1.stride, a->pw = (a->W + w1.stride - 1) / w1.stride;
   std::vector<int64_t> wtaps;
   for (int64_t kw = 0; kw < a->KW; ++kw) {

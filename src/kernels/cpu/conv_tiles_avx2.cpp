@@ -1,4 +1,7 @@
 // AVX2 build of the convolution tiles (8 floats per vector, 16 registers).
+#include <algorithm>
+#include <cstdint>
+
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
 #include "kernels/cpu/vec_avx2.hpp"

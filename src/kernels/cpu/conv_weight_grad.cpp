@@ -100,7 +100,7 @@ void tile_task(const void* p, int64_t task) {
     return;
   }
   // The last, partial tile: its chains in a side buffer of whole-tile height.
-  alignas(64) float side[kMaxRows * kMaxWidth];
+  alignas(64) float side[kMaxRows * kMaxWidth] = {};  // (rows past `rows`: computed, dropped)
   for (int64_t r = 0; r < rows; ++r)
     std::memcpy(side + r * kMaxWidth, acc + r * a.Op, sizeof(float) * size_t(v * a.lanes));
   run_tile(a, v, j.ni, bases, side, kMaxWidth, o0, j.first);
@@ -125,8 +125,9 @@ std::optional<Launch> lower_conv_weight_grad_direct(LowerCtx& c, const ConvGeom&
                                                     const float* dy) {
   if (!conv_direct_applies(c)) return std::nullopt;
   const Isa isa = active_isa();
-  if (g.kind != passes::ConvKind::BwdWeights || g.kswap) return std::nullopt;
-  auto* a = c.args<WgradArgs>();
+  if (g.kind != passes::ConvKind::BwdWeights || g.kswap || g.KH * g.KW < 2) return std::nullopt;
+  WgradArgs args{};  // filled and checked before the plan keeps a copy
+  WgradArgs* a = &args;
   a->x = x, a->dy = dy, a->dw = static_cast<float*>(c.out);
   a->N = g.N, a->C = g.C, a->H = g.H, a->W = g.W, a->O = g.O, a->OH = g.OH, a->OW = g.OW,
   a->KH = g.KH, a->KW = g.KW;
@@ -144,9 +145,11 @@ std::optional<Launch> lower_conv_weight_grad_direct(LowerCtx& c, const ConvGeom&
   a->kwt = (g.KW == 3 || g.KW == 5) ? int(g.KW) : 1;
   a->groups = a->M / a->kwt;
   a->gpt = tile_groups(*a, std::min(a->vmax, a->Op / a->lanes));
-  // Windows that fill a tile: a 1 x 1 convolution's gather is no larger than its input (and a
-  // strided one reads a fraction of it), and a tile mostly of repeated groups wastes its FMAs.
-  if (g.KH * g.KW < 2 || a->groups < a->gpt) return std::nullopt;
+  // Windows (above: a 1 x 1 convolution's gather is no larger than its input, and a strided one
+  // reads a fraction of it) that fill a tile: a tile mostly of repeated groups wastes its FMAs.
+  if (a->groups < a->gpt) return std::nullopt;
+  a = c.args<WgradArgs>();
+  *a = args;
   // About 512 KB of padded images and transposed dY per chunk: they stay in the core's caches,
   // and the two parallel steps a chunk takes are few (each is a wake-up of the pool).
   const int64_t per_image = g.C * a->Hp * a->Wp + g.OH * g.OW * a->Op;

@@ -244,7 +244,7 @@ void gemm_launch(const void* p, ThreadPool& pool) {
       for (int64_t k = 0; k < g.shape.K; ++k) g.pinned[k * g.shape.N + n] = g.pin_from[k * g.pin_rs + n * g.pin_cs];
     g.pin_seen = g.pin_src->version();
   }
-  if (g.batch_tasks && pool.size() > 1) {
+  if (g.batch_tasks && pool.size() > 1 && g.rows >= pool.size()) {
     pool.run(g.rows, gemm_batch_task, p);
     if (g.post.fn) g.post.fn(g.post.args, pool);
     return;

@@ -319,9 +319,10 @@ __attribute__((target("avx2,fma"))) void matvec_rows(int64_t K, const float* A, 
     }
   }
   int64_t k = 0;
-  // Sixteen columns (a cache line of each row) per group before the next group: rows a power of
-  // two apart share a few L1 sets, and 8G rows' lines visited half at a time were evicted between
-  // their halves (512 x 512 times a vector: 43 us, every load from L2).
+  // Sixteen columns (a cache line of each row when A is 64-byte aligned) per group before the next
+  // group: rows a power of two apart share a few L1 sets, and 8G rows' lines visited half at a
+  // time were evicted between their halves (512 x 512 times a vector: 43 us, every load from L2).
+  // Each block prefetches its rows 128 columns (eight lines) ahead.
   for (; k + 16 <= K; k += 16)
 #pragma GCC unroll 4
     for (int g = 0; g < G; ++g) {
