@@ -196,6 +196,12 @@ std::vector<OpCase> all_cases() {
     c.push_back(with_attrs("attention blocks", Op::Attention, {f32({66, 3}, -2, 2), f32({130, 3}, -2, 2), f32({130, 3})},
                            att(false, 0.9)));
   }
+  // conv3x3 (Winograd F(2x2, 3x3)): every padding, odd and even sizes (partial tiles), both forms.
+  c.push_back(with_attrs("conv3x3 p1", Op::Conv3x3, {f32({2, 3, 5, 6}), f32({4, 3, 3, 3})}, ints({1, 0})));
+  c.push_back(with_attrs("conv3x3 p0", Op::Conv3x3, {f32({1, 2, 7, 4}), f32({3, 2, 3, 3})}, ints({0, 0})));
+  c.push_back(with_attrs("conv3x3 p2", Op::Conv3x3, {f32({2, 2, 3, 3}), f32({2, 2, 3, 3})}, ints({2, 0})));
+  c.push_back(with_attrs("conv3x3 flipped", Op::Conv3x3, {f32({2, 4, 5, 4}), f32({4, 3, 3, 3})}, ints({1, 1})));
+  c.push_back(with_attrs("conv3x3 flipped p0", Op::Conv3x3, {f32({1, 3, 6, 5}), f32({3, 2, 3, 3})}, ints({0, 1})));
   // batchnorm with the batch statistics of x, as BatchNorm2d builds it: its gradient is the
   // total derivative through the statistics, so finite differences see the whole composition.
   for (Shape xs : {Shape{4, 3, 5, 5}, Shape{6, 2}, Shape{1, 3, 2, 7}}) {

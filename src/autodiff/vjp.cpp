@@ -253,6 +253,36 @@ void vjp_fold(Graph& g, ValueId v, ValueId go, GradIn& gi) {
   }
 }
 
+namespace {
+// The unfold view "nchwxy" of an [N, C, H, W] value for a 3x3, stride-1 convolution with padding
+// p, built as the front end's windows() builds it, so the weight gradient below is the contraction
+// the convolution kernels recognise.
+ValueId windows3x3(Graph& g, ValueId x, int64_t p) {
+  ValueId u = x;
+  for (int64_t axis : {2, 3}) {
+    const int64_t out = g.shape(x)[size_t(axis)] + 2 * p - 2;
+    int64_t shift = 1 - p;
+    if (shift < 0) u = axis_op(g, Op::Pad, u, {axis, -shift, -shift}), shift = 0;
+    u = axis_op(g, Op::Unfold, u, {axis, 3, 1});
+    if (shift != 0 || g.shape(u)[size_t(axis)] != out) u = axis_op(g, Op::Slice, u, {axis, shift, shift + out});
+  }
+  return u;
+}
+}  // namespace
+
+// conv3x3: the input gradient is the flipped convolution of g with padding 2 - p (and the flipped
+// form's is the plain one); the weight gradient is the contraction of g with the input's windows
+// (for the flipped form, of the input with g's windows, which is the same sum transposed).
+void vjp_conv3x3(Graph& g, ValueId v, ValueId go, GradIn& gi) {
+  const Node n = g.node(v);
+  const int64_t p = n.attrs.ints[0], flipped = n.attrs.ints[1];
+  Attrs at;
+  at.ints = {2 - p, 1 - flipped};
+  gi[0] = g.add(Op::Conv3x3, {go, n.in[1]}, at);
+  const std::string spec = "nohw,nchwxy->ocxy";
+  gi[1] = flipped ? g.einsum(spec, {n.in[0], windows3x3(g, go, 2 - p)}) : g.einsum(spec, {go, windows3x3(g, n.in[0], p)});
+}
+
 void vjp_einsum(Graph& g, ValueId v, ValueId go, GradIn& gi) {
   Node n = g.node(v);
   std::vector<Shape> shapes;

@@ -25,6 +25,11 @@ Cost cost_reduce(const Graph& g, const Node& n) {
   return {double(numel(g.shape(n.in[0]))), in_bytes(g, n) + out_bytes(n)};
 }
 Cost cost_view(const Graph& g, const Node& n) { return {0, in_bytes(g, n) + out_bytes(n)}; }
+// conv3x3: the direct convolution's multiply-adds (what the work is worth, as for the einsum form).
+Cost cost_conv3x3(const Graph& g, const Node& n) {
+  const double cin = double(g.shape(n.in[0])[1]);
+  return {2 * 9 * cin * double(numel(n.shape)), in_bytes(g, n) + out_bytes(n)};
+}
 // Attention: the two products' multiply-adds and an exp per score (causal: about half of them);
 // its gradient recomputes the scores and takes five products.
 Cost cost_attention(const Graph& g, const Node& n) {

@@ -519,4 +519,25 @@ void infer_gather_grad(const Graph& g, Node& n) {
   n.shape = data;
 }
 
+// conv3x3(x [N, C, H, W], w [O, C, 3, 3] (flipped: [C, O, 3, 3])): ints {p, flipped} ->
+// [N, O, H + 2p - 2, W + 2p - 2], float32.
+void infer_conv3x3(const Graph& g, Node& n) {
+  require_ints(n, 2, "{padding, flipped}");
+  const int64_t p = n.attrs.ints[0], flipped = n.attrs.ints[1];
+  if (p < 0 || p > 2) throw Error("padding must be 0, 1 or 2, got " + std::to_string(p));
+  if (flipped != 0 && flipped != 1) throw Error("flipped must be 0 or 1");
+  for (size_t k = 0; k < 2; ++k)
+    if (in_dtype(g, n, k) != DType::F32) throw Error("conv3x3 takes float32 tensors, got " + std::string(dtype_name(in_dtype(g, n, k))));
+  const Shape &x = in_shape(g, n, 0), &w = in_shape(g, n, 1);
+  if (x.size() != 4) throw Error("x must be [N, C, H, W], got " + shape_str(x));
+  if (w.size() != 4 || w[2] != 3 || w[3] != 3) throw Error("w must be [O, C, 3, 3], got " + shape_str(w));
+  const int64_t cin = flipped ? w[0] : w[1], cout = flipped ? w[1] : w[0];
+  if (x[1] != cin) throw Error("w " + shape_str(w) + " does not match x " + shape_str(x));
+  const int64_t oh = x[2] + 2 * p - 2, ow = x[3] + 2 * p - 2;
+  if (x[0] < 1 || cin < 1 || cout < 1 || oh < 1 || ow < 1)
+    throw Error("x " + shape_str(x) + " with padding " + std::to_string(p) + " has no output");
+  n.dtype = DType::F32;
+  n.shape = {x[0], cout, oh, ow};
+}
+
 }  // namespace synoros::opdefs

@@ -695,7 +695,7 @@ bool alternative_only() { return probing || strict_kernels() || active_isa() != 
 }  // namespace
 
 Launch select_onednn(LowerCtx& c, const ConvGeom& g, const float* x, const float* b, Launch alt,
-                     const ProbeLowering& alt_on_probe) {
+                     const ProbeLowering& alt_on_probe, const std::string& alt_name) {
   if (alternative_only()) return alt;
   // The algorithms oneDNN implements for this geometry.
   std::unique_ptr<ConvState> st[kNumAlgorithms];
@@ -716,13 +716,16 @@ Launch select_onednn(LowerCtx& c, const ConvGeom& g, const float* x, const float
       for (int a = 0; a < kNumAlgorithms; ++a)
         if (a != keep) st[a].reset();
     }
+  // The choice is kept per geometry and alternative (the convolution op's own, or the engine's
+  // lowering of the contraction).
+  const std::string key = key_of(g) + (alt_name == "gemm" ? "" : " alt=" + alt_name);
   if (!st[0] && !st[1] && !st[2]) {
     // None applies here: the alternative is the one candidate, and a recorded oneDNN choice for
     // this geometry cannot be honoured (choose says so).
     if (!c.storage.sizing() && forced().empty()) {
       ChooseOptions o;
       o.cached = false;
-      choose(key_of(g), {{"gemm", "1", nullptr, nullptr}}, o);
+      choose(key, {{alt_name, "1", nullptr, nullptr}}, o);
     }
     return alt;
   }
@@ -731,7 +734,6 @@ Launch select_onednn(LowerCtx& c, const ConvGeom& g, const float* x, const float
   if (c.storage.sizing()) return alt;
   // The candidates: each algorithm oneDNN implements here, then (unless one is forced) the
   // alternative lowering, which is the engine's own and needs no check.
-  std::string key = key_of(g);
   ProbeRuns probe(g, alt_on_probe);
   std::vector<Candidate> cands;
   std::vector<int> algorithm;  // per candidate; -1 for the alternative
@@ -743,7 +745,7 @@ Launch select_onednn(LowerCtx& c, const ConvGeom& g, const float* x, const float
     }
   bool measured = forced().empty();
   if (measured) {
-    cands.push_back({"gemm", "1",
+    cands.push_back({alt_name, "1",
                      [&probe] {
                        probe.prepare_alternative();  // its lowering (and GEMM selection) not timed
                        return std::string();
@@ -761,7 +763,7 @@ Launch select_onednn(LowerCtx& c, const ConvGeom& g, const float* x, const float
   } catch (const Error& err) {  // a probe run failed: the engine's own lowering stands
     if (!measured) throw;
     record_rejection(key, std::string("onednn conv: failed: ") + err.what());
-    store_choice(key, "gemm", "1");
+    store_choice(key, alt_name, "1");
     return alt;
   }
   if (!measured && !ch.rejected.empty()) throw Error("onednn conv: failed the float64 oracle: " + ch.rejected[0]);

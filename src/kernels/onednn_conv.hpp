@@ -33,9 +33,10 @@ using ProbeLowering = std::function<Launch(PlanStorage& storage, float* x, float
 // oneDNN's convolution g over x (images, or dY for the data gradient) and b (weights, or dY for
 // the weight gradient), writing c.out -- or `alt`: oneDNN is checked against float64 on a probe
 // and timed there against `alt_on_probe`, and the faster is kept (the choice cached). Both get
-// scratch in the sizing pass, so the frame fits whichever is chosen.
+// scratch in the sizing pass, so the frame fits whichever is chosen. `alt_name` names the
+// alternative in the tuning cache and in recorded choices.
 Launch select_onednn(LowerCtx& c, const ConvGeom& g, const float* x, const float* b, Launch alt,
-                     const ProbeLowering& alt_on_probe);
+                     const ProbeLowering& alt_on_probe, const std::string& alt_name = "gemm");
 
 // The chain as oneDNN's backward-data convolution or as its own three kernels, whichever the
 // selection picks.

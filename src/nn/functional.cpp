@@ -1,5 +1,6 @@
 // Convolution, pooling and friends expressed as views + contraction: the engine folds the
 // padded, unfolded, strided input straight into the GEMM's operand gather.
+#include <atomic>
 #include <cmath>
 #include <limits>
 
@@ -47,6 +48,12 @@ Tensor windows(const Tensor& x, int64_t kh, int64_t kw, int64_t s, int64_t p, in
 }
 }  // namespace
 
+namespace {
+std::atomic<bool> winograd_on{false};
+}  // namespace
+bool winograd_convolutions() { return winograd_on.load(); }
+void set_winograd_convolutions(bool on) { winograd_on.store(on); }
+
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t s, int64_t p, int64_t d, int64_t groups) {
   check4("conv2d", x);
   if (w.shape().size() != 4) throw Error("conv2d: weight must be [O, C/groups, kh, kw], got " + shape_str(w.shape()));
@@ -59,7 +66,12 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t s, i
     throw Error("conv2d: weight " + shape_str(w.shape()) + " does not match input " + shape_str(x.shape()) +
                 " with groups " + std::to_string(groups));
   Tensor y;
-  if (groups == 1) {
+  if (groups == 1 && kh == 3 && kw == 3 && s == 1 && d == 1 && p >= 0 && p <= 2 && C >= 8 && O >= 8 &&
+      H + 2 * p > 2 && W + 2 * p > 2 && x.dtype() == DType::F32 && w.dtype() == DType::F32 && winograd_convolutions()) {
+    Attrs at;
+    at.ints = {p, 0};
+    y = Tensor::apply(Op::Conv3x3, {x, w}, at);
+  } else if (groups == 1) {
     y = einsum("nchwxy,ocxy->nohw", {windows(x, kh, kw, s, p, d, "conv2d"), w});
   } else {
     int64_t G = groups;

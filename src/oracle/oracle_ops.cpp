@@ -643,4 +643,29 @@ HostTensor oracle_dropout(const Node& n, const OracleIn& in) {
   return out;
 }
 
+// conv3x3: the direct sum in float64.
+HostTensor oracle_conv3x3(const Node& n, const OracleIn& in) {
+  HostTensor out = make_out(n);
+  const Shape& x = in[0]->shape;
+  const int64_t p = n.attrs.ints[0];
+  const bool flipped = n.attrs.ints[1] != 0;
+  const int64_t N = x[0], C = x[1], H = x[2], W = x[3], O = n.shape[1], OH = n.shape[2], OW = n.shape[3];
+  for (int64_t b = 0; b < N; ++b)
+    for (int64_t o = 0; o < O; ++o)
+      for (int64_t i = 0; i < OH; ++i)
+        for (int64_t j = 0; j < OW; ++j) {
+          double s = 0;
+          for (int64_t c = 0; c < C; ++c)
+            for (int64_t r = 0; r < 3; ++r)
+              for (int64_t q = 0; q < 3; ++q) {
+                const int64_t h = i + r - p, v = j + q - p;
+                if (h < 0 || h >= H || v < 0 || v >= W) continue;
+                const double wt = flipped ? in[1]->get(((c * O + o) * 3 + 2 - r) * 3 + 2 - q) : in[1]->get(((o * C + c) * 3 + r) * 3 + q);
+                s += wt * in[0]->get(((b * C + c) * H + h) * W + v);
+              }
+          out.set(((b * O + o) * OH + i) * OW + j, s);
+        }
+  return out;
+}
+
 }  // namespace synoros::opdefs

@@ -1,0 +1,221 @@
+// The 3x3 convolution op, conv3x3(x, w, ints {p, t}), by Winograd's F(2x2, 3x3): each 2 x 2
+// block of outputs (a tile) is A^T [sum_c U_c (.) V_c] A, with U = G g G^T the weights of
+// (o, c) and V = B^T d B the 4 x 4 input patch d of channel c: 16 multiplications per tile and
+// channel pair where the direct chain takes 36.
+//
+// The bits are the op's definition, the same on every instruction set and thread count:
+//   U[xi][o][c]  G g G^T, rows first: s = (g0, ((g0 + g2) + g1) * 0.5, ((g0 + g2) - g1) * 0.5, g2)
+//                over the three rows, then the same over the columns of s;
+//   V[xi][c][t]  B^T d B, rows first: (d0 - d2, d1 + d2, d2 - d1, d1 - d3), then the columns;
+//   M[xi][o][t]  one FMA chain over c = 0, 1, ..., C-1 from +0 (the canonical GEMM);
+//   y            A^T M A, rows first: ((m0 + m1) + m2, (m1 - m2) - m3), then the columns;
+// with xi = 4 i + j the position in the 4 x 4 transform, t the tile, and zeros outside the image.
+// The transforms are additions and halvings only (winograd_impl.hpp, built per instruction set);
+// the products are the canonical GEMM's, which gives the same bits on every instruction set.
+// Work is split over groups of images (or bands of tile rows of one large image), which changes
+// no value. The float64 oracle is the direct sum; the tests hold this to it.
+#include "kernels/cpu/winograd.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu/cpu_kernels.hpp"
+#include "kernels/cpu/gemm.hpp"
+#include "kernels/onednn_conv.hpp"
+
+namespace synoros::kernels {
+
+namespace {
+
+using InputRow = void (*)(const float*, const float*, int64_t, int64_t, float*, int64_t);
+using OutputRow = void (*)(const float*, int64_t, int64_t, float*, int64_t, int, int64_t);
+
+struct WinoArgs {
+  const float* x;  // [N, C, H, W]
+  const float* w;  // [O, C, 3, 3], or flipped: [C, O, 3, 3] read as w[c][o][2 - a][2 - b]
+  float* y;        // [N, O, OH, OW]
+  float* u;        // [16][O][C]: the transformed weights
+  int64_t N, C, H, W, O, OH, OW, p;
+  bool flipped;
+  int64_t th, tw;                  // tile rows and columns of an image
+  int64_t imgs, bands, band_rows;  // a task's images; bands per image and tile rows per band
+  int64_t tasks, scratch_floats;   // per task
+  int isa;
+  InputRow input_row;
+  OutputRow output_row;
+};
+
+// A task's buffers, per thread (grown once, then reused), 64-byte aligned.
+float* task_scratch(size_t floats) {
+  static thread_local std::vector<float> scratch;
+  if (scratch.size() < floats + 16) scratch.resize(floats + 16);
+  float* p = scratch.data();
+  while (reinterpret_cast<uintptr_t>(p) % 64) ++p;
+  return p;
+}
+
+// U for output channels [8 task, 8 task + 8).
+void weight_task(const void* p, int64_t task) {
+  const WinoArgs& a = *static_cast<const WinoArgs*>(p);
+  const int64_t o1 = std::min(a.O, 8 * task + 8);
+  for (int64_t o = 8 * task; o < o1; ++o)
+    for (int64_t c = 0; c < a.C; ++c) {
+      float g[3][3];
+      for (int r = 0; r < 3; ++r)
+        for (int q = 0; q < 3; ++q)
+          g[r][q] = a.flipped ? a.w[((c * a.O + o) * 3 + 2 - r) * 3 + 2 - q]
+                              : a.w[((o * a.C + c) * 3 + r) * 3 + q];
+      float s[4][3];
+      for (int q = 0; q < 3; ++q) {
+        const float e = g[0][q] + g[2][q];
+        s[0][q] = g[0][q];
+        s[1][q] = (e + g[1][q]) * 0.5f;
+        s[2][q] = (e - g[1][q]) * 0.5f;
+        s[3][q] = g[2][q];
+      }
+      for (int i = 0; i < 4; ++i) {
+        const float e = s[i][0] + s[i][2];
+        const float u[4] = {s[i][0], (e + s[i][1]) * 0.5f, (e - s[i][1]) * 0.5f, s[i][2]};
+        for (int j = 0; j < 4; ++j) a.u[((4 * i + j) * a.O + o) * a.C + c] = u[j];
+      }
+    }
+}
+
+void conv_task(const void* p, int64_t task) {
+  const WinoArgs& a = *static_cast<const WinoArgs*>(p);
+  int64_t n0, ni, ty0, nty;
+  if (a.bands == 1) {
+    n0 = task * a.imgs, ni = std::min(a.imgs, a.N - n0), ty0 = 0, nty = a.th;
+  } else {
+    n0 = task / a.bands, ni = 1, ty0 = task % a.bands * a.band_rows,
+    nty = std::min(a.band_rows, a.th - ty0);
+  }
+  const int64_t tw = a.tw, T = ni * nty * tw, C = a.C, O = a.O;
+  const int64_t prow = 2 * (tw + 1), rows = 2 * nty + 2, plane = rows * prow;
+  float* next = task_scratch(size_t(a.scratch_floats));
+  auto take = [&next](int64_t floats) {  // 64-byte aligned pieces
+    float* r = next;
+    next += (floats + 15) / 16 * 16;
+    return r;
+  };
+  float* pad = take(C * ni * plane);
+  float* v = take(16 * C * T);
+  float* m = take(16 * O * T);
+  float* gs = take(C * T);
+  // The padded input rows 2 ty0 - p .. of each channel and image, even and odd columns apart.
+  for (int64_t ch = 0; ch < C; ++ch)
+    for (int64_t i = 0; i < ni; ++i)
+      for (int64_t r = 0; r < rows; ++r) {
+        float* e = pad + (ch * ni + i) * plane + r * prow;
+        float* o = e + tw + 1;
+        const int64_t h = 2 * ty0 + r - a.p;
+        if (h < 0 || h >= a.H) {
+          std::memset(e, 0, sizeof(float) * size_t(prow));
+          continue;
+        }
+        const float* src = a.x + (((n0 + i) * C + ch) * a.H + h) * a.W;
+        for (int64_t k = 0; k <= tw; ++k) {
+          const int64_t c0 = 2 * k - a.p, c1 = c0 + 1;
+          e[k] = c0 >= 0 && c0 < a.W ? src[c0] : 0.0f;
+          o[k] = c1 >= 0 && c1 < a.W ? src[c1] : 0.0f;
+        }
+      }
+  for (int64_t ch = 0; ch < C; ++ch)
+    for (int64_t i = 0; i < ni; ++i)
+      for (int64_t ty = 0; ty < nty; ++ty) {
+        const float* e = pad + (ch * ni + i) * plane + 2 * ty * prow;
+        a.input_row(e, e + tw + 1, prow, tw, v + ch * T + (i * nty + ty) * tw, C * T);
+      }
+  for (int xi = 0; xi < 16; ++xi) {
+    const GemmShape s{O, T, C, C, 1, T, 1, T};
+    sgemm_block(s, a.u + xi * O * C, v + xi * C * T, m + xi * O * T, gs, a.isa);
+  }
+  for (int64_t o = 0; o < O; ++o)
+    for (int64_t i = 0; i < ni; ++i)
+      for (int64_t ty = 0; ty < nty; ++ty) {
+        const int64_t oh = 2 * (ty0 + ty);
+        float* y = a.y + (((n0 + i) * O + o) * a.OH + oh) * a.OW;
+        a.output_row(m + o * T + (i * nty + ty) * tw, O * T, tw, y, a.OW,
+                     int(std::min<int64_t>(2, a.OH - oh)), a.OW);
+      }
+}
+
+void wino_launch(const void* p, ThreadPool& pool) {
+  const WinoArgs& a = *static_cast<const WinoArgs*>(p);
+  pool.run((a.O + 7) / 8, weight_task, p);
+  pool.run(a.tasks, conv_task, p);
+}
+
+// The launch over these buffers (shapes as the op's attrs say).
+Launch make_launch(PlanStorage& storage, ValueId node, const Shape& xs, const Shape& ws, int64_t p,
+                   bool flipped, const float* x, const float* w, float* y) {
+  auto* a = storage.make<WinoArgs>();
+  a->x = x, a->w = w, a->y = y;
+  a->N = xs[0], a->C = xs[1], a->H = xs[2], a->W = xs[3];
+  a->O = flipped ? ws[1] : ws[0];
+  a->OH = a->H + 2 * p - 2, a->OW = a->W + 2 * p - 2, a->p = p, a->flipped = flipped;
+  a->th = (a->OH + 1) / 2, a->tw = (a->OW + 1) / 2;
+  // About 512 KB of transformed inputs and products per task (whole images when they fit).
+  const int64_t target = std::max<int64_t>(8192 / (a->C + a->O), a->tw);
+  if (a->th * a->tw <= target) {
+    a->imgs = std::clamp<int64_t>(target / (a->th * a->tw), 1, a->N);
+    a->bands = 1, a->band_rows = a->th;
+    a->tasks = (a->N + a->imgs - 1) / a->imgs;
+  } else {
+    a->imgs = 1, a->band_rows = std::max<int64_t>(1, target / a->tw);
+    a->bands = (a->th + a->band_rows - 1) / a->band_rows;
+    a->tasks = a->N * a->bands;
+  }
+  const int64_t T = a->imgs * a->band_rows * a->tw;
+  const int64_t plane = (2 * a->band_rows + 2) * 2 * (a->tw + 1);
+  a->scratch_floats = a->C * a->imgs * plane + 16 * (a->C + a->O) * T + a->C * T + 4 * 16;
+  const Isa isa = active_isa();
+  a->isa = isa == Isa::Avx512 ? 2 : isa == Isa::Avx2 ? 1 : 0;
+  a->input_row = isa == Isa::Avx512 ? avx512::winograd_input_row
+                 : isa == Isa::Avx2 ? avx2::winograd_input_row
+                                    : scalar::winograd_input_row;
+  a->output_row = isa == Isa::Avx512 ? avx512::winograd_output_row
+                  : isa == Isa::Avx2 ? avx2::winograd_output_row
+                                     : scalar::winograd_output_row;
+  a->u = storage.sizing()
+             ? nullptr
+             : static_cast<float*>(storage.persistent(sizeof(float) * size_t(16 * a->O * a->C)));
+  return Launch{wino_launch, a, node};
+}
+}  // namespace
+
+Launch lower_conv3x3(LowerCtx& c) {
+  const Node& n = c.node;
+  if (n.dtype != DType::F32) throw Error("conv3x3: float32 only");
+  const Shape &xs = c.in_shape(0), &ws = c.in_shape(1);
+  const int64_t p = n.attrs.ints[0];
+  const bool flipped = n.attrs.ints[1] != 0;
+  const auto* x = static_cast<const float*>(c.in[0]);
+  const auto* w = static_cast<const float*>(c.in[1]);
+  Launch own = make_launch(c.storage, c.id, xs, ws, p, flipped, x, w, static_cast<float*>(c.out));
+  c.kernel = "winograd";
+  if (!fast_kernels()) return own;
+  // Fast mode: oneDNN's convolutions may be chosen instead (they round differently). The flipped
+  // form is the data gradient of the convolution with weights w ([O, C, 3, 3]) and padding 2 - p.
+  const Shape& ys = n.shape;
+  passes::ConvGeom g{};
+  g.KH = g.KW = 3, g.sh = g.sw = g.dh = g.dw = 1;
+  if (!flipped) {
+    g.kind = passes::ConvKind::Forward;
+    g.N = xs[0], g.C = xs[1], g.H = xs[2], g.W = xs[3], g.O = ys[1], g.OH = ys[2], g.OW = ys[3];
+    g.pt = g.pl = g.pb = g.pr = p;
+  } else {
+    g.kind = passes::ConvKind::BwdData;
+    g.N = xs[0], g.O = xs[1], g.OH = xs[2], g.OW = xs[3], g.C = ys[1], g.H = ys[2], g.W = ys[3];
+    g.pt = g.pl = g.pb = g.pr = 2 - p;
+  }
+  const ValueId id = c.id;
+  ProbeLowering on_probe = [id, xs, ws, p, flipped](PlanStorage& storage, float* px, float* pw,
+                                                    float* py) {
+    return make_launch(storage, id, xs, ws, p, flipped, px, pw, py);
+  };
+  return select_onednn(c, g, x, w, own, on_probe, "winograd");
+}
+
+}  // namespace synoros::kernels
