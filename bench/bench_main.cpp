@@ -311,16 +311,39 @@ void WindowedContraction(benchmark::State& state, const char* spec, const Shape&
 void Conv3x3(benchmark::State& state) { WindowedContraction(state, "nchwxy,ocxy->nohw", {64, 32, 3, 3}, 0.05); }
 BENCHMARK(Conv3x3)->Name("Conv3x3")->UseRealTime()->Unit(benchmark::kMillisecond);
 
+// The same convolution as the conv3x3 op (Winograd's F(2x2, 3x3)).
+void Conv3x3Winograd(benchmark::State& state) {
+  Graph g;
+  ValueId x = g.input(DType::F32, {32, 32, 28, 28}, "x");
+  ValueId w = g.input(DType::F32, {64, 32, 3, 3}, "w");
+  Attrs at;
+  at.ints = {1, 0};
+  ValueId y = g.add(Op::Conv3x3, {x, w}, at);
+  Plan p(g, {y});
+  p.set_input(x, Tensor::randn({32, 32, 28, 28}, 1).value());
+  p.set_input(w, Tensor::randn({64, 32, 3, 3}, 2, 0.05).value());
+  warm(p);
+  for (auto _ : state) {
+    p.run();
+    benchmark::DoNotOptimize(p.data<float>(y));
+  }
+  state.SetLabel(p.launch_info().back().kernel);
+}
+BENCHMARK(Conv3x3Winograd)->Name("Conv3x3/winograd")->UseRealTime()->Unit(benchmark::kMillisecond);
+
 // Depthwise 3x3 convolution (groups = channels), batch 32, 32 channels, 28x28, same padding:
 // the window contraction of operators the synthesizer invents.
 void Depthwise3x3(benchmark::State& state) { WindowedContraction(state, "nchwxy,cxy->nchw", {32, 3, 3}, 0.3); }
 BENCHMARK(Depthwise3x3)->Name("Depthwise3x3")->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // One SGD-momentum training step of a Fashion-MNIST classifier (batch 64, random data).
-void TrainClassifier(benchmark::State& state, const char* model) {
+void TrainClassifier(benchmark::State& state, const char* model, bool winograd = false) {
   auto m = train::make_classifier(model, 10, 1);
   optim::SGD opt(m->parameters(), 0.05, 0.9, 5e-4);
+  const bool saved = nn::winograd_convolutions();
+  nn::set_winograd_convolutions(winograd);
   CompiledStep step = train::compile_classifier_train(*m, opt, 64);
+  nn::set_winograd_convolutions(saved);
   HostTensor x = Tensor::randn({64, 1, 28, 28}, 3).value();
   HostTensor y(DType::I64, {64});
   for (int64_t i = 0; i < 64; ++i) y.set(i, double(i % 10));
@@ -336,6 +359,10 @@ BENCHMARK_CAPTURE(TrainClassifier, mlp, "mlp")->Name("Train/mlp/batch:64")->UseR
 BENCHMARK_CAPTURE(TrainClassifier, lenet, "lenet")->Name("Train/lenet/batch:64")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(TrainClassifier, resnet, "resnet-mini")
     ->Name("Train/resnet-mini/batch:64")
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(TrainClassifier, resnet_winograd, "resnet-mini", true)
+    ->Name("Train/resnet-mini/batch:64/winograd")
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 

@@ -28,8 +28,10 @@ namespace synoros::kernels {
 
 namespace {
 
-using InputRow = void (*)(const float*, const float*, int64_t, int64_t, float*, int64_t);
-using OutputRow = void (*)(const float*, int64_t, int64_t, float*, int64_t, int, int64_t);
+using InputRows = void (*)(const float*, int64_t, int64_t, int64_t, float*, int64_t);
+using SplitRow = void (*)(const float*, int64_t, int64_t, int64_t, float*, float*, float*);
+using OutputRows = void (*)(const float*, int64_t, int64_t, int64_t, float*, int64_t, int64_t,
+                            int64_t);
 
 struct WinoArgs {
   const float* x;  // [N, C, H, W]
@@ -42,9 +44,13 @@ struct WinoArgs {
   int64_t imgs, bands, band_rows;  // a task's images; bands per image and tile rows per band
   int64_t tasks, scratch_floats;   // per task
   int isa;
-  InputRow input_row;
-  OutputRow output_row;
+  InputRows input_rows;
+  OutputRows output_rows;
+  SplitRow split_row;
 };
+
+// The products' blocks: output channels by tiles (whole tile rows, at least one).
+constexpr int64_t kOutBlock = 8, kTileBlock = 48;
 
 // A task's buffers, per thread (grown once, then reused), 64-byte aligned.
 float* task_scratch(size_t floats) {
@@ -101,44 +107,49 @@ void conv_task(const void* p, int64_t task) {
   };
   float* pad = take(C * ni * plane);
   float* v = take(16 * C * T);
-  float* m = take(16 * O * T);
-  float* gs = take(C * T);
+  const int64_t tb_max = std::max(kTileBlock, tw);
+  float* m = take(16 * kOutBlock * tb_max);
+  float* gs = take(C * tb_max);
+  float* tmp = take(2 * (tw + 1) + 32);
   // The padded input rows 2 ty0 - p .. of each channel and image, even and odd columns apart.
   for (int64_t ch = 0; ch < C; ++ch)
     for (int64_t i = 0; i < ni; ++i)
       for (int64_t r = 0; r < rows; ++r) {
         float* e = pad + (ch * ni + i) * plane + r * prow;
-        float* o = e + tw + 1;
         const int64_t h = 2 * ty0 + r - a.p;
         if (h < 0 || h >= a.H) {
           std::memset(e, 0, sizeof(float) * size_t(prow));
           continue;
         }
-        const float* src = a.x + (((n0 + i) * C + ch) * a.H + h) * a.W;
-        for (int64_t k = 0; k <= tw; ++k) {
-          const int64_t c0 = 2 * k - a.p, c1 = c0 + 1;
-          e[k] = c0 >= 0 && c0 < a.W ? src[c0] : 0.0f;
-          o[k] = c1 >= 0 && c1 < a.W ? src[c1] : 0.0f;
-        }
+        a.split_row(a.x + (((n0 + i) * C + ch) * a.H + h) * a.W, a.W, a.p, tw + 1, e, e + tw + 1,
+                    tmp);
       }
+  // V[c][xi][t]: a channel's 16 planes side by side.
   for (int64_t ch = 0; ch < C; ++ch)
     for (int64_t i = 0; i < ni; ++i)
-      for (int64_t ty = 0; ty < nty; ++ty) {
-        const float* e = pad + (ch * ni + i) * plane + 2 * ty * prow;
-        a.input_row(e, e + tw + 1, prow, tw, v + ch * T + (i * nty + ty) * tw, C * T);
+      a.input_rows(pad + (ch * ni + i) * plane, prow, tw, nty, v + ch * 16 * T + i * nty * tw, T);
+  // Blocks of whole tile rows (about kTileBlock tiles) by blocks of output channels: the 16
+  // products of a block land in M[o][xi][t] in the core's L1, and the output transform reads them
+  // there.
+  const int64_t R = ni * nty, rb = std::max<int64_t>(1, kTileBlock / tw);
+  for (int64_t r0 = 0; r0 < R; r0 += rb) {
+    const int64_t r1 = std::min(R, r0 + rb), tb = (r1 - r0) * tw;
+    for (int64_t o0 = 0; o0 < O; o0 += kOutBlock) {
+      const int64_t ob = std::min(kOutBlock, O - o0);
+      for (int xi = 0; xi < 16; ++xi) {
+        const GemmShape s{ob, tb, C, C, 1, 16 * T, 1, 16 * tb};
+        sgemm_block(s, a.u + (xi * O + o0) * C, v + xi * T + r0 * tw, m + xi * tb, gs, a.isa);
       }
-  for (int xi = 0; xi < 16; ++xi) {
-    const GemmShape s{O, T, C, C, 1, T, 1, T};
-    sgemm_block(s, a.u + xi * O * C, v + xi * C * T, m + xi * O * T, gs, a.isa);
+      for (int64_t o = 0; o < ob; ++o)
+        for (int64_t rr = r0; rr < r1;) {
+          const int64_t i = rr / nty, ty = rr % nty, cnt = std::min(r1, (i + 1) * nty) - rr;
+          const int64_t oh = 2 * (ty0 + ty);
+          a.output_rows(m + o * 16 * tb + (rr - r0) * tw, tb, tw, cnt,
+                        a.y + (((n0 + i) * O + o0 + o) * a.OH + oh) * a.OW, a.OW, a.OH - oh, a.OW);
+          rr += cnt;
+        }
+    }
   }
-  for (int64_t o = 0; o < O; ++o)
-    for (int64_t i = 0; i < ni; ++i)
-      for (int64_t ty = 0; ty < nty; ++ty) {
-        const int64_t oh = 2 * (ty0 + ty);
-        float* y = a.y + (((n0 + i) * O + o) * a.OH + oh) * a.OW;
-        a.output_row(m + o * T + (i * nty + ty) * tw, O * T, tw, y, a.OW,
-                     int(std::min<int64_t>(2, a.OH - oh)), a.OW);
-      }
 }
 
 void wino_launch(const void* p, ThreadPool& pool) {
@@ -156,8 +167,8 @@ Launch make_launch(PlanStorage& storage, ValueId node, const Shape& xs, const Sh
   a->O = flipped ? ws[1] : ws[0];
   a->OH = a->H + 2 * p - 2, a->OW = a->W + 2 * p - 2, a->p = p, a->flipped = flipped;
   a->th = (a->OH + 1) / 2, a->tw = (a->OW + 1) / 2;
-  // About 512 KB of transformed inputs and products per task (whole images when they fit).
-  const int64_t target = std::max<int64_t>(8192 / (a->C + a->O), a->tw);
+  // About 256 KB of transformed inputs per task (whole images when they fit).
+  const int64_t target = std::max<int64_t>(4096 / a->C, a->tw);
   if (a->th * a->tw <= target) {
     a->imgs = std::clamp<int64_t>(target / (a->th * a->tw), 1, a->N);
     a->bands = 1, a->band_rows = a->th;
@@ -169,15 +180,20 @@ Launch make_launch(PlanStorage& storage, ValueId node, const Shape& xs, const Sh
   }
   const int64_t T = a->imgs * a->band_rows * a->tw;
   const int64_t plane = (2 * a->band_rows + 2) * 2 * (a->tw + 1);
-  a->scratch_floats = a->C * a->imgs * plane + 16 * (a->C + a->O) * T + a->C * T + 4 * 16;
+  const int64_t tb = std::max(kTileBlock, a->tw);  // the most tiles of a block of products
+  a->scratch_floats = a->C * a->imgs * plane + 16 * a->C * T + 16 * kOutBlock * tb + a->C * tb +
+                      2 * (a->tw + 1) + 32 + 5 * 16;
   const Isa isa = active_isa();
   a->isa = isa == Isa::Avx512 ? 2 : isa == Isa::Avx2 ? 1 : 0;
-  a->input_row = isa == Isa::Avx512 ? avx512::winograd_input_row
-                 : isa == Isa::Avx2 ? avx2::winograd_input_row
-                                    : scalar::winograd_input_row;
-  a->output_row = isa == Isa::Avx512 ? avx512::winograd_output_row
-                  : isa == Isa::Avx2 ? avx2::winograd_output_row
-                                     : scalar::winograd_output_row;
+  a->input_rows = isa == Isa::Avx512 ? avx512::winograd_input_rows
+                  : isa == Isa::Avx2 ? avx2::winograd_input_rows
+                                     : scalar::winograd_input_rows;
+  a->output_rows = isa == Isa::Avx512 ? avx512::winograd_output_rows
+                   : isa == Isa::Avx2 ? avx2::winograd_output_rows
+                                      : scalar::winograd_output_rows;
+  a->split_row = isa == Isa::Avx512 ? avx512::winograd_split_row
+                 : isa == Isa::Avx2 ? avx2::winograd_split_row
+                                    : scalar::winograd_split_row;
   a->u = storage.sizing()
              ? nullptr
              : static_cast<float*>(storage.persistent(sizeof(float) * size_t(16 * a->O * a->C)));

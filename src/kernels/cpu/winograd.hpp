@@ -5,12 +5,14 @@
 
 namespace synoros::kernels {
 
-#define SYNOROS_WINOGRAD_TRANSFORMS(NS)                                                     \
-  namespace NS {                                                                            \
-  void winograd_input_row(const float* e, const float* o, int64_t ld, int64_t tw, float* v, \
-                          int64_t ldv);                                                     \
-  void winograd_output_row(const float* m, int64_t ldm, int64_t tw, float* y, int64_t ldy,  \
-                           int rows, int64_t cols);                                         \
+#define SYNOROS_WINOGRAD_TRANSFORMS(NS)                                                          \
+  namespace NS {                                                                                 \
+  void winograd_split_row(const float* src, int64_t W, int64_t p, int64_t n, float* e, float* o, \
+                          float* tmp);                                                           \
+  void winograd_input_rows(const float* pad, int64_t ld, int64_t tw, int64_t nty, float* v,      \
+                           int64_t ldv);                                                         \
+  void winograd_output_rows(const float* m, int64_t ldm, int64_t tw, int64_t nty, float* y,      \
+                            int64_t ldy, int64_t rows, int64_t cols);                            \
   }
 SYNOROS_WINOGRAD_TRANSFORMS(scalar)
 SYNOROS_WINOGRAD_TRANSFORMS(avx2)

@@ -1,6 +1,7 @@
 // AVX2 build of the 3x3 convolution's transforms (the same bits as every build).
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/cpu/winograd.hpp"
 

@@ -6,6 +6,7 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/cpu/winograd.hpp"
 
