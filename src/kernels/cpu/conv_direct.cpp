@@ -20,6 +20,8 @@
 // what the thrown-away positions compute is never stored.
 #include "kernels/cpu/conv_direct.hpp"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -146,29 +148,43 @@ struct DataGradArgs {
   int64_t lanes, rows;
 };
 
+// Lanes k < 8 of p[k] with lo <= k < hi, +0 elsewhere (lanes outside are not read).
+__attribute__((target("avx2"))) inline __m256 load_range(const float* p, int64_t lo, int64_t hi) {
+  const __m256i k = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256i in = _mm256_and_si256(_mm256_cmpgt_epi32(k, _mm256_set1_epi32(int(lo) - 1)),
+                                      _mm256_cmpgt_epi32(_mm256_set1_epi32(int(hi)), k));
+  return _mm256_maskload_ps(p, in);
+}
+
 // dX's plane of one channel from its unfolded values uc (tap planes pp apart, rows OW long). The
 // first fold's additions into w = ow s + (kw - center) d go to phase (w mod s) of the row, where
-// they are contiguous in ow: for each kw ascending, one vector add over ow -- each element still
-// sees 0, then its taps in ascending kw, as in the fold kernel. The second fold adds those rows
-// the same way over kh. `t`: two rows of scratch.
+// they are contiguous in ow; a row is computed by phases, eight values at a time, in registers:
+// t = 0, then + U over kw ascending, acc = 0, then + t over kh ascending -- each element sees
+// exactly the fold kernels' additions, plus additions of +0 where a tap does not reach it, which
+// change nothing (a sum that starts at +0 is never -0). `t`: a row of scratch.
 __attribute__((target("avx2"))) void fold_plane(const DataGradArgs& a, const float* uc, float* t,
                                                 float* d) {
-  const int64_t s1 = a.ws, pw = a.pw, n = s1 * pw;
-  float* acc = t + n;
+  const int64_t s1 = a.ws, pw = a.pw;
   for (int64_t h = 0; h < a.H; ++h, d += a.W) {
-    for (int64_t v = 0; v < n; ++v) acc[v] = 0.0f;
-    for (int64_t e = a.hfirst[h]; e < a.hfirst[h + 1]; ++e) {
-      const float* row = uc + a.hj[e] * a.KW * a.pp + a.hin[e] * a.OW;  // U[c, kh, 0, oh, :]
-      for (int64_t v = 0; v < n; ++v) t[v] = 0.0f;
-      for (int64_t kw = 0; kw < a.KW; ++kw) {
-        const int64_t* r = a.wtaps + 3 * kw;  // where kw's values go: offset in t, first and end ow
-        const float* up = row + kw * a.pp;
-        for (int64_t ow = r[1], at = r[0] + r[1]; ow < r[2]; ++ow, ++at) t[at] += up[ow];
+    for (int64_t ph = 0; ph < s1; ++ph)
+      for (int64_t j0 = 0; j0 < pw; j0 += 8) {
+        const int64_t at0 = ph * pw + j0;  // the first lane's place in the row's phases
+        __m256 acc = _mm256_setzero_ps();
+        for (int64_t e = a.hfirst[h]; e < a.hfirst[h + 1]; ++e) {
+          const float* row = uc + a.hj[e] * a.KW * a.pp + a.hin[e] * a.OW;  // U[c, kh, 0, oh, :]
+          __m256 sum = _mm256_setzero_ps();
+          for (int64_t kw = 0; kw < a.KW; ++kw) {
+            const int64_t* r = a.wtaps + 3 * kw;  // kw's values go to r[0] + ow, r[1] <= ow < r[2]
+            const int64_t ow0 = at0 - r[0];       // the first lane's ow
+            const int64_t lo = std::max<int64_t>(0, r[1] - ow0), hi = std::min<int64_t>(8, r[2] - ow0);
+            if (lo < hi) sum = _mm256_add_ps(sum, load_range(row + kw * a.pp + ow0, lo, hi));
+          }
+          acc = _mm256_add_ps(acc, sum);
+        }
+        _mm256_storeu_ps(t + at0, acc);  // t holds s1 pw + 8 floats
       }
-      for (int64_t v = 0; v < n; ++v) acc[v] += t[v];
-    }
     for (int64_t ph = 0; ph < s1; ++ph)  // the phases interleaved back into the row
-      for (int64_t j = 0, x = ph; x < a.W; ++j, x += s1) d[x] = acc[ph * pw + j];
+      for (int64_t j = 0, x = ph; x < a.W; ++j, x += s1) d[x] = t[ph * pw + j];
   }
 }
 
@@ -176,8 +192,8 @@ void data_grad_task(const void* p, int64_t task) {
   const DataGradArgs& a = *static_cast<const DataGradArgs*>(p);
   const int64_t n0 = task / a.cblocks * a.imgs, ni = std::min(a.imgs, a.N - n0);
   const int64_t c0 = (task % a.cblocks) * a.cb, cc = std::min(a.cb, a.C - c0);
-  // dY's planes (whole tiles long), U, and two rows of the folds
-  float* dy = task_scratch(size_t((a.O + cc * a.T) * a.pp + 2 * (a.W + a.ws)));
+  // dY's planes (whole tiles long), U, and a row of the folds (its phases and 8 floats past them)
+  float* dy = task_scratch(size_t((a.O + cc * a.T) * a.pp + a.W + a.ws + 16));
   float* u = dy + a.O * a.pp;
   for (int64_t o = 0; o < a.O; ++o) {  // the images' planes back to back
     for (int64_t i = 0; i < ni; ++i)
@@ -190,10 +206,7 @@ void data_grad_task(const void* p, int64_t task) {
     for (int64_t r = 0; r < mc; r += a.rows)
       tile(a.avx512, std::min(a.rows, mc - r), a.O, a.wt + (m0 + r) * a.O, a.O, a.off, dy + q0,
            u + r * a.pp + q0, a.pp);
-  // The folds, a row of dX at a time. The first fold's additions into w = ow s + (kw - center) d
-  // go to phase (w mod s) of the row, where they are contiguous in ow: for each kw ascending, one
-  // vector add over ow -- each element still sees 0, then its taps in ascending kw, as in the
-  // fold kernel. The second fold adds those rows the same way over kh.
+  // The folds, a row of dX at a time (fold_plane).
   float* t = u + mc * a.pp;
   for (int64_t i = 0; i < ni; ++i)
     for (int64_t c = 0; c < cc; ++c)
