@@ -321,8 +321,10 @@ std::vector<double> best_times_interleaved(const std::vector<std::function<void(
 }
 
 std::string tuning_key(const std::string& what, bool strict) {
-  return what + " isa=" + isa_name(active_isa()) + (strict ? " strict" : "") + " providers=" + provider_set_id() +
-         " cpu=" + cpu_model();
+  // Strict (default-mode) candidates give the same bits, so their choice may follow the thread
+  // count they were timed at; fast mode's replayed choices must not depend on it.
+  return what + " isa=" + isa_name(active_isa()) + (strict ? " strict threads=" + std::to_string(num_threads()) : "") +
+         " providers=" + provider_set_id() + " cpu=" + cpu_model();
 }
 
 void store_choice(const std::string& key, const std::string& name, const std::string& version) {

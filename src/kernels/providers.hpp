@@ -109,7 +109,8 @@ std::string serialize_tuning_cache(const std::map<std::string, TuningEntry>& ent
 bool parse_tuning_cache(const std::string& text, std::map<std::string, TuningEntry>& out, std::string& why);
 
 // The tuning cache for choices other than a GEMM provider (how a convolution is lowered): the
-// key is completed with the ISA, strict mode, the provider set and the CPU model.
+// key is completed with the ISA, strict mode (with the thread count the choice was timed at),
+// the provider set and the CPU model.
 std::string tuning_key(const std::string& what, bool strict);
 void store_choice(const std::string& key, const std::string& name, const std::string& version);
 void record_rejection(const std::string& key, const std::string& why);
