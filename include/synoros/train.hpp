@@ -2,7 +2,9 @@
 // language model, with the step (forward, backward, optimizer update) captured once.
 #pragma once
 
+#include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -23,9 +25,13 @@ void record_kernel_choices(io::Metadata& md);
 // version and the step, written atomically.
 void save_run_checkpoint(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
                          io::Metadata md, int64_t step);
-// In fast mode, replays the choices a checkpoint recorded (ahead of the tuning cache and of
-// measuring) and returns true; false when there is nothing to replay.
-bool replay_kernel_choices(const io::Metadata& md, const std::string& path);
+// In fast mode, a trainer's step compiled again (by `compile`, into fused and dp) with the kernel
+// choices a checkpoint recorded, ahead of the tuning cache and of measuring; true when it was.
+// Call it before changing any state: a record this build cannot honour is an error that leaves
+// the trainer as it was. False, and nothing compiled, when there is nothing to replay.
+using StepCompiler = std::function<void(std::unique_ptr<CompiledStep>&, std::unique_ptr<dist::DataParallelStep>&)>;
+bool compile_replayed(const io::Metadata& md, const std::string& path, const StepCompiler& compile,
+                      std::unique_ptr<CompiledStep>& fused, std::unique_ptr<dist::DataParallelStep>& dp);
 
 // "mlp", "lenet", "resnet-mini": classifiers of [N, 1, 28, 28] images into `classes`.
 std::shared_ptr<nn::Module> make_classifier(const std::string& name, int64_t classes, uint64_t seed);

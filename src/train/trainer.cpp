@@ -42,10 +42,17 @@ void save_run_checkpoint(const std::string& path, const std::vector<std::pair<st
   io::save_safetensors(path, tensors, md);
 }
 
-bool replay_kernel_choices(const io::Metadata& md, const std::string& path) {
+bool compile_replayed(const io::Metadata& md, const std::string& path, const StepCompiler& compile,
+                      std::unique_ptr<CompiledStep>& fused, std::unique_ptr<dist::DataParallelStep>& dp) {
   auto it = md.find("kernel_choices");
   if (!fast_mode() || it == md.end()) return false;
   kernels::replay_choices(it->second, "checkpoint '" + path + "'");
+  try {
+    compile(fused, dp);
+  } catch (...) {
+    kernels::clear_replayed_choices();
+    throw;
+  }
   return true;
 }
 
@@ -216,25 +223,17 @@ void ClassifierTrainer::load(const std::string& path, bool resume) {
     throw Error("checkpoint '" + path + "' was trained with " + optimizer + ", not " + cfg_.optimizer);
   int64_t step = io::metadata_int(md, "step", path, 0, std::numeric_limits<int64_t>::max());
   if (resume) io::check_same_run(md, run_metadata(), path);
-  // Fast mode: the step again with the recorded kernels, before any state changes (a record
-  // this build cannot honour is an error that leaves the trainer as it was).
   std::unique_ptr<CompiledStep> replayed;
   std::unique_ptr<dist::DataParallelStep> replayed_dp;
-  if (replay_kernel_choices(md, path)) {
-    try {
-      compile_step(replayed, replayed_dp);
-    } catch (...) {
-      kernels::clear_replayed_choices();
-      throw;
-    }
-  }
+  const bool replay = compile_replayed(
+      md, path, [this](auto& fused, auto& dp) { compile_step(fused, dp); }, replayed, replayed_dp);
   std::vector<std::pair<std::string, Tensor>> all;
   for (auto& [name, t] : model_->state_dict()) all.emplace_back("model." + name, t);
   for (auto& [name, t] : opt_->state()) all.emplace_back("optim." + name, t);
   io::load_into(path, all);
   step_ = step;
   opt_->restore_steps(step_);
-  if (replayed || replayed_dp) {
+  if (replay) {
     step_fn_ = std::move(replayed);
     dp_ = std::move(replayed_dp);
     eval_fns_.clear();

@@ -187,21 +187,14 @@ void LmTrainer::load(const std::string& path, bool resume) {
     for (const char* k : {"batch", "seed", "total_steps", "lr", "weight_decay", "clip", "warmup", "kernels", "accum"})
       expected.erase(k);
   io::check_same_run(md, expected, path);
-  // Fast mode: the step again with the recorded kernels, before any state changes.
   std::unique_ptr<CompiledStep> replayed;
   std::unique_ptr<dist::DataParallelStep> replayed_dp;
-  if (replay_kernel_choices(md, path)) {
-    try {
-      compile_step(replayed, replayed_dp);
-    } catch (...) {
-      kernels::clear_replayed_choices();
-      throw;
-    }
-  }
+  const bool replay = compile_replayed(
+      md, path, [this](auto& fused, auto& dp) { compile_step(fused, dp); }, replayed, replayed_dp);
   io::load_into(path, state());
   step_ = step;
   opt_->restore_steps(step_);
-  if (replayed || replayed_dp) {
+  if (replay) {
     step_fn_ = std::move(replayed);
     dp_ = std::move(replayed_dp);
     val_fn_.reset();
