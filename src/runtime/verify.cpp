@@ -72,6 +72,8 @@ std::vector<double> error_budget(const Graph& g) {
           r = double(k[k.size() - 2]) * double(k.back());
         }
         if (!nd.in.empty()) r = std::max(r, double(numel(g.shape(nd.in[0]))) / std::max<double>(1, double(numel(nd.shape))));
+        // A 3x3 convolution sums 9 C terms (and a Winograd algorithm's transforms round a few times more).
+        if (nd.op == Op::Conv3x3) r = std::max(r, 9.0 * double(g.shape(nd.in[0])[1]));
         own = 8 + 2 * std::sqrt(r);
         break;
       }
