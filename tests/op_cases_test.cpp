@@ -196,7 +196,7 @@ std::vector<OpCase> all_cases() {
     c.push_back(with_attrs("attention blocks", Op::Attention, {f32({66, 3}, -2, 2), f32({130, 3}, -2, 2), f32({130, 3})},
                            att(false, 0.9)));
   }
-  // conv3x3 (Winograd F(2x2, 3x3)): every padding, odd and even sizes (partial tiles), both forms.
+  // conv3x3 (Winograd F(4x4, 3x3)): every padding, odd and even sizes (partial tiles), both forms.
   c.push_back(with_attrs("conv3x3 p1", Op::Conv3x3, {f32({2, 3, 5, 6}), f32({4, 3, 3, 3})}, ints({1, 0})));
   c.push_back(with_attrs("conv3x3 p0", Op::Conv3x3, {f32({1, 2, 7, 4}), f32({3, 2, 3, 3})}, ints({0, 0})));
   c.push_back(with_attrs("conv3x3 p2", Op::Conv3x3, {f32({2, 2, 3, 3}), f32({2, 2, 3, 3})}, ints({2, 0})));

@@ -1,4 +1,4 @@
-// The 3x3 convolution op (Winograd's F(2x2, 3x3)) through nn::conv2d: the same bits on every
+// The 3x3 convolution op (Winograd's F(4x4, 3x3)) through nn::conv2d: the same bits on every
 // instruction set and thread count, every value within float64's bounds (forward and both
 // gradients, the input gradient being the flipped form of the op), in fast mode next to
 // oneDNN's convolutions, and where conv2d takes it.
@@ -154,7 +154,7 @@ TEST(WinogradConv2d, TakenWhereItAppliesAndAgreesWithTheContraction) {
   HostTensor a = kernels_of(16, 12, 3, 1, 1, 1, true).second,
              b = kernels_of(16, 12, 3, 1, 1, 1, false).second;
   ASSERT_EQ(a.shape, b.shape);
-  for (int64_t i = 0; i < a.numel(); ++i) EXPECT_NEAR(a.get(i), b.get(i), 1e-5) << i;
+  for (int64_t i = 0; i < a.numel(); ++i) EXPECT_NEAR(a.get(i), b.get(i), 1e-4 * (1 + std::fabs(b.get(i)))) << i;
 }
 
 TEST(WinogradConv2d, BadShapesAreErrors) {

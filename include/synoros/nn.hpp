@@ -56,7 +56,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
 // x [N, C, H, W], w [O, C/groups, kh, kw], bias [O] or undefined: a contraction over the input's
 // windows (one FMA chain per output). With winograd_convolutions() on, a float32 3x3 convolution
 // with stride 1, dilation 1, one group, padding at most 2 and at least 8 input and output channels
-// is the conv3x3 op instead (Winograd's F(2x2, 3x3), whose rounding is part of its definition).
+// is the conv3x3 op instead (Winograd's F(4x4, 3x3), whose rounding is part of its definition).
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t stride = 1, int64_t padding = 0,
               int64_t dilation = 1, int64_t groups = 1);
 // Whether conv2d builds conv3x3 ops where they apply: off by default (the op is not yet faster than

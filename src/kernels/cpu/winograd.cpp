@@ -1,19 +1,19 @@
-// The 3x3 convolution op, conv3x3(x, w, ints {p, t}), by Winograd's F(2x2, 3x3): each 2 x 2
+// The 3x3 convolution op, conv3x3(x, w, ints {p, t}), by Winograd's F(4x4, 3x3): each 4 x 4
 // block of outputs (a tile) is A^T [sum_c U_c (.) V_c] A, with U = G g G^T the weights of
-// (o, c) and V = B^T d B the 4 x 4 input patch d of channel c: 16 multiplications per tile and
-// channel pair where the direct chain takes 36.
+// (o, c) and V = B^T d B the 6 x 6 input patch d of channel c: 36 multiplications per tile and
+// channel pair where the direct chain takes 144.
 //
 // The bits are the op's definition, the same on every instruction set and thread count:
-//   U[xi][o][c]  G g G^T, rows first: s = (g0, ((g0 + g2) + g1) * 0.5, ((g0 + g2) - g1) * 0.5, g2)
-//                over the three rows, then the same over the columns of s;
-//   V[xi][c][t]  B^T d B, rows first: (d0 - d2, d1 + d2, d2 - d1, d1 - d3), then the columns;
-//   M[xi][o][t]  one FMA chain over c = 0, 1, ..., C-1 from +0 (the canonical GEMM);
-//   y            A^T M A, rows first: ((m0 + m1) + m2, (m1 - m2) - m3), then the columns;
-// with xi = 4 i + j the position in the 4 x 4 transform, t the tile, and zeros outside the image.
-// The transforms are additions and halvings only (winograd_impl.hpp, built per instruction set);
-// the products are the canonical GEMM's, which gives the same bits on every instruction set.
-// Work is split over groups of images (or bands of tile rows of one large image), which changes
-// no value. The float64 oracle is the direct sum; the tests hold this to it.
+//   U[xi][o][c]  G g G^T computed in double (Lavin and Gray's G; g6), rounded once to float;
+//   V[c][xi][t]  B^T d B, rows first, then the columns, in the order of bt6 (winograd_impl.hpp);
+//   M[o][xi][t]  one FMA chain over c = 0, 1, ..., C-1 from +0 (the canonical GEMM);
+//   y            A^T M A, rows first, then the columns, in the order of at6;
+// with xi = 6 i + j the position in the 6 x 6 transform, t the tile, and zeros outside the image.
+// The transforms are float additions and multiplications by small constants, each rounded
+// (winograd_impl.hpp, built per instruction set); the products are the canonical GEMM's, which
+// gives the same bits on every instruction set. Work is split over groups of images (or bands of
+// tile rows of one large image) and blocks of tiles and output channels, which changes no value.
+// The float64 oracle is the direct sum; the tests hold this to it.
 #include "kernels/cpu/winograd.hpp"
 
 #include <algorithm>
@@ -29,7 +29,7 @@ namespace synoros::kernels {
 namespace {
 
 using InputRows = void (*)(const float*, int64_t, int64_t, int64_t, float*, int64_t);
-using SplitRow = void (*)(const float*, int64_t, int64_t, int64_t, float*, float*, float*);
+using SplitRow = void (*)(const float*, int64_t, int64_t, int64_t, float*, float*);
 using OutputRows = void (*)(const float*, int64_t, int64_t, int64_t, float*, int64_t, int64_t,
                             int64_t);
 
@@ -37,7 +37,7 @@ struct WinoArgs {
   const float* x;  // [N, C, H, W]
   const float* w;  // [O, C, 3, 3], or flipped: [C, O, 3, 3] read as w[c][o][2 - a][2 - b]
   float* y;        // [N, O, OH, OW]
-  float* u;        // [16][O][C]: the transformed weights
+  float* u;        // [36][O][C]: the transformed weights
   int64_t N, C, H, W, O, OH, OW, p;
   bool flipped;
   int64_t th, tw;                  // tile rows and columns of an image
@@ -50,7 +50,7 @@ struct WinoArgs {
 };
 
 // The products' blocks: output channels by tiles (whole tile rows, at least one).
-constexpr int64_t kOutBlock = 8, kTileBlock = 48;
+constexpr int64_t kOutBlock = 8, kTileBlock = 32;
 
 // A task's buffers, per thread (grown once, then reused), 64-byte aligned.
 float* task_scratch(size_t floats) {
@@ -61,30 +61,32 @@ float* task_scratch(size_t floats) {
   return p;
 }
 
-// U for output channels [8 task, 8 task + 8).
+// G v for the three values of a row or column of weights: Lavin and Gray's G, whose rows are
+// (1/4, 0, 0), -(1, 1, 1)/6, -(1, -1, 1)/6, (1, 2, 4)/24, (1, -2, 4)/24 and (0, 0, 1), in double.
+inline void g6(double v0, double v1, double v2, double* s, int64_t ld) {
+  const double e = v0 + v2, f = v0 + 4 * v2;
+  s[0] = v0 / 4;
+  s[ld] = -(e + v1) / 6;
+  s[2 * ld] = -(e - v1) / 6;
+  s[3 * ld] = (f + 2 * v1) / 24;
+  s[4 * ld] = (f - 2 * v1) / 24;
+  s[5 * ld] = v2;
+}
+
+// U for output channels [8 task, 8 task + 8): G g G^T in double, rounded once.
 void weight_task(const void* p, int64_t task) {
   const WinoArgs& a = *static_cast<const WinoArgs*>(p);
   const int64_t o1 = std::min(a.O, 8 * task + 8);
   for (int64_t o = 8 * task; o < o1; ++o)
     for (int64_t c = 0; c < a.C; ++c) {
-      float g[3][3];
+      double g[3][3], s[6][3], u[6][6];
       for (int r = 0; r < 3; ++r)
         for (int q = 0; q < 3; ++q)
           g[r][q] = a.flipped ? a.w[((c * a.O + o) * 3 + 2 - r) * 3 + 2 - q]
                               : a.w[((o * a.C + c) * 3 + r) * 3 + q];
-      float s[4][3];
-      for (int q = 0; q < 3; ++q) {
-        const float e = g[0][q] + g[2][q];
-        s[0][q] = g[0][q];
-        s[1][q] = (e + g[1][q]) * 0.5f;
-        s[2][q] = (e - g[1][q]) * 0.5f;
-        s[3][q] = g[2][q];
-      }
-      for (int i = 0; i < 4; ++i) {
-        const float e = s[i][0] + s[i][2];
-        const float u[4] = {s[i][0], (e + s[i][1]) * 0.5f, (e - s[i][1]) * 0.5f, s[i][2]};
-        for (int j = 0; j < 4; ++j) a.u[((4 * i + j) * a.O + o) * a.C + c] = u[j];
-      }
+      for (int q = 0; q < 3; ++q) g6(g[0][q], g[1][q], g[2][q], &s[0][q], 3);
+      for (int i = 0; i < 6; ++i) g6(s[i][0], s[i][1], s[i][2], &u[i][0], 1);
+      for (int xi = 0; xi < 36; ++xi) a.u[(xi * a.O + o) * a.C + c] = float(u[xi / 6][xi % 6]);
     }
 }
 
@@ -98,7 +100,7 @@ void conv_task(const void* p, int64_t task) {
     nty = std::min(a.band_rows, a.th - ty0);
   }
   const int64_t tw = a.tw, T = ni * nty * tw, C = a.C, O = a.O;
-  const int64_t prow = 2 * (tw + 1), rows = 2 * nty + 2, plane = rows * prow;
+  const int64_t prow = 4 * (tw + 1), rows = 4 * nty + 2, plane = rows * prow;
   float* next = task_scratch(size_t(a.scratch_floats));
   auto take = [&next](int64_t floats) {  // 64-byte aligned pieces
     float* r = next;
@@ -106,29 +108,29 @@ void conv_task(const void* p, int64_t task) {
     return r;
   };
   float* pad = take(C * ni * plane);
-  float* v = take(16 * C * T);
+  float* v = take(36 * C * T);
   const int64_t tb_max = std::max(kTileBlock, tw);
-  float* m = take(16 * kOutBlock * tb_max);
+  float* m = take(36 * kOutBlock * tb_max);
   float* gs = take(C * tb_max);
-  float* tmp = take(2 * (tw + 1) + 32);
-  // The padded input rows 2 ty0 - p .. of each channel and image, even and odd columns apart.
+  float* tmp = take(4 * (tw + 1) + 64);
+  // The padded input rows 4 ty0 - p .. of each channel and image, each split into its four column
+  // phases.
   for (int64_t ch = 0; ch < C; ++ch)
     for (int64_t i = 0; i < ni; ++i)
       for (int64_t r = 0; r < rows; ++r) {
         float* e = pad + (ch * ni + i) * plane + r * prow;
-        const int64_t h = 2 * ty0 + r - a.p;
+        const int64_t h = 4 * ty0 + r - a.p;
         if (h < 0 || h >= a.H) {
           std::memset(e, 0, sizeof(float) * size_t(prow));
           continue;
         }
-        a.split_row(a.x + (((n0 + i) * C + ch) * a.H + h) * a.W, a.W, a.p, tw + 1, e, e + tw + 1,
-                    tmp);
+        a.split_row(a.x + (((n0 + i) * C + ch) * a.H + h) * a.W, a.W, a.p, tw + 1, e, tmp);
       }
-  // V[c][xi][t]: a channel's 16 planes side by side.
+  // V[c][xi][t]: a channel's 36 planes side by side.
   for (int64_t ch = 0; ch < C; ++ch)
     for (int64_t i = 0; i < ni; ++i)
-      a.input_rows(pad + (ch * ni + i) * plane, prow, tw, nty, v + ch * 16 * T + i * nty * tw, T);
-  // Blocks of whole tile rows (about kTileBlock tiles) by blocks of output channels: the 16
+      a.input_rows(pad + (ch * ni + i) * plane, prow, tw, nty, v + ch * 36 * T + i * nty * tw, T);
+  // Blocks of whole tile rows (about kTileBlock tiles) by blocks of output channels: the 36
   // products of a block land in M[o][xi][t] in the core's L1, and the output transform reads them
   // there.
   const int64_t R = ni * nty, rb = std::max<int64_t>(1, kTileBlock / tw);
@@ -136,15 +138,15 @@ void conv_task(const void* p, int64_t task) {
     const int64_t r1 = std::min(R, r0 + rb), tb = (r1 - r0) * tw;
     for (int64_t o0 = 0; o0 < O; o0 += kOutBlock) {
       const int64_t ob = std::min(kOutBlock, O - o0);
-      for (int xi = 0; xi < 16; ++xi) {
-        const GemmShape s{ob, tb, C, C, 1, 16 * T, 1, 16 * tb};
+      for (int xi = 0; xi < 36; ++xi) {
+        const GemmShape s{ob, tb, C, C, 1, 36 * T, 1, 36 * tb};
         sgemm_block(s, a.u + (xi * O + o0) * C, v + xi * T + r0 * tw, m + xi * tb, gs, a.isa);
       }
       for (int64_t o = 0; o < ob; ++o)
         for (int64_t rr = r0; rr < r1;) {
           const int64_t i = rr / nty, ty = rr % nty, cnt = std::min(r1, (i + 1) * nty) - rr;
-          const int64_t oh = 2 * (ty0 + ty);
-          a.output_rows(m + o * 16 * tb + (rr - r0) * tw, tb, tw, cnt,
+          const int64_t oh = 4 * (ty0 + ty);
+          a.output_rows(m + o * 36 * tb + (rr - r0) * tw, tb, tw, cnt,
                         a.y + (((n0 + i) * O + o0 + o) * a.OH + oh) * a.OW, a.OW, a.OH - oh, a.OW);
           rr += cnt;
         }
@@ -166,9 +168,9 @@ Launch make_launch(PlanStorage& storage, ValueId node, const Shape& xs, const Sh
   a->N = xs[0], a->C = xs[1], a->H = xs[2], a->W = xs[3];
   a->O = flipped ? ws[1] : ws[0];
   a->OH = a->H + 2 * p - 2, a->OW = a->W + 2 * p - 2, a->p = p, a->flipped = flipped;
-  a->th = (a->OH + 1) / 2, a->tw = (a->OW + 1) / 2;
-  // About 256 KB of transformed inputs per task (whole images when they fit).
-  const int64_t target = std::max<int64_t>(4096 / a->C, a->tw);
+  a->th = (a->OH + 3) / 4, a->tw = (a->OW + 3) / 4;
+  // About 300 KB of transformed inputs per task (whole images when they fit).
+  const int64_t target = std::max<int64_t>(2048 / a->C, a->tw);
   if (a->th * a->tw <= target) {
     a->imgs = std::clamp<int64_t>(target / (a->th * a->tw), 1, a->N);
     a->bands = 1, a->band_rows = a->th;
@@ -179,10 +181,10 @@ Launch make_launch(PlanStorage& storage, ValueId node, const Shape& xs, const Sh
     a->tasks = a->N * a->bands;
   }
   const int64_t T = a->imgs * a->band_rows * a->tw;
-  const int64_t plane = (2 * a->band_rows + 2) * 2 * (a->tw + 1);
+  const int64_t plane = (4 * a->band_rows + 2) * 4 * (a->tw + 1);
   const int64_t tb = std::max(kTileBlock, a->tw);  // the most tiles of a block of products
-  a->scratch_floats = a->C * a->imgs * plane + 16 * a->C * T + 16 * kOutBlock * tb + a->C * tb +
-                      2 * (a->tw + 1) + 32 + 5 * 16;
+  a->scratch_floats = a->C * a->imgs * plane + 36 * a->C * T + 36 * kOutBlock * tb + a->C * tb +
+                      4 * (a->tw + 1) + 64 + 5 * 16;
   const Isa isa = active_isa();
   a->isa = isa == Isa::Avx512 ? 2 : isa == Isa::Avx2 ? 1 : 0;
   a->input_rows = isa == Isa::Avx512 ? avx512::winograd_input_rows
@@ -196,7 +198,7 @@ Launch make_launch(PlanStorage& storage, ValueId node, const Shape& xs, const Sh
                                     : scalar::winograd_split_row;
   a->u = storage.sizing()
              ? nullptr
-             : static_cast<float*>(storage.persistent(sizeof(float) * size_t(16 * a->O * a->C)));
+             : static_cast<float*>(storage.persistent(sizeof(float) * size_t(36 * a->O * a->C)));
   return Launch{wino_launch, a, node};
 }
 }  // namespace
