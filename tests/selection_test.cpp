@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 
 #include "kernels/kernel_api.hpp"
 #include "kernels/providers.hpp"
@@ -117,6 +118,35 @@ TEST(Selection, ACorruptCacheIsDetectedAndRebuilt) {
     reload_tuning_cache();
     EXPECT_TRUE(select_gemm({16, 16, 16, 16, 1, 16, 1, 16}, false).from_cache);
   }
+}
+
+// Processes sharing a cache file (trial workers, ranks, parallel tests) each save their own
+// choices: a save merges what the file holds now, so another process's choices survive.
+TEST(Selection, ASaveKeepsTheChoicesAnotherProcessSaved) {
+  TempCache tc;
+  store_choice("mine-1", "engine-packed", "1");
+  {  // another process adds its choice to the file in the meantime
+    std::ifstream in(tc.path);
+    std::stringstream text;
+    text << in.rdbuf();
+    std::map<std::string, TuningEntry> entries;
+    std::string why;
+    ASSERT_TRUE(parse_tuning_cache(text.str(), entries, why)) << why;
+    entries["theirs"] = {"engine-small", "1"};
+    std::ofstream out(tc.path);
+    out << serialize_tuning_cache(entries);
+  }
+  store_choice("mine-2", "engine-packed", "1");
+  std::ifstream in(tc.path);
+  std::stringstream text;
+  text << in.rdbuf();
+  std::map<std::string, TuningEntry> entries;
+  std::string why;
+  ASSERT_TRUE(parse_tuning_cache(text.str(), entries, why)) << why;
+  EXPECT_EQ(entries.count("mine-1"), 1u);
+  EXPECT_EQ(entries.count("mine-2"), 1u);
+  ASSERT_EQ(entries.count("theirs"), 1u);
+  EXPECT_EQ(entries["theirs"].provider, "engine-small");
 }
 
 // A provider that cannot build a kernel for the shape and says so by throwing.

@@ -2,9 +2,11 @@
 #include "kernels/providers.hpp"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -102,8 +104,10 @@ void load_locked(Cache& c) {
 }
 
 // Written to a temporary file, flushed to disk, then renamed over the old one: a crash never
-// leaves a half-written cache.
-void save_locked(const Cache& c) {
+// leaves a half-written cache. Processes sharing the file (trial workers, data-parallel ranks,
+// parallel tests) take turns through a lock file, and each merges the entries the file holds now
+// with its own (its own win for the keys it holds), so no process drops another's choices.
+void save_locked(Cache& c) {
   std::string path = tuning_cache_path();
   size_t slash = path.rfind('/');
   if (slash != std::string::npos) {
@@ -111,13 +115,28 @@ void save_locked(const Cache& c) {
     for (size_t i = 1; i <= dir.size(); ++i)
       if (i == dir.size() || dir[i] == '/') ::mkdir(dir.substr(0, i).c_str(), 0755);
   }
+  const int lock = ::open((path + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock >= 0)
+    while (::flock(lock, LOCK_EX) != 0 && errno == EINTR) {
+    }
+  {
+    std::ifstream f(path, std::ios::binary);
+    std::map<std::string, Entry> now;
+    std::string why;
+    if (f) {
+      std::stringstream ss;
+      ss << f.rdbuf();
+      if (parse_tuning_cache(ss.str(), now, why))
+        for (auto& [key, e] : now) c.entries.emplace(key, e);  // keeps ours where both hold a key
+    }
+  }
   std::string tmp = path + ".tmp." + std::to_string(::getpid());
   std::string text = serialize_tuning_cache(c.entries);
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) return;  // an unwritable cache only costs re-measuring next time
-  bool ok = ::write(fd, text.data(), text.size()) == ssize_t(text.size()) && ::fsync(fd) == 0;
-  ::close(fd);
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) std::remove(tmp.c_str());
+  bool ok = fd >= 0 && ::write(fd, text.data(), text.size()) == ssize_t(text.size()) && ::fsync(fd) == 0;
+  if (fd >= 0) ::close(fd);
+  if (fd >= 0 && (!ok || std::rename(tmp.c_str(), path.c_str()) != 0)) std::remove(tmp.c_str());
+  if (lock >= 0) ::close(lock);  // an unwritable cache only costs re-measuring next time
 }
 
 // A choice's key without the provider set and the CPU model (the tail tuning_key adds last).
