@@ -81,6 +81,7 @@ def train_classifier(name):
 
 SCENARIOS = {
     "Conv3x3": conv3x3,
+    "Conv3x3/winograd": conv3x3,  # the engine's conv3x3 op; PyTorch's convolution is the same
     "Depthwise3x3": depthwise3x3,
     "EltwiseChain": eltwise_chain,
     "BiasGeluTanh": bias_gelu_tanh,

@@ -5,6 +5,7 @@
 #include <nanobind/stl/vector.h>
 
 #include "bindings.hpp"
+#include "synoros/nn.hpp"
 #include "synoros/profile.hpp"
 #include "synoros/runtime.hpp"
 #include "synoros/synth.hpp"
@@ -108,6 +109,10 @@ void bind_runtime(nb::module_& m) {
   m.def("get_num_threads", &num_threads);
   m.def("fast_mode", &fast_mode, "Whether selection may take kernels that round differently (vendor GEMMs).");
   m.def("set_fast_mode", &set_fast_mode, nb::arg("on"));
+  m.def("winograd_convolutions", &nn::winograd_convolutions,
+        "Whether conv2d builds float32 3x3 stride-1 convolutions (8+ channels) as the Winograd op.");
+  m.def("set_winograd_convolutions", &nn::set_winograd_convolutions, nb::arg("on"),
+        "Switches the Winograd convolution op on or off for conv2d (it rounds differently).");
   m.def("plan_cache_size", &plan_cache_size);
   m.def("clear_plan_cache", &clear_plan_cache);
   m.def("measure_peak", [] {

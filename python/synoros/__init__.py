@@ -36,9 +36,11 @@ from ._C import (  # noqa: F401  (re-exported)
     realize,
     set_fast_mode,
     set_num_threads,
+    set_winograd_convolutions,
     stack,
     uniform,
     where,
+    winograd_convolutions,
 )
 from ._C import dtype
 

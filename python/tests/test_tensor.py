@@ -205,3 +205,24 @@ def test_shared_memory_stays_alive_after_the_source_is_gone():
     assert synoros.shares_memory(t, a)
     del a
     np.testing.assert_array_equal(t.numpy(), expect)
+
+
+@pytest.mark.parametrize("winograd", [False, True])
+def test_conv2d_values_and_gradients_match_pytorch(torch, winograd, rng):
+    x = rng.standard_normal((2, 8, 9, 7)).astype(np.float32)
+    w = (rng.standard_normal((12, 8, 3, 3)) * 0.2).astype(np.float32)
+    g = rng.standard_normal((2, 12, 9, 7)).astype(np.float32)
+    saved = synoros.winograd_convolutions()
+    synoros.set_winograd_convolutions(winograd)
+    try:
+        (sx, tx), (sw, tw) = pair(torch, x), pair(torch, w)
+        ys = synoros.nn.functional.conv2d(sx, sw, padding=1)
+        yt = torch.nn.functional.conv2d(tx, tw, padding=1)
+        np.testing.assert_allclose(ys.numpy(), yt.detach().numpy(), rtol=1e-4, atol=1e-4)
+        (ys * synoros.tensor(g)).sum().backward()
+        (yt * torch.tensor(g)).sum().backward()
+        np.testing.assert_allclose(sx.grad.numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(sw.grad.numpy(), tw.grad.numpy(), rtol=1e-4, atol=1e-3)
+    finally:
+        synoros.set_winograd_convolutions(saved)
+    assert synoros.winograd_convolutions() == saved
