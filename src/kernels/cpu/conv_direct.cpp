@@ -32,6 +32,14 @@
 
 namespace synoros::kernels {
 
+float* task_scratch(size_t floats) {
+  static thread_local std::vector<float> scratch;
+  if (scratch.size() < floats + 16) scratch.resize(floats + 16);
+  float* p = scratch.data();
+  while (reinterpret_cast<uintptr_t>(p) % 64) ++p;
+  return p;
+}
+
 namespace {
 using passes::ConvGeom;
 using passes::ConvKind;
@@ -61,15 +69,6 @@ void tile(bool wide, int64_t rows, int64_t K, const float* w, int64_t ldw, const
           const float* b, float* c, int64_t ldc) {
   if (wide) return avx512::conv_tile(rows, K, w, ldw, off, b, c, ldc);
   avx2::conv_tile(rows, K, w, ldw, off, b, c, ldc);
-}
-
-// A task's buffers, per thread (grown once, then reused), 64-byte aligned.
-float* task_scratch(size_t floats) {
-  static thread_local std::vector<float> scratch;
-  if (scratch.size() < floats + 16) scratch.resize(floats + 16);
-  float* p = scratch.data();
-  while (reinterpret_cast<uintptr_t>(p) % 64) ++p;
-  return p;
 }
 
 // One task: the output channels of one group for the images of one chunk.

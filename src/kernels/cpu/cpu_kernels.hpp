@@ -64,7 +64,10 @@ Launch lower_softmax(LowerCtx& c);   // softmax, log_softmax
 Launch lower_softmax_grad(LowerCtx& c);
 Launch lower_layernorm(LowerCtx& c);
 Launch lower_layernorm_param_grad(LowerCtx& c);  // weight and bias gradients in one launch
-Launch lower_conv3x3(LowerCtx& c);  // Winograd's F(4x4, 3x3) (winograd.cpp)
+Launch lower_conv3x3(LowerCtx& c);
+// A convolution task's buffers (conv_direct.cpp, winograd.cpp): per thread, grown once and then
+// reused, 64-byte aligned; valid until the thread's next call.
+float* task_scratch(size_t floats);  // Winograd's F(4x4, 3x3) (winograd.cpp)
 Launch lower_attention(LowerCtx& c);  // attention and its gradient, block by block (attention.cpp)
 Launch lower_batchnorm(LowerCtx& c);  // normalisation with given statistics, weight and bias
 Launch lower_batchnorm_sums(LowerCtx& c);  // per-channel sum(g), sum(g * xh) in one pass

@@ -18,7 +18,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <vector>
 
 #include "kernels/cpu/cpu_kernels.hpp"
 #include "kernels/cpu/gemm.hpp"
@@ -51,15 +50,6 @@ struct WinoArgs {
 
 // The products' blocks: output channels by tiles (whole tile rows, at least one).
 constexpr int64_t kOutBlock = 8, kTileBlock = 32;
-
-// A task's buffers, per thread (grown once, then reused), 64-byte aligned.
-float* task_scratch(size_t floats) {
-  static thread_local std::vector<float> scratch;
-  if (scratch.size() < floats + 16) scratch.resize(floats + 16);
-  float* p = scratch.data();
-  while (reinterpret_cast<uintptr_t>(p) % 64) ++p;
-  return p;
-}
 
 // G v for the three values of a row or column of weights: Lavin and Gray's G, whose rows are
 // (1/4, 0, 0), -(1, 1, 1)/6, -(1, -1, 1)/6, (1, 2, 4)/24, (1, -2, 4)/24 and (0, 0, 1), in double.
