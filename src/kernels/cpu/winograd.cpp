@@ -27,29 +27,26 @@ namespace synoros::kernels {
 
 namespace {
 
-using InputRows = void (*)(const float*, int64_t, int64_t, int64_t, float*, int64_t);
-using SplitRow = void (*)(const float*, int64_t, int64_t, int64_t, float*, float*);
-using OutputRows = void (*)(const float*, int64_t, int64_t, int64_t, float*, int64_t, int64_t,
-                            int64_t);
+using InputTile = void (*)(const float*, int64_t, int64_t, float*, int64_t);
+using OutputTile = void (*)(const float*, int64_t, int64_t, float*, int64_t, int, int);
 
 struct WinoArgs {
   const float* x;  // [N, C, H, W]
   const float* w;  // [O, C, 3, 3], or flipped: [C, O, 3, 3] read as w[c][o][2 - a][2 - b]
   float* y;        // [N, O, OH, OW]
-  float* u;        // [36][O][C]: the transformed weights
+  float* u;        // [36][C][O]: the transformed weights
   int64_t N, C, H, W, O, OH, OW, p;
   bool flipped;
   int64_t th, tw;                  // tile rows and columns of an image
   int64_t imgs, bands, band_rows;  // a task's images; bands per image and tile rows per band
   int64_t tasks, scratch_floats;   // per task
   int isa;
-  InputRows input_rows;
-  OutputRows output_rows;
-  SplitRow split_row;
+  InputTile input_tile;
+  OutputTile output_tile;
 };
 
-// The products' blocks: output channels by tiles (whole tile rows, at least one).
-constexpr int64_t kOutBlock = 8, kTileBlock = 32;
+// The products' blocks: up to 64 output channels by as many tiles as 128 KB of products hold.
+constexpr int64_t kOutBlock = 64, kBlockFloats = 32768;
 
 // G v for the three values of a row or column of weights: Lavin and Gray's G, whose rows are
 // (1/4, 0, 0), -(1, 1, 1)/6, -(1, -1, 1)/6, (1, 2, 4)/24, (1, -2, 4)/24 and (0, 0, 1), in double.
@@ -76,7 +73,7 @@ void weight_task(const void* p, int64_t task) {
                               : a.w[((o * a.C + c) * 3 + r) * 3 + q];
       for (int q = 0; q < 3; ++q) g6(g[0][q], g[1][q], g[2][q], &s[0][q], 3);
       for (int i = 0; i < 6; ++i) g6(s[i][0], s[i][1], s[i][2], &u[i][0], 1);
-      for (int xi = 0; xi < 36; ++xi) a.u[(xi * a.O + o) * a.C + c] = float(u[xi / 6][xi % 6]);
+      for (int xi = 0; xi < 36; ++xi) a.u[(xi * a.C + c) * a.O + o] = float(u[xi / 6][xi % 6]);
     }
 }
 
@@ -90,58 +87,72 @@ void conv_task(const void* p, int64_t task) {
     nty = std::min(a.band_rows, a.th - ty0);
   }
   const int64_t tw = a.tw, T = ni * nty * tw, C = a.C, O = a.O;
-  const int64_t prow = 4 * (tw + 1), rows = 4 * nty + 2, plane = rows * prow;
+  const int64_t rows = 4 * nty + 2, wp = 4 * tw + 2;        // the padded input's rows and columns
+  const int64_t yrows = std::min(4 * nty, a.OH - 4 * ty0);  // output rows of the task
+  const int64_t ob = std::min<int64_t>(O, kOutBlock),
+                tb = std::max<int64_t>(1, kBlockFloats / (36 * ob));
   float* next = task_scratch(size_t(a.scratch_floats));
   auto take = [&next](int64_t floats) {  // 64-byte aligned pieces
     float* r = next;
     next += (floats + 15) / 16 * 16;
     return r;
   };
-  float* pad = take(C * ni * plane);
-  float* v = take(36 * C * T);
-  const int64_t tb_max = std::max(kTileBlock, tw);
-  float* m = take(36 * kOutBlock * tb_max);
-  float* gs = take(C * tb_max);
-  float* tmp = take(4 * (tw + 1) + 64);
-  // The padded input rows 4 ty0 - p .. of each channel and image, each split into its four column
-  // phases.
-  for (int64_t ch = 0; ch < C; ++ch)
-    for (int64_t i = 0; i < ni; ++i)
-      for (int64_t r = 0; r < rows; ++r) {
-        float* e = pad + (ch * ni + i) * plane + r * prow;
-        const int64_t h = 4 * ty0 + r - a.p;
-        if (h < 0 || h >= a.H) {
-          std::memset(e, 0, sizeof(float) * size_t(prow));
-          continue;
-        }
-        a.split_row(a.x + (((n0 + i) * C + ch) * a.H + h) * a.W, a.W, a.p, tw + 1, e, tmp);
+  float* pad = take(ni * rows * wp * C);    // [image][row][column][channel]
+  float* v = take(36 * T * C);              // [xi][tile][channel]
+  float* m = take(36 * tb * ob);            // [tile][xi][output channel]
+  float* yt = take(ni * yrows * a.OW * O);  // [image][row][column][output channel]
+  float* gs = take(C * ob);
+  // The padded input, channels last.
+  std::memset(pad, 0, sizeof(float) * size_t(ni * rows * wp * C));
+  for (int64_t i = 0; i < ni; ++i)
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t h = 4 * ty0 + r - a.p;
+      if (h < 0 || h >= a.H) continue;
+      float* dst = pad + ((i * rows + r) * wp + a.p) * C;
+      const float* src = a.x + ((n0 + i) * C * a.H + h) * a.W;  // channel ch's row at ch H W
+      if (a.isa > 0) {
+        transpose_rows(src, a.H * a.W, C, a.W, dst, C);
+      } else {
+        for (int64_t ch = 0; ch < C; ++ch)
+          for (int64_t w = 0; w < a.W; ++w) dst[w * C + ch] = src[ch * a.H * a.W + w];
       }
-  // V[c][xi][t]: a channel's 36 planes side by side.
-  for (int64_t ch = 0; ch < C; ++ch)
-    for (int64_t i = 0; i < ni; ++i)
-      a.input_rows(pad + (ch * ni + i) * plane, prow, tw, nty, v + ch * 36 * T + i * nty * tw, T);
-  // Blocks of whole tile rows (about kTileBlock tiles) by blocks of output channels: the 36
-  // products of a block land in M[o][xi][t] in the core's L1, and the output transform reads them
-  // there.
-  const int64_t R = ni * nty, rb = std::max<int64_t>(1, kTileBlock / tw);
-  for (int64_t r0 = 0; r0 < R; r0 += rb) {
-    const int64_t r1 = std::min(R, r0 + rb), tb = (r1 - r0) * tw;
-    for (int64_t o0 = 0; o0 < O; o0 += kOutBlock) {
-      const int64_t ob = std::min(kOutBlock, O - o0);
+    }
+  for (int64_t i = 0; i < ni; ++i)
+    for (int64_t ty = 0; ty < nty; ++ty)
+      for (int64_t tx = 0; tx < tw; ++tx)
+        a.input_tile(pad + ((i * rows + 4 * ty) * wp + 4 * tx) * C, wp * C, C,
+                     v + ((i * nty + ty) * tw + tx) * C, T * C);
+  // Blocks of tiles by blocks of output channels: a block's 36 products land in M[tile][xi][o]
+  // in the core's cache, and the output transform reads them there.
+  for (int64_t o0 = 0; o0 < O; o0 += ob) {
+    const int64_t oc = std::min(ob, O - o0);
+    for (int64_t t0 = 0; t0 < T; t0 += tb) {
+      const int64_t tc = std::min(tb, T - t0);
       for (int xi = 0; xi < 36; ++xi) {
-        const GemmShape s{ob, tb, C, C, 1, 36 * T, 1, 36 * tb};
-        sgemm_block(s, a.u + (xi * O + o0) * C, v + xi * T + r0 * tw, m + xi * tb, gs, a.isa);
+        const GemmShape s{tc, oc, C, C, 1, O, 1, 36 * oc};
+        sgemm_block(s, v + (xi * T + t0) * C, a.u + xi * C * O + o0, m + xi * oc, gs, a.isa);
       }
-      for (int64_t o = 0; o < ob; ++o)
-        for (int64_t rr = r0; rr < r1;) {
-          const int64_t i = rr / nty, ty = rr % nty, cnt = std::min(r1, (i + 1) * nty) - rr;
-          const int64_t oh = 4 * (ty0 + ty);
-          a.output_rows(m + o * 36 * tb + (rr - r0) * tw, tb, tw, cnt,
-                        a.y + (((n0 + i) * O + o0 + o) * a.OH + oh) * a.OW, a.OW, a.OH - oh, a.OW);
-          rr += cnt;
-        }
+      for (int64_t t = t0; t < t0 + tc; ++t) {
+        const int64_t i = t / (nty * tw), ty = t / tw % nty, tx = t % tw;
+        a.output_tile(m + (t - t0) * 36 * oc, oc, oc,
+                      yt + ((i * yrows + 4 * ty) * a.OW + 4 * tx) * O + o0, a.OW * O,
+                      int(std::min<int64_t>(4, yrows - 4 * ty)),
+                      int(std::min<int64_t>(4, a.OW - 4 * tx)));
+      }
     }
   }
+  // The outputs back to [N, O, OH, OW].
+  for (int64_t i = 0; i < ni; ++i)
+    for (int64_t r = 0; r < yrows; ++r) {
+      float* dst = a.y + ((n0 + i) * O * a.OH + 4 * ty0 + r) * a.OW;  // channel o's row at o OH OW
+      const float* src = yt + (i * yrows + r) * a.OW * O;
+      if (a.isa > 0) {
+        transpose_rows(src, O, a.OW, O, dst, a.OH * a.OW);
+      } else {
+        for (int64_t o = 0; o < O; ++o)
+          for (int64_t w = 0; w < a.OW; ++w) dst[o * a.OH * a.OW + w] = src[w * O + o];
+      }
+    }
 }
 
 void wino_launch(const void* p, ThreadPool& pool) {
@@ -170,22 +181,19 @@ Launch make_launch(PlanStorage& storage, ValueId node, const Shape& xs, const Sh
     a->bands = (a->th + a->band_rows - 1) / a->band_rows;
     a->tasks = a->N * a->bands;
   }
-  const int64_t T = a->imgs * a->band_rows * a->tw;
-  const int64_t plane = (4 * a->band_rows + 2) * 4 * (a->tw + 1);
-  const int64_t tb = std::max(kTileBlock, a->tw);  // the most tiles of a block of products
-  a->scratch_floats = a->C * a->imgs * plane + 36 * a->C * T + 36 * kOutBlock * tb + a->C * tb +
-                      4 * (a->tw + 1) + 64 + 5 * 16;
+  const int64_t T = a->imgs * a->band_rows * a->tw, rows = 4 * a->band_rows + 2, wp = 4 * a->tw + 2;
+  const int64_t ob = std::min<int64_t>(a->O, kOutBlock),
+                tb = std::max<int64_t>(1, kBlockFloats / (36 * ob));
+  a->scratch_floats = a->imgs * rows * wp * a->C + 36 * T * a->C + 36 * tb * ob +
+                      a->imgs * 4 * a->band_rows * a->OW * a->O + a->C * ob + 5 * 16;
   const Isa isa = active_isa();
   a->isa = isa == Isa::Avx512 ? 2 : isa == Isa::Avx2 ? 1 : 0;
-  a->input_rows = isa == Isa::Avx512 ? avx512::winograd_input_rows
-                  : isa == Isa::Avx2 ? avx2::winograd_input_rows
-                                     : scalar::winograd_input_rows;
-  a->output_rows = isa == Isa::Avx512 ? avx512::winograd_output_rows
-                   : isa == Isa::Avx2 ? avx2::winograd_output_rows
-                                      : scalar::winograd_output_rows;
-  a->split_row = isa == Isa::Avx512 ? avx512::winograd_split_row
-                 : isa == Isa::Avx2 ? avx2::winograd_split_row
-                                    : scalar::winograd_split_row;
+  a->input_tile = isa == Isa::Avx512 ? avx512::winograd_input_tile
+                  : isa == Isa::Avx2 ? avx2::winograd_input_tile
+                                     : scalar::winograd_input_tile;
+  a->output_tile = isa == Isa::Avx512 ? avx512::winograd_output_tile
+                   : isa == Isa::Avx2 ? avx2::winograd_output_tile
+                                      : scalar::winograd_output_tile;
   a->u = storage.sizing()
              ? nullptr
              : static_cast<float*>(storage.persistent(sizeof(float) * size_t(36 * a->O * a->C)));

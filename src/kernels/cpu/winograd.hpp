@@ -7,12 +7,9 @@ namespace synoros::kernels {
 
 #define SYNOROS_WINOGRAD_TRANSFORMS(NS)                                                     \
   namespace NS {                                                                            \
-  void winograd_split_row(const float* src, int64_t W, int64_t p, int64_t n, float* out,    \
-                          float* tmp);                                                      \
-  void winograd_input_rows(const float* pad, int64_t ld, int64_t tw, int64_t nty, float* v, \
-                           int64_t ldv);                                                    \
-  void winograd_output_rows(const float* m, int64_t ldm, int64_t tw, int64_t nty, float* y, \
-                            int64_t ldy, int64_t rows, int64_t cols);                       \
+  void winograd_input_tile(const float* p, int64_t ldr, int64_t C, float* v, int64_t ldxi); \
+  void winograd_output_tile(const float* m, int64_t ldxi, int64_t O, float* y, int64_t ldr, \
+                            int rows, int cols);                                            \
   }
 SYNOROS_WINOGRAD_TRANSFORMS(scalar)
 SYNOROS_WINOGRAD_TRANSFORMS(avx2)
