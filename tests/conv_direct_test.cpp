@@ -82,6 +82,7 @@ enum class What { Forward, Data, Weights };
 HostTensor run(const Geo& g, const HostTensor& x, const HostTensor& w, const HostTensor& r,
                What what, bool& direct) {
   synoros::testing::StrictKernels canonical;
+  synoros::testing::WinogradConvolutions contraction{false};  // these tests are of its kernels
   Tensor wt = Tensor::from(w);
   if (what == What::Weights) wt.requires_grad();
   auto conv = [&](const Tensor& in) { return nn::conv2d(in, wt, {}, g.s, g.p, g.d); };

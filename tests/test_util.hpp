@@ -15,6 +15,7 @@
 #include "kernels/cpu/conv_direct.hpp"
 #include "kernels/kernel_api.hpp"
 #include "synoros/synoros.hpp"
+#include "synoros/nn.hpp"
 
 namespace synoros::testing {
 
@@ -73,6 +74,16 @@ struct ConvDirectKernels {
   ~ConvDirectKernels() { kernels::set_conv_direct(saved); }
   ConvDirectKernels(const ConvDirectKernels&) = delete;
   ConvDirectKernels& operator=(const ConvDirectKernels&) = delete;
+};
+
+// nn::conv2d's Winograd op on or off for a scope, restoring what it found (tests of the
+// contraction's convolution kernels switch it off).
+struct WinogradConvolutions {
+  bool saved = nn::winograd_convolutions();
+  explicit WinogradConvolutions(bool on) { nn::set_winograd_convolutions(on); }
+  ~WinogradConvolutions() { nn::set_winograd_convolutions(saved); }
+  WinogradConvolutions(const WinogradConvolutions&) = delete;
+  WinogradConvolutions& operator=(const WinogradConvolutions&) = delete;
 };
 
 // Calls f(isa, threads) under every instruction set this CPU has and 1 and 2 threads, then

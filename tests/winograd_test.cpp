@@ -31,10 +31,8 @@ std::vector<Geo> geos() {
 }
 
 // conv2d builds conv3x3 ops for the scope.
-struct WinogradOn {
-  bool saved = nn::winograd_convolutions();
-  explicit WinogradOn(bool on = true) { nn::set_winograd_convolutions(on); }
-  ~WinogradOn() { nn::set_winograd_convolutions(saved); }
+struct WinogradOn : synoros::testing::WinogradConvolutions {
+  explicit WinogradOn(bool on = true) : WinogradConvolutions(on) {}
 };
 
 bool took(CompiledStep& step, const std::string& kernel) {

@@ -53,14 +53,14 @@ using ModulePtr = std::shared_ptr<Module>;
 // ---- functional forms (also under nn::functional, PyTorch's torch.nn.functional)
 // x [..., in] @ weight[out, in]^T + bias [out] (bias may be undefined), as torch's F.linear.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
-// x [N, C, H, W], w [O, C/groups, kh, kw], bias [O] or undefined: a contraction over the input's
-// windows (one FMA chain per output). With winograd_convolutions() on, a float32 3x3 convolution
-// with stride 1, dilation 1, one group, padding at most 2 and at least 8 input and output channels
-// is the conv3x3 op instead (Winograd's F(4x4, 3x3), whose rounding is part of its definition).
+// x [N, C, H, W], w [O, C/groups, kh, kw], bias [O] or undefined. A float32 3x3 convolution with
+// stride 1, dilation 1, one group, padding at most 2 and at least 8 input and output channels is
+// the conv3x3 op (Winograd's F(4x4, 3x3), whose rounding is part of its definition); every other
+// is a contraction over the input's windows (one FMA chain per output).
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t stride = 1, int64_t padding = 0,
               int64_t dilation = 1, int64_t groups = 1);
-// Whether conv2d builds conv3x3 ops where they apply: off by default (the op is not yet faster than
-// the direct kernels on the shapes measured); on, results round differently.
+// Whether conv2d builds conv3x3 ops where they apply (on by default). Off, those convolutions are
+// contractions too, which round differently.
 bool winograd_convolutions();
 void set_winograd_convolutions(bool on);
 Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t padding = 0);

@@ -49,7 +49,7 @@ Tensor windows(const Tensor& x, int64_t kh, int64_t kw, int64_t s, int64_t p, in
 }  // namespace
 
 namespace {
-std::atomic<bool> winograd_on{false};
+std::atomic<bool> winograd_on{true};
 }  // namespace
 bool winograd_convolutions() { return winograd_on.load(); }
 void set_winograd_convolutions(bool on) { winograd_on.store(on); }
