@@ -46,12 +46,13 @@ class FreshSelection {
   ~FreshSelection() {
     kernels::set_selection_timer({});
     kernels::clear_tuning_cache();
+    std::remove((path_ + ".lock").c_str());
     kernels::clear_replayed_choices();
     clear_plan_cache();
   }
 
  private:
-  std::string path_ = ::testing::TempDir() + "synoros-kernel-mode-cache.txt";
+  std::string path_ = ::testing::TempDir() + "synoros-kernel-mode-cache-" + std::to_string(::getpid()) + ".txt";
   config::ScopedOverride env_{"SYNOROS_TUNING_CACHE", path_.c_str()};
 };
 

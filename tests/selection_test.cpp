@@ -30,10 +30,15 @@ class WrongGemm : public GemmProvider {
 };
 
 struct TempCache {
-  std::string path = ::testing::TempDir() + "synoros-selection-test.txt";
+  // One file per process: ctest runs tests in parallel processes, which merge what a shared file
+  // holds on every save.
+  std::string path = ::testing::TempDir() + "synoros-selection-test-" + std::to_string(::getpid()) + ".txt";
   config::ScopedOverride env{"SYNOROS_TUNING_CACHE", path.c_str()};
   TempCache() { clear_tuning_cache(); }
-  ~TempCache() { clear_tuning_cache(); }
+  ~TempCache() {
+    clear_tuning_cache();
+    std::remove((path + ".lock").c_str());
+  }
 };
 
 Graph matmul_graph(int64_t m, int64_t k, int64_t n, ValueId& a, ValueId& b, ValueId& c) {
