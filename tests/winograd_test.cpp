@@ -27,6 +27,8 @@ std::vector<Geo> geos() {
       {"bands_of_one_large_image", 1, 8, 70, 66, 8, 1},
       {"odd_sizes_valid", 2, 9, 11, 6, 10, 0},
       {"wide_padding", 2, 8, 5, 3, 12, 2},
+      // More than one block of 64 output channels, forward (96) and in the input gradient (80).
+      {"wide_channels", 2, 80, 6, 9, 96, 1},
   };
 }
 

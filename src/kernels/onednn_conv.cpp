@@ -658,12 +658,15 @@ class ProbeRuns {
   std::optional<Launch> other_;
 };
 
-std::string key_of(const ConvGeom& g) {
+// `alt`: the alternative oneDNN is timed against, when not the contraction's lowering ("gemm"):
+// part of the key before the tail that replays drop, so each alternative's choice replays apart.
+std::string key_of(const ConvGeom& g, const std::string& alt = "gemm") {
   std::ostringstream o;
   o << (g.kind == ConvKind::BwdWeights ? "conv2d-dweights" : g.kind == ConvKind::BwdData ? "conv2d-ddata" : "conv2d")
     << " N=" << g.N << " C=" << g.C << " H=" << g.H << " W=" << g.W << " O=" << g.O << " k=" << g.KH << "x" << g.KW
     << (g.kswap ? "T" : "") << " s=" << g.sh << "," << g.sw << " d=" << g.dh << "," << g.dw << " p=" << g.pt << ","
     << g.pl << "," << g.pb << "," << g.pr << " algorithms=direct,winograd,bwd";  // re-measured when the set grows
+  if (alt != "gemm") o << " alt=" << alt;
   return tuning_key(o.str(), false);
 }
 
@@ -718,7 +721,7 @@ Launch select_onednn(LowerCtx& c, const ConvGeom& g, const float* x, const float
     }
   // The choice is kept per geometry and alternative (the convolution op's own, or the engine's
   // lowering of the contraction).
-  const std::string key = key_of(g) + (alt_name == "gemm" ? "" : " alt=" + alt_name);
+  const std::string key = key_of(g, alt_name);
   if (!st[0] && !st[1] && !st[2]) {
     // None applies here: the alternative is the one candidate, and a recorded oneDNN choice for
     // this geometry cannot be honoured (choose says so).

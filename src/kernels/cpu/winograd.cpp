@@ -28,7 +28,7 @@ namespace synoros::kernels {
 namespace {
 
 using InputTile = void (*)(const float*, int64_t, int64_t, float*, int64_t);
-using OutputTile = void (*)(const float*, int64_t, int64_t, float*, int64_t, int, int);
+using OutputTile = void (*)(const float*, int64_t, int64_t, float*, int64_t, int64_t, int, int);
 
 struct WinoArgs {
   const float* x;  // [N, C, H, W]
@@ -135,7 +135,7 @@ void conv_task(const void* p, int64_t task) {
       for (int64_t t = t0; t < t0 + tc; ++t) {
         const int64_t i = t / (nty * tw), ty = t / tw % nty, tx = t % tw;
         a.output_tile(m + (t - t0) * 36 * oc, oc, oc,
-                      yt + ((i * yrows + 4 * ty) * a.OW + 4 * tx) * O + o0, a.OW * O,
+                      yt + ((i * yrows + 4 * ty) * a.OW + 4 * tx) * O + o0, a.OW * O, O,
                       int(std::min<int64_t>(4, yrows - 4 * ty)),
                       int(std::min<int64_t>(4, a.OW - 4 * tx)));
       }

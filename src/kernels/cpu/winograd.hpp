@@ -9,7 +9,7 @@ namespace synoros::kernels {
   namespace NS {                                                                            \
   void winograd_input_tile(const float* p, int64_t ldr, int64_t C, float* v, int64_t ldxi); \
   void winograd_output_tile(const float* m, int64_t ldxi, int64_t O, float* y, int64_t ldr, \
-                            int rows, int cols);                                            \
+                            int64_t ldc, int rows, int cols);                               \
   }
 SYNOROS_WINOGRAD_TRANSFORMS(scalar)
 SYNOROS_WINOGRAD_TRANSFORMS(avx2)

@@ -93,10 +93,10 @@ void winograd_input_tile(const float* p, int64_t ldr, int64_t C, float* v, int64
 }
 
 // One tile: its 36 products m[xi * ldxi + o] (o < O) to the outputs Y = A^T m A (at6 over the
-// rows of each column, then over the columns), channels last: y[a * ldr + b * O + o] for the
+// rows of each column, then over the columns), channels last: y[a * ldr + b * ldc + o] for the
 // rows a < rows and the columns b < cols of the tile.
-void winograd_output_tile(const float* m, int64_t ldxi, int64_t O, float* y, int64_t ldr, int rows,
-                          int cols) {
+void winograd_output_tile(const float* m, int64_t ldxi, int64_t O, float* y, int64_t ldr,
+                          int64_t ldc, int rows, int cols) {
   for (int64_t o = 0; o < O; o += kL) {
     const int64_t n = std::min(kL, O - o);
     R r[6][4];  // [column j][output row a]
@@ -109,7 +109,7 @@ void winograd_output_tile(const float* m, int64_t ldxi, int64_t O, float* y, int
       const R e[6] = {r[0][a], r[1][a], r[2][a], r[3][a], r[4][a], r[5][a]};
       R out[4];
       at6(e, out);
-      for (int b = 0; b < cols; ++b) st(y + a * ldr + b * O + o, out[b], n);
+      for (int b = 0; b < cols; ++b) st(y + a * ldr + b * ldc + o, out[b], n);
     }
   }
 }
