@@ -25,6 +25,7 @@
 #include "synoros/gpt.hpp"
 #include "synoros/optim.hpp"
 #include "synoros/train.hpp"
+#include "synoros/profile.hpp"
 #include "test_util.hpp"
 
 namespace synoros {
@@ -327,8 +328,63 @@ TEST(Jit, SelectionKeepsTheFasterKernelAndCachesTheChoice) {
     bool labelled = false;
     for (const LaunchInfo& li : plan.launch_info()) labelled |= li.kernel.find("generated") != std::string::npos;
     EXPECT_TRUE(labelled);
-    testing::expect_error([&] { plan.recompile(RecompileOptions{{1.0, 2.0, 3.0}}); }, {"3 launch times"});
+    testing::expect_error(
+        [&] {
+          RecompileOptions o;
+          o.launch_ns = {1.0, 2.0, 3.0};
+          plan.recompile(o);
+        },
+        {"3 launch times"});
+    // The generated choice is the launch's certificate: both candidates, the generated one's
+    // bits checked, both timed (by the test's timer).
+    size_t launch = plan.launches().size() - 1;
+    const std::vector<SelectionCertificate>& sel = plan.launch_info()[launch].selections;
+    ASSERT_EQ(sel.size(), 1u);
+    EXPECT_EQ(sel[0].source, "measured");
+    ASSERT_EQ(sel[0].candidates.size(), 2u);
+    EXPECT_EQ(sel[0].chosen, 1);
+    EXPECT_EQ(sel[0].candidates[1].name, "generated");
+    EXPECT_TRUE(sel[0].candidates[1].checked && sel[0].candidates[1].passed);
+    EXPECT_EQ(sel[0].candidates[0].ns, 1000.0);
+    EXPECT_EQ(sel[0].candidates[1].ns, 500.0);
+    EXPECT_GT(sel[0].bytes, 0.0);
   }
+}
+
+// The roofline model decides before compiling: a memory-bound group whose launch already runs
+// near its limit is left to the interpreter; one far from it is compiled and timed.
+TEST(Jit, TheRooflineModelSkipsGroupsAlreadyNearTheMachinesLimit) {
+  JitScope jit;
+  Graph g;
+  ValueId x = g.input(DType::F32, {1 << 16}, "x");
+  ValueId y = g.unary(Op::Sigmoid, g.binary(Op::Mul, x, g.scalar(3.0)));
+  CompileOptions manual;
+  manual.recompile = false;
+  Plan plan(g, {y}, manual);
+  plan.set_input(x, special_tensor({1 << 16}, 10));
+  plan.run();
+  ASSERT_EQ(plan.launches().size(), 1u);
+  LaunchWork w = launch_work(plan, 0);
+  EXPECT_EQ(w.bytes, 2.0 * 4 * (1 << 16) + 4);  // reads x and the scalar, writes y
+  RecompileOptions o;
+  o.peak = {1000.0, 1.0, "test"};  // 1 GB/s: memory-bound, 524288 ns at the limit
+  double limit = roofline_ns(w.flops, w.bytes, o.peak, num_threads());
+  EXPECT_EQ(limit, w.bytes / num_threads());
+  o.launch_ns = {1.2 * limit};
+  int64_t runs = kernels::jit::compiler_runs();
+  RecompileReport near = plan.recompile(o);
+  ASSERT_EQ(near.entries.size(), 1u);
+  EXPECT_EQ(near.entries[0].outcome.rfind("skipped: ", 0), 0u) << near.entries[0].outcome;
+  EXPECT_EQ(kernels::jit::compiler_runs(), runs);
+  EXPECT_TRUE(plan.launch_info()[0].selections.empty());
+  o.launch_ns = {1.3 * limit};
+  RecompileReport far = plan.recompile(o);
+  ASSERT_EQ(far.entries.size(), 1u);
+  EXPECT_EQ(far.entries[0].outcome, "generated");
+  // Without a peak, no model: every group over the thresholds is a candidate.
+  o.peak = {};
+  o.launch_ns = {1.0 * limit};
+  EXPECT_EQ(plan.recompile(o).entries[0].outcome, "generated");
 }
 
 std::vector<float> train_lm(bool jit, int steps) {

@@ -4,10 +4,12 @@
 
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "kernels/kernel_api.hpp"
 #include "kernels/providers.hpp"
+#include "synoros/profile.hpp"
 #include "test_util.hpp"
 
 namespace synoros {
@@ -202,6 +204,124 @@ TEST(Selection, StrictModeOnlyPicksCanonicalKernels) {
   }
   ASSERT_NE(s.provider, nullptr);
   EXPECT_TRUE(s.provider->canonical());
+}
+
+TEST(Selection, ADefaultModeChoiceIsMeasuredAgainAtAnotherThreadCount) {
+  TempCache tc;
+  synoros::testing::StrictKernels canonical;
+  GemmShape sh{40, 24, 56, 56, 1, 24, 1, 24};
+  int saved = num_threads();
+  int other = saved == 1 ? 2 : 1;
+  EXPECT_FALSE(select_gemm(sh, true).from_cache);
+  EXPECT_TRUE(select_gemm(sh, true).from_cache);
+  // Canonical providers give the same bits at any thread count, so default mode times them at
+  // the count it runs with: another count is a new choice, and the first one stays.
+  set_num_threads(other);
+  bool measured_again = !select_gemm(sh, true).from_cache;
+  bool then_cached = select_gemm(sh, true).from_cache;
+  set_num_threads(saved);
+  EXPECT_TRUE(measured_again);
+  EXPECT_TRUE(then_cached);
+  EXPECT_TRUE(select_gemm(sh, true).from_cache);
+  EXPECT_EQ(tuning_cache_size(), 2u);
+}
+
+// A selection's certificate: every candidate with its float64 check against the bound and its
+// time, the choice, and the problem's work; a measured certificate stays with the launch.
+TEST(Selection, EachChoiceLeavesACertificateWithItsCandidatesChecksAndTimes) {
+  TempCache tc;
+  auto& provs = gemm_providers();
+  provs.insert(provs.begin(), std::make_shared<WrongGemm>());
+  // The k-th candidate timed takes 100 (k + 1) ns, so the first that passed is the fastest.
+  set_selection_timer([](size_t n) {
+    std::vector<double> t(n);
+    for (size_t k = 0; k < n; ++k) t[k] = 100.0 * double(k + 1);
+    return t;
+  });
+  ValueId a, b, c;
+  Graph g = matmul_graph(33, 47, 29, a, b, c);
+  Plan first(g, {c});
+  Plan second(g, {c});
+  set_selection_timer({});
+  provs.erase(provs.begin());
+  ASSERT_EQ(first.launch_info().size(), 1u);
+  const std::vector<SelectionCertificate>& sel = first.launch_info()[0].selections;
+  ASSERT_EQ(sel.size(), 1u);
+  const SelectionCertificate& cert = sel[0];
+  EXPECT_EQ(cert.source, "measured");
+  EXPECT_EQ(cert.flops, 2.0 * 33 * 47 * 29);
+  EXPECT_EQ(cert.bytes, 4.0 * (33 * 47 + 47 * 29 + 33 * 29));
+  ASSERT_GE(cert.candidates.size(), 2u);
+  const CandidateRecord& wrong = cert.candidates[0];
+  EXPECT_EQ(wrong.name, "wrong-but-fast");
+  EXPECT_TRUE(wrong.checked);
+  EXPECT_FALSE(wrong.passed);
+  EXPECT_GT(wrong.error, 1.0);  // 0.01 too much on every output: far outside the bound
+  EXPECT_NE(wrong.why.find("float64 says"), std::string::npos) << wrong.why;
+  EXPECT_EQ(wrong.ns, 0.0);  // never timed
+  double timed = 0;
+  for (size_t i = 1; i < cert.candidates.size(); ++i) {
+    const CandidateRecord& r = cert.candidates[i];
+    if (!r.checked) continue;  // a provider that does not support the shape is no candidate
+    EXPECT_TRUE(r.passed) << r.name << ": " << r.why;
+    EXPECT_GE(r.error, 0.0) << r.name;
+    EXPECT_LE(r.error, 1.0) << r.name;
+    EXPECT_EQ(r.ns, 100.0 * ++timed) << r.name;
+  }
+  EXPECT_EQ(cert.chosen, 1);  // the first that passed took 100 ns
+  EXPECT_EQ(first.launch_info()[0].kernel, cert.candidates[1].name);
+  // The second plan read the choice: its certificate says so and names the same kernel.
+  ASSERT_EQ(second.launch_info()[0].selections.size(), 1u);
+  const SelectionCertificate& read = second.launch_info()[0].selections[0];
+  EXPECT_EQ(read.source, "tuning cache");
+  EXPECT_EQ(read.key, cert.key);
+  ASSERT_GE(read.chosen, 0);
+  EXPECT_EQ(read.candidates[size_t(read.chosen)].name, second.launch_info()[0].kernel);
+}
+
+TEST(Selection, CertificatesSetEachLaunchBesideTheRooflineModel) {
+  MachinePeak peak{100.0, 10.0, "test"};  // 100 FLOPs and 10 bytes per ns, one core
+  EXPECT_EQ(roofline_ns(2e9, 1e6, peak, 2), 1e7);  // compute-bound: 2e9 / 200
+  EXPECT_EQ(roofline_ns(1e3, 1e6, peak, 1), 1e5);  // memory-bound: 1e6 / 10
+  EXPECT_EQ(roofline_ns(1e3, 1e6, MachinePeak{}, 1), 0.0);
+  Calibration c = calibrate({0.5, 1.0, 0.25, -1.0, std::numeric_limits<double>::infinity()});
+  EXPECT_EQ(c.count, 3u);
+  EXPECT_EQ(c.median, 0.5);
+  EXPECT_EQ(c.lowest, 0.25);
+  EXPECT_EQ(c.highest, 1.0);
+  EXPECT_EQ(calibrate({0.2, 0.4, 0.6, 0.8}).median, 0.5);
+  EXPECT_EQ(calibrate({}).count, 0u);
+
+  TempCache tc;
+  ValueId a, b, cv;
+  Graph g = matmul_graph(64, 64, 64, a, b, cv);
+  Plan plan(g, {cv});
+  ASSERT_EQ(plan.launches().size(), 1u);
+  LaunchWork w = launch_work(plan, 0);
+  EXPECT_EQ(w.flops, 2.0 * 64 * 64 * 64);
+  EXPECT_EQ(w.bytes, 3.0 * 4 * 64 * 64);
+  // A profile with a chosen time (no clock): the launch took 4x its roofline time.
+  Profile prof;
+  prof.peak = peak;
+  ProfileEntry e;
+  e.node = plan.launches()[0].node;
+  e.label = "einsum";
+  e.flops = w.flops, e.bytes = w.bytes;
+  e.ns = 4 * roofline_ns(w.flops, w.bytes, peak, 1);
+  prof.entries.push_back(e);
+  Certificates cert = certify(plan, prof, 1);
+  ASSERT_EQ(cert.launches.size(), 1u);
+  EXPECT_EQ(cert.launches[0].predicted_ns, e.ns / 4);
+  EXPECT_EQ(cert.launch_calibration.count, 1u);
+  EXPECT_EQ(cert.launch_calibration.median, 0.25);
+  ASSERT_EQ(cert.launches[0].selections.size(), 1u);
+  std::string json = cert.json();
+  for (const char* key : {"\"calibration\"", "\"launches\"", "\"selections\"", "\"candidates\"",
+                          "\"error_of_bound\"", "\"predicted_ns\""})
+    EXPECT_NE(json.find(key), std::string::npos) << key;
+  EXPECT_NE(cert.table().find("predicted/measured median 0.25"), std::string::npos) << cert.table();
+  prof.entries.push_back(e);
+  synoros::testing::expect_error([&] { certify(plan, prof, 1); }, {"2 launches", "plan of 1"});
 }
 
 }  // namespace

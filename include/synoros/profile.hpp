@@ -9,12 +9,6 @@
 
 namespace synoros {
 
-struct MachinePeak {
-  double gflops = 0;  // one core, f32 FMA, the active instruction set
-  double gbps = 0;    // one core, streaming read + write
-  std::string isa;
-};
-
 // Measures the peak FMA rate and memory bandwidth of one core (takes about half a second).
 MachinePeak measure_peak();
 
@@ -40,5 +34,45 @@ struct Profile {
 
 // Runs the plan `iterations` times (inputs as currently fed), timing every launch.
 Profile profile(Plan& plan, int iterations, const MachinePeak& peak);
+
+// A launch's work for the roofline model: its ops' FLOPs (the op table's costs) and the bytes
+// it reads from memory and writes.
+struct LaunchWork {
+  double flops = 0, bytes = 0;
+};
+LaunchWork launch_work(const Plan& plan, size_t launch);
+
+// The roofline model: the least time (ns) work can take on `threads` cores: its FLOPs at the FMA
+// peak or its bytes at the streaming bandwidth, whichever is longer (both one core's, scaled by
+// the thread count). 0 when the peak is unknown.
+double roofline_ns(double flops, double bytes, const MachinePeak& peak, int threads);
+
+// How well the model predicts: predicted / measured time over a set of runs (1 = the run reaches
+// the machine's limit; below 1, it takes longer than the model says).
+struct Calibration {
+  size_t count = 0;
+  double median = 0, lowest = 0, highest = 0;
+};
+Calibration calibrate(std::vector<double> predicted_over_measured);
+
+// Selection certificates of a profiled plan: per launch, its measured time beside the roofline
+// model's, and every kernel selection its lowering (and Recompile) made with the candidates,
+// their float64 checks against their bounds and their timings.
+struct LaunchCertificate {
+  ValueId node;
+  std::string label;
+  double measured_ns = 0, predicted_ns = 0;
+  std::vector<SelectionCertificate> selections;
+};
+struct Certificates {
+  MachinePeak peak;
+  int threads = 1;
+  std::vector<LaunchCertificate> launches;  // in launch order
+  Calibration launch_calibration;           // over launches measured at 1 us or more
+  Calibration candidate_calibration;        // over the candidates timed when they were selected
+  std::string table() const;                // the calibration, then each selection's candidates
+  std::string json() const;
+};
+Certificates certify(const Plan& plan, const Profile& profile, int threads);
 
 }  // namespace synoros

@@ -95,6 +95,13 @@ struct CompileOptions {
 // against the interpreter's kernel on the first 65,536 elements of the plan's current data and
 // is refused unless the bits are equal, is timed against it and taken only when faster; the
 // choice is kept in the tuning cache like every selection. Errors leave the interpreter.
+// What one core of this machine can do, measured (synoros/profile.hpp: measure_peak).
+struct MachinePeak {
+  double gflops = 0;  // one core, f32 FMA, the active instruction set
+  double gbps = 0;    // one core, streaming read + write
+  std::string isa;
+};
+
 struct RecompileOptions {
   // The measured time of each launch, in launch order (a profile's, or a timed run's): only
   // the groups of launches taking at least min_share of their sum and min_ns each are
@@ -102,6 +109,11 @@ struct RecompileOptions {
   std::vector<double> launch_ns;
   double min_share = 0.01;
   double min_ns = 20000;
+  // With the machine's peak (measured) and launch times, the roofline model decides before any
+  // compile or timing: a group whose launch is bound by memory and already takes at most
+  // roofline_slack times its roofline time has too little to gain and is left to the interpreter.
+  MachinePeak peak;
+  double roofline_slack = 1.25;
 };
 struct RecompileEntry {
   ValueId node;         // the group's output
@@ -128,10 +140,34 @@ struct BufferInfo {
 
 // What one launch computes: the ops it runs (a fused group lists all of them, producer first)
 // and the values it reads from memory.
+// One candidate of a kernel selection, as Select saw it.
+struct CandidateRecord {
+  std::string name, version;
+  bool passed = false;  // it passed its check (a candidate after the first that passed is not
+                        // checked when the choice is not timed, nor any when it was read)
+  bool checked = false;
+  std::string why;    // why it failed ("" when it passed or was not checked)
+  double error = -1;  // worst |result - float64| / allowed on the probe (<= 1 passes); -1: the
+                      // reference lowering, a bit-for-bit check, or not checked
+  double ns = 0;      // measured time of one probe run (0: not timed)
+};
+
+// A selection certificate: for one selectable problem (its tuning key), the candidates, each
+// one's float64 check against its bound and its measured time, the one chosen and where the
+// choice came from, and the problem's work for the roofline model.
+struct SelectionCertificate {
+  std::string key;
+  std::string source;  // "measured", "only candidate", "tuning cache", "replayed", "none passed"
+  int chosen = -1;     // index into candidates
+  std::vector<CandidateRecord> candidates;
+  double flops = 0, bytes = 0;  // one probe run's (0: unknown)
+};
+
 struct LaunchInfo {
   std::vector<ValueId> ops;
   std::vector<ValueId> reads;
   std::string kernel;  // the kernel selection pinned (e.g. engine-packed, openblas), or the op
+  std::vector<SelectionCertificate> selections;  // the choices its lowering (and Recompile) made
 };
 
 namespace kernels::jit {

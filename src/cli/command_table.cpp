@@ -160,6 +160,9 @@ CommandSpec profile_spec() {
       integer("iterations", 200, 1, 1'000'000, "timed runs (at most 5 for the larger models, 20 for inference)"),
       path("trace", "", "also write a Chrome trace here"),
       path("describe", "", "also write the plan's description here (classifiers)"),
+      path("certificates", "",
+           "measure every kernel choice anew (in a temporary tuning cache) and write the selection "
+           "certificates here as JSON; prints the roofline model's calibration"),
       text("operator", "", "resnet-mini with a searched operator (an action path), inference"),
       integer("mask", 7, 1, 255, "layer classes that take --operator"),
       threads_opt(),

@@ -1,10 +1,15 @@
 // synoros profile: per-launch timings of one training step, as a table and a Chrome trace.
+#include <unistd.h>
+
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <string>
 
 #include "cli/commands.hpp"
+#include "io/atomic_file.hpp"
 #include "kernels/providers.hpp"
 #include "synoros/trials.hpp"
 #include "synoros/synoros.hpp"
@@ -14,17 +19,52 @@ namespace synoros::cli {
 
 namespace {
 // Measure, then Recompile with the measured times (the hot groups get generated kernels where
-// those are faster), then measure again: the table shows the plan as it now runs.
+// those are faster; the roofline model leaves out those already near the machine's limit), then
+// measure again: the table shows the plan as it now runs.
 Profile measure(Plan& plan, int iterations, const MachinePeak& peak) {
   Profile before = profile(plan, iterations, peak);
   RecompileOptions opts;
   for (const ProfileEntry& e : before.entries) opts.launch_ns.push_back(e.ns);
+  opts.peak = peak;
   RecompileReport r = plan.recompile(opts);
   if (r.entries.empty()) return before;
   std::cout << r.table();
   Profile after = profile(plan, iterations, peak);
   std::cout << "step " << before.total_ns / 1e3 << " us before Recompile, " << after.total_ns / 1e3 << " us after\n\n";
   return after;
+}
+
+// --certificates: the choices are measured in a tuning cache of the command's own (the user's
+// stays as it was), so every selection's certificate lists its candidates as tried now.
+class FreshTuning {
+ public:
+  explicit FreshTuning(bool on)
+      : path_(on ? config::temp_dir() + "/synoros-certificates-" + std::to_string(::getpid()) + ".txt" : "") {
+    if (!on) return;
+    env_.emplace("SYNOROS_TUNING_CACHE", path_.c_str());
+    kernels::clear_tuning_cache();
+  }
+  ~FreshTuning() {
+    if (path_.empty()) return;
+    kernels::clear_tuning_cache();  // removes the temporary file
+    std::remove((path_ + ".lock").c_str());
+    env_.reset();
+    kernels::reload_tuning_cache();
+  }
+  FreshTuning(const FreshTuning&) = delete;
+  FreshTuning& operator=(const FreshTuning&) = delete;
+
+ private:
+  std::string path_;
+  std::optional<config::ScopedOverride> env_;
+};
+
+void write_certificates(const std::string& path, const Plan& plan, const Profile& prof) {
+  Certificates c = certify(plan, prof, num_threads());
+  std::cout << c.table();
+  std::string text = c.json();
+  io::write_file_atomic(path, "selection certificates", [&](const io::ByteSink& sink) { sink(text.data(), text.size()); });
+  std::cout << "certificates written to " << path << "\n";
 }
 }  // namespace
 
@@ -45,8 +85,14 @@ int profile_model(const Args& a) {
     throw UsageError("profile: --inference applies to the classifiers (mlp-classifier, lenet, resnet-mini)");
   if (!describe.empty() && (model == "mlp" || model == "gpt" || inference))
     throw UsageError("profile: --describe applies to the classifiers' training step");
+  std::string certificates = a.str("certificates");
+  FreshTuning fresh(!certificates.empty());
   MachinePeak peak = measure_peak();
   Profile prof;
+  // Certificates of the plan just profiled (launch i of the profile is launch i of the plan).
+  auto certify_plan = [&](const Plan& plan) {
+    if (!certificates.empty()) write_certificates(certificates, plan, prof);
+  };
   if (model == "mlp") {
     nn::TinyTask task(1);
     nn::TinyMLP m(2);
@@ -54,6 +100,7 @@ int profile_model(const Args& a) {
     step.plan().set_input("arg0", task.x);
     step.plan().set_input("arg1", task.target);
     prof = measure(step.plan(), iterations, peak);
+    certify_plan(step.plan());
   } else if (model == "gpt") {
     nn::Gpt m(kBenchGpt, 1);
     CompiledStep step = compile_gpt_grad(m, kBenchGptBatch);
@@ -62,6 +109,7 @@ int profile_model(const Args& a) {
     step.plan().set_input("arg0", x);
     step.plan().set_input("arg1", y);
     prof = measure(step.plan(), std::min(iterations, 5), peak);
+    certify_plan(step.plan());
   } else if (model == "mlp-classifier" || model == "lenet" || model == "resnet-mini") {
     std::shared_ptr<nn::Module> m;
     if (!actions.empty()) {  // resnet-mini with a synthesized operator (an action path from a search report)
@@ -76,6 +124,7 @@ int profile_model(const Args& a) {
       fwd.plan().set_input("arg0", Tensor::randn({64, 1, 28, 28}, 3).value());
       prof = measure(fwd.plan(), std::min(iterations, 20), peak);
       std::cout << prof.table();
+      certify_plan(fwd.plan());
       return 0;
     }
     optim::SGD opt(m->parameters(), 0.05, 0.9, 5e-4);
@@ -85,6 +134,7 @@ int profile_model(const Args& a) {
     step.plan().set_input("arg0", Tensor::randn({64, 1, 28, 28}, 3).value());
     step.plan().set_input("arg1", y);
     prof = measure(step.plan(), std::min(iterations, 5), peak);
+    certify_plan(step.plan());
     if (!describe.empty()) {
       std::ofstream f(describe);
       if (!(f << step.plan().describe() << step.plan().graph().to_string()))

@@ -549,15 +549,17 @@ Probe make_probe(const ConvGeom& g) {
   return p;
 }
 
-// Checks the corners and a random sample of the outputs y (of the probe p) against float64; ""
-// or why not.
-std::string oracle_check(const ConvGeom& g, const Probe& p, const Floats& y, const char* name) {
+// Checks the corners and a random sample of the outputs y (of the probe p) against float64: why
+// not ("" when it passes) and the worst error as a share of the allowed bound.
+Verdict oracle_check(const ConvGeom& g, const Probe& p, const Floats& y, const char* name) {
   std::mt19937 rng(99);
   double eps = std::numeric_limits<float>::epsilon();
   double klen = double(g.kind == ConvKind::BwdWeights ? g.N * g.OH * g.OW
                        : g.kind == ConvKind::BwdData  ? g.O * g.KH * g.KW
                                                       : g.C * g.KH * g.KW);
   const char* what = g.kind == ConvKind::BwdWeights ? "dW[" : g.kind == ConvKind::BwdData ? "dX[" : "y[";
+  double worst = 0;
+  std::string why;
   for (int k = 0; k < 260; ++k) {
     int64_t at[4], flat = 0;
     for (int d = 0; d < 4; ++d) {
@@ -567,14 +569,29 @@ std::string oracle_check(const ConvGeom& g, const Probe& p, const Floats& y, con
     }
     double mag = 0, ref = reference(g, p.x, p.b, at, mag);
     double got = y[size_t(flat)];
-    if (!(std::fabs(got - ref) <= 4 * eps * (std::sqrt(klen) + 2) * mag + 1e-30)) {
-      std::ostringstream m;
-      m << name << ": " << what << at[0] << "," << at[1] << "," << at[2] << "," << at[3] << "] = " << got
-        << ", float64 says " << ref;
-      return m.str();
+    double allowed = 4 * eps * (std::sqrt(klen) + 2) * mag + 1e-30, err = std::fabs(got - ref);
+    if (!(err <= allowed)) {
+      if (why.empty()) {
+        std::ostringstream m;
+        m << name << ": " << what << at[0] << "," << at[1] << "," << at[2] << "," << at[3] << "] = " << got
+          << ", float64 says " << ref;
+        why = m.str();
+      }
+      if (std::isnan(err)) err = std::numeric_limits<double>::infinity();
     }
+    worst = std::max(worst, err / allowed);
   }
-  return "";
+  return {why, worst};
+}
+
+// The roofline model's work of one convolution (each kind reads two of the three tensors and
+// writes the third, with the same products).
+double conv_flops(const ConvGeom& g) {
+  return 2.0 * double(g.N) * double(g.O) * double(g.OH) * double(g.OW) * double(g.C) * double(g.KH) * double(g.KW);
+}
+double conv_bytes(const ConvGeom& g) {
+  return 4.0 * (double(g.N) * double(g.C) * double(g.H) * double(g.W) + double(g.O) * double(g.C) * double(g.KH * g.KW) +
+                double(g.N) * double(g.O) * double(g.OH) * double(g.OW));
 }
 
 thread_local bool probing = false;  // lowering the alternative on probe buffers: no conv there
@@ -590,8 +607,8 @@ class ProbeRuns {
  public:
   ProbeRuns(const ConvGeom& g, const ProbeLowering& alt) : g_(g), alt_(alt) {}
 
-  // "" when algorithm a's result on the probe agrees with float64, else why not.
-  std::string check(int a) {
+  // Algorithm a's result on the probe against float64.
+  Verdict check(int a) {
     const char* name = kAlgorithms[a].name;
     try {
       const Probe& p = probe();
@@ -751,13 +768,15 @@ Launch select_onednn(LowerCtx& c, const ConvGeom& g, const float* x, const float
     cands.push_back({alt_name, "1",
                      [&probe] {
                        probe.prepare_alternative();  // its lowering (and GEMM selection) not timed
-                       return std::string();
+                       return Verdict();
                      },
                      [&probe] { probe.run_alternative(); }});
     algorithm.push_back(-1);
   }
   ChooseOptions o;
   o.replay = o.cached = o.time = measured;
+  o.flops = conv_flops(g);
+  o.bytes = conv_bytes(g);
   Choice ch;
   try {
     ch = choose(key, cands, o);

@@ -206,8 +206,9 @@ Probe make_probe(const GemmShape& s) {
   return p;
 }
 
-// Checks the provider on the probe against float64; returns "" or why it failed.
-std::string check(const GemmProvider& prov, const Probe& p, std::vector<float>& C, float* scratch, ThreadPool& pool) {
+// Checks the provider on the probe against float64: why it failed ("" when it passed) and the
+// worst error as a share of the allowed bound.
+Verdict check(const GemmProvider& prov, const Probe& p, std::vector<float>& C, float* scratch, ThreadPool& pool) {
   const GemmShape& s = p.s;
   std::fill(C.begin(), C.end(), std::numeric_limits<float>::quiet_NaN());
   try {
@@ -216,20 +217,26 @@ std::string check(const GemmProvider& prov, const Probe& p, std::vector<float>& 
     return prov.name() + ": failed: " + e.what();
   }
   double eps = std::numeric_limits<float>::epsilon();
+  double worst = 0;
+  std::string why;
   for (size_t i = 0; i < p.rows.size(); ++i) {
     double got = C[size_t(p.rows[i] * s.c_rs + p.cols[i])];
     double mag = 0;
     for (int64_t k = 0; k < s.K; ++k)
       mag += std::fabs(double(p.A[size_t(p.rows[i] * s.a_rs + k * s.a_cs)]) * double(p.B[size_t(k * s.b_rs + p.cols[i] * s.b_cs)]));
     double allowed = 4 * eps * (std::sqrt(double(s.K)) + 2) * mag + 1e-30;
-    if (!(std::fabs(got - p.ref[i]) <= allowed)) {
-      std::ostringstream o;
-      o << prov.name() << ": C[" << p.rows[i] << "," << p.cols[i] << "] = " << got << ", float64 says "
-        << p.ref[i];
-      return o.str();
+    double err = std::fabs(got - p.ref[i]);
+    if (!(err <= allowed)) {
+      if (why.empty()) {
+        std::ostringstream o;
+        o << prov.name() << ": C[" << p.rows[i] << "," << p.cols[i] << "] = " << got << ", float64 says " << p.ref[i];
+        why = o.str();
+      }
+      if (std::isnan(err)) err = std::numeric_limits<double>::infinity();
     }
+    worst = std::max(worst, err / allowed);
   }
-  return "";
+  return {why, worst};
 }
 
 }  // namespace
@@ -454,9 +461,48 @@ UnreplayableChoice unreplayable_choice(const std::string& key, const std::string
                ", which this build cannot run here (the run's bits depend on it)");
 }
 
+namespace {
+thread_local std::vector<SelectionCertificate>* trace_into = nullptr;
+
+// Hands the certificate of one choice to the trace alive on this thread, when one is.
+class CertificateNote {
+ public:
+  CertificateNote(const std::string& key, const std::vector<Candidate>& cands, const ChooseOptions& o,
+                  const Choice& ch)
+      : ch_(ch) {
+    if (!trace_into) return;
+    cert_.key = key;
+    cert_.flops = o.flops, cert_.bytes = o.bytes;
+    for (const Candidate& c : cands) {
+      CandidateRecord r;
+      r.name = c.name, r.version = c.version;
+      cert_.candidates.push_back(std::move(r));
+    }
+  }
+  CandidateRecord* operator[](size_t i) { return trace_into ? &cert_.candidates[i] : nullptr; }
+  void source(const char* s) { source_ = s; }
+  ~CertificateNote() {
+    if (!trace_into) return;
+    cert_.chosen = ch_.index;
+    cert_.source = ch_.index < 0 ? "none passed" : source_;
+    for (size_t i = 0; i < ch_.ns.size() && i < cert_.candidates.size(); ++i) cert_.candidates[i].ns = ch_.ns[i];
+    trace_into->push_back(std::move(cert_));
+  }
+
+ private:
+  const Choice& ch_;
+  SelectionCertificate cert_;
+  const char* source_ = "measured";
+};
+}  // namespace
+
+SelectionTrace::SelectionTrace(std::vector<SelectionCertificate>* into) : prev_(trace_into) { trace_into = into; }
+SelectionTrace::~SelectionTrace() { trace_into = prev_; }
+
 Choice choose(const std::string& key, const std::vector<Candidate>& cands, const ChooseOptions& o) {
   Cache& c = cache();
   Choice ch;
+  CertificateNote note(key, cands, o, ch);
   auto find = [&](const Entry& e) {
     for (size_t i = 0; i < cands.size(); ++i)
       if (cands[i].name == e.provider && cands[i].version == e.version) return int(i);
@@ -467,6 +513,7 @@ Choice choose(const std::string& key, const std::vector<Candidate>& cands, const
     auto hit = o.cached ? c.entries.find(key) : c.entries.end();
     if (hit == c.entries.end() || (ch.index = find(hit->second)) < 0) return false;
     ch.from_cache = true;
+    note.source("tuning cache");
     note_used_locked(c, key, hit->second);
     return true;
   };
@@ -477,6 +524,7 @@ Choice choose(const std::string& key, const std::vector<Candidate>& cands, const
       ch.index = find(*r);
       if (ch.index < 0) throw unreplayable_choice(key, r->provider, r->version);
       ch.from_cache = ch.replayed = true;
+      note.source("replayed");
       note_used_locked(c, key, *r);
       return ch;
     }
@@ -494,20 +542,22 @@ Choice choose(const std::string& key, const std::vector<Candidate>& cands, const
   }
   std::vector<int> passed;
   for (size_t i = 0; i < cands.size(); ++i) {
-    std::string why = cands[i].check ? cands[i].check() : "";
-    if (why.empty()) {
+    Verdict v = cands[i].check ? cands[i].check() : Verdict();
+    if (CandidateRecord* r = note[i]) r->checked = true, r->passed = v.why.empty(), r->why = v.why, r->error = v.error;
+    if (v.why.empty()) {
       passed.push_back(int(i));
       if (!o.time) break;
       continue;
     }
-    ch.rejected.push_back(why);
+    ch.rejected.push_back(v.why);
     std::lock_guard<std::mutex> lk(c.mu);
-    note_rejection_locked(c, key, why);
+    note_rejection_locked(c, key, v.why);
   }
   if (passed.empty()) return ch;
   ch.index = passed[0];
   ch.ns.assign(cands.size(), 0.0);
   bool measured = o.time && passed.size() > 1;
+  if (!measured) note.source(o.time ? "only candidate" : "first that passed");
   if (measured) {
     std::vector<std::function<void()>> runs;
     for (int i : passed) runs.push_back(cands[size_t(i)].run);
@@ -553,6 +603,8 @@ Selection select_gemm(const GemmShape& s, bool strict) {
   // Strict mode never replays: a replay records fast mode's choices, and strict takes none of them.
   ChooseOptions o;
   o.replay = !strict;
+  o.flops = 2.0 * double(s.M) * double(s.N) * double(s.K);
+  o.bytes = 4.0 * (double(s.M) * double(s.K) + double(s.K) * double(s.N) + double(s.M) * double(s.N));
   Choice ch = choose(key, cands, o);
   if (ch.index < 0) throw Error("select: no kernel passed the float64 oracle for " + key);
   return {provs[size_t(ch.index)], ch.from_cache, ch.rejected};

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/cpu/gemm.hpp"
+#include "synoros/runtime.hpp"
 
 namespace synoros::kernels {
 
@@ -36,14 +37,23 @@ class GemmProvider {
   virtual void run(const GemmCall& call, ThreadPool& pool) const = 0;
 };
 
+// What a candidate's check found on the probe: "" when it passed, else "name: why"; and its
+// worst error as a share of what the float64 gate allows (<= 1 passes; -1 when the check
+// compares bits instead, or found no number to report).
+struct Verdict {
+  std::string why;
+  double error = -1;
+  Verdict(std::string w = {}, double e = -1) : why(std::move(w)), error(e) {}  // NOLINT: from a reason
+};
+
 // One way to compute a selectable problem, whatever it is (a GEMM provider, a convolution
 // algorithm, the engine's own lowering, a generated kernel): the name and version the tuning
 // cache records, and how it runs on the problem's probe inputs.
 struct Candidate {
   std::string name, version;
-  // Runs on the probe and compares with the problem's float64 reference: "" when it passes,
-  // else "name: why". Unset for the reference lowering itself, which needs no check.
-  std::function<std::string()> check;
+  // Runs on the probe and compares with the problem's float64 reference. Unset for the
+  // reference lowering itself, which needs no check.
+  std::function<Verdict()> check;
   std::function<void()> run;  // one run on the probe, for timing (only after check passed)
 };
 
@@ -62,6 +72,8 @@ struct ChooseOptions {
   // Keep a choice that no comparison made (one candidate passed). Off where a failed check may
   // not last (a generated kernel's compiler missing for now).
   bool store_unmeasured = true;
+  // The work of one probe run, for the roofline model of the selection's certificate (0: unknown).
+  double flops = 0, bytes = 0;
 };
 
 // Select, the one procedure every selectable kernel goes through. For `key` (see tuning_key):
@@ -71,6 +83,20 @@ struct ChooseOptions {
 // no candidate matches is an Error: the recorded run's bits depend on it. Measurements run one
 // at a time in the process; a check may itself select (a lowering on probe buffers).
 Choice choose(const std::string& key, const std::vector<Candidate>& candidates, const ChooseOptions& options = {});
+// Every choice made (or read from the tuning cache or a replay) on this thread while a trace is
+// alive is appended to its list as a certificate: the candidates, their checks and timings. A
+// plan keeps the certificates of each launch's lowering (LaunchInfo::selections).
+class SelectionTrace {
+ public:
+  explicit SelectionTrace(std::vector<SelectionCertificate>* into);
+  ~SelectionTrace();
+  SelectionTrace(const SelectionTrace&) = delete;
+  SelectionTrace& operator=(const SelectionTrace&) = delete;
+
+ private:
+  std::vector<SelectionCertificate>* prev_;
+};
+
 // A replayed choice this build cannot run (an Error that a fallback must not swallow).
 struct UnreplayableChoice : Error {
   using Error::Error;

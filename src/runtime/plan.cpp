@@ -63,7 +63,9 @@ Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
   ptrs_.assign(n, placeholder);
   kernels::PlanStorage sizing;
   sizing.set_sizing(true);
-  std::vector<size_t> frame = lowering.lower_all(sizing, [&](size_t) { return placeholder; }, nullptr, nullptr);
+  std::vector<std::vector<SelectionCertificate>> selections;
+  std::vector<size_t> frame =
+      lowering.lower_all(sizing, [&](size_t) { return placeholder; }, nullptr, nullptr, selections);
 
   passes::MemoryPlanInput mi = passes::memory_input(graph_, p, frame, opts.plan_memory && !env_flag("SYNOROS_NO_PLAN"));
   impl_->memory = passes::plan_memory(mi);
@@ -88,7 +90,7 @@ Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
     if (step_of[i] < 0) return static_cast<char*>(fold_frame.data());
     size_t off = impl_->memory.scratch_offset[size_t(step_of[i])];
     return off == SIZE_MAX ? nullptr : base + off;
-  }, &lowered, &impl_->groups);
+  }, &lowered, &impl_->groups, selections);
   ThreadPool& pool = pool_ ? *pool_ : default_pool();
   for (LoweredLaunch& l : lowered) {
     if (p.folded[size_t(l.node)]) {
@@ -97,7 +99,8 @@ Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
     }
     launches_.push_back(l.launch);
     std::string kernel = l.kernel.empty() ? op_name(graph_.node(l.node).op) : l.kernel;
-    impl_->info.push_back({std::move(l.ops), mi.reads[size_t(step_of[size_t(l.node)])], kernel});
+    impl_->info.push_back({std::move(l.ops), mi.reads[size_t(step_of[size_t(l.node)])], kernel,
+                           std::move(selections[size_t(l.node)])});
   }
 }
 

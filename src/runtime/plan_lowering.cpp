@@ -1,6 +1,9 @@
 #include "runtime/plan_lowering.hpp"
 
+#include <algorithm>
+
 #include "kernels/cpu/cpu_kernels.hpp"
+#include "kernels/providers.hpp"
 
 namespace synoros {
 
@@ -49,13 +52,17 @@ kernels::LowerCtx PlanLowering::context(ValueId v, void* out, kernels::PlanStora
 std::vector<size_t> PlanLowering::lower_all(kernels::PlanStorage& storage,
                                             const std::function<char*(size_t)>& frame_base,
                                             std::vector<LoweredLaunch>* out,
-                                            std::vector<std::vector<ValueId>>* groups) const {
+                                            std::vector<std::vector<ValueId>>* groups,
+                                            std::vector<std::vector<SelectionCertificate>>& selections) const {
   size_t n = g.size();
   std::vector<size_t> frame(n, 0);
+  selections.resize(n);
   for (size_t i = 0; i < n; ++i) {
     const Node& nd = g.node(ValueId(i));
     if (!p.needed[i] || p.fused_away[i] || op_info(nd.op).kind == OpKind::Leaf) continue;
     storage.begin_frame(frame_base(i));
+    std::vector<SelectionCertificate> made;
+    kernels::SelectionTrace trace(&made);
     Launch l;
     std::vector<ValueId> ops = {ValueId(i)};
     std::string kernel;
@@ -102,6 +109,12 @@ std::vector<size_t> PlanLowering::lower_all(kernels::PlanStorage& storage,
       throw Error(std::string("compile: ") + op_name(nd.op) + " at %" + std::to_string(i) + ": " + err.what());
     }
     frame[i] = storage.frame_bytes();
+    for (SelectionCertificate& c : made) {
+      auto same = std::find_if(selections[i].begin(), selections[i].end(),
+                               [&](const SelectionCertificate& s) { return s.key == c.key; });
+      if (same == selections[i].end()) selections[i].push_back(std::move(c));
+      else if (same->source == "tuning cache" && c.source != "tuning cache") *same = std::move(c);
+    }
     if (l.fn && out) out->push_back({ValueId(i), l, std::move(ops), std::move(kernel)});
   }
   return frame;

@@ -95,6 +95,18 @@ MachinePeak measure_peak() {
   return p;
 }
 
+LaunchWork launch_work(const Plan& plan, size_t k) {
+  const Graph& g = plan.graph();
+  const LaunchInfo& info = plan.launch_info().at(k);
+  LaunchWork w;
+  for (ValueId v : info.ops) w.flops += op_info(g.node(v).op).cost(g, g.node(v)).flops;
+  // Memory traffic: what the launch reads from memory and the one value it writes.
+  for (ValueId r : info.reads) w.bytes += double(numel(g.shape(r)) * int64_t(dtype_size(g.dtype(r))));
+  const Node& out = g.node(plan.launches()[k].node);
+  w.bytes += double(numel(out.shape) * int64_t(dtype_size(out.dtype)));
+  return w;
+}
+
 Profile profile(Plan& plan, int iterations, const MachinePeak& peak) {
   if (iterations < 1) throw Error("profile: iterations must be >= 1");
   const Graph& g = plan.graph();
@@ -127,11 +139,8 @@ Profile profile(Plan& plan, int iterations, const MachinePeak& peak) {
     if (info[k].kernel != op_name(g.node(e.node).op)) e.label += " [" + info[k].kernel + "]";
     e.fast = kernels::is_fast_mode_kernel(info[k].kernel);
     e.ns = median(samples[k]);
-    for (ValueId v : info[k].ops) e.flops += op_info(g.node(v).op).cost(g, g.node(v)).flops;
-    // Memory traffic: what the launch reads from memory and the one value it writes.
-    for (ValueId r : info[k].reads) e.bytes += double(numel(g.shape(r)) * int64_t(dtype_size(g.dtype(r))));
-    const Node& out = g.node(e.node);
-    e.bytes += double(numel(out.shape) * int64_t(dtype_size(out.dtype)));
+    LaunchWork w = launch_work(plan, k);
+    e.flops = w.flops, e.bytes = w.bytes;
     p.entries.push_back(e);
   }
   return p;

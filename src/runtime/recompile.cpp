@@ -1,5 +1,6 @@
 // Recompile, the last step of Track -> Place -> Measure -> Recompile: the plan's hot fused groups
 // get generated kernels where those are faster (kernels/jit/recompile_group.hpp decides each).
+#include <algorithm>
 #include <chrono>
 #include <iomanip>
 #include <iostream>
@@ -9,7 +10,9 @@
 #include "kernels/cpu/cpu_kernels.hpp"
 #include "kernels/jit/compiler.hpp"
 #include "kernels/jit/recompile_group.hpp"
+#include "kernels/providers.hpp"
 #include "runtime/plan_impl.hpp"
+#include "synoros/profile.hpp"
 
 namespace synoros {
 
@@ -55,12 +58,39 @@ RecompileReport Plan::recompile(const RecompileOptions& opts) {
     if (!opts.launch_ns.empty() && (opts.launch_ns[k] < opts.min_ns || opts.launch_ns[k] < opts.min_share * sum))
       continue;
     kernels::jit::GroupRecompile g;
+    double floor_ns = 0;
+    if (!opts.launch_ns.empty() && opts.peak.gbps > 0 && opts.peak.gflops > 0) {
+      // Only where the launch is bound by memory: its bytes are exact, while a producer's FLOPs
+      // (the op's direct count) can exceed what a fast algorithm does, such as Winograd's.
+      LaunchWork w = launch_work(*this, k);
+      if (w.bytes / opts.peak.gbps >= w.flops / opts.peak.gflops)
+        floor_ns = roofline_ns(w.flops, w.bytes, opts.peak, num_threads());
+    }
+    if (floor_ns > 0 && opts.launch_ns[k] <= opts.roofline_slack * floor_ns) {
+      // Too close to the machine's limit to gain: no compile, no timing.
+      g.kernel = kernels::group_loop_kernel(group)->text();
+      std::ostringstream why;
+      why << std::fixed << std::setprecision(0) << "skipped: " << opts.launch_ns[k] << " ns against a roofline of "
+          << floor_ns << " ns";
+      g.outcome = why.str();
+      report.entries.push_back({node, g.kernel, g.outcome, 0, 0, 0, false});
+      continue;
+    }
+    std::vector<SelectionCertificate> made;
     try {
+      kernels::SelectionTrace trace(&made);
       g = kernels::jit::recompile_group(group);
     } catch (const std::exception& e) {  // never worse than the interpreter
       kernels::group_set_run(group, nullptr);
       g.kernel = kernels::group_loop_kernel(group)->text();
       g.outcome = std::string("failed: ") + e.what();
+    }
+    // The launch's certificates: this choice replaces an earlier Recompile's of the same key.
+    auto& sel = impl_->info[k].selections;
+    for (SelectionCertificate& c : made) {
+      sel.erase(std::remove_if(sel.begin(), sel.end(), [&](const SelectionCertificate& s) { return s.key == c.key; }),
+                sel.end());
+      sel.push_back(std::move(c));
     }
     report.entries.push_back({node, g.kernel, g.outcome, g.interpreter_ns, g.generated_ns, g.compile_seconds, g.cached});
     // The label says whether the launch now runs generated code (a later recompile may undo it).

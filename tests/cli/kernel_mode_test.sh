@@ -44,5 +44,30 @@ out=$("$synoros" profile --model mlp --iterations 2 2>&1) || fail "profile: $out
 has "$out" "order" "profile's header"
 grep -qE ' fast$' <<< "$out" && fail "a default-mode profile lists a fast-mode launch: $out"
 
+# Selection certificates: every choice measured anew in a tuning cache of the command's own (the
+# user's is left as it was), written as JSON whose candidates passed within their bounds.
+export SYNOROS_TUNING_CACHE="$dir/tuning.txt"
+"$synoros" profile --model mlp --iterations 2 > /dev/null 2>&1 || fail "profile into $SYNOROS_TUNING_CACHE"
+before=$(cksum < "$SYNOROS_TUNING_CACHE")
+out=$("$synoros" profile --model lenet --fast --iterations 2 --certificates "$dir/certificates.json" 2>&1) ||
+  fail "profile --certificates: $out"
+has "$out" "predicted/measured median" "the model's calibration"
+[ "$(cksum < "$SYNOROS_TUNING_CACHE")" = "$before" ] || fail "profile --certificates changed the user's tuning cache"
+python3 - "$dir/certificates.json" <<'PY' || fail "the certificates file"
+import json, sys
+c = json.load(open(sys.argv[1]))
+assert c["calibration"]["launches"]["count"] > 0, c["calibration"]
+measured = [s for l in c["launches"] for s in l["selections"] if s["source"] == "measured"]
+assert any(len([r for r in s["candidates"] if r["ns"] > 0]) >= 2 for s in measured), "no choice timed two candidates"
+assert any(s["key"].startswith("conv2d") for s in measured), "no convolution choice in fast mode"
+for s in measured:
+    for r in s["candidates"]:
+        if r["passed"]:
+            assert r["error_of_bound"] <= 1, r
+        elif r["checked"]:
+            assert r["why"], r
+PY
+unset SYNOROS_TUNING_CACHE
+
 [ "$failures" -eq 0 ] && echo "all kernel-mode cases passed"
 exit $((failures > 0))

@@ -33,7 +33,7 @@ GroupRecompile recompile_group(void* group) {
   std::vector<float> ref(static_cast<size_t>(n)), gen(static_cast<size_t>(n));
   RunFn run = nullptr;
   std::string failure;  // the outcome when the generated kernel is refused
-  auto check_generated = [&]() -> std::string {
+  auto check_generated = [&]() -> Verdict {
     const Isa isa = active_isa();
     Compiled c = compile(render_cpp(*k, isa, kSymbol), kSymbol, isa);
     r.compile_seconds = c.seconds;
@@ -49,9 +49,9 @@ GroupRecompile recompile_group(void* group) {
     group_eval(group, 0, n, gen.data());
     if (std::memcmp(ref.data(), gen.data(), size_t(n) * sizeof(float)) != 0) {
       failure = "rejected: its bits differ from the interpreter's";
-      return "generated kernel: its bits differ from the interpreter's";
+      return Verdict("generated kernel: its bits differ from the interpreter's");
     }
-    return "";
+    return Verdict();
   };
   std::vector<Candidate> cands = {
       {"interpreter", kRendererVersion, nullptr,
@@ -66,6 +66,8 @@ GroupRecompile recompile_group(void* group) {
        }},
   };
   ChooseOptions o;
+  o.flops = double(n) * double(k->body.size());  // one operation per statement and element
+  o.bytes = double(n) * double(dtype_size(k->dtype)) * double(k->inputs.size() + 1);
   o.store_unmeasured = false;  // a compiler missing now may be there next time
   // Either candidate gives the same bits, so a replay has nothing to reproduce: a recorded
   // choice from another renderer version lapses instead of failing the run.
@@ -73,7 +75,7 @@ GroupRecompile recompile_group(void* group) {
   Choice ch = choose(key, cands, o);
   r.cached = ch.from_cache;
   if (ch.index == 1 && ch.from_cache) {  // the cache's choice: compiled and checked here
-    std::string why = check_generated();
+    std::string why = check_generated().why;
     if (!why.empty()) {
       record_rejection(key, why);
       ch.index = 0, r.cached = false;
