@@ -261,6 +261,18 @@ TEST(Jit, AWarmCacheCompilesNothingAndACorruptEntryIsRebuilt) {
   EXPECT_FALSE(c.cached);
   EXPECT_EQ(kernels::jit::compiler_runs(), runs + 2);
   call(c);
+  // The prelude's headers were precompiled once (GCC's .gch beside them). A damaged one fails
+  // the compile that reads it, which is run again without it, and it is dropped.
+  std::vector<std::filesystem::path> pch;
+  for (const auto& f : std::filesystem::recursive_directory_iterator(kernels::jit::cache_dir()))
+    if (f.path().extension() == ".gch") pch.push_back(f.path());
+  ASSERT_EQ(pch.size(), 1u);
+  std::filesystem::resize_file(pch[0], std::filesystem::file_size(pch[0]) / 2);
+  k.body[1].op = Op::Tanh;
+  kernels::jit::Compiled d = kernels::jit::compile(kernels::jit::render_cpp(k, isa, "synoros_run"), "synoros_run", isa);
+  ASSERT_TRUE(d.symbol) << d.error;
+  EXPECT_EQ(kernels::jit::compiler_runs(), runs + 4);
+  EXPECT_FALSE(std::filesystem::exists(pch[0]));
 }
 
 TEST(Jit, ACompilerFailureFallsBackToTheInterpreter) {

@@ -38,7 +38,8 @@ Compiled compile(const std::string& source, const std::string& symbol, Isa isa);
 // as a new process would (tests; loaded code stays mapped).
 void forget_loaded_kernels();
 
-// How many times this process ran the compiler (tests: a warm cache compiles nothing).
+// How many times this process ran the compiler on a kernel (tests: a warm cache compiles
+// nothing). Building the prelude's precompiled header is not counted.
 int64_t compiler_runs();
 
 }  // namespace synoros::kernels::jit
