@@ -51,21 +51,26 @@ def torch_run(threads, min_time):
 
 
 # (label, `synoros memory` flags, torch_gpt.step_peak_bytes arguments)
-MEMORY_CASES = [("GPT training step (4 layers, width 256, 4 heads, sequence 128, batch 8)", [], (8, 128, None)),
+MEMORY_CASES = [("GPT training step (4 layers, width 256, 4 heads, sequence 128, batch 8)", [], (8, 128, None, False)),
                 ("gpt2-98m training step (sequence 256, batch 1)", ["--model", "gpt2-98m", "--context", "256"],
-                 (1, 256, "gpt2-98m"))]
+                 (1, 256, "gpt2-98m", False)),
+                ("gpt2-98m training step (sequence 256, batch 8)",
+                 ["--model", "gpt2-98m", "--context", "256", "--batch", "8"], (8, 256, "gpt2-98m", False)),
+                ("gpt2-98m training step (sequence 256, batch 8), each block checkpointed on both sides",
+                 ["--model", "gpt2-98m", "--context", "256", "--batch", "8", "--checkpoint-activations"],
+                 (8, 256, "gpt2-98m", True))]
 
 
 def memory_rows(bench):
     """Peak bytes of GPT training steps: the engine's plan against PyTorch eager."""
     cli = os.path.join(os.path.dirname(bench), "synoros")
     rows = []
-    for label, flags, (batch, context, preset) in MEMORY_CASES:
+    for label, flags, (batch, context, preset, checkpointed) in MEMORY_CASES:
         eng = json.loads(subprocess.run([cli, "memory"] + flags, check=True, capture_output=True,
                                         text=True).stdout)
         env = dict(os.environ, GLIBC_TUNABLES=TUNABLES, OMP_NUM_THREADS="1")
         code = ("import sys; sys.path.insert(0, %r); import torch, torch_gpt; torch.set_num_threads(1); "
-                "print(torch_gpt.step_peak_bytes(%d, %d, %r))" % (HERE, batch, context, preset))
+                "print(torch_gpt.step_peak_bytes(%d, %d, %r, %r))" % (HERE, batch, context, preset, checkpointed))
         torch_peak = int(subprocess.run(["/usr/bin/python3", "-c", code], env=env, check=True,
                                         capture_output=True, text=True).stdout.strip().splitlines()[-1])
         rows.append({"case": label, "engine_planned_bytes": eng["planned_bytes"],

@@ -7,6 +7,7 @@ import math
 import struct
 
 import torch
+import torch.utils.checkpoint
 from torch.utils._python_dispatch import TorchDispatchMode
 
 
@@ -82,12 +83,16 @@ class Gpt(torch.nn.Module):
         t.h = torch.nn.ModuleList([Block(width, heads, layers) for _ in range(layers)])
         t.ln_f = torch.nn.LayerNorm(width)
         self.register_buffer("mask", torch.triu(torch.full((context, context), -1e9), 1), persistent=False)
+        self.checkpoint_blocks = False  # torch.utils.checkpoint per block (activation checkpointing)
 
     def forward(self, tokens):
         t = self.transformer
         x = t.wte(tokens) + t.wpe.weight[:tokens.shape[1]]
         for b in t.h:
-            x = b(x, self.mask)
+            if self.checkpoint_blocks:
+                x = torch.utils.checkpoint.checkpoint(b, x, self.mask)
+            else:
+                x = b(x, self.mask)
         return t.ln_f(x) @ t.wte.weight.t()
 
 
@@ -107,11 +112,13 @@ def save_safetensors(path, tensors, metadata=None):
         f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
 
 
-def step_peak_bytes(batch=8, context=128, preset=None):
+def step_peak_bytes(batch=8, context=128, preset=None, checkpoint_blocks=False):
     """Peak heap bytes of one training step (forward and backward) beyond the model and inputs:
-    the benchmark GPT, or a named configuration at this context."""
+    the benchmark GPT, or a named configuration at this context; optionally with each block under
+    torch.utils.checkpoint."""
     torch.manual_seed(0)
     model = make(preset, context) if preset else Gpt(context=context)
+    model.checkpoint_blocks = checkpoint_blocks
     vocab = model.vocab
     tokens = torch.randint(0, vocab, (batch, context))
     targets = torch.randint(0, vocab, (batch, context))

@@ -87,6 +87,9 @@ class Gpt : public Module {
   static std::shared_ptr<Gpt> load(const std::string& path, int64_t heads = 0);
 
   GptConfig cfg;
+  // Activation checkpointing per block: a training step keeps each block's input, not its
+  // activations, and computes them again in the backward pass (the same gradients, bit for bit).
+  bool checkpoint_blocks = false;
   std::shared_ptr<Embedding> wte, wpe;
   std::vector<std::shared_ptr<GptBlock>> h;
   std::shared_ptr<LayerNorm> ln_f;

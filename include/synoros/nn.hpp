@@ -74,6 +74,13 @@ Tensor silu(const Tensor& x);
 Tensor batch_norm(const Tensor& x, Tensor running_mean, Tensor running_var, const Tensor& weight = {},
                   const Tensor& bias = {}, bool training = false, double momentum = 0.1, double eps = 1e-5);
 Tensor flatten(const Tensor& x, int64_t start_dim = 1);
+// Activation checkpointing (torch.utils.checkpoint.checkpoint): runs fn now, but backward()
+// keeps none of the values it computes except its results; what the gradients need of them is
+// computed again from the inputs just before it is needed. Memory for a second forward pass of
+// fn; the gradients are the same bits. Works eagerly and inside compile().
+std::vector<Tensor> checkpoint(const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& fn,
+                               const std::vector<Tensor>& inputs);
+Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& x);
 namespace functional {
 using nn::adaptive_avg_pool2d;
 using nn::avg_pool2d;

@@ -250,6 +250,20 @@ class NoGradGuard {
   bool prev_;
 };
 
+// Activation checkpointing (nn::checkpoint builds on it): the values recorded while a scope is
+// alive form one segment whose values backward() does not keep; each one a gradient needs is
+// computed again from the segment's inputs right before it is needed (same ops, same bits).
+class RecomputeScope {
+ public:
+  RecomputeScope();
+  ~RecomputeScope();
+  RecomputeScope(const RecomputeScope&) = delete;
+  RecomputeScope& operator=(const RecomputeScope&) = delete;
+
+ private:
+  int32_t prev_;
+};
+
 // Realizes several tensors with one plan (shared work is computed once).
 void realize(const std::vector<Tensor>& ts);
 

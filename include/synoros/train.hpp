@@ -161,6 +161,9 @@ struct LmConfig {
   // micro-batches' means, folded in micro-batch order). The micro-batches are the micro-shards of
   // data-parallel training: the group's ranks share them, and the bits depend on `accum` only.
   int64_t accum = 1;
+  // Activation checkpointing per block (nn::Gpt::checkpoint_blocks): less memory, one more
+  // forward pass of the blocks, the same bits.
+  bool checkpoint_activations = false;
   std::shared_ptr<dist::ProcessGroup> group;  // null: this process alone
   int64_t seq() const { return sequence > 0 ? sequence : model.context; }
 };

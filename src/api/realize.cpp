@@ -55,6 +55,10 @@ Lowered lower_dag(const std::vector<std::shared_ptr<TensorImpl>>& roots) {
     low.ids[t] = v;
     if (low.by_id.size() <= size_t(v)) low.by_id.resize(size_t(v) + 1);
     low.by_id[size_t(v)] = t->shared_from_this();
+    if (t->recompute >= 0) {
+      low.recompute.resize(low.g.size(), -1);
+      low.recompute[size_t(v)] = t->recompute;
+    }
   }
   for (const auto& r : roots) low.outputs.push_back(low.ids.at(r.get()));
   return low;

@@ -107,6 +107,16 @@ std::shared_ptr<TensorImpl> without_grad(const Tensor& x) {
 }
 }  // namespace
 
+namespace {
+thread_local int32_t g_recompute_segment = -1;
+}  // namespace
+
+RecomputeScope::RecomputeScope() : prev_(g_recompute_segment) {
+  static std::atomic<int32_t> next{0};
+  g_recompute_segment = next.fetch_add(1, std::memory_order_relaxed);
+}
+RecomputeScope::~RecomputeScope() { g_recompute_segment = prev_; }
+
 bool grad_enabled() { return g_grad_enabled; }
 void set_grad_enabled(bool on) { g_grad_enabled = on; }
 
@@ -126,6 +136,7 @@ Tensor Tensor::apply(Op op, const std::vector<Tensor>& in, const Attrs& attrs, D
   t->shape = g.shape(v);
   t->in = std::move(inputs);
   t->no_grad = !g_grad_enabled;
+  t->recompute = g_recompute_segment;
   return Tensor(t);
 }
 
@@ -459,7 +470,7 @@ void Tensor::backward() const {
     params.push_back(impl);
   }
   if (wrt.empty()) throw Error("backward: no tensor in this graph requires a gradient");
-  std::vector<ValueId> gids = synoros::grad(low.g, low.outputs[0], wrt);
+  std::vector<ValueId> gids = synoros::grad(low.g, low.outputs[0], wrt, kNoValue, low.recompute);
   std::vector<Tensor> grads = raise(low, gids);
   std::vector<Tensor> to_realize = {*this};
   for (size_t i = 0; i < params.size(); ++i) {

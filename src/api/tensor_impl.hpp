@@ -22,6 +22,7 @@ struct TensorImpl : std::enable_shared_from_this<TensorImpl> {
   bool requires_grad = false;
   bool stateful = false;                         // storage rewritten between runs: read in place
   bool no_grad = false;                          // recorded with gradients off: no path through it
+  int32_t recompute = -1;                        // its activation-checkpoint segment (-1: none)
   std::shared_ptr<TensorImpl> grad;
   int placeholder = -1;                          // argument slot while tracing compile()
   // A realized value that kept its inputs (it lies on a gradient path): the versions of the leaf
@@ -46,6 +47,7 @@ struct Lowered {
   std::vector<std::pair<std::shared_ptr<TensorImpl>, ValueId>> feeds;   // other realized leaves
   std::unordered_map<const TensorImpl*, ValueId> ids;
   std::vector<std::shared_ptr<TensorImpl>> by_id;
+  std::vector<int32_t> recompute;  // per value: its activation-checkpoint segment (-1: none)
 };
 Lowered lower_dag(const std::vector<std::shared_ptr<TensorImpl>>& roots);
 // Whether a leaf requiring a gradient lies behind `t` (memoised over one walk).

@@ -3,6 +3,11 @@
 namespace synoros {
 
 std::vector<ValueId> grad(Graph& g, ValueId loss, const std::vector<ValueId>& wrt, ValueId seed) {
+  return grad(g, loss, wrt, seed, {});
+}
+
+std::vector<ValueId> grad(Graph& g, ValueId loss, const std::vector<ValueId>& wrt, ValueId seed,
+                          const std::vector<int32_t>& recompute) {
   if (loss < 0 || size_t(loss) >= g.size()) throw Error("grad: loss is not a value of this graph");
   if (!is_float(g.dtype(loss))) throw Error("grad: loss must be a float tensor");
   if (seed == kNoValue) {
@@ -25,6 +30,57 @@ std::vector<ValueId> grad(Graph& g, ValueId loss, const std::vector<ValueId>& wr
     for (ValueId x : g.node(ValueId(i)).in)
       if (from_wrt[size_t(x)]) from_wrt[i] = true;
 
+  // Activation checkpointing: the value a gradient reads in place of forward value v.
+  auto segment = [&](size_t v) { return v < recompute.size() && v < n ? recompute[v] : -1; };
+  std::vector<bool> kept(n, true);  // a segment value read outside its segment stays as it is
+  bool any_segment = false;
+  for (size_t i = 0; i < n; ++i) {
+    if (segment(i) < 0 || op_info(g.node(ValueId(i)).op).kind == OpKind::Leaf) continue;
+    kept[i] = i == size_t(loss);
+    any_segment = true;
+  }
+  if (any_segment)
+    for (size_t i = 0; i < n; ++i)
+      for (ValueId x : g.node(ValueId(i)).in)
+        if (segment(size_t(x)) >= 0 && segment(i) != segment(size_t(x))) kept[size_t(x)] = true;
+  std::vector<ValueId> again(any_segment ? n : 0, kNoValue);
+  auto rebuilt_inputs = [&](const Node& nd) {
+    std::vector<ValueId> in;
+    for (ValueId x : nd.in) in.push_back(kept[size_t(x)] ? x : again[size_t(x)]);
+    return in;
+  };
+  // The recomputed value of v and of what it needs from its segment, in tape order (iterative:
+  // a long segment cannot overflow the stack).
+  auto recomputed = [&](ValueId v) {
+    if (kept[size_t(v)]) return v;
+    std::vector<ValueId> stack{v};
+    while (!stack.empty()) {
+      ValueId t = stack.back();
+      if (again[size_t(t)] != kNoValue) {
+        stack.pop_back();
+        continue;
+      }
+      const Node nd = g.node(t);
+      bool ready = true;
+      for (ValueId x : nd.in)
+        if (!kept[size_t(x)] && again[size_t(x)] == kNoValue) stack.push_back(x), ready = false;
+      if (!ready) continue;
+      again[size_t(t)] = g.add(nd.op, rebuilt_inputs(nd), nd.attrs, nd.dtype);
+      stack.pop_back();
+    }
+    return again[size_t(v)];
+  };
+  // What a segment value's VJP reads: its recomputed node, whose inputs are recomputed too. A
+  // kept value is computed once more for this (one op), so that its VJP reads no forward copy
+  // of the segment's other values.
+  auto vjp_node = [&](ValueId v) {
+    if (segment(size_t(v)) < 0 || op_info(g.node(v).op).kind == OpKind::Leaf) return v;
+    if (!kept[size_t(v)]) return recomputed(v);
+    const Node nd = g.node(v);
+    for (ValueId x : nd.in) recomputed(x);
+    return g.add(nd.op, rebuilt_inputs(nd), nd.attrs, nd.dtype);
+  };
+
   std::vector<std::vector<ValueId>> contrib(n);
   contrib[size_t(loss)].push_back(seed);
   std::vector<ValueId> adj(n, kNoValue);
@@ -44,7 +100,7 @@ std::vector<ValueId> grad(Graph& g, ValueId loss, const std::vector<ValueId>& wr
                   " is not differentiable, but a gradient flows through it");
     }
     std::vector<ValueId> gin(node.in.size(), kNoValue);
-    info.vjp(g, ValueId(i), a, gin);
+    info.vjp(g, vjp_node(ValueId(i)), a, gin);
     for (size_t k = 0; k < node.in.size(); ++k) {
       if (gin[k] != kNoValue && from_wrt[size_t(node.in[k])])
         contrib[size_t(node.in[k])].push_back(gin[k]);

@@ -1,5 +1,7 @@
 // The main job for now: train the tiny MLP on a synthetic regression task, show the loss curve.
 #include <algorithm>
+#include <climits>
+#include <map>
 #include <cmath>
 #include <cstring>
 #include <iomanip>
@@ -55,6 +57,7 @@ int gpt_memory(const Args& a) {
   c.context = a.integer("context", c.context);
   c.check();
   nn::Gpt m(c, 1);
+  m.checkpoint_blocks = a.has("checkpoint-activations");
   CompiledStep step = compile_gpt_grad(m, a.integer("batch", a.has("model") ? 1 : kBenchGptBatch));
   const Plan& p = step.plan();
   size_t params = 0;
@@ -62,6 +65,26 @@ int gpt_memory(const Args& a) {
   std::cout << "{\"planned_bytes\": " << p.arena_bytes() << ", \"unplanned_bytes\": " << p.unplanned_bytes()
             << ", \"scratch_bytes\": " << p.scratch_bytes() << ", \"param_bytes\": " << params
             << ", \"launches\": " << p.launches().size() << "}\n";
+  if (int64_t n = a.integer("largest", 0); n > 0) {
+    // The step where the live values' bytes add up to the most, and its largest values.
+    std::vector<BufferInfo> bufs = p.buffers();
+    std::map<int, size_t> live;  // step -> bytes (a buffer taken over in place counts once)
+    for (const BufferInfo& b : bufs)
+      if (b.inplace_of == kNoValue)
+        for (int s = std::max(b.start, 0); s <= std::min(b.end, int(p.launches().size())); ++s) live[s] += b.bytes;
+    auto peak = std::max_element(live.begin(), live.end(), [](auto& x, auto& y) { return x.second < y.second; });
+    if (peak == live.end()) return 0;
+    std::vector<const BufferInfo*> at;
+    for (const BufferInfo& b : bufs)
+      if (b.inplace_of == kNoValue && b.start <= peak->first && b.end >= peak->first) at.push_back(&b);
+    std::sort(at.begin(), at.end(), [](auto* x, auto* y) { return x->bytes > y->bytes; });
+    std::cout << "at launch " << peak->first << ": " << peak->second << " bytes live in " << at.size() << " values\n";
+    for (size_t i = 0; i < at.size() && int64_t(i) < n; ++i) {
+      const Node& nd = p.graph().node(at[i]->value);
+      std::cout << "  %" << at[i]->value << " " << op_name(nd.op) << " " << shape_str(nd.shape) << " " << at[i]->bytes
+                << " bytes, launches " << at[i]->start << ".." << (at[i]->end == INT_MAX ? -1 : at[i]->end) << "\n";
+    }
+  }
   return 0;
 }
 

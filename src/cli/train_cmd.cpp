@@ -387,6 +387,7 @@ int lm_loop(const Args& a, train::LmConfig c, const MpiRuntime& mpi,
   const bool lead = lead_rank(mpi);
   c.seed = uint64_t(a.integer("seed"));
   c.accum = a.integer("accum", 1);
+  c.checkpoint_activations = a.has("checkpoint-activations");
   c.data_dir = a.str("data-dir", "");
   if (a.str("data", "fortunes") != "fortunes") c.text_file = a.str("data");
   std::string out = a.str("out", "runs/" + c.name), save = a.str("save", out + "/checkpoint.safetensors");

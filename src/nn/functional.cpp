@@ -8,6 +8,17 @@
 
 namespace synoros::nn {
 
+std::vector<Tensor> checkpoint(const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& fn,
+                               const std::vector<Tensor>& inputs) {
+  RecomputeScope segment;
+  return fn(inputs);
+}
+
+Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& x) {
+  RecomputeScope segment;
+  return fn(x);
+}
+
 namespace {
 int64_t out_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) { return (in + 2 * p - d * (k - 1) - 1) / s + 1; }
 

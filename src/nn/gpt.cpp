@@ -131,8 +131,11 @@ Tensor Gpt::forward_with(const Tensor& tokens, const Tensor& positions,
   Tensor x = embed(tokens, positions);
   auto split = [&](const Tensor& t) { return t.reshape({B, T, cfg.heads, D}).permute({0, 2, 1, 3}); };
   for (size_t l = 0; l < h.size(); ++l) {
-    std::vector<Tensor> p = h[l]->qkv(x);
-    x = h[l]->finish(x, attend(l, split(p[0]), split(p[1]), split(p[2])));
+    auto block = [&](const Tensor& in) {
+      std::vector<Tensor> p = h[l]->qkv(in);
+      return h[l]->finish(in, attend(l, split(p[0]), split(p[1]), split(p[2])));
+    };
+    x = checkpoint_blocks ? checkpoint(block, x) : block(x);
   }
   return head(x);
 }

@@ -52,6 +52,7 @@ LmTrainer::LmTrainer(LmConfig cfg) : cfg_(std::move(cfg)) {
   unigram_ = data::unigram_entropy(*train_);
   if (!model_) model_ = std::make_shared<nn::Gpt>(cfg_.model, cfg_.seed);
   if (!cfg_.base.empty()) base_hash_ = parameter_hash(*model_);
+  model_->checkpoint_blocks = cfg_.checkpoint_activations;
   std::vector<Tensor> params = model_->parameters();
   if (cfg_.lora) {
     lora_ = std::make_unique<nn::GptLora>(*model_, *cfg_.lora, cfg_.seed);

@@ -10,6 +10,11 @@ has() { grep -qF -- "$2" <<< "$1" || fail "$3: no '$2' in: $1"; }
 out=$("$synoros" train --model gpt-tiny --steps 3 --batch 4 --sample 0 --no-progress --out "$dir/lm" 2>&1) ||
   fail "train gpt-tiny: $out"
 ck="$dir/lm/checkpoint.safetensors"
+# Activation checkpointing recomputes the blocks' activations in the backward pass: the same bytes.
+out=$("$synoros" train --model gpt-tiny --steps 3 --batch 4 --sample 0 --no-progress --checkpoint-activations \
+  --out "$dir/lm-recompute" 2>&1) || fail "train gpt-tiny --checkpoint-activations: $out"
+cmp -s "$ck" "$dir/lm-recompute/checkpoint.safetensors" ||
+  fail "--checkpoint-activations changed the checkpoint's bytes"
 gen=(generate --model "$ck" --prompt "The " --tokens 40 --top-k 0)
 a=$("$synoros" "${gen[@]}" --seed 5 --threads 1 2>"$dir/err1") || fail "generate from a checkpoint: $a $(cat "$dir/err1")"
 b=$("$synoros" "${gen[@]}" --seed 5 --threads 2 2>"$dir/err2") || fail "generate at 2 threads: $b"
