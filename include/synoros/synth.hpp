@@ -348,6 +348,23 @@ std::string pytorch_module(const Spec& spec, const Operator& op, const Binding& 
                            const std::string& cls = "SynthOp");
 std::string describe(const Spec& spec, const Operator& op);  // one line: formula, FLOPs, params
 
+// ---------------------------------------------------------------------------------------------
+// 7. Known operator families, to tell a found operator known from new.
+struct KnownFamily {
+  std::string name;  // "standard kxk", "depthwise kxk", "grouped pointwise", ...
+  Operator op;       // built by hand in the spec's variables, with its canonical form
+};
+// The families a spec of [N, C_in, H, W] -> [N, C_out, H, W] (or one channel count C) can hold:
+// pointwise, shifted pointwise (along H or W), grouped and low-rank pointwise (groups or rank
+// any coefficient), standard, separable (kx1, 1xk), depthwise (same channels), grouped, low-rank
+// and dilated (dilation s) kxk convolutions (window k), as far as the spec has the coefficients
+// and their sizes are legal. Other layouts: none.
+std::vector<KnownFamily> known_families(const Spec& spec);
+// Per operator, the family it belongs to, or "" (a new operator): by canonical form, else by
+// computing the same function up to a re-layout of its weights (equal_functions, seeded).
+std::vector<std::string> known_family_names(const Spec& spec, const std::vector<Operator>& ops,
+                                            const std::vector<KnownFamily>& families, uint64_t seed = 1);
+
 // The canonical serialization of an operator built by hand (IxNode trees + weights).
 std::string canonical_form(const Operator& op);
 // An action path as text (stable across processes) and back; decode throws Error when corrupt.

@@ -18,9 +18,14 @@ namespace synoros::cli {
 namespace {
 void print_ops(const synth::Spec& spec, const std::vector<synth::Operator>& ops, const std::vector<double>* scores,
                size_t limit, const std::string& export_dir) {
-  for (size_t i = 0; i < ops.size() && i < limit; ++i) {
+  // Each shown operator known (its family's name) or new.
+  std::vector<synth::Operator> shown(ops.begin(), ops.begin() + std::ptrdiff_t(std::min(limit, ops.size())));
+  std::vector<synth::KnownFamily> families = synth::known_families(spec);
+  std::vector<std::string> family = synth::known_family_names(spec, shown, families);
+  for (size_t i = 0; i < shown.size(); ++i) {
     synth::Stats st = synth::stats(spec, ops[i], synth::binding(spec, 0));
     std::cout << "#" << i;
+    if (!families.empty()) std::cout << "  " << (family[i].empty() ? "new" : "known: " + family[i]);
     if (scores) std::cout << "  reward " << std::setprecision(4) << (*scores)[i];
     std::cout << "  depth " << ops[i].depth << "  FLOPs " << std::setprecision(4) << st.flops / 1e6 << "M  params "
               << std::setprecision(8) << st.params << "  (binding 0)\n    " << synth::formula(spec, ops[i])

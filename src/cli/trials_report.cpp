@@ -59,9 +59,10 @@ void write_report(const TrialsConfig& cfg, const TrialsOutcome& out) {
      << "Reward: accuracy - " << cfg.latency_weight << " x max(0, latency ratio / " << fmt("%.3f", cfg.latency_target)
      << " - 1) (latency target: " << fmt("%.2f", 1 / cfg.latency_target) << "x faster than the baseline).\n"
      << "Time: " << fmt("%.0f", out.seconds) << " s.\n\n"
-     << "| # | operator | layers | params | MFLOPs | accuracy | b64 1T ms | b64 2T ms | b1 1T ms | speedup b64 | reward | front |\n"
-     << "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
-  md << "| base | 3x3 convolution | all | " << fmt("%.0f", base.params) << " | " << fmt("%.1f", base.flops / 1e6) << " | "
+     << "| # | operator | family | layers | params | MFLOPs | accuracy | b64 1T ms | b64 2T ms | b1 1T ms | speedup b64 | "
+        "reward | front |\n"
+     << "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  md << "| base | 3x3 convolution | standard kxk | all | " << fmt("%.0f", base.params) << " | " << fmt("%.1f", base.flops / 1e6) << " | "
      << fmt("%.4f", base.accuracy) << " | " << fmt("%.2f", base.latency.b64_t1) << " | " << fmt("%.2f", base.latency.b64_t2)
      << " | " << fmt("%.3f", base.latency.b1_t1) << " | 1.00x | " << fmt("%.4f", reward(base, base, cfg)) << " | |\n";
   // Latency on the plot is the baseline's divided by the candidate's speedup, so points measured
@@ -74,12 +75,30 @@ void write_report(const TrialsConfig& cfg, const TrialsOutcome& out) {
   front.series[2].y.push_back(base.accuracy);
   js << "{\"baseline\": " << to_json(base) << ", \"candidates\": [";
   double best_r = -1e9;
+  // Each candidate known (the family its canonical form or function belongs to) or new.
+  std::vector<synth::Operator> built;
+  std::vector<size_t> built_of(out.evaluations.size(), SIZE_MAX);
+  for (size_t i = 0; i < out.evaluations.size(); ++i) {
+    if (out.evaluations[i].actions.empty()) continue;
+    try {
+      built.push_back(synth::build_from_actions(syn, parse_actions(out.evaluations[i].actions)));
+      built_of[i] = built.size() - 1;
+    } catch (const std::exception&) {
+      // named "?" below: its actions no longer build here
+    }
+  }
+  std::vector<std::string> family = synth::known_family_names(spec, built, synth::known_families(spec));
+  auto family_of = [&](size_t i) {
+    if (built_of[i] == SIZE_MAX) return std::string("?");
+    const std::string& f = family[built_of[i]];
+    return f.empty() ? std::string("**new**") : f;
+  };
   for (size_t i = 0; i < out.evaluations.size(); ++i) {
     const Evaluation& e = out.evaluations[i];
     bool on_front = std::find(out.pareto.begin(), out.pareto.end(), i) != out.pareto.end();
     js << (i ? ", " : "") << to_json(e);
     double speed = speedup(e, base);
-    md << "| " << i << " | `" << e.formula << "` | " << classes(e.class_mask) << " | " << fmt("%.0f", e.params) << " | "
+    md << "| " << i << " | `" << e.formula << "` | " << family_of(i) << " | " << classes(e.class_mask) << " | " << fmt("%.0f", e.params) << " | "
        << fmt("%.1f", e.flops / 1e6) << " | " << (e.failed ? "failed: " + e.error : fmt("%.4f", e.accuracy)) << " | "
        << fmt("%.2f", e.latency.b64_t1) << " | " << fmt("%.2f", e.latency.b64_t2) << " | " << fmt("%.3f", e.latency.b1_t1)
        << " | " << fmt("%.2fx", speed) << " | " << fmt("%.4f", e.reward) << " | " << (on_front ? "yes" : "") << " |\n";
@@ -108,6 +127,9 @@ void write_report(const TrialsConfig& cfg, const TrialsOutcome& out) {
   for (auto [x, y] : pts) front.series[1].x.push_back(x), front.series[1].y.push_back(y);
   js << "], \"pareto\": [";
   for (size_t k = 0; k < out.pareto.size(); ++k) js << (k ? ", " : "") << out.pareto[k];
+  js << "], \"family\": [";
+  for (size_t i = 0; i < out.evaluations.size(); ++i)
+    js << (i ? ", " : "") << "\"" << (built_of[i] == SIZE_MAX ? "?" : family[built_of[i]]) << "\"";
   js << "], \"seconds\": " << out.seconds << "}\n";
   md << notes.str() << "\nOperators on the front are exported as PyTorch modules (`op<i>.py`, binding of the 28x28 class;\n"
      << "`op<i>_b64_class<c>.py`, batch 64 for layer class c: `python3 bench/torch_synth_network.py DIR/op<i>` times the\n"

@@ -13,6 +13,9 @@ trained=$(grep -c "trained by rank 1 on" "$dir/first.log" || true)
 records=$(grep -c '"failed":false' "$dir/report/evaluations.jsonl" || true)
 [ "$trained" -eq 2 ] || { echo "expected 2 candidates trained by rank 1, got $trained"; exit 1; }
 [ "$records" -eq 2 ] || { echo "expected 2 finished records, got $records"; exit 1; }
+# Each candidate is named known (its family) or new in the report.
+grep -q "| family |" "$dir/report/report.md" || { echo "the report has no family column"; exit 1; }
+grep -q '"family": \["' "$dir/report/report.json" || { echo "the report's JSON names no family"; exit 1; }
 # Resuming: the screen's layer times are read back (so the same layer classes are chosen) and
 # nothing is trained again.
 screened=$(grep -c . "$dir/report/screen.tsv")
