@@ -9,6 +9,13 @@
 
 namespace synoros::py {
 
+namespace {
+std::vector<std::unique_ptr<RecomputeScope>>& recompute_scopes() {
+  thread_local std::vector<std::unique_ptr<RecomputeScope>> open;
+  return open;
+}
+}  // namespace
+
 void bind_functions(nb::module_& m) {
   // Factories (float32 unless a dtype is given).
   m.def("tensor_from_array", [](const AnyArray& a, bool share, bool requires_grad) {
@@ -110,6 +117,13 @@ void bind_functions(nb::module_& m) {
   // Gradient mode (torch.no_grad and friends build on these).
   m.def("is_grad_enabled", &grad_enabled);
   m.def("set_grad_enabled", &set_grad_enabled, nb::arg("mode"));
+  // Activation checkpointing (synoros.utils.checkpoint builds on these): the values recorded
+  // between enter and exit on this thread form one recomputed segment.
+  m.def("_recompute_enter", [] { recompute_scopes().push_back(std::make_unique<RecomputeScope>()); });
+  m.def("_recompute_exit", [] {
+    if (recompute_scopes().empty()) throw Error("checkpoint: no segment is open on this thread");
+    recompute_scopes().pop_back();
+  });
 }
 
 }  // namespace synoros::py

@@ -34,6 +34,8 @@ void bind_gpt(nb::module_& top) {
         new (self) nn::Gpt(c, seed_arg(seed));
       }, nb::arg("config"), nb::kw_only(), nb::arg("seed") = nb::none())
       .def_ro("config", &nn::Gpt::cfg)
+      .def_rw("checkpoint_blocks", &nn::Gpt::checkpoint_blocks,
+              "Recompute each block's activations in the backward pass (less memory, the same bits).")
       .def("loss", &nn::Gpt::loss, nb::arg("tokens"), nb::arg("targets"),
            "Mean cross-entropy of the next-token predictions.")
       .def("save", &nn::Gpt::save, nb::arg("path"), nb::call_guard<nb::gil_scoped_release>())
