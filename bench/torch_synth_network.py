@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """A discovered operator in PyTorch: the small ResNet with its exported modules in place of the
 stride-1 3x3 convolutions of the classes the search replaced, against the convolutional network,
-eval-mode forward at batch 64, timed interleaved in one process (PyTorch eager, Debian's 1.13).
+eval-mode forward at batch 64, timed interleaved in one process (PyTorch eager; with --compile,
+both networks through torch.compile, which needs PyTorch 2.x: run it with .peers/bin/python from
+scripts/install_peers.sh).
 
-usage: torch_synth_network.py PREFIX [--threads N] [--repeats N]
+usage: torch_synth_network.py PREFIX [--threads N] [--repeats N] [--compile]
 Reads PREFIX_b64_class<c>.py (written by `synoros trials` for operators on the Pareto front as
 REPORT/op<i>_b64_class<c>.py, or by `synoros export --operator ACTIONS --out DIR` as
 DIR/op_b64_class<c>.py). Prints one JSON line: baseline and candidate ms (medians), speedup.
@@ -64,7 +66,10 @@ def main():
     ap.add_argument("prefix")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=30)
+    ap.add_argument("--compile", action="store_true", help="time both networks through torch.compile")
     a = ap.parse_args()
+    if a.compile and not hasattr(torch, "compile"):
+        raise SystemExit("--compile needs PyTorch 2.x (this is %s): use .peers/bin/python" % torch.__version__)
     torch.set_num_threads(a.threads)
     try:
         from threadpoolctl import threadpool_limits
@@ -76,6 +81,8 @@ def main():
     cand, classes = replaced_network(a.prefix)
     cand.eval()
     x = torch.randn(64, 1, 28, 28)
+    if a.compile:  # compiled on the first calls below, which are not timed
+        base, cand = torch.compile(base), torch.compile(cand)
     tb, tc = [], []
     with torch.no_grad():
         for _ in range(3):
@@ -86,8 +93,8 @@ def main():
                 net(x)
                 out.append((time.perf_counter() - t0) * 1e3)
     b, c = statistics.median(tb), statistics.median(tc)
-    print(json.dumps({"operator": a.prefix, "classes": classes, "threads": a.threads, "baseline_ms": b,
-                      "candidate_ms": c, "speedup": b / c}))
+    print(json.dumps({"operator": a.prefix, "classes": classes, "threads": a.threads, "torch": torch.__version__,
+                      "compiled": a.compile, "baseline_ms": b, "candidate_ms": c, "speedup": b / c}))
 
 
 if __name__ == "__main__":
