@@ -90,11 +90,6 @@ struct CompileOptions {
                                     // generated kernels on: SYNOROS_NO_JIT=1 turns them off)
 };
 
-// Recompile: fused elementwise groups replaced by kernels generated for them (a loop kernel
-// rendered to C++, compiled by the system compiler, loaded; cached on disk). Each candidate runs
-// against the interpreter's kernel on the first 65,536 elements of the plan's current data and
-// is refused unless the bits are equal, is timed against it and taken only when faster; the
-// choice is kept in the tuning cache like every selection. Errors leave the interpreter.
 // What one core of this machine can do, measured (synoros/profile.hpp: measure_peak).
 struct MachinePeak {
   double gflops = 0;  // one core, f32 FMA, the active instruction set
@@ -102,6 +97,11 @@ struct MachinePeak {
   std::string isa;
 };
 
+// Recompile: fused elementwise groups replaced by kernels generated for them (a loop kernel
+// rendered to C++, compiled by the system compiler, loaded; cached on disk). Each candidate runs
+// against the interpreter's kernel on the first 65,536 elements of the plan's current data and
+// is refused unless the bits are equal, is timed against it and taken only when faster; the
+// choice is kept in the tuning cache like every selection. Errors leave the interpreter.
 struct RecompileOptions {
   // The measured time of each launch, in launch order (a profile's, or a timed run's): only
   // the groups of launches taking at least min_share of their sum and min_ns each are
@@ -138,8 +138,6 @@ struct BufferInfo {
   ValueId inplace_of;  // the value whose bytes it took over, or kNoValue
 };
 
-// What one launch computes: the ops it runs (a fused group lists all of them, producer first)
-// and the values it reads from memory.
 // One candidate of a kernel selection, as Select saw it.
 struct CandidateRecord {
   std::string name, version;
@@ -157,12 +155,16 @@ struct CandidateRecord {
 // choice came from, and the problem's work for the roofline model.
 struct SelectionCertificate {
   std::string key;
-  std::string source;  // "measured", "only candidate", "tuning cache", "replayed", "none passed"
+  // "measured", "only candidate", "first that passed" (not timed), "tuning cache", "replayed",
+  // "none passed", "checked again, refused" (a cached choice that failed its check now)
+  std::string source;
   int chosen = -1;     // index into candidates
   std::vector<CandidateRecord> candidates;
   double flops = 0, bytes = 0;  // one probe run's (0: unknown)
 };
 
+// What one launch computes: the ops it runs (a fused group lists all of them, producer first)
+// and the values it reads from memory.
 struct LaunchInfo {
   std::vector<ValueId> ops;
   std::vector<ValueId> reads;

@@ -357,8 +357,8 @@ struct KnownFamily {
 // The families a spec of [N, C_in, H, W] -> [N, C_out, H, W] (or one channel count C) can hold:
 // pointwise, shifted pointwise (along H or W), grouped and low-rank pointwise (groups or rank
 // any coefficient), standard, separable (kx1, 1xk), depthwise (same channels), grouped, low-rank
-// and dilated (dilation s) kxk convolutions (window k), as far as the spec has the coefficients
-// and their sizes are legal. Other layouts: none.
+// and dilated (dilation s, where centred as PyTorch's) kxk convolutions (window k), as far as the
+// spec has the coefficients and their sizes are legal. Other layouts: none.
 std::vector<KnownFamily> known_families(const Spec& spec);
 // Per operator, the family it belongs to, or "" (a new operator): by canonical form, else by
 // computing the same function up to a re-layout of its weights (equal_functions, seeded).

@@ -71,7 +71,7 @@ int gpt_memory(const Args& a) {
     std::map<int, size_t> live;  // step -> bytes (a buffer taken over in place counts once)
     for (const BufferInfo& b : bufs)
       if (b.inplace_of == kNoValue)
-        for (int s = std::max(b.start, 0); s <= std::min(b.end, int(p.launches().size())); ++s) live[s] += b.bytes;
+        for (int s = std::max(b.start, 0); s <= std::min(b.end, int(p.launches().size()) - 1); ++s) live[s] += b.bytes;
     auto peak = std::max_element(live.begin(), live.end(), [](auto& x, auto& y) { return x.second < y.second; });
     if (peak == live.end()) return 0;
     std::vector<const BufferInfo*> at;

@@ -29,6 +29,7 @@ Profile measure(Plan& plan, int iterations, const MachinePeak& peak) {
   RecompileReport r = plan.recompile(opts);
   if (r.entries.empty()) return before;
   std::cout << r.table();
+  if (r.generated() == 0) return before;  // the plan runs as it did
   Profile after = profile(plan, iterations, peak);
   std::cout << "step " << before.total_ns / 1e3 << " us before Recompile, " << after.total_ns / 1e3 << " us after\n\n";
   return after;

@@ -129,7 +129,8 @@ void write_report(const TrialsConfig& cfg, const TrialsOutcome& out) {
   for (size_t k = 0; k < out.pareto.size(); ++k) js << (k ? ", " : "") << out.pareto[k];
   js << "], \"family\": [";
   for (size_t i = 0; i < out.evaluations.size(); ++i)
-    js << (i ? ", " : "") << "\"" << (built_of[i] == SIZE_MAX ? "?" : family[built_of[i]]) << "\"";
+    js << (i ? ", " : "") << "\""
+       << (built_of[i] == SIZE_MAX ? "?" : family[built_of[i]].empty() ? "new" : family[built_of[i]]) << "\"";
   js << "], \"seconds\": " << out.seconds << "}\n";
   md << notes.str() << "\nOperators on the front are exported as PyTorch modules (`op<i>.py`, binding of the 28x28 class;\n"
      << "`op<i>_b64_class<c>.py`, batch 64 for layer class c: `python3 bench/torch_synth_network.py DIR/op<i>` times the\n"

@@ -464,12 +464,11 @@ UnreplayableChoice unreplayable_choice(const std::string& key, const std::string
 namespace {
 thread_local std::vector<SelectionCertificate>* trace_into = nullptr;
 
-// Hands the certificate of one choice to the trace alive on this thread, when one is.
+// The certificate of one choice, handed to the trace alive on this thread (if any) once the
+// choice is made: a choice that throws leaves none.
 class CertificateNote {
  public:
-  CertificateNote(const std::string& key, const std::vector<Candidate>& cands, const ChooseOptions& o,
-                  const Choice& ch)
-      : ch_(ch) {
+  CertificateNote(const std::string& key, const std::vector<Candidate>& cands, const ChooseOptions& o) {
     if (!trace_into) return;
     cert_.key = key;
     cert_.flops = o.flops, cert_.bytes = o.bytes;
@@ -481,28 +480,50 @@ class CertificateNote {
   }
   CandidateRecord* operator[](size_t i) { return trace_into ? &cert_.candidates[i] : nullptr; }
   void source(const char* s) { source_ = s; }
-  ~CertificateNote() {
+  void finish(const Choice& ch) {
     if (!trace_into) return;
-    cert_.chosen = ch_.index;
-    cert_.source = ch_.index < 0 ? "none passed" : source_;
-    for (size_t i = 0; i < ch_.ns.size() && i < cert_.candidates.size(); ++i) cert_.candidates[i].ns = ch_.ns[i];
+    cert_.chosen = ch.index;
+    cert_.source = ch.index < 0 ? "none passed" : source_;
+    for (size_t i = 0; i < ch.ns.size() && i < cert_.candidates.size(); ++i) cert_.candidates[i].ns = ch.ns[i];
     trace_into->push_back(std::move(cert_));
   }
 
  private:
-  const Choice& ch_;
   SelectionCertificate cert_;
   const char* source_ = "measured";
 };
+
+Choice choose_noted(const std::string& key, const std::vector<Candidate>& cands, const ChooseOptions& o,
+                    CertificateNote& note);
 }  // namespace
 
 SelectionTrace::SelectionTrace(std::vector<SelectionCertificate>* into) : prev_(trace_into) { trace_into = into; }
 SelectionTrace::~SelectionTrace() { trace_into = prev_; }
 
+void amend_certificate(int chosen, const std::string& why) {
+  if (!trace_into || trace_into->empty()) return;
+  SelectionCertificate& c = trace_into->back();
+  if (c.chosen >= 0 && size_t(c.chosen) < c.candidates.size()) {
+    c.candidates[size_t(c.chosen)].why = why;
+    c.candidates[size_t(c.chosen)].passed = false;
+    c.candidates[size_t(c.chosen)].checked = true;
+  }
+  c.chosen = chosen;
+  c.source = "checked again, refused";
+}
+
 Choice choose(const std::string& key, const std::vector<Candidate>& cands, const ChooseOptions& o) {
+  CertificateNote note(key, cands, o);
+  Choice ch = choose_noted(key, cands, o, note);
+  note.finish(ch);
+  return ch;
+}
+
+namespace {
+Choice choose_noted(const std::string& key, const std::vector<Candidate>& cands, const ChooseOptions& o,
+                    CertificateNote& note) {
   Cache& c = cache();
   Choice ch;
-  CertificateNote note(key, cands, o, ch);
   auto find = [&](const Entry& e) {
     for (size_t i = 0; i < cands.size(); ++i)
       if (cands[i].name == e.provider && cands[i].version == e.version) return int(i);
@@ -576,6 +597,8 @@ Choice choose(const std::string& key, const std::vector<Candidate>& cands, const
   }
   return ch;
 }
+
+}  // namespace
 
 Selection select_gemm(const GemmShape& s, bool strict) {
   std::string key = key_of(s, strict);

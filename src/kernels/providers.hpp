@@ -97,6 +97,10 @@ class SelectionTrace {
   std::vector<SelectionCertificate>* prev_;
 };
 
+// The last certificate of this thread's trace chose again: its choice failed a later check
+// (a cached generated kernel that no longer gives the interpreter's bits), `chosen` runs instead.
+void amend_certificate(int chosen, const std::string& why);
+
 // A replayed choice this build cannot run (an Error that a fallback must not swallow).
 struct UnreplayableChoice : Error {
   using Error::Error;

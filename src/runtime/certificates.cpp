@@ -149,7 +149,7 @@ std::string Certificates::json() const {
                   {"selections", sels}});
   }
   j["launches"] = ls;
-  return j.dump(1) + "\n";
+  return j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
 }  // namespace synoros

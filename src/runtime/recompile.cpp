@@ -66,24 +66,25 @@ RecompileReport Plan::recompile(const RecompileOptions& opts) {
       if (w.bytes / opts.peak.gbps >= w.flops / opts.peak.gflops)
         floor_ns = roofline_ns(w.flops, w.bytes, opts.peak, num_threads());
     }
+    std::vector<SelectionCertificate> made;
     if (floor_ns > 0 && opts.launch_ns[k] <= opts.roofline_slack * floor_ns) {
-      // Too close to the machine's limit to gain: no compile, no timing.
+      // Too close to the machine's limit to gain: no compile, no timing; the interpreter runs it
+      // (also where an earlier Recompile had installed generated code).
+      kernels::group_set_run(group, nullptr);
       g.kernel = kernels::group_loop_kernel(group)->text();
       std::ostringstream why;
       why << std::fixed << std::setprecision(0) << "skipped: " << opts.launch_ns[k] << " ns against a roofline of "
           << floor_ns << " ns";
       g.outcome = why.str();
-      report.entries.push_back({node, g.kernel, g.outcome, 0, 0, 0, false});
-      continue;
-    }
-    std::vector<SelectionCertificate> made;
-    try {
-      kernels::SelectionTrace trace(&made);
-      g = kernels::jit::recompile_group(group);
-    } catch (const std::exception& e) {  // never worse than the interpreter
-      kernels::group_set_run(group, nullptr);
-      g.kernel = kernels::group_loop_kernel(group)->text();
-      g.outcome = std::string("failed: ") + e.what();
+    } else {
+      try {
+        kernels::SelectionTrace trace(&made);
+        g = kernels::jit::recompile_group(group);
+      } catch (const std::exception& e) {  // never worse than the interpreter
+        kernels::group_set_run(group, nullptr);
+        g.kernel = kernels::group_loop_kernel(group)->text();
+        g.outcome = std::string("failed: ") + e.what();
+      }
     }
     // The launch's certificates: this choice replaces an earlier Recompile's of the same key.
     auto& sel = impl_->info[k].selections;

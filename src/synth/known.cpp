@@ -121,7 +121,11 @@ std::vector<KnownFamily> known_families(const Spec& spec) {
                       {{4, 5, 6, 7}, {1, 7}});
     });
   }
-  if (has_s)
+  // A window of k·s read every s is centred as PyTorch's dilated convolution when (k·s - 1) / 2
+  // = s·(k - 1) / 2 (odd k and s < 3, say k = 3, s = 2); other values are another operator.
+  int64_t kv = has_k ? spec.coefficient[size_t(spec.find_coefficient("k"))].value : 0;
+  int64_t sv = has_s ? spec.coefficient[size_t(spec.find_coefficient("s"))].value : 0;
+  if (has_s && kv % 2 == 1 && (kv * sv - 1) / 2 == sv * (kv - 1) / 2)
     add("dilated kxk", {ci, k, k}, [&](Builder& b) {
       return b.finish({b.it(0), b.it(4), b.unfold(b.it(2), b.stride(b.it(5), s)), b.unfold(b.it(3), b.stride(b.it(6), s))},
                       {{1, 4, 5, 6}});

@@ -40,6 +40,7 @@ struct State {
   std::mutex mu;
   std::map<std::string, void*> loaded;  // key -> handle (kept for the process's life)
   std::map<std::string, std::string> versions;  // compiler -> its version line
+  std::map<std::string, bool> pch_failed;        // precompiled headers that did not build
   bool logged = false;
 };
 State& state() {
@@ -191,8 +192,8 @@ std::string prelude_includes(Isa isa) {
 }
 
 // GCC names itself by the command ("c++ (Debian 12.2.0-14) 12.2.0"); clang's .gch differs. Any
-// other compiler that cannot build the header costs one failed run, and one that cannot use it
-// parses the header's text.
+// other compiler that cannot build the header costs one failed run per process, and one that
+// cannot use it parses the header's text.
 bool is_gcc(const std::string& version) { return version.find("clang") == std::string::npos; }
 
 void log_failure(const std::string& why) {
@@ -247,6 +248,11 @@ std::string precompiled_prelude(const std::string& include, const std::string& c
   struct stat st;
   auto ready = [&] { return read_file(header, have) && have == text && ::stat(gch.c_str(), &st) == 0; };
   if (ready()) return header;
+  {
+    State& s = state();
+    std::lock_guard<std::mutex> lk(s.mu);
+    if (s.pch_failed.count(header)) return "";  // tried once in this process
+  }
   FileLock lock(header + ".lock");
   if (ready()) return header;
   if (!write_atomic(header, text)) return "";
@@ -260,6 +266,9 @@ std::string precompiled_prelude(const std::string& include, const std::string& c
   std::remove((header + ".log").c_str());
   if (rc != 0 || std::rename(tmp.c_str(), gch.c_str()) != 0) {
     std::remove(tmp.c_str());
+    State& s = state();
+    std::lock_guard<std::mutex> lk(s.mu);
+    s.pch_failed[header] = true;
     return "";
   }
   return header;
@@ -343,10 +352,13 @@ Compiled compile(const std::string& source, const std::string& symbol, Isa isa) 
     std::string log = base + ".log";
     int rc = build(!pch.empty());
     if (rc > 0 && !pch.empty()) {
-      // A damaged precompiled header can fail a compile that the header's text would pass: drop
-      // it (the next kernel builds it again) and compile without it.
-      std::remove((pch + ".gch").c_str());
+      // A damaged precompiled header can fail a compile that the header's text would pass:
+      // compile without it, and when that passes, drop it (the next kernel builds it again).
       rc = build(false);
+      if (rc == 0) {
+        FileLock pch_lock(pch + ".lock");
+        std::remove((pch + ".gch").c_str());
+      }
     }
     if (rc != 0) {
       std::remove(tmp.c_str());

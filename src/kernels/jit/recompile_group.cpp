@@ -78,6 +78,7 @@ GroupRecompile recompile_group(void* group) {
     std::string why = check_generated().why;
     if (!why.empty()) {
       record_rejection(key, why);
+      amend_certificate(0, why);
       ch.index = 0, r.cached = false;
     }
   }
