@@ -15,6 +15,14 @@ out=$("$synoros" train --model gpt-tiny --steps 3 --batch 4 --sample 0 --no-prog
   --out "$dir/lm-recompute" 2>&1) || fail "train gpt-tiny --checkpoint-activations: $out"
 cmp -s "$ck" "$dir/lm-recompute/checkpoint.safetensors" ||
   fail "--checkpoint-activations changed the checkpoint's bytes"
+# ... and the plan keeps less; `memory --largest N` lists the values alive at the plan's peak.
+plain=$("$synoros" memory --model gpt-tiny --batch 16 --largest 3 2>&1) || fail "memory --largest: $plain"
+less=$("$synoros" memory --model gpt-tiny --batch 16 --checkpoint-activations 2>&1) ||
+  fail "memory --checkpoint-activations: $less"
+bytes() { sed -n 's/.*"planned_bytes": \([0-9]*\).*/\1/p' <<< "$1" | head -1; }
+[ "$(bytes "$less")" -lt "$(bytes "$plain")" ] || fail "checkpointing did not shrink the plan: $less / $plain"
+has "$plain" "bytes live in" "memory --largest's peak line"
+[ "$(grep -c 'bytes, launches' <<< "$plain")" -eq 3 ] || fail "memory --largest 3 listed: $plain"
 gen=(generate --model "$ck" --prompt "The " --tokens 40 --top-k 0)
 a=$("$synoros" "${gen[@]}" --seed 5 --threads 1 2>"$dir/err1") || fail "generate from a checkpoint: $a $(cat "$dir/err1")"
 b=$("$synoros" "${gen[@]}" --seed 5 --threads 2 2>"$dir/err2") || fail "generate at 2 threads: $b"
