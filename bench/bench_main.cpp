@@ -198,6 +198,22 @@ BENCHMARK_CAPTURE(AttentionFwd, composed, true)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 
+// One decoding step's attention: a query at the last position of a cache of `keys` per head
+// (batch 1). With few heads the keys' splits of 256 are what spreads the work over threads.
+// Counted bytes: the keys and values read.
+void AttentionDecode(benchmark::State& state) {
+  const int64_t H = state.range(0), Tk = state.range(1), D = 64;
+  HostTensor position(DType::I64, {1});
+  position.set(0, double(Tk - 1));
+  const Tensor offset = Tensor::constant(position);
+  run_elementwise(
+      state,
+      [offset](const std::vector<Tensor>& a) { return scaled_dot_product_attention_at(a[0], a[1], a[2], offset); },
+      {{DType::F32, {1, H, 1, D}}, {DType::F32, {1, H, Tk, D}}, {DType::F32, {1, H, Tk, D}}}, 2 * H * Tk * D * 4,
+      false);
+}
+BENCHMARK(AttentionDecode)->Name("AttentionDecode")->ArgNames({"heads", "keys"})->Args({1, 4096})->Args({12, 512})->UseRealTime();
+
 // Forward and backward: the output and the gradients of q, k and v for an upstream gradient.
 // Counted FLOPs: the causal half of the forward's two products and the backward's five.
 void AttentionFwdBwd(benchmark::State& state, bool composed) {

@@ -259,6 +259,72 @@ TEST(Determinism, AttentionGivesTheSameBitsOnEveryIsaAndThreadCount) {
   }
   set_num_threads(saved);
 }
+
+// Keys past 256 are cut into splits whose online softmaxes are folded in ascending order. With at
+// most four queries the splits run as tasks of their own and a second pass folds them; otherwise
+// one task walks them. Both give the same bits: a decoding step at every position (one query, or
+// three, over a longer cache whose unused rows hold other values) equals those rows of the full
+// causal forward, and one non-causal query equals the first row of 65, on every instruction set
+// and at 1, 2 and 3 threads, with NaN, infinities and signed zeros among the queries.
+TEST(Determinism, AttentionSplitTasksGiveTheBitsOfTheFullForward) {
+  const int64_t B = 3, T = 600, cache = 700, D = 24;
+  const HostTensor q = testing::special_tensor({B, T, D}, 17, 97);
+  const HostTensor k = testing::random_tensor({DType::F32, {B, cache, D}, -3, 3}, 18);
+  const HostTensor v = testing::random_tensor({DType::F32, {B, cache, D}}, 19);
+  // Rows [r0, r0 + n) of batch item b's slab in x (rows of D).
+  auto rows = [&](const HostTensor& x, int64_t slab, int64_t r0, int64_t n) {
+    HostTensor out(DType::F32, {B, n, D});
+    for (int64_t b = 0; b < B; ++b)
+      std::memcpy(out.data<float>() + b * n * D, x.data<float>() + (b * slab + r0) * D, size_t(n * D) * sizeof(float));
+    return out;
+  };
+  // attention(q, k, v [, offset]) over the given operands, its output's bytes.
+  auto attend = [&](bool causal, const HostTensor& qq, const HostTensor& kk, const HostTensor& vv, int64_t offset) {
+    Graph g;
+    ValueId qi = g.input(DType::F32, qq.shape, "q"), ki = g.input(DType::F32, kk.shape, "k"),
+            vi = g.input(DType::F32, vv.shape, "v");
+    std::vector<ValueId> in{qi, ki, vi};
+    if (offset >= 0) in.push_back(g.input(DType::I64, {1}, "offset"));
+    Attrs at;
+    at.ints = {causal ? 1 : 0};
+    at.scalar = 0.3;
+    ValueId o = g.add(Op::Attention, in, at);
+    Plan p(g, {o});
+    p.set_input(qi, qq);
+    p.set_input(ki, kk);
+    p.set_input(vi, vv);
+    if (offset >= 0) {
+      HostTensor off(DType::I64, {1});
+      off.set(0, double(offset));
+      p.set_input(in[3], off);
+    }
+    p.run();
+    return p.read(o);
+  };
+  const int saved = num_threads();
+  set_num_threads(1);
+  HostTensor full, first_of_65;
+  {
+    testing::IsaScope scalar(kernels::Isa::Scalar);
+    full = attend(true, q, rows(k, cache, 0, T), rows(v, cache, 0, T), -1);
+    first_of_65 = rows(attend(false, rows(q, T, 0, 65), k, v, -1), 65, 0, 1);
+  }
+  testing::for_every_isa_and_thread_count([&](kernels::Isa isa, int threads) {
+    for (int t : {threads, 3}) {
+      set_num_threads(t);
+      for (int64_t pos : {0, 63, 255, 256, 300, 511, 512, 597}) {
+        for (int64_t n : {1, 3}) {
+          HostTensor step = attend(true, rows(q, T, pos, n), k, v, pos);
+          EXPECT_EQ(value_bytes({step}), value_bytes({rows(full, T, pos, n)}))
+              << kernels::isa_name(isa) << " threads=" << t << " position " << pos << " queries " << n;
+        }
+      }
+      EXPECT_EQ(value_bytes({attend(false, rows(q, T, 0, 1), k, v, -1)}), value_bytes({first_of_65}))
+          << kernels::isa_name(isa) << " threads=" << t;
+    }
+  });
+  set_num_threads(saved);
+}
 }  // namespace
 }  // namespace synoros
 

@@ -195,6 +195,13 @@ std::vector<OpCase> all_cases() {
                            {f32({5, 3}), f32({140, 3}), f32({140, 3}), i64({1}, 100)}, att(true, 0.8)));
     c.push_back(with_attrs("attention blocks", Op::Attention, {f32({66, 3}, -2, 2), f32({130, 3}, -2, 2), f32({130, 3})},
                            att(false, 0.9)));
+    // keys in several splits of 256: walked by one task, and as tasks of their own (<= 4 queries)
+    c.push_back(with_attrs("attention splits", Op::Attention, {f32({6, 2}, -2, 2), f32({600, 2}, -2, 2), f32({600, 2})},
+                           att(false, 0.9)));
+    c.push_back(with_attrs("attention split tasks", Op::Attention, {f32({2, 2}, -2, 2), f32({600, 2}, -2, 2), f32({600, 2})},
+                           att(false, 0.9)));
+    c.push_back(with_attrs("attention at an offset split tasks", Op::Attention,
+                           {f32({1, 2}), f32({600, 2}), f32({600, 2}), i64({1}, 530)}, att(true, 0.8)));
   }
   // conv3x3 (Winograd F(4x4, 3x3)): every padding, odd and even sizes (partial tiles), both forms.
   c.push_back(with_attrs("conv3x3 p1", Op::Conv3x3, {f32({2, 3, 5, 6}), f32({4, 3, 3, 3})}, ints({1, 0})));

@@ -11,10 +11,19 @@
 // keys 0 .. offset + i, which is how decoding attends over a key/value cache with the bits of the
 // full forward's row (the extra, masked keys of a block add exact zeros).
 //
-// Forward, for each query row: running maximum m (NaN scores skipped) and sum l; per key block,
-// m' = max(m, the block's maximum), alpha = exp(m - m') (1 where m = m'), p = exp(s - m') summed
-// as the reductions sum a row (lane t % 8, lanes combined pairwise), l = l alpha + sum(p), and the
-// output row o = o alpha + p V. At the end o / l; every NaN is written as the one quiet NaN.
+// Forward, for each query row: the keys are cut into splits of kSplit (four key blocks), and each
+// split runs an online softmax of its own from a fresh state: running maximum m (NaN scores
+// skipped) and sum l; per key block, m' = max(m, the block's maximum), alpha = exp(m - m') (1 where
+// m = m'), p = exp(s - m') summed as the reductions sum a row (lane t % 8, lanes combined
+// pairwise), l = l alpha + sum(p), and the output row o = o alpha + p V. The first split's state
+// is the row's; each later split (m_s, l_s, o_s) is folded in, in ascending order:
+// M = max(m, m_s), l = l a + l_s a_s, o = o a + o_s a_s with a = exp(m - M), a_s = exp(m_s - M)
+// (1 where equal to M, 0 for -inf; a split that saw no finite score changes nothing but a NaN sum).
+// At the end o / l; every NaN is written as the one quiet NaN. The splits are what lets a
+// single-query decoding step spread its long key range over threads: with at most kSplitRows
+// queries and several splits, one task per (batch item, split) computes the partial states and a
+// second pass folds them in the same order, so the bits are those of a task that walks the splits
+// itself, and the same whatever the thread count.
 //
 // Backward: phase 1 recomputes m and l the same way for lse = m + log(l), and the row sums
 // D = sum(g o) (in the reductions' lane order); phase 2 owns each key block: for the query blocks
@@ -35,6 +44,8 @@ namespace synoros::kernels {
 
 namespace {
 constexpr int64_t kBlock = 64;  // queries and keys per block: part of the definition of the bits
+constexpr int64_t kSplit = 4 * kBlock;  // keys per split of the forward: part of the definition too
+constexpr int64_t kSplitRows = 4;  // at most this many queries: the forward's splits run as tasks
 
 struct AttnArgs {
   int64_t batch, Tq, Tk, D;
@@ -45,9 +56,13 @@ struct AttnArgs {
   const int64_t* offset;  // causal: query i sees keys 0 .. offset + i (null: offset 0)
   void* out;
   void* stats;  // the gradient's lse and D, batch * Tq each
+  void* partial;  // split tasks: per (batch item, split), Tq rows of o_s then m_s and l_s (null: none)
 };
 
 int64_t blocks(int64_t n) { return (n + kBlock - 1) / kBlock; }
+int64_t splits(int64_t n) { return (n + kSplit - 1) / kSplit; }
+// Whether the forward runs one task per (batch item, split) and then folds the splits.
+bool split_tasks(int64_t Tq, int64_t Tk) { return Tq <= kSplitRows && splits(Tk) > 1; }
 
 // A task of one (batch item, query block): queries i0 .. i0 + rows - 1 of batch item b.
 struct QueryBlock {
@@ -76,7 +91,7 @@ class Scratch {
   explicit Scratch(int64_t D) {
     T* p = stack_;
     if (D > kStackD) {
-      heap_.resize(size_t(2 * kBlock * kBlock + 2 * kBlock * D) + 64);
+      heap_.resize(size_t(2 * kBlock * kBlock + 3 * kBlock * D) + 64);
       p = heap_.data();
       while (reinterpret_cast<uintptr_t>(p) % 64) ++p;
     }
@@ -84,13 +99,14 @@ class Scratch {
     dp = p + kBlock * kBlock;
     c = p + 2 * kBlock * kBlock;
     gemm = c + kBlock * D;
+    acc = p + 2 * kBlock * kBlock + 2 * kBlock * std::max(D, kStackD);  // after the GEMM's space
   }
   Scratch(const Scratch&) = delete;
   Scratch& operator=(const Scratch&) = delete;
-  T *s, *dp, *c, *gemm;
+  T *s, *dp, *c, *acc, *gemm;
 
  private:
-  alignas(64) T stack_[2 * kBlock * kBlock + 2 * kBlock * kStackD];
+  alignas(64) T stack_[2 * kBlock * kBlock + 3 * kBlock * kStackD];
   std::vector<T> heap_;
 };
 
@@ -119,11 +135,13 @@ void scores(const AttnArgs& a, const T* q, const T* k, int64_t i0, int64_t rows,
   }
   const T scale = T(a.scale);
   const int64_t off = offset(a);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) {
-      T& s = S[r * kBlock + c];
-      s = a.causal && j0 + c > i0 + r + off ? -std::numeric_limits<T>::infinity() : s * scale;
-    }
+  for (int64_t r = 0; r < rows; ++r) {
+    T* s = S + r * kBlock;
+    // Keys j0 + c with c < seen are at or before the query's position.
+    const int64_t seen = a.causal ? std::clamp<int64_t>(i0 + r + off - j0 + 1, 0, cols) : cols;
+    for (int64_t c = 0; c < seen; ++c) s[c] *= scale;
+    std::fill(s + seen, s + cols, -std::numeric_limits<T>::infinity());
+  }
 }
 
 template <class T>
@@ -181,20 +199,18 @@ const T* at(const void* p, int64_t off) {
   return static_cast<const T*>(p) + off;
 }
 
-// ---- forward: one task per (batch, query block)
+// ---- forward
+// One split's online softmax for queries i0 .. i0 + rows - 1 over key blocks kb0 .. kb1, from a
+// fresh state: o (rows x D), m and l.
 template <class T>
-void forward_task(const AttnArgs& a, int64_t task) {
-  const auto [b, i0, rows] = query_block(a, task);
+void split_pass(const AttnArgs& a, const T* q, const T* k, const T* v, int64_t i0, int64_t rows, int64_t kb0,
+                int64_t kb1, T* o, T* m, T* l, Scratch<T>& w) {
   const int64_t D = a.D;
-  const T *q = at<T>(a.q, b * a.Tq * D), *k = at<T>(a.k, b * a.Tk * D), *v = at<T>(a.v, b * a.Tk * D);
-  T* o = static_cast<T*>(a.out) + (b * a.Tq + i0) * D;
-  Scratch<T> w(D);
-  T m[kBlock], l[kBlock], alpha[kBlock];
+  T alpha[kBlock];
   std::fill(m, m + rows, -std::numeric_limits<T>::infinity());
   std::fill(l, l + rows, T(0));
   std::fill(o, o + rows * D, T(0));
-  const int64_t last = last_key_block(a, i0, rows);
-  for (int64_t kb = 0; kb <= last; ++kb) {
+  for (int64_t kb = kb0; kb <= kb1; ++kb) {
     const int64_t j0 = kb * kBlock, cols = std::min(kBlock, a.Tk - j0);
     scores(a, q, k, i0, rows, j0, cols, w.s, w.gemm);
     for (int64_t r = 0; r < rows; ++r) alpha[r] = online_step(a, w.s + r * kBlock, cols, m[r], l[r]);
@@ -202,9 +218,91 @@ void forward_task(const AttnArgs& a, int64_t task) {
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t d = 0; d < D; ++d) o[r * D + d] = o[r * D + d] * alpha[r] + w.c[r * D + d];
   }
+}
+
+// Folds a later split's state (ms, ls, os) into a row's (m, l, o).
+template <class T>
+void fold_split(int64_t D, T& m, T& l, T* o, T ms, T ls, const T* os) {
+  const T inf = std::numeric_limits<T>::infinity();
+  if (ms == -inf) {  // the split saw no finite score: p = 0 there, and a NaN makes the row NaN
+    if (std::isnan(ls)) l = std::numeric_limits<T>::quiet_NaN();
+    return;
+  }
+  const T mn = std::max(m, ms);
+  const T a = m == mn ? T(1) : m == -inf ? T(0) : fn::Exp::f(T(m - mn));
+  const T as = ms == mn ? T(1) : fn::Exp::f(T(ms - mn));
+  l = l * a + ls * as;
+  for (int64_t d = 0; d < D; ++d) o[d] = o[d] * a + os[d] * as;
+  m = mn;
+}
+
+template <class T>
+void finish_rows(const AttnArgs& a, T* o, const T* l, int64_t rows) {
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t d = 0; d < D; ++d) o[r * D + d] /= l[r];
-  canonical_nans(o, rows * D);
+    for (int64_t d = 0; d < a.D; ++d) o[r * a.D + d] /= l[r];
+  canonical_nans(o, rows * a.D);
+}
+
+// The last split that queries i0 .. i0 + rows - 1 see (-1: none).
+int64_t last_split(const AttnArgs& a, int64_t i0, int64_t rows) {
+  const int64_t kb = last_key_block(a, i0, rows);
+  return kb < 0 ? -1 : kb / (kSplit / kBlock);
+}
+// Split s's last key block, given the last one the queries see.
+int64_t last_block_of_split(int64_t s, int64_t last_block) {
+  return std::min(last_block, (s + 1) * (kSplit / kBlock) - 1);
+}
+
+// One task per (batch, query block): walks the splits in ascending order.
+template <class T>
+void forward_task(const AttnArgs& a, int64_t task) {
+  const auto [b, i0, rows] = query_block(a, task);
+  const int64_t D = a.D;
+  const T *q = at<T>(a.q, b * a.Tq * D), *k = at<T>(a.k, b * a.Tk * D), *v = at<T>(a.v, b * a.Tk * D);
+  T* o = static_cast<T*>(a.out) + (b * a.Tq + i0) * D;
+  Scratch<T> w(D);
+  T m[kBlock], l[kBlock], ms[kBlock], ls[kBlock];
+  const int64_t last = last_key_block(a, i0, rows), per = kSplit / kBlock;
+  split_pass(a, q, k, v, i0, rows, 0, std::min(last, per - 1), o, m, l, w);
+  for (int64_t s = 1; s <= last_split(a, i0, rows); ++s) {
+    split_pass(a, q, k, v, i0, rows, s * per, last_block_of_split(s, last), w.acc, ms, ls, w);
+    for (int64_t r = 0; r < rows; ++r) fold_split(D, m[r], l[r], o + r * D, ms[r], ls[r], w.acc + r * D);
+  }
+  finish_rows(a, o, l, rows);
+}
+
+// Split tasks (at most kSplitRows queries, one query block): one task per (batch, split) writes
+// its partial state; a split past the last one the queries see is left alone.
+template <class T>
+T* partial_state(const AttnArgs& a, int64_t b, int64_t s) {
+  return static_cast<T*>(a.partial) + (b * splits(a.Tk) + s) * a.Tq * (a.D + 2);
+}
+template <class T>
+void split_task(const AttnArgs& a, int64_t task) {
+  const int64_t ns = splits(a.Tk), b = task / ns, s = task % ns, D = a.D, rows = a.Tq;
+  if (s > last_split(a, 0, rows)) return;
+  const T *q = at<T>(a.q, b * a.Tq * D), *k = at<T>(a.k, b * a.Tk * D), *v = at<T>(a.v, b * a.Tk * D);
+  Scratch<T> w(D);
+  T* p = partial_state<T>(a, b, s);
+  const int64_t per = kSplit / kBlock;
+  split_pass(a, q, k, v, 0, rows, s * per, last_block_of_split(s, last_key_block(a, 0, rows)), p,
+             p + rows * D, p + rows * D + rows, w);
+}
+// Then one task per batch item folds its splits in ascending order.
+template <class T>
+void fold_task(const AttnArgs& a, int64_t b) {
+  const int64_t D = a.D, rows = a.Tq;
+  T* o = static_cast<T*>(a.out) + b * a.Tq * D;
+  const T* p0 = partial_state<T>(a, b, 0);
+  T m[kSplitRows], l[kSplitRows];
+  std::copy(p0, p0 + rows * D, o);
+  std::copy(p0 + rows * D, p0 + rows * D + rows, m);
+  std::copy(p0 + rows * D + rows, p0 + rows * D + 2 * rows, l);
+  for (int64_t s = 1; s <= last_split(a, 0, rows); ++s) {
+    const T* p = partial_state<T>(a, b, s);
+    for (int64_t r = 0; r < rows; ++r) fold_split(D, m[r], l[r], o + r * D, p[rows * D + r], p[rows * D + rows + r], p + r * D);
+  }
+  finish_rows(a, o, l, rows);
 }
 
 // ---- backward
@@ -318,6 +416,11 @@ void task(const void* p, int64_t t) {
 
 void forward_launch(const void* p, ThreadPool& pool) {
   const AttnArgs& a = *static_cast<const AttnArgs*>(p);
+  if (a.partial) {
+    pool.run(a.batch * splits(a.Tk), task<split_task<float>, split_task<double>>, p);
+    pool.run(a.batch, task<fold_task<float>, fold_task<double>>, p);
+    return;
+  }
   pool.run(a.batch * blocks(a.Tq), task<forward_task<float>, forward_task<double>>, p);
 }
 
@@ -348,7 +451,12 @@ Launch lower_attention(LowerCtx& c) {
   c.kernel = "attention";
   const size_t tensors = c.node.op == Op::Attention ? 3 : 5;
   a->offset = c.in.size() > tensors ? static_cast<const int64_t*>(c.in[tensors]) : nullptr;
-  if (c.node.op == Op::Attention) return {forward_launch, a, c.id};
+  a->partial = nullptr;
+  if (c.node.op == Op::Attention) {
+    if (split_tasks(a->Tq, a->Tk))
+      a->partial = c.storage.scratch(size_t(a->batch * splits(a->Tk) * a->Tq * (a->D + 2)) * dtype_size(c.node.dtype));
+    return {forward_launch, a, c.id};
+  }
   a->o = c.in[3];
   a->g = c.in[4];
   a->stats = c.storage.scratch(size_t(2 * a->batch * a->Tq) * dtype_size(c.node.dtype));
