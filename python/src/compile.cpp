@@ -11,6 +11,7 @@
 #include <mutex>
 
 #include "bindings.hpp"
+#include "buffer_view.hpp"
 #include "synoros/optim.hpp"
 
 namespace synoros::py {
@@ -22,40 +23,7 @@ std::vector<nb::object>*& traced_optimizers() {
 
 namespace {
 
-// One argument's memory, held for the duration of a call.
-struct View {
-  Py_buffer b{};
-  bool held = false;
-  DType dtype = DType::F32;
-  View() = default;
-  View(const View&) = delete;
-  View& operator=(const View&) = delete;
-  ~View() {
-    if (held) PyBuffer_Release(&b);
-  }
-  // A C-contiguous buffer of an engine dtype; false (and nothing held) otherwise.
-  bool take(PyObject* o) {
-    if (PyObject_GetBuffer(o, &b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) {
-      PyErr_Clear();
-      return false;
-    }
-    held = true;
-    const char* f = b.format ? b.format : "B";
-    if (*f == '@' || *f == '=' || *f == '<') ++f;
-    bool ok = f[1] == '\0';
-    if (ok && *f == 'f' && b.itemsize == 4) dtype = DType::F32;
-    else if (ok && *f == 'd' && b.itemsize == 8) dtype = DType::F64;
-    else if (ok && (*f == 'i' || *f == 'l') && b.itemsize == 4) dtype = DType::I32;
-    else if (ok && (*f == 'l' || *f == 'q') && b.itemsize == 8) dtype = DType::I64;
-    else ok = false;
-    if (!ok) {
-      PyBuffer_Release(&b);
-      held = false;
-    }
-    return ok;
-  }
-  Shape shape() const { return Shape(b.shape, b.shape + b.ndim); }
-};
+using View = BufferView;
 
 const char* numpy_dtype(DType t) {
   switch (t) {

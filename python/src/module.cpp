@@ -102,4 +102,5 @@ NB_MODULE(_C, m) {
   bind_runtime(m);
   bind_trials(m);
   bind_compile(m);
+  bind_distributed(m);
 }
