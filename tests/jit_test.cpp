@@ -64,11 +64,6 @@ struct JitScope {
 
 HostTensor special_tensor(const Shape& s, uint64_t seed) { return testing::special_tensor(s, seed, 7); }
 
-void expect_same_bits(const HostTensor& a, const HostTensor& e, const std::string& what) {
-  ASSERT_EQ(a.bytes(), e.bytes()) << what;
-  ASSERT_EQ(std::memcmp(a.buffer->data(), e.buffer->data(), a.bytes()), 0) << what;
-}
-
 // Builds y = f(graph) as a fused group, runs it with the interpreter, recompiles (every group a
 // candidate), runs again and compares both with an unfused plan. Returns the report.
 RecompileReport check_group(const Graph& g, ValueId y, const std::vector<std::pair<ValueId, HostTensor>>& feeds,
@@ -82,10 +77,10 @@ RecompileReport check_group(const Graph& g, ValueId y, const std::vector<std::pa
     p->run();
   }
   HostTensor before = plan.read(y), expect = ref.read(y);
-  expect_same_bits(before, expect, what + " (interpreter)");
+  testing::expect_same_bits(before, expect, what + " (interpreter)");
   RecompileReport r = plan.recompile();
   plan.run();
-  expect_same_bits(plan.read(y), expect, what + " (generated)");
+  testing::expect_same_bits(plan.read(y), expect, what + " (generated)");
   return r;
 }
 
@@ -195,7 +190,7 @@ TEST(Jit, ARecompileThatRefusesUninstalls) {
   EXPECT_TRUE(outcome == "generated" || outcome.rfind("rejected: ", 0) == 0) << outcome;
   EXPECT_EQ(labelled(), outcome == "generated");
   plan.run();
-  expect_same_bits(plan.read(y), ref.read(y), "after the second recompile");
+  testing::expect_same_bits(plan.read(y), ref.read(y), "after the second recompile");
 }
 
 // Strided inputs (the renderer's gather lanes), at every length around the vector width.

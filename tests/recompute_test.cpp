@@ -12,12 +12,6 @@
 namespace synoros {
 namespace {
 
-void expect_same_bits(const HostTensor& a, const HostTensor& b, const std::string& what) {
-  ASSERT_EQ(a.shape, b.shape) << what;
-  ASSERT_EQ(a.bytes(), b.bytes()) << what;
-  EXPECT_EQ(std::memcmp(a.buffer->data(), b.buffer->data(), a.bytes()), 0) << what;
-}
-
 // x -> segment { h = tanh(x W1); y = h * sigmoid(h) } -> loss = sum(y W2): the tape-level rule.
 TEST(Recompute, TheBackwardReadsNoForwardCopyOfASegmentsValues) {
   Graph g;
@@ -49,7 +43,7 @@ TEST(Recompute, TheBackwardReadsNoForwardCopyOfASegmentsValues) {
   p.run();
   q.run();
   for (size_t k = 0; k < grads.size(); ++k)
-    expect_same_bits(p.read(grads[k]), q.read(plain_grads[k]), "gradient " + std::to_string(k));
+    testing::expect_same_bits(p.read(grads[k]), q.read(plain_grads[k]), "gradient " + std::to_string(k));
 }
 
 // Eagerly, with several inputs and outputs, an output used twice and a nested segment.
@@ -69,7 +63,7 @@ TEST(Recompute, EagerGradientsAreTheSameBits) {
     return std::vector<HostTensor>{loss.value(), a.grad().value(), b.grad().value()};
   };
   std::vector<HostTensor> with = run(true), without = run(false);
-  for (size_t k = 0; k < with.size(); ++k) expect_same_bits(with[k], without[k], "value " + std::to_string(k));
+  for (size_t k = 0; k < with.size(); ++k) testing::expect_same_bits(with[k], without[k], "value " + std::to_string(k));
 }
 
 TEST(Recompute, AGptStepKeepsLessAndGivesTheSameBits) {
@@ -87,7 +81,7 @@ TEST(Recompute, AGptStepKeepsLessAndGivesTheSameBits) {
   size_t arena_with = 0, arena_without = 0;
   std::vector<HostTensor> with = step(true, arena_with), without = step(false, arena_without);
   ASSERT_EQ(with.size(), without.size());
-  for (size_t k = 0; k < with.size(); ++k) expect_same_bits(with[k], without[k], "output " + std::to_string(k));
+  for (size_t k = 0; k < with.size(); ++k) testing::expect_same_bits(with[k], without[k], "output " + std::to_string(k));
   // Here the activations outweigh the parameters' gradients: 13.4 MB against 22.2 MB when measured.
   EXPECT_LT(double(arena_with), 0.75 * double(arena_without));
 }

@@ -104,6 +104,13 @@ void for_every_isa_and_thread_count(F f) {
   set_num_threads(threads);
 }
 
+// The same shape and the same bytes.
+inline void expect_same_bits(const HostTensor& a, const HostTensor& b, const std::string& what) {
+  ASSERT_EQ(a.shape, b.shape) << what;
+  ASSERT_EQ(a.bytes(), b.bytes()) << what;
+  EXPECT_EQ(std::memcmp(a.buffer->data(), b.buffer->data(), a.bytes()), 0) << what;
+}
+
 inline HostTensor to_f64(const HostTensor& h) {
   HostTensor w(DType::F64, h.shape);
   for (int64_t i = 0; i < h.numel(); ++i) w.set(i, h.get(i));

@@ -364,8 +364,11 @@ struct RowJob {
   const float* B;
   float* C;
   bool accumulate;
+  int64_t chunk = 256;  // columns per task (a multiple of 64)
+  int isa = 1;
 };
 constexpr int64_t kRowChunk = 256;
+constexpr int64_t kRowK = 16;  // rows of B per block in one row times B
 
 // Columns [n, n1) of one row of C from one row of A (B rows contiguous): 8 columns at a time, then
 // one at a time.
@@ -384,16 +387,29 @@ __attribute__((target("avx2,fma"))) void row_columns(const GemmShape& s, const f
   }
 }
 
+// Columns per task of the few-row products: as few tasks as keep every thread busy (four per
+// thread), at least kRowChunk, a multiple of 64; each task reads its columns of B as one run per
+// row. The split changes no output's chain.
+int64_t row_task_columns(int64_t N, const ThreadPool& pool) {
+  return std::max<int64_t>(kRowChunk, ceil_div(ceil_div(N, 4 * int64_t(pool.size())), 64) * 64);
+}
+
 __attribute__((target("avx2,fma"))) void row_times_matrix_chunk(const void* p, int64_t chunk) {
   const RowJob& j = *static_cast<const RowJob*>(p);
   const GemmShape& s = *j.s;
-  const int64_t n0 = chunk * kRowChunk, n1 = std::min(s.N, n0 + kRowChunk);
-  if (s.b_cs == 1) {  // B rows are k: 64 columns per block, then 8, then one at a time
-    int64_t n = n0;
-    for (; n + 64 <= n1; n += 64) row_block64(s.K, j.A, s.a_cs, j.B + n, s.b_rs, j.C + n, j.accumulate);
-    row_columns(s, j.A, j.B, j.C, n, n1, j.accumulate);
+  if (s.b_cs == 1) {  // B rows are k: blocks of kRowK rows by the task's columns, then 8, then one
+    const int64_t n0 = chunk * j.chunk, n1 = std::min(s.N, n0 + j.chunk), wide = n0 + (n1 - n0) / 64 * 64;
+    // B is read row by row across the task's columns (kRowK streams the prefetcher follows);
+    // each output's chain goes on from C between row blocks, so it is still one FMA chain in
+    // ascending k.
+    for (int64_t k0 = 0; k0 < s.K; k0 += kRowK)
+      for (int64_t n = n0; n < wide; n += 64)
+        row_block64(std::min(kRowK, s.K - k0), j.A + k0 * s.a_cs, s.a_cs, j.B + k0 * s.b_rs + n, s.b_rs, j.C + n,
+                    j.accumulate || k0 > 0);
+    row_columns(s, j.A, j.B, j.C, wide, n1, j.accumulate);
     return;
   }
+  const int64_t n0 = chunk * kRowChunk, n1 = std::min(s.N, n0 + kRowChunk);
   // B rows are n (B stored transposed): a matrix-vector product over those rows.
   GemmShape mv{n1 - n0, 1, s.K, s.b_cs, 1, s.a_cs, 1, 1};
   small_matvec_avx2(mv, j.B + n0 * s.b_cs, j.A, s.a_cs, j.C + n0, j.accumulate);
@@ -405,17 +421,109 @@ __attribute__((target("avx2,fma"))) void row_times_matrix_chunk(const void* p, i
 // one FMA chain in ascending k.
 constexpr int64_t kFewRows = 8, kFewK = 16;
 
+// R rows of A times 64 columns of B over K rows with AVX-512: each B vector loaded once serves R
+// rows (4R chains), where row_block64 loads it once per row. The same chains, in the same
+// order, so the same bits.
+template <int R>
+__attribute__((target("avx512f,fma"))) void rows_block64_avx512(int64_t K, const float* A, int64_t a_rs, int64_t a_cs,
+                                                                const float* B, int64_t ldb, float* C, int64_t c_rs,
+                                                                bool accumulate) {
+  __m512 c[R][4];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) c[r][v] = accumulate ? _mm512_loadu_ps(C + r * c_rs + 16 * v) : _mm512_setzero_ps();
+  for (int64_t k = 0; k < K; ++k) {
+    const float* b = B + k * ldb;
+    const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16), b2 = _mm512_loadu_ps(b + 32),
+                 b3 = _mm512_loadu_ps(b + 48);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const __m512 a = _mm512_set1_ps(A[r * a_rs + k * a_cs]);
+      c[r][0] = _mm512_fmadd_ps(a, b0, c[r][0]);
+      c[r][1] = _mm512_fmadd_ps(a, b1, c[r][1]);
+      c[r][2] = _mm512_fmadd_ps(a, b2, c[r][2]);
+      c[r][3] = _mm512_fmadd_ps(a, b3, c[r][3]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) _mm512_storeu_ps(C + r * c_rs + 16 * v, c[r][v]);
+}
+
+// Rows m0 .. M - 1 of A times one kFewK x 64 block of B (AVX-512: four rows at a time).
+void few_rows_block64_avx512(int64_t M, int64_t K, const float* A, int64_t a_rs, int64_t a_cs, const float* B,
+                             int64_t ldb, float* C, int64_t c_rs, bool accumulate) {
+  int64_t m = 0;
+  for (; m + 4 <= M; m += 4) rows_block64_avx512<4>(K, A + m * a_rs, a_rs, a_cs, B, ldb, C + m * c_rs, c_rs, accumulate);
+  const float* a = A + m * a_rs;
+  float* c = C + m * c_rs;
+  switch (M - m) {
+    case 1: rows_block64_avx512<1>(K, a, a_rs, a_cs, B, ldb, c, c_rs, accumulate); break;
+    case 2: rows_block64_avx512<2>(K, a, a_rs, a_cs, B, ldb, c, c_rs, accumulate); break;
+    case 3: rows_block64_avx512<3>(K, a, a_rs, a_cs, B, ldb, c, c_rs, accumulate); break;
+    default: break;
+  }
+}
+
 __attribute__((target("avx2,fma"))) void rows_times_matrix_chunk(const void* p, int64_t chunk) {
   const RowJob& j = *static_cast<const RowJob*>(p);
   const GemmShape& s = *j.s;
-  const int64_t n0 = chunk * kRowChunk, n1 = std::min(s.N, n0 + kRowChunk);
-  int64_t n = n0;
-  for (; n + 64 <= n1; n += 64)
-    for (int64_t k0 = 0; k0 < s.K; k0 += kFewK)
+  const int64_t n0 = chunk * j.chunk, n1 = std::min(s.N, n0 + j.chunk), wide = n0 + (n1 - n0) / 64 * 64;
+  for (int64_t k0 = 0; k0 < s.K; k0 += kFewK)
+    for (int64_t n = n0; n < wide; n += 64) {
+      const int64_t kb = std::min(kFewK, s.K - k0);
+      const float *a = j.A + k0 * s.a_cs, *b = j.B + k0 * s.b_rs + n;
+      if (j.isa >= 2) {
+        few_rows_block64_avx512(s.M, kb, a, s.a_rs, s.a_cs, b, s.b_rs, j.C + n, s.c_rs, j.accumulate || k0 > 0);
+        continue;
+      }
       for (int64_t m = 0; m < s.M; ++m)
-        row_block64(std::min(kFewK, s.K - k0), j.A + m * s.a_rs + k0 * s.a_cs, s.a_cs, j.B + k0 * s.b_rs + n, s.b_rs,
-                    j.C + m * s.c_rs + n, j.accumulate || k0 > 0);
-  for (int64_t m = 0; m < s.M; ++m) row_columns(s, j.A + m * s.a_rs, j.B, j.C + m * s.c_rs, n, n1, j.accumulate);
+        row_block64(kb, a + m * s.a_rs, s.a_cs, b, s.b_rs, j.C + m * s.c_rs + n, j.accumulate || k0 > 0);
+    }
+  for (int64_t m = 0; m < s.M; ++m) row_columns(s, j.A + m * s.a_rs, j.B, j.C + m * s.c_rs, wide, n1, j.accumulate);
+}
+
+// A few rows of A times B stored transposed (B(k, n) = B[k + n b_cs]: the tied head of a decoding
+// batch): eight outputs of B's rows at a time, their 8 x 8 blocks transposed in registers so each
+// output stays one FMA chain in ascending k, for every row of A (up to eight chains of eight
+// lanes beside the block: AVX-512's 32 registers); the last k and outputs one at a time.
+__attribute__((target("avx512f,avx512vl,avx2,fma"))) void rows_times_transposed_chunk(const void* p, int64_t chunk) {
+  const RowJob& j = *static_cast<const RowJob*>(p);
+  const GemmShape& s = *j.s;
+  const int64_t n0 = chunk * j.chunk, n1 = std::min(s.N, n0 + j.chunk), K8 = s.K / 8 * 8, M = s.M;
+  int64_t n = n0;
+  for (; n + 8 <= n1; n += 8) {
+    __m256 acc[kFewRows];
+    for (int64_t m = 0; m < M; ++m) acc[m] = j.accumulate ? _mm256_loadu_ps(j.C + m * s.c_rs + n) : _mm256_setzero_ps();
+    const float* b = j.B + n * s.b_cs;
+    for (int64_t k0 = 0; k0 < K8; k0 += 8) {
+      __m256 r[8];
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(b + i * s.b_cs + k0);
+      transpose8(r);  // r[kk]: outputs n .. n + 7 at k0 + kk
+      for (int64_t m = 0; m < M; ++m) {
+        const float* a = j.A + m * s.a_rs + k0 * s.a_cs;
+#pragma GCC unroll 8
+        for (int kk = 0; kk < 8; ++kk) acc[m] = _mm256_fmadd_ps(_mm256_set1_ps(a[kk * s.a_cs]), r[kk], acc[m]);
+      }
+    }
+    for (int64_t m = 0; m < M; ++m) {
+      alignas(32) float out[8];
+      _mm256_store_ps(out, acc[m]);
+      const float* a = j.A + m * s.a_rs;
+      for (int i = 0; i < 8; ++i)
+        for (int64_t k = K8; k < s.K; ++k) out[i] = std::fma(a[k * s.a_cs], b[i * s.b_cs + k], out[i]);
+      std::memcpy(j.C + m * s.c_rs + n, out, sizeof(out));
+    }
+  }
+  for (; n < n1; ++n)
+    for (int64_t m = 0; m < M; ++m) {
+      float acc = j.accumulate ? j.C[m * s.c_rs + n] : 0.0f;
+      for (int64_t k = 0; k < s.K; ++k) acc = std::fma(j.A[m * s.a_rs + k * s.a_cs], j.B[k + n * s.b_cs], acc);
+      j.C[m * s.c_rs + n] = acc;
+    }
 }
 
 __attribute__((target("avx2,fma"))) void small_gemm_avx2(const GemmShape& s, const float* A,
@@ -693,11 +801,20 @@ void sgemm(const GemmShape& s, const float* A, const float* B, float* C, float* 
   bool tiny = s.M * s.N * s.K < (1 << 15);
   if (s.M == 1 && !tiny && isa >= 1 && (s.b_cs == 1 || s.b_rs == 1)) {
     RowJob rj{&s, A, B, C, accumulate};
-    return pool.run(ceil_div(s.N, kRowChunk), row_times_matrix_chunk, &rj);
+    if (s.b_cs != 1) return pool.run(ceil_div(s.N, kRowChunk), row_times_matrix_chunk, &rj);
+    rj.chunk = row_task_columns(s.N, pool);
+    return pool.run(ceil_div(s.N, rj.chunk), row_times_matrix_chunk, &rj);
+  }
+  if (s.M > 1 && s.M <= kFewRows && !tiny && isa >= 2 && s.b_rs == 1 && s.b_cs >= s.K && s.N >= 64) {
+    RowJob rj{&s, A, B, C, accumulate};
+    rj.chunk = row_task_columns(s.N, pool);
+    return pool.run(ceil_div(s.N, rj.chunk), rows_times_transposed_chunk, &rj);
   }
   if (s.M > 1 && s.M <= kFewRows && !tiny && isa >= 1 && s.b_cs == 1 && s.N >= 64) {
     RowJob rj{&s, A, B, C, accumulate};
-    return pool.run(ceil_div(s.N, kRowChunk), rows_times_matrix_chunk, &rj);
+    rj.chunk = row_task_columns(s.N, pool);
+    rj.isa = isa;
+    return pool.run(ceil_div(s.N, rj.chunk), rows_times_matrix_chunk, &rj);
   }
   bool small = mode == 1 || (mode == 0 && tiny);
   if (small && isa >= 1) {
