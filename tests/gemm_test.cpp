@@ -103,11 +103,15 @@ TEST(Gemm, VectorShapesWithZeroStridesAreSupportedAndCorrect) {
   }
 }
 
-// Every provider, canonical or not, splits work by shape only: its bits ignore the thread count.
+// Every provider, canonical or not, gives bits that ignore the thread count (a split may follow
+// the thread count only where it changes no output's chain: the few-row products). One row and
+// a few rows, B read in place and transposed.
 TEST(Gemm, EveryProviderIgnoresTheThreadCount) {
   for (const auto& prov : gemm_providers())
-    for (const auto& [M, N, K] : std::vector<std::array<int64_t, 3>>{{64, 600, 64}, {200, 300, 129}, {9, 1030, 40}, {6, 1030, 40}}) {
-      Problem p = make_problem(M, N, K, false, false, uint64_t(M + N + K));
+    for (const auto& [M, N, K, tb] : std::vector<std::array<int64_t, 4>>{
+             {64, 600, 64, 0}, {200, 300, 129, 0}, {9, 1030, 40, 0}, {6, 1030, 40, 0}, {6, 1030, 40, 1},
+             {1, 1030, 77, 0}, {1, 1030, 77, 1}, {3, 2100, 50, 1}}) {
+      Problem p = make_problem(M, N, K, false, tb, uint64_t(M + N + K));
       if (!prov->supports(p.s)) continue;
       std::vector<float> first;
       for (int threads : {1, 2, 3}) {
@@ -134,6 +138,10 @@ TEST(Gemm, CanonicalPathsAndInstructionSetsGiveTheSameBits) {
           std::vector<float> C = p.C0;
           Buffer scratch(gemm_scratch_floats(p.s) * sizeof(float));
           sgemm(p.s, p.A.data(), p.B.data(), C.data(), static_cast<float*>(scratch.data()), int(isa), pool, mode, true);
+          // And without accumulating, after it in the same buffer (the chains start from 0).
+          std::vector<float> D = p.C0;
+          sgemm(p.s, p.A.data(), p.B.data(), D.data(), static_cast<float*>(scratch.data()), int(isa), pool, mode, false);
+          C.insert(C.end(), D.begin(), D.end());
           if (first.empty()) first = C;
           EXPECT_EQ(C, first) << "M=" << M << " N=" << N << " K=" << K << " isa=" << isa_name(isa)
                               << " mode=" << mode;

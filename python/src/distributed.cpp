@@ -8,6 +8,7 @@
 
 #include <cstring>
 #include <memory>
+#include <mutex>
 
 #include "bindings.hpp"
 #include "buffer_view.hpp"
@@ -28,10 +29,12 @@ std::unique_ptr<cli::MpiRuntime>& runtime_slot() {
   static std::unique_ptr<cli::MpiRuntime> r;
   return r;
 }
+bool finalized = false;  // MPI cannot start again once finalised
 
 cli::MpiRuntime& runtime() {
   auto& r = runtime_slot();
   if (!r) {
+    if (finalized) throw Error("synoros.distributed: MPI has been finalised (the interpreter is exiting)");
 #ifdef SYNOROS_HAVE_MPI
     // Python loads this extension with its symbols private; Open MPI's plugins, loaded by
     // MPI_Init, need libmpi's symbols global (what mpi4py does too).
@@ -55,6 +58,7 @@ struct DataParallel {
   std::vector<std::pair<DType, Shape>> specs;  // one micro-shard's arguments, once traced
   std::unique_ptr<dist::DataParallelStep> step;
   bool overlap = true;
+  std::mutex mu;  // one run at a time: the step has one set of buffers and transfers
 
   DataParallel(nb::callable f, nb::object opt, int64_t m, std::vector<Tensor> bufs, size_t bucket_floats)
       : fn(std::move(f)), optimizer(std::move(opt)), buffers(std::move(bufs)), shards(m), bucket(bucket_floats) {
@@ -105,9 +109,14 @@ struct DataParallel {
       for (size_t i = 0; i < n; ++i) got += std::string(i ? ", " : "") + dtype_name(micro[i].first) + shape_str(micro[i].second);
       throw Error("DataParallelStep: micro-shards of [" + got + "], the step was traced for [" + want + "]");
     }
+    // The update's per-step scalars (AdamW's bias corrections, a changed lr) advance as in a
+    // compiled step; the trainer does the same before each data-parallel run.
+    optim::Optimizer& opt = nb::cast<optim::Optimizer&>(optimizer);
     std::vector<double> losses;
     {
       nb::gil_scoped_release no_gil;
+      std::lock_guard<std::mutex> lock(mu);
+      opt.tick();
       losses = step->run(
           [&](int64_t shard) {
             std::vector<HostTensor> in;
@@ -136,6 +145,7 @@ int step_traverse(PyObject* self, visitproc visit, void* arg) {
 }
 
 int step_clear(PyObject* self) {
+  if (!nb::inst_ready(self)) return 0;
   DataParallel* d = nb::inst_ptr<DataParallel>(self);
   d->fn.reset();
   d->optimizer.reset();
@@ -167,7 +177,10 @@ void bind_distributed(nb::module_& m) {
   m.def("_dist_abort", [](const std::string& why) {
     if (runtime_slot() && runtime_slot()->active()) runtime_slot()->abort(why);
   });
-  m.def("_dist_finalize", [] { runtime_slot().reset(); });
+  m.def("_dist_finalize", [] {
+    if (runtime_slot()) finalized = true;
+    runtime_slot().reset();
+  });
 
   nb::class_<dist::StepTimes>(m, "DataParallelTimes")
       .def_ro("compute", &dist::StepTimes::compute)
@@ -189,6 +202,8 @@ void bind_distributed(nb::module_& m) {
       .def_prop_ro("times", [](const DataParallel& d) { return d.step ? d.step->times() : dist::StepTimes{}; })
       .def_prop_rw("overlap", [](const DataParallel& d) { return d.overlap; },
                    [](DataParallel& d, bool on) {
+                     nb::gil_scoped_release no_gil;
+                     std::lock_guard<std::mutex> lock(d.mu);
                      d.overlap = on;
                      if (d.step) d.step->set_overlap(on);
                    });

@@ -15,15 +15,18 @@ are passed on in buckets while its backward pass still runs.
     if dist.rank() == 0:
         synoros.save(model.state_dict(), "model.safetensors")
 
-Only rank 0 should write files. A rank that raises takes the whole job down (``MPI_Abort``)
-instead of leaving the others waiting; a peer that stops answering is an error after
-``SYNOROS_DIST_TIMEOUT`` seconds (600 by default).
+Only rank 0 should write files. A rank whose uncaught exception ends it (in the main thread or
+another) takes the whole job down (``MPI_Abort``) instead of leaving the others waiting; a rank
+that leaves by ``sys.exit`` does not, so call ``os.abort`` or let the exception through on
+error. A peer that stops answering inside a step is an error after ``SYNOROS_DIST_TIMEOUT``
+seconds (600 by default); ``barrier()`` waits without a deadline.
 """
 
 from __future__ import annotations
 
 import atexit
 import sys
+import threading
 from typing import Any, Callable, Iterable
 
 from . import _C
@@ -56,14 +59,23 @@ def init() -> None:
         return
     _C._dist_init()
     _started = True
-    if _C._dist_world_size() > 1:
+    if _C._dist_world_size() > 1:  # an error on one rank stops all: the others would wait for it
         previous = sys.excepthook
 
-        def abort_on_error(kind, value, tb):  # the other ranks would wait for this one
+        def abort_on_error(kind, value, tb):
             previous(kind, value, tb)
             _C._dist_abort(f"{kind.__name__}: {value}")
 
         sys.excepthook = abort_on_error
+        previous_thread = threading.excepthook
+
+        def abort_on_thread_error(args):
+            previous_thread(args)
+            if args.exc_type is not SystemExit:
+                _C._dist_abort(f"{args.exc_type.__name__} in thread {args.thread.name if args.thread else '?'}: "
+                               f"{args.exc_value}")
+
+        threading.excepthook = abort_on_thread_error
 
 
 def rank() -> int:

@@ -21,11 +21,14 @@ SCRIPT = textwrap.dedent(
     import synoros.distributed as dist
     from synoros import nn
 
-    out = sys.argv[1]
+    out, optimizer = sys.argv[1], sys.argv[2]
     synoros.set_num_threads(1)
     synoros.manual_seed(3)
     model = nn.Sequential(nn.Linear(12, 16), nn.ReLU(), nn.Linear(16, 5))
-    opt = synoros.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    if optimizer == "sgd":
+        opt = synoros.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    else:
+        opt = synoros.optim.AdamW(model.parameters(), lr=0.01)
     step = dist.DataParallelStep(lambda x, y: synoros.cross_entropy(model(x), y), opt, shards=6,
                                  bucket_floats=40)
     rng = np.random.default_rng(7)  # the same global batch on every rank
@@ -54,23 +57,24 @@ def test_same_bytes_for_every_world_size(tmp_path):
     script.write_text(SCRIPT)
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OMPI_MCA_rmaps_base_oversubscribe="1")
-    results = {}
-    for np_ in (0, 1, 2, 3):
-        out = tmp_path / f"params{np_}.bin"
-        cmd = [sys.executable, str(script), str(out)]
-        if np_:
-            cmd = [_mpirun(), "-np", str(np_)] + cmd
-        r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-        assert r.returncode == 0, r.stdout + r.stderr
-        ranks = max(np_, 1)
-        assert r.stdout.count(f"of {ranks} computes") == ranks, r.stdout
-        results[np_] = out.read_bytes()
-    assert len(results[0]) == (12 * 16 + 16 + 16 * 5 + 5) * 4 + 3 * 6 * 8
-    for np_ in (1, 2, 3):
-        assert results[np_] == results[0], f"{np_} ranks differ from one process"
-    losses = np.frombuffer(results[0][-3 * 6 * 8:], dtype=np.float64).reshape(3, 6)
-    assert np.all(np.isfinite(losses))
-    assert losses[2].mean() < losses[0].mean()  # it learns
+    for optimizer in ("sgd", "adamw"):
+        results = {}
+        for np_ in (0, 1, 2, 3):
+            out = tmp_path / f"params_{optimizer}{np_}.bin"
+            cmd = [sys.executable, str(script), str(out), optimizer]
+            if np_:
+                cmd = [_mpirun(), "-np", str(np_)] + cmd
+            r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+            assert r.returncode == 0, r.stdout + r.stderr
+            ranks = max(np_, 1)
+            assert r.stdout.count(f"of {ranks} computes") == ranks, r.stdout
+            results[np_] = out.read_bytes()
+        assert len(results[0]) == (12 * 16 + 16 + 16 * 5 + 5) * 4 + 3 * 6 * 8
+        for np_ in (1, 2, 3):
+            assert results[np_] == results[0], f"{optimizer}: {np_} ranks differ from one process"
+        losses = np.frombuffer(results[0][-3 * 6 * 8:], dtype=np.float64).reshape(3, 6)
+        assert np.all(np.isfinite(losses))
+        assert losses[2].mean() < losses[0].mean(), optimizer  # it learns
 
 
 def test_one_process_is_rank_zero_of_one():

@@ -63,6 +63,45 @@ class IntervalAllocator {
 };
 }  // namespace
 
+// Offline placement, once every block's lifetime is known: the largest blocks first, each at the
+// lowest offset clear of the blocks already placed whose lifetimes overlap (greedy by size, as
+// TensorFlow Lite's arena planner does). A block is a value with those that took it over in place
+// (one lifetime, from the first's start to the last's end), or a launch's scratch frame.
+struct Block {
+  size_t size = 0;
+  int start = 0, end = 0;
+  size_t offset = 0;
+};
+// Offsets for `blocks` (set in place); returns the arena's size.
+size_t place_by_size(std::vector<Block>& blocks) {
+  std::vector<size_t> order(blocks.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    if (blocks[a].size != blocks[b].size) return blocks[a].size > blocks[b].size;
+    if (blocks[a].start != blocks[b].start) return blocks[a].start < blocks[b].start;
+    return a < b;
+  });
+  std::vector<size_t> placed;
+  std::vector<std::pair<size_t, size_t>> clash;  // (offset, size) of placed blocks alive at the same time
+  size_t top = 0;
+  for (size_t i : order) {
+    Block& b = blocks[i];
+    clash.clear();
+    for (size_t j : placed)
+      if (blocks[j].start <= b.end && b.start <= blocks[j].end) clash.push_back({blocks[j].offset, blocks[j].size});
+    std::sort(clash.begin(), clash.end());
+    size_t off = 0;
+    for (const auto& [o, sz] : clash) {
+      if (off + b.size <= o) break;
+      off = std::max(off, o + sz);
+    }
+    b.offset = off;
+    top = std::max(top, off + b.size);
+    placed.push_back(i);
+  }
+  return top;
+}
+
 bool can_run_in_place(const Graph& g, const Node& n, size_t k) {
   OpKind kind = op_info(n.op).kind;
   if (kind != OpKind::Elementwise && n.op != Op::Dropout) return false;
@@ -143,6 +182,36 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
     if (scratch_of(s)) alloc.release(m.scratch_offset[s], scratch_of(s));
   }
   m.arena_bytes = alloc.peak();
+
+  // The same lifetimes placed offline; kept when the arena is smaller (the in-place choices above
+  // depend on lifetimes only, so they hold for any placement).
+  std::vector<size_t> block_of(n, SIZE_MAX);
+  std::vector<Block> blocks;
+  for (size_t v = 0; v < n; ++v) {
+    if (!in.in_arena[v] || m.offset[v] == SIZE_MAX) continue;
+    size_t root = v;
+    while (m.inplace_of[root] != kNoValue) root = size_t(m.inplace_of[root]);
+    if (block_of[root] == SIZE_MAX) {
+      block_of[root] = blocks.size();
+      blocks.push_back({rounded(g.node(ValueId(root))), m.life[root].start, m.life[root].end, 0});
+    }
+    Block& b = blocks[block_of[root]];
+    block_of[v] = block_of[root];
+    b.start = std::min(b.start, m.life[v].start);
+    b.end = std::max(b.end, m.life[v].end);
+  }
+  std::vector<size_t> scratch_block(in.order.size(), SIZE_MAX);
+  for (size_t s = 0; s < in.order.size(); ++s)
+    if (scratch_of(s)) scratch_block[s] = blocks.size(), blocks.push_back({scratch_of(s), int(s), int(s), 0});
+  constexpr size_t kMaxOfflineBlocks = 20000;  // quadratic in the blocks
+  if (blocks.size() > kMaxOfflineBlocks) return m;
+  const size_t top = place_by_size(blocks);
+  if (top >= m.arena_bytes) return m;
+  for (size_t v = 0; v < n; ++v)
+    if (block_of[v] != SIZE_MAX) m.offset[v] = blocks[block_of[v]].offset;
+  for (size_t s = 0; s < in.order.size(); ++s)
+    if (scratch_block[s] != SIZE_MAX) m.scratch_offset[s] = blocks[scratch_block[s]].offset;
+  m.arena_bytes = top;
   return m;
 }
 

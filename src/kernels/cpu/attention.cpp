@@ -25,7 +25,8 @@
 // second pass folds them in the same order, so the bits are those of a task that walks the splits
 // itself, and the same whatever the thread count.
 //
-// Backward: phase 1 recomputes m and l the same way for lse = m + log(l), and the row sums
+// Backward: phase 1 recomputes m and l by one online softmax over all the keys (no splits: the
+// backward's own definition, deterministic like the rest) for lse = m + log(l), and the row sums
 // D = sum(g o) (in the reductions' lane order); phase 2 owns each key block: for the query blocks
 // in ascending order, P = exp(s - lse), dv += P^T g, dS = P (g v^T - D), dk += dS^T q; phase 3 owns
 // each query block: dq += dS k over the key blocks in ascending order. dq and dk are then scaled.
@@ -85,13 +86,13 @@ int64_t last_key_block(const AttnArgs& a, int64_t i0, int64_t rows) {
 // A task's scratch: two score blocks, an output block and the GEMM's transposition space; on the
 // task's stack for heads up to kStackD wide (so running a plan allocates nothing), else on the heap.
 constexpr int64_t kStackD = 128;
-template <class T>
+template <class T, bool Acc = false>  // Acc: a second output block (the forward's later splits)
 class Scratch {
  public:
   explicit Scratch(int64_t D) {
     T* p = stack_;
     if (D > kStackD) {
-      heap_.resize(size_t(2 * kBlock * kBlock + 3 * kBlock * D) + 64);
+      heap_.resize(size_t(2 * kBlock * kBlock + (Acc ? 3 : 2) * kBlock * D) + 64);
       p = heap_.data();
       while (reinterpret_cast<uintptr_t>(p) % 64) ++p;
     }
@@ -99,14 +100,14 @@ class Scratch {
     dp = p + kBlock * kBlock;
     c = p + 2 * kBlock * kBlock;
     gemm = c + kBlock * D;
-    acc = p + 2 * kBlock * kBlock + 2 * kBlock * std::max(D, kStackD);  // after the GEMM's space
+    acc = Acc ? p + 2 * kBlock * kBlock + 2 * kBlock * std::max(D, kStackD) : nullptr;  // after the GEMM's space
   }
   Scratch(const Scratch&) = delete;
   Scratch& operator=(const Scratch&) = delete;
   T *s, *dp, *c, *acc, *gemm;
 
  private:
-  alignas(64) T stack_[2 * kBlock * kBlock + 3 * kBlock * kStackD];
+  alignas(64) T stack_[2 * kBlock * kBlock + (Acc ? 3 : 2) * kBlock * kStackD];
   std::vector<T> heap_;
 };
 
@@ -202,9 +203,9 @@ const T* at(const void* p, int64_t off) {
 // ---- forward
 // One split's online softmax for queries i0 .. i0 + rows - 1 over key blocks kb0 .. kb1, from a
 // fresh state: o (rows x D), m and l.
-template <class T>
+template <class T, bool Acc>
 void split_pass(const AttnArgs& a, const T* q, const T* k, const T* v, int64_t i0, int64_t rows, int64_t kb0,
-                int64_t kb1, T* o, T* m, T* l, Scratch<T>& w) {
+                int64_t kb1, T* o, T* m, T* l, Scratch<T, Acc>& w) {
   const int64_t D = a.D;
   T alpha[kBlock];
   std::fill(m, m + rows, -std::numeric_limits<T>::infinity());
@@ -260,7 +261,7 @@ void forward_task(const AttnArgs& a, int64_t task) {
   const int64_t D = a.D;
   const T *q = at<T>(a.q, b * a.Tq * D), *k = at<T>(a.k, b * a.Tk * D), *v = at<T>(a.v, b * a.Tk * D);
   T* o = static_cast<T*>(a.out) + (b * a.Tq + i0) * D;
-  Scratch<T> w(D);
+  Scratch<T, true> w(D);
   T m[kBlock], l[kBlock], ms[kBlock], ls[kBlock];
   const int64_t last = last_key_block(a, i0, rows), per = kSplit / kBlock;
   split_pass(a, q, k, v, i0, rows, 0, std::min(last, per - 1), o, m, l, w);
