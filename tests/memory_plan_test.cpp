@@ -358,3 +358,64 @@ TEST(MemoryPlan, PoolingWindowMaxMatchesTheRowMaximum) {
 }
 }  // namespace
 }  // namespace synoros
+
+#include "passes/memory_plan.hpp"
+
+namespace synoros {
+namespace {
+// The planner itself, on random schedules with scratch frames and in-place hand-overs: no two
+// blocks alive at the same launch share a byte (scratch included), whichever layout it keeps.
+TEST(MemoryPlan, RandomSchedulesNeverOverlapValuesOrScratch) {
+  for (uint64_t seed = 0; seed < 400; ++seed) {
+    std::mt19937_64 rng(seed);
+    auto pick = [&](int64_t n) { return int64_t(rng() % uint64_t(n)); };
+    Graph g;
+    const int64_t n = 5 + pick(40);
+    passes::MemoryPlanInput in;
+    in.g = &g;
+    for (int64_t v = 0; v < n; ++v) g.input(DType::F32, {1 + pick(3) * 16, 1 + pick(64)}, "v");
+    in.in_arena.assign(size_t(n), true);
+    for (int64_t v = 0; v < n; ++v) in.alias_root.push_back(ValueId(v));
+    in.observable.assign(size_t(n), false);
+    in.observable[0] = true;  // an input: alive before the first launch, never reused
+    for (int64_t v = 1; v < n; ++v) {
+      in.order.push_back(ValueId(v));
+      std::vector<ValueId> reads{ValueId(pick(v))};
+      if (pick(2)) reads.push_back(ValueId(pick(v)));
+      in.reads.push_back(reads);
+      in.inplace.push_back(g.shape(reads[0]) == g.shape(ValueId(v)) ? std::vector<ValueId>{reads[0]}
+                                                                      : std::vector<ValueId>{});
+      in.scratch.push_back(pick(3) ? 0 : size_t(64 * (1 + pick(300))));
+      if (pick(6) == 0) in.observable[size_t(v)] = true;
+    }
+    passes::MemoryPlan m = passes::plan_memory(in);
+    struct Span {
+      size_t off, bytes;
+      int start, end;
+      int64_t value;  // -1: scratch
+    };
+    std::vector<Span> spans;
+    for (int64_t v = 0; v < n; ++v)
+      spans.push_back({m.offset[size_t(v)], size_t(numel(g.shape(ValueId(v)))) * 4, m.life[size_t(v)].start,
+                       m.life[size_t(v)].end, v});
+    for (size_t s = 0; s < in.order.size(); ++s)
+      if (in.scratch[s]) spans.push_back({m.scratch_offset[s], in.scratch[s], int(s), int(s), -1});
+    size_t top = 0;
+    for (size_t i = 0; i < spans.size(); ++i) {
+      top = std::max(top, spans[i].off + spans[i].bytes);
+      for (size_t j = i + 1; j < spans.size(); ++j) {
+        const Span &a = spans[i], &b = spans[j];
+        const bool mem = a.off < b.off + b.bytes && b.off < a.off + a.bytes;
+        const bool time = a.start <= b.end && b.start <= a.end;
+        if (!mem || !time) continue;
+        const bool handoff = a.value >= 0 && b.value >= 0 &&
+                             ((m.inplace_of[size_t(b.value)] == ValueId(a.value) && a.end == b.start) ||
+                              (m.inplace_of[size_t(a.value)] == ValueId(b.value) && b.end == a.start));
+        ASSERT_TRUE(handoff) << "seed " << seed << ": blocks " << a.value << " and " << b.value << " share bytes";
+      }
+    }
+    ASSERT_LE(top, m.arena_bytes) << "seed " << seed;
+  }
+}
+}  // namespace
+}  // namespace synoros

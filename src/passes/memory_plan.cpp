@@ -61,7 +61,6 @@ class IntervalAllocator {
   std::map<size_t, size_t> free_;
   size_t top_ = 0;
 };
-}  // namespace
 
 // Offline placement, once every block's lifetime is known: the largest blocks first, each at the
 // lowest offset clear of the blocks already placed whose lifetimes overlap (greedy by size, as
@@ -72,7 +71,8 @@ struct Block {
   int start = 0, end = 0;
   size_t offset = 0;
 };
-// Offsets for `blocks` (set in place); returns the arena's size.
+// Offsets for `blocks` (set in place); returns the arena's size. The placed blocks are kept in
+// offset order, so each placement is one pass over them.
 size_t place_by_size(std::vector<Block>& blocks) {
   std::vector<size_t> order(blocks.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
@@ -81,26 +81,39 @@ size_t place_by_size(std::vector<Block>& blocks) {
     if (blocks[a].start != blocks[b].start) return blocks[a].start < blocks[b].start;
     return a < b;
   });
-  std::vector<size_t> placed;
-  std::vector<std::pair<size_t, size_t>> clash;  // (offset, size) of placed blocks alive at the same time
+  std::vector<size_t> placed;  // by offset
   size_t top = 0;
   for (size_t i : order) {
     Block& b = blocks[i];
-    clash.clear();
-    for (size_t j : placed)
-      if (blocks[j].start <= b.end && b.start <= blocks[j].end) clash.push_back({blocks[j].offset, blocks[j].size});
-    std::sort(clash.begin(), clash.end());
     size_t off = 0;
-    for (const auto& [o, sz] : clash) {
-      if (off + b.size <= o) break;
-      off = std::max(off, o + sz);
+    for (size_t j : placed) {
+      const Block& p = blocks[j];
+      if (p.start > b.end || b.start > p.end) continue;  // not alive at the same time
+      if (off + b.size <= p.offset) break;
+      off = std::max(off, p.offset + p.size);
     }
     b.offset = off;
     top = std::max(top, off + b.size);
-    placed.push_back(i);
+    auto at = std::upper_bound(placed.begin(), placed.end(), off,
+                               [&](size_t o, size_t j) { return o < blocks[j].offset; });
+    placed.insert(at, i);
   }
   return top;
 }
+
+// The most bytes alive at any one launch: no layout can use less.
+size_t most_live_bytes(const std::vector<Block>& blocks, size_t launches) {
+  std::vector<int64_t> delta(launches + 2, 0);  // index s + 1: launch s (-1: before the first)
+  for (const Block& b : blocks) {
+    const size_t first = size_t(b.start + 1), last = b.end == kForever ? launches + 1 : size_t(b.end + 1) + 1;
+    delta[first] += int64_t(b.size);
+    if (last < delta.size()) delta[last] -= int64_t(b.size);
+  }
+  int64_t live = 0, most = 0;
+  for (int64_t d : delta) most = std::max(most, live += d);
+  return size_t(most);
+}
+}  // namespace
 
 bool can_run_in_place(const Graph& g, const Node& n, size_t k) {
   OpKind kind = op_info(n.op).kind;
@@ -204,7 +217,7 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   for (size_t s = 0; s < in.order.size(); ++s)
     if (scratch_of(s)) scratch_block[s] = blocks.size(), blocks.push_back({scratch_of(s), int(s), int(s), 0});
   constexpr size_t kMaxOfflineBlocks = 20000;  // quadratic in the blocks
-  if (blocks.size() > kMaxOfflineBlocks) return m;
+  if (blocks.size() > kMaxOfflineBlocks || m.arena_bytes <= most_live_bytes(blocks, in.order.size())) return m;
   const size_t top = place_by_size(blocks);
   if (top >= m.arena_bytes) return m;
   for (size_t v = 0; v < n; ++v)

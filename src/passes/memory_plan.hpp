@@ -1,5 +1,6 @@
 // Track and Place for memory: the liveness of every value over a schedule of launches, and an
-// arena offset for each value from an interval allocator over those lifetimes.
+// arena offset for each value: best fit in launch order, or, when smaller, every block placed
+// offline largest first (see memory_plan.cpp).
 #pragma once
 
 #include <cstddef>
@@ -26,7 +27,7 @@ struct MemoryPlan {
   std::vector<Lifetime> life;        // per value (arena values only are meaningful)
   std::vector<ValueId> inplace_of;   // value whose block this one took over at its start
   std::vector<size_t> scratch_offset;  // per launch (SIZE_MAX: none)
-  size_t arena_bytes = 0;            // peak: the arena's size
+  size_t arena_bytes = 0;            // the arena's size (the smaller of the two layouts)
   size_t naive_bytes = 0;            // every value (and scratch frame) its own block
 };
 
