@@ -368,7 +368,6 @@ struct RowJob {
   int isa = 1;
 };
 constexpr int64_t kRowChunk = 256;
-constexpr int64_t kRowK = 16;  // rows of B per block in one row times B
 
 // Columns [n, n1) of one row of C from one row of A (B rows contiguous): 8 columns at a time, then
 // one at a time.
@@ -394,31 +393,20 @@ int64_t row_task_columns(int64_t N, const ThreadPool& pool) {
   return std::max<int64_t>(kRowChunk, ceil_div(ceil_div(N, 4 * int64_t(pool.size())), 64) * 64);
 }
 
-__attribute__((target("avx2,fma"))) void row_times_matrix_chunk(const void* p, int64_t chunk) {
+// One row of A times B stored transposed (B rows are n): a matrix-vector product over those rows.
+// (B with contiguous rows goes through rows_times_matrix_chunk, one row being a few.)
+__attribute__((target("avx2,fma"))) void row_times_transposed_chunk(const void* p, int64_t chunk) {
   const RowJob& j = *static_cast<const RowJob*>(p);
   const GemmShape& s = *j.s;
-  if (s.b_cs == 1) {  // B rows are k: blocks of kRowK rows by the task's columns, then 8, then one
-    const int64_t n0 = chunk * j.chunk, n1 = std::min(s.N, n0 + j.chunk), wide = n0 + (n1 - n0) / 64 * 64;
-    // B is read row by row across the task's columns (kRowK streams the prefetcher follows);
-    // each output's chain goes on from C between row blocks, so it is still one FMA chain in
-    // ascending k.
-    for (int64_t k0 = 0; k0 < s.K; k0 += kRowK)
-      for (int64_t n = n0; n < wide; n += 64)
-        row_block64(std::min(kRowK, s.K - k0), j.A + k0 * s.a_cs, s.a_cs, j.B + k0 * s.b_rs + n, s.b_rs, j.C + n,
-                    j.accumulate || k0 > 0);
-    row_columns(s, j.A, j.B, j.C, wide, n1, j.accumulate);
-    return;
-  }
   const int64_t n0 = chunk * kRowChunk, n1 = std::min(s.N, n0 + kRowChunk);
-  // B rows are n (B stored transposed): a matrix-vector product over those rows.
   GemmShape mv{n1 - n0, 1, s.K, s.b_cs, 1, s.a_cs, 1, 1};
   small_matvec_avx2(mv, j.B + n0 * s.b_cs, j.A, s.a_cs, j.C + n0, j.accumulate);
 }
 
-// A few rows of A times a large B with contiguous rows (decoding a batch of sequences): B is
-// streamed once in place, in blocks of kFewK rows by 64 columns that every row of A uses while the
-// block sits in L1. Each row's chains continue from C between k blocks, so every output is still
-// one FMA chain in ascending k.
+// One or a few rows of A times a large B with contiguous rows (decoding): B is streamed once in
+// place, row by row across the task's columns in blocks of kFewK rows (streams the prefetcher
+// follows), each 64-column block used by every row of A while it sits in L1. Each row's chains
+// continue from C between k blocks, so every output is still one FMA chain in ascending k.
 constexpr int64_t kFewRows = 8, kFewK = 16;
 
 // R rows of A times 64 columns of B over K rows with AVX-512: each B vector loaded once serves R
@@ -799,11 +787,14 @@ void sgemm(const GemmShape& s, const float* A, const float* B, float* C, float* 
   j.pb = scratch + j.mp * mr * std::min(s.K, kGemmKC);
   // Tiny problems run inline: a parallel launch costs more than the work.
   bool tiny = s.M * s.N * s.K < (1 << 15);
-  if (s.M == 1 && !tiny && isa >= 1 && (s.b_cs == 1 || s.b_rs == 1)) {
+  if (s.M == 1 && !tiny && isa >= 1 && s.b_cs != 1 && s.b_rs == 1) {
     RowJob rj{&s, A, B, C, accumulate};
-    if (s.b_cs != 1) return pool.run(ceil_div(s.N, kRowChunk), row_times_matrix_chunk, &rj);
+    return pool.run(ceil_div(s.N, kRowChunk), row_times_transposed_chunk, &rj);
+  }
+  if (s.M == 1 && !tiny && isa >= 1 && s.b_cs == 1) {  // one row: AVX2's 64-column blocks (as fast here)
+    RowJob rj{&s, A, B, C, accumulate};
     rj.chunk = row_task_columns(s.N, pool);
-    return pool.run(ceil_div(s.N, rj.chunk), row_times_matrix_chunk, &rj);
+    return pool.run(ceil_div(s.N, rj.chunk), rows_times_matrix_chunk, &rj);
   }
   if (s.M > 1 && s.M <= kFewRows && !tiny && isa >= 2 && s.b_rs == 1 && s.b_cs >= s.K && s.N >= 64) {
     RowJob rj{&s, A, B, C, accumulate};
