@@ -308,10 +308,7 @@ void WindowedContraction(benchmark::State& state, const char* spec, const Shape&
   Graph g;
   ValueId x = g.input(DType::F32, {32, 32, 28, 28}, "x");
   ValueId w = g.input(DType::F32, wshape, "w");
-  Attrs uh, uw;
-  uh.ints = {2, 3, 1};
-  uw.ints = {3, 3, 1};
-  ValueId u = g.add(Op::Unfold, {g.add(Op::Unfold, {x}, uh)}, uw);
+  ValueId u = g.add(Op::Unfold, {g.add(Op::Unfold, {x}, attr::Window{2, 3, 1})}, attr::Window{3, 3, 1});
   ValueId y = g.einsum(spec, {u, w});
   Plan p(g, {y});
   p.set_input(x, Tensor::randn({32, 32, 28, 28}, 1).value());
@@ -332,9 +329,7 @@ void Conv3x3Winograd(benchmark::State& state) {
   Graph g;
   ValueId x = g.input(DType::F32, {32, 32, 28, 28}, "x");
   ValueId w = g.input(DType::F32, {64, 32, 3, 3}, "w");
-  Attrs at;
-  at.ints = {1, 0};
-  ValueId y = g.add(Op::Conv3x3, {x, w}, at);
+  ValueId y = g.add(Op::Conv3x3, {x, w}, attr::Conv3x3{1, false});
   Plan p(g, {y});
   p.set_input(x, Tensor::randn({32, 32, 28, 28}, 1).value());
   p.set_input(w, Tensor::randn({64, 32, 3, 3}, 2, 0.05).value());

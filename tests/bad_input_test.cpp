@@ -18,12 +18,15 @@ TEST(BadInput, BatchNormStatisticsOfTheWrongShape) {
   Graph g;
   ValueId x = g.input(DType::F32, {8, 3, 4, 4}, "x"), c3 = g.input(DType::F32, {3}, "c3"),
           c4 = g.input(DType::F32, {4}, "c4"), v = g.input(DType::F32, {8}, "v");
-  Attrs at;
-  at.scalar = 1e-5;
+  attr::BatchNorm at{1e-5, false};
   expect_error([&] { g.add(Op::BatchNorm, {x, c3, c4, c3, c3}, at); }, {"batchnorm", "var", "[3]", "[8,3,4,4]", "[4]"});
   expect_error([&] { g.add(Op::BatchNorm, {v, v, v, v, v}, at); }, {"batchnorm", "rank 2", "[8]"});
-  at.scalar = 0;
+  at.eps = 0;
   expect_error([&] { g.add(Op::BatchNorm, {x, c3, c3, c3, c3}, at); }, {"batchnorm", "eps"});
+  // Attributes of another op's kind, or none where the op needs its own, are refused by name.
+  expect_error([&] { g.add(Op::BatchNorm, {x, c3, c3, c3, c3}, attr::Eps{1e-5}); },
+               {"batchnorm", "attr::batchnorm", "attr::eps"});
+  expect_error([&] { g.add(Op::Softmax, {x}); }, {"softmax", "attr::axis", "none"});
 }
 
 TEST(BadInput, DtypeMismatchWhileBuilding) {
@@ -36,9 +39,7 @@ TEST(BadInput, AxisOutOfRange) {
   Graph g;
   ValueId a = g.input(DType::F32, {3, 4}, "a");
   expect_error([&] { g.sum(a, {2}); }, {"sum", "[3,4]", "axis 2 is out of range"});
-  Attrs at;
-  at.ints = {-3};
-  expect_error([&] { g.add(Op::Softmax, {a}, at); }, {"softmax", "[3,4]", "out of range"});
+  expect_error([&] { g.add(Op::Softmax, {a}, attr::Axis{-3}); }, {"softmax", "[3,4]", "out of range"});
 }
 
 TEST(BadInput, MissingFeedAtRunTime) {

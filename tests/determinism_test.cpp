@@ -176,10 +176,8 @@ TEST(Determinism, RowCompositesGiveTheSameBitsOnEveryIsa) {
     const Shape s{6, n};
     ValueId x = g.input(DType::F32, s, "x"), go = g.input(DType::F32, s, "g");
     ValueId w = g.input(DType::F32, {n}, "w"), b = g.input(DType::F32, {n}, "b");
-    Attrs last;
-    last.ints = {-1};
-    Attrs eps;
-    eps.scalar = 1e-5;
+    const attr::Axis last{-1};
+    const attr::Eps eps{1e-5};
     ValueId sm = g.add(Op::Softmax, {x}, last), lsm = g.add(Op::LogSoftmax, {x}, last);
     std::vector<ValueId> outs{sm,
                               lsm,
@@ -224,9 +222,7 @@ TEST(Determinism, AttentionGivesTheSameBitsOnEveryIsaAndThreadCount) {
     const Shape qs{2, 3, Tq, 24}, ks{2, 3, Tk, 24};
     ValueId q = g.input(DType::F32, qs, "q"), k = g.input(DType::F32, ks, "k"), v = g.input(DType::F32, ks, "v");
     ValueId go = g.input(DType::F32, qs, "g");
-    Attrs at;
-    at.ints = {causal ? 1 : 0};
-    at.scalar = 0.2;
+    const attr::Attention at{causal, 0.2};
     ValueId o = g.add(Op::Attention, {q, k, v}, at);
     std::vector<ValueId> outs{o, g.add(Op::AttentionGrad, {q, k, v, o, go}, at)};
     Plan p(g, outs);
@@ -285,9 +281,7 @@ TEST(Determinism, AttentionSplitTasksGiveTheBitsOfTheFullForward) {
             vi = g.input(DType::F32, vv.shape, "v");
     std::vector<ValueId> in{qi, ki, vi};
     if (offset >= 0) in.push_back(g.input(DType::I64, {1}, "offset"));
-    Attrs at;
-    at.ints = {causal ? 1 : 0};
-    at.scalar = 0.3;
+    const attr::Attention at{causal, 0.3};
     ValueId o = g.add(Op::Attention, in, at);
     Plan p(g, {o});
     p.set_input(qi, qq);

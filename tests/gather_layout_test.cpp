@@ -58,9 +58,7 @@ TEST(GatherLayout, WrappedShiftNextToSizeOneDimensions) {
   const int64_t A = 3, N = 7, C = 4;
   HostTensor x = synoros::testing::random_tensor({DType::F32, {A, 1, N, 1, C}}, 23);
   for (int64_t amount : {2, -3, 9}) {
-    Attrs at;
-    at.ints = {2, amount};
-    HostTensor y = Tensor::apply(Op::Shift, {Tensor::from(x)}, at).value();
+    HostTensor y = Tensor::apply(Op::Shift, {Tensor::from(x)}, attr::Shift{2, amount}).value();
     ASSERT_EQ(y.shape, x.shape);
     for (int64_t a = 0; a < A; ++a)
       for (int64_t i = 0; i < N; ++i)

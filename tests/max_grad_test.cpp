@@ -60,14 +60,12 @@ TEST_P(MaxGrad, OneOpGivesTheCompositesBits) {
     std::string at = std::string(kernels::isa_name(isa)) + " " + shape_str(k.shape);
     Graph g;
     ValueId x = g.input(DType::F32, k.shape, "x");
-    Attrs ra;
-    ra.ints = k.axes;
-    ra.keepdim = k.keepdim;
+    const attr::Reduce ra{k.axes, k.keepdim};
     ValueId y = g.add(Op::ReduceMax, {x}, ra);
     ValueId go = g.input(DType::F32, g.shape(y), "g");
     ValueId fast = g.add(Op::ReduceMaxGrad, {x, y, go}, ra);
     // The composite, as the max's gradient was written before.
-    Attrs kd = ra;
+    attr::Reduce kd = ra;
     kd.keepdim = true;
     Shape ks = k.shape;  // the max's shape with kept 1s
     for (int64_t a : k.axes) ks[size_t(a)] = 1;
@@ -103,10 +101,8 @@ TEST(MaxGradOp, RejectsAMaxOfTheWrongShape) {
   ValueId x = g.input(DType::F32, {2, 6, 4}, "x");
   ValueId y = g.input(DType::F32, {2, 5}, "y");
   ValueId go = g.input(DType::F32, {2, 4}, "g");
-  Attrs at;
-  at.ints = {1};
   try {
-    g.add(Op::ReduceMaxGrad, {x, y, go}, at);
+    g.add(Op::ReduceMaxGrad, {x, y, go}, attr::Reduce{{1}});
     FAIL() << "accepted a max of the wrong shape";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("reduce_max_grad: the max must be [2,4] of x's dtype, got [2,5]"), std::string::npos) << e.what();

@@ -54,15 +54,12 @@ RandomGraph make_random_graph(uint64_t seed) {
       }
       case 5: out = r.g.reshape(a, {numel(sa)}); break;
       case 6: {
-        Attrs at;
-        at.ints = {int64_t(pick(sa.size())), int64_t(pick(2)), int64_t(pick(3))};
-        out = r.g.add(Op::Pad, {a}, at);
+        const int64_t axis = int64_t(pick(sa.size())), before = int64_t(pick(2));
+        out = r.g.add(Op::Pad, {a}, attr::Pad{axis, before, int64_t(pick(3))});
         break;
       }
       case 7: {  // contract the last axis with a fresh weight-like input... use another value
-        Attrs at;
-        at.ints = {-1};
-        out = r.g.add(Op::Softmax, {a}, at);
+        out = r.g.add(Op::Softmax, {a}, attr::Axis{-1});
         break;
       }
       case 8: {
@@ -338,12 +335,8 @@ TEST(MemoryPlan, PoolingWindowMaxMatchesTheRowMaximum) {
   Shape s{2, 3, 5, 2, 67, 2};
   Graph g;
   ValueId x = g.input(DType::F32, s, "x");
-  Attrs pool;
-  pool.ints = {3, 5};
-  ValueId windowed = g.add(Op::ReduceMax, {x}, pool);
-  Attrs last;
-  last.ints = {4};
-  ValueId rows = g.add(Op::ReduceMax, {g.reshape(g.permute(x, {0, 1, 2, 4, 3, 5}), {2, 3, 5, 67, 4})}, last);
+  ValueId windowed = g.add(Op::ReduceMax, {x}, attr::Reduce{{3, 5}});
+  ValueId rows = g.add(Op::ReduceMax, {g.reshape(g.permute(x, {0, 1, 2, 4, 3, 5}), {2, 3, 5, 67, 4})}, attr::Reduce{{4}});
   HostTensor hx = testing::random_tensor({DType::F32, s}, 8);
   for (int64_t i = 0; i < hx.numel(); i += 7) hx.set(i, i % 3 == 0 ? std::nan("") : (i % 2 ? 0.0 : -0.0));
   Plan p(g, {windowed, rows});

@@ -485,9 +485,7 @@ TEST(NanRules, ReductionsFollowPyTorch) {
         Graph g;
         ValueId x = g.input(DType::F32, l.shape, "x");
         ValueId src = prologue ? g.binary(Op::Mul, x, g.scalar(1.0)) : x;
-        Attrs at;
-        at.ints = l.axes;
-        ValueId y = g.add(op, {src}, at);
+        ValueId y = g.add(op, {src}, attr::Reduce{l.axes});
         Feeds feeds{{x, f32_tensor(l.shape, l.x)}};
         expect_runs(
             run_everywhere(g, y, feeds, what), [&](size_t) { return want; },
@@ -510,8 +508,7 @@ TEST(NanRules, MaxGradientFollowsPyTorch) {
       std::string what = r.line.substr(0, 60) + " " + l.name;
       Graph g;
       ValueId x = g.input(DType::F32, l.shape, "x");
-      Attrs at;
-      at.ints = l.axes;
+      const attr::Reduce at{l.axes};
       ValueId y = g.add(Op::ReduceMax, {x}, at);
       ValueId go = g.input(DType::F32, g.shape(y), "g");
       ValueId dx = g.add(Op::ReduceMaxGrad, {x, y, go}, at);
@@ -591,13 +588,9 @@ TEST(NanRules, SoftmaxFamilyFollowsPyTorch) {
       ValueId x = g.input(DType::F32, s, "x");
       ValueId y;
       if (r.kind == "layernorm") {
-        Attrs at;
-        at.scalar = 1e-5;
-        y = g.add(Op::LayerNorm, {x}, at);
+        y = g.add(Op::LayerNorm, {x}, attr::Eps{1e-5});
       } else {
-        Attrs at;
-        at.ints = {strided ? 0 : 1};
-        y = g.add(op_named(r.op), {x}, at);
+        y = g.add(op_named(r.op), {x}, attr::Axis{strided ? 0 : 1});
       }
       Feeds feeds{{x, f32_tensor(s, xv)}};
       // Layernorm's zeros come out of (x - mean) * r, whose sign PyTorch's moments do not share.
@@ -635,9 +628,7 @@ TEST(NanRules, MatmulDropoutAndCastFollowPyTorch) {
       size_t n = x.size() * 40;
       Graph g;
       ValueId in = g.input(DType::F32, {int64_t(n)}, "x");
-      Attrs at;
-      at.scalar = 0.5;
-      at.seed = 7;
+      const attr::Dropout at{0.5, 7};
       ValueId y = g.add(Op::Dropout, {in}, at);
       // The mask: where the same dropout keeps a tensor of ones.
       std::vector<bool> keep;

@@ -340,10 +340,7 @@ TEST(Nn, SplitKWeightGradientMatchesUnsplitBitsAndOracle) {
   Graph g;
   ValueId x = g.input(DType::F32, {16, 8, 16, 16}, "x");
   ValueId w = g.input(DType::F32, {8, 8, 3, 3}, "w");
-  Attrs uh, uw;
-  uh.ints = {2, 3, 1};
-  uw.ints = {3, 3, 1};
-  ValueId u = g.add(Op::Unfold, {g.add(Op::Unfold, {x}, uh)}, uw);
+  ValueId u = g.add(Op::Unfold, {g.add(Op::Unfold, {x}, attr::Window{2, 3, 1})}, attr::Window{3, 3, 1});
   ValueId y = g.einsum("nchwxy,ocxy->nohw", {u, w});
   ValueId r = g.input(DType::F32, {16, 8, 16, 16}, "r");
   ValueId loss = g.sum(g.binary(Op::Mul, y, r), {});

@@ -23,11 +23,6 @@ struct OpCase {
   bool differentiable = true;
 };
 
-Attrs ints(std::vector<int64_t> v) {
-  Attrs a;
-  a.ints = std::move(v);
-  return a;
-}
 InputSpec f32(Shape s, double lo = -1, double hi = 1, double avoid = 0) {
   return {DType::F32, std::move(s), lo, hi, avoid};
 }
@@ -97,30 +92,29 @@ std::vector<OpCase> all_cases() {
              {{3, 5, 7}, {}}, {{3, 5, 7}, {1}}, {{3, 5, 7}, {0, 2}}, {{3, 5, 7}, {-1}},
              {{1, 4}, {0}}, {{2, 9000}, {1}}, {{0, 3}, {1}}}) {
       for (bool keep : {false, true}) {
-        Attrs at = ints(axes);
-        at.keepdim = keep;
+        const attr::Reduce at{axes, keep};
         c.push_back(with_attrs(std::string(op_name(op)) + shape_str(s) + shape_str(axes) + (keep ? "k" : ""),
                                op, {f32(s)}, at));
       }
     }
   }
-  c.push_back(with_attrs("reshape", Op::Reshape, {f32({3, 4})}, ints({2, 6})));
-  c.push_back(with_attrs("permute", Op::Permute, {f32({2, 3, 4})}, ints({2, 0, 1})));
-  c.push_back(with_attrs("expand", Op::Expand, {f32({3, 1})}, ints({2, 3, 4})));
-  c.push_back(with_attrs("slice", Op::Slice, {f32({5, 6})}, ints({1, 1, 4})));
-  c.push_back(with_attrs("slice empty", Op::Slice, {f32({5, 6})}, ints({0, 2, 2})));
-  c.push_back(with_attrs("pad", Op::Pad, {f32({3, 4})}, ints({0, 2, 1})));
-  c.push_back(with_attrs("stride", Op::Stride, {f32({7, 3})}, ints({0, 3})));
-  c.push_back(with_attrs("stride even", Op::Stride, {f32({4, 6})}, ints({1, 2})));
-  c.push_back(with_attrs("shift", Op::Shift, {f32({5, 3})}, ints({0, -2})));
-  c.push_back(with_attrs("shift 1", Op::Shift, {f32({2, 5})}, ints({1, 1})));
-  c.push_back(with_attrs("unfold k3", Op::Unfold, {f32({2, 6})}, ints({1, 3, 1})));
-  c.push_back(with_attrs("unfold k2 d2", Op::Unfold, {f32({5, 2})}, ints({0, 2, 2})));
-  c.push_back(with_attrs("unfold k3 s2", Op::Unfold, {f32({2, 7})}, ints({1, 3, 1, 2})));
-  c.push_back(with_attrs("unfold k3 d2 s3", Op::Unfold, {f32({8, 2})}, ints({0, 3, 2, 3})));
-  c.push_back(with_attrs("fold k3 s2", Op::Fold, {f32({2, 4, 3})}, ints({1, 3, 1, 2, 7})));
-  c.push_back(with_attrs("fold k2 s2 even", Op::Fold, {f32({3, 2})}, ints({0, 2, 1, 2, 6})));
-  c.push_back(with_attrs("fold k3", Op::Fold, {f32({2, 6, 3})}, ints({1, 3, 1})));
+  c.push_back(with_attrs("reshape", Op::Reshape, {f32({3, 4})}, attr::Target{{2, 6}}));
+  c.push_back(with_attrs("permute", Op::Permute, {f32({2, 3, 4})}, attr::Permute{{2, 0, 1}}));
+  c.push_back(with_attrs("expand", Op::Expand, {f32({3, 1})}, attr::Target{{2, 3, 4}}));
+  c.push_back(with_attrs("slice", Op::Slice, {f32({5, 6})}, attr::Slice{1, 1, 4}));
+  c.push_back(with_attrs("slice empty", Op::Slice, {f32({5, 6})}, attr::Slice{0, 2, 2}));
+  c.push_back(with_attrs("pad", Op::Pad, {f32({3, 4})}, attr::Pad{0, 2, 1}));
+  c.push_back(with_attrs("stride", Op::Stride, {f32({7, 3})}, attr::Stride{0, 3}));
+  c.push_back(with_attrs("stride even", Op::Stride, {f32({4, 6})}, attr::Stride{1, 2}));
+  c.push_back(with_attrs("shift", Op::Shift, {f32({5, 3})}, attr::Shift{0, -2}));
+  c.push_back(with_attrs("shift 1", Op::Shift, {f32({2, 5})}, attr::Shift{1, 1}));
+  c.push_back(with_attrs("unfold k3", Op::Unfold, {f32({2, 6})}, attr::Window{1, 3, 1}));
+  c.push_back(with_attrs("unfold k2 d2", Op::Unfold, {f32({5, 2})}, attr::Window{0, 2, 2}));
+  c.push_back(with_attrs("unfold k3 s2", Op::Unfold, {f32({2, 7})}, attr::Window{1, 3, 1, 2}));
+  c.push_back(with_attrs("unfold k3 d2 s3", Op::Unfold, {f32({8, 2})}, attr::Window{0, 3, 2, 3}));
+  c.push_back(with_attrs("fold k3 s2", Op::Fold, {f32({2, 4, 3})}, attr::Window{1, 3, 1, 2, 7}));
+  c.push_back(with_attrs("fold k2 s2 even", Op::Fold, {f32({3, 2})}, attr::Window{0, 2, 1, 2, 6}));
+  c.push_back(with_attrs("fold k3", Op::Fold, {f32({2, 6, 3})}, attr::Window{1, 3, 1}));
   c.push_back(einsum("mk,kn->mn", {{3, 4}, {4, 5}}));
   c.push_back(einsum("mk,nk->mn", {{8, 16}, {32, 16}}));
   c.push_back(einsum("mk,nk->mn", {{5, 13}, {19, 13}}));  // transpose with ragged edges
@@ -136,51 +130,45 @@ std::vector<OpCase> all_cases() {
   c.push_back(einsum("mk,kn->mn", {{9, 600}, {600, 21}}));  // several K blocks
   c.push_back({"conv via unfold", {f32({2, 3, 5, 5}), f32({4, 3, 3, 3})},
                [](Graph& g, const std::vector<ValueId>& x) {
-                 ValueId u = g.add(Op::Unfold, {x[0]}, ints({2, 3, 1}));
-                 u = g.add(Op::Unfold, {u}, ints({3, 3, 1}));
+                 ValueId u = g.add(Op::Unfold, {x[0]}, attr::Window{2, 3, 1});
+                 u = g.add(Op::Unfold, {u}, attr::Window{3, 3, 1});
                  return g.einsum("nchwxy,ocxy->nohw", {u, x[1]});
                }});
   c.push_back({"strided conv via unfold", {f32({2, 3, 7, 6}), f32({4, 3, 3, 3})},
                [](Graph& g, const std::vector<ValueId>& x) {
-                 ValueId u = g.add(Op::Unfold, {x[0]}, ints({2, 3, 1}));
-                 u = g.add(Op::Unfold, {u}, ints({3, 3, 1}));
-                 u = g.add(Op::Stride, {u}, ints({2, 2}));
-                 u = g.add(Op::Stride, {u}, ints({3, 2}));
+                 ValueId u = g.add(Op::Unfold, {x[0]}, attr::Window{2, 3, 1});
+                 u = g.add(Op::Unfold, {u}, attr::Window{3, 3, 1});
+                 u = g.add(Op::Stride, {u}, attr::Stride{2, 2});
+                 u = g.add(Op::Stride, {u}, attr::Stride{3, 2});
                  return g.einsum("nchwxy,ocxy->nohw", {u, x[1]});
                }});
   c.push_back({"dilated conv via unfold", {f32({1, 2, 6, 7}), f32({3, 2, 3, 2})},
                [](Graph& g, const std::vector<ValueId>& x) {
-                 ValueId u = g.add(Op::Unfold, {x[0]}, ints({2, 3, 2}));
-                 u = g.add(Op::Unfold, {u}, ints({3, 2, 1}));
+                 ValueId u = g.add(Op::Unfold, {x[0]}, attr::Window{2, 3, 2});
+                 u = g.add(Op::Unfold, {u}, attr::Window{3, 2, 1});
                  return g.einsum("nchwxy,ocxy->nohw", {u, x[1]});
                }});
   c.push_back({"grouped conv via unfold", {f32({2, 4, 5, 5}), f32({2, 3, 2, 3, 3})},
                [](Graph& g, const std::vector<ValueId>& x) {
-                 ValueId r = g.add(Op::Reshape, {x[0]}, ints({2, 2, 2, 5, 5}));
-                 ValueId u = g.add(Op::Unfold, {r}, ints({3, 3, 1}));
-                 u = g.add(Op::Unfold, {u}, ints({4, 3, 1}));
+                 ValueId r = g.add(Op::Reshape, {x[0]}, attr::Target{{2, 2, 2, 5, 5}});
+                 ValueId u = g.add(Op::Unfold, {r}, attr::Window{3, 3, 1});
+                 u = g.add(Op::Unfold, {u}, attr::Window{4, 3, 1});
                  return g.einsum("ngchwxy,gocxy->ngohw", {u, x[1]});
                }});
   c.push_back({"matmul over a padded operand", {f32({3, 4}), f32({6, 5})},
                [](Graph& g, const std::vector<ValueId>& x) {
-                 ValueId p = g.add(Op::Pad, {x[0]}, ints({1, 1, 1}));
+                 ValueId p = g.add(Op::Pad, {x[0]}, attr::Pad{1, 1, 1});
                  return g.einsum("ij,jk->ik", {p, x[1]});
                }});
   for (int64_t axis : {-1, 0}) {
-    c.push_back(with_attrs("softmax" + std::to_string(axis), Op::Softmax, {f32({4, 7}, -3, 3)}, ints({axis})));
-    c.push_back(with_attrs("log_softmax" + std::to_string(axis), Op::LogSoftmax, {f32({4, 7}, -3, 3)}, ints({axis})));
+    c.push_back(with_attrs("softmax" + std::to_string(axis), Op::Softmax, {f32({4, 7}, -3, 3)}, attr::Axis{axis}));
+    c.push_back(with_attrs("log_softmax" + std::to_string(axis), Op::LogSoftmax, {f32({4, 7}, -3, 3)}, attr::Axis{axis}));
   }
-  Attrs ln;
-  ln.scalar = 1e-5;
+  const attr::Eps ln{1e-5};
   c.push_back(with_attrs("layernorm", Op::LayerNorm, {f32({3, 8})}, ln));
   c.push_back(with_attrs("layernorm affine", Op::LayerNorm, {f32({2, 3, 8}), f32({8}), f32({8})}, ln));
   {  // attention: one key block and several (kBlock is 64), causal and not, Tq != Tk
-    auto att = [](bool causal, double scale) {
-      Attrs a;
-      a.ints = {causal ? 1 : 0};
-      a.scalar = scale;
-      return a;
-    };
+    auto att = [](bool causal, double scale) { return attr::Attention{causal, scale}; };
     c.push_back(with_attrs("attention", Op::Attention, {f32({2, 5, 4}), f32({2, 7, 4}), f32({2, 7, 4})}, att(false, 0.5)));
     c.push_back(with_attrs("attention causal", Op::Attention, {f32({1, 2, 6, 3}), f32({1, 2, 6, 3}), f32({1, 2, 6, 3})},
                            att(true, 0.7)));
@@ -204,11 +192,11 @@ std::vector<OpCase> all_cases() {
                            {f32({1, 2}), f32({600, 2}), f32({600, 2}), i64({1}, 530)}, att(true, 0.8)));
   }
   // conv3x3 (Winograd F(4x4, 3x3)): every padding, odd and even sizes (partial tiles), both forms.
-  c.push_back(with_attrs("conv3x3 p1", Op::Conv3x3, {f32({2, 3, 5, 6}), f32({4, 3, 3, 3})}, ints({1, 0})));
-  c.push_back(with_attrs("conv3x3 p0", Op::Conv3x3, {f32({1, 2, 7, 4}), f32({3, 2, 3, 3})}, ints({0, 0})));
-  c.push_back(with_attrs("conv3x3 p2", Op::Conv3x3, {f32({2, 2, 3, 3}), f32({2, 2, 3, 3})}, ints({2, 0})));
-  c.push_back(with_attrs("conv3x3 flipped", Op::Conv3x3, {f32({2, 4, 5, 4}), f32({4, 3, 3, 3})}, ints({1, 1})));
-  c.push_back(with_attrs("conv3x3 flipped p0", Op::Conv3x3, {f32({1, 3, 6, 5}), f32({3, 2, 3, 3})}, ints({0, 1})));
+  c.push_back(with_attrs("conv3x3 p1", Op::Conv3x3, {f32({2, 3, 5, 6}), f32({4, 3, 3, 3})}, attr::Conv3x3{1, 0}));
+  c.push_back(with_attrs("conv3x3 p0", Op::Conv3x3, {f32({1, 2, 7, 4}), f32({3, 2, 3, 3})}, attr::Conv3x3{0, 0}));
+  c.push_back(with_attrs("conv3x3 p2", Op::Conv3x3, {f32({2, 2, 3, 3}), f32({2, 2, 3, 3})}, attr::Conv3x3{2, 0}));
+  c.push_back(with_attrs("conv3x3 flipped", Op::Conv3x3, {f32({2, 4, 5, 4}), f32({4, 3, 3, 3})}, attr::Conv3x3{1, 1}));
+  c.push_back(with_attrs("conv3x3 flipped p0", Op::Conv3x3, {f32({1, 3, 6, 5}), f32({3, 2, 3, 3})}, attr::Conv3x3{0, 1}));
   // batchnorm with the batch statistics of x, as BatchNorm2d builds it: its gradient is the
   // total derivative through the statistics, so finite differences see the whole composition.
   for (Shape xs : {Shape{4, 3, 5, 5}, Shape{6, 2}, Shape{1, 3, 2, 7}}) {
@@ -221,21 +209,17 @@ std::vector<OpCase> all_cases() {
                    ValueId m = g.mean(x[0], axes, true);
                    ValueId cen = g.binary(Op::Sub, x[0], g.expand(m, xs));
                    ValueId v = g.mean(g.binary(Op::Mul, cen, cen), axes, true);
-                   Attrs at;
-                   at.scalar = 1e-5;
-                   at.ints = {1};
-                   return g.add(Op::BatchNorm, {x[0], g.reshape(m, {C}), g.reshape(v, {C}), x[1], x[2]}, at);
+                   return g.add(Op::BatchNorm, {x[0], g.reshape(m, {C}), g.reshape(v, {C}), x[1], x[2]},
+                                attr::BatchNorm{1e-5, true});
                  }});
   }
   {  // given statistics (running ones, say): every input gets its partial derivative
-    Attrs bn;
-    bn.scalar = 1e-5;
+    const attr::BatchNorm bn{1e-5, false};
     c.push_back(with_attrs("batchnorm given statistics", Op::BatchNorm,
                            {f32({3, 4, 5, 2}), f32({4}), f32({4}, 0.3, 2), f32({4}), f32({4})}, bn));
   }
   {
-    Attrs bn;
-    bn.scalar = 1e-5;
+    const attr::Eps bn{1e-5};
     OpCase sums = with_attrs("batchnorm_sums", Op::BatchNormSums,
                              {f32({3, 4, 37, 41}), f32({3, 4, 37, 41}), f32({4}), f32({4}, 0.2, 2)}, bn);
     sums.differentiable = false;  // a gradient's building block (see vjp_batchnorm)
@@ -246,8 +230,7 @@ std::vector<OpCase> all_cases() {
            {{2, 3, 4, 2, 5, 2}, {3, 5}, {2, 3, 4, 5}}, {{3, 4, 5, 6}, {0, 2}, {4, 6}}}) {
     OpCase mg{"reduce_max_grad " + shape_str(shape), {f32(shape), f32(gshape)},
               [axes](Graph& g, const std::vector<ValueId>& x) {
-                Attrs a;
-                a.ints = axes;
+                const attr::Reduce a{axes};
                 return g.add(Op::ReduceMaxGrad, {x[0], g.add(Op::ReduceMax, {x[0]}, a), x[1]}, a);
               }};
     mg.differentiable = false;  // a gradient's building block (see vjp_reduce_max)
@@ -257,36 +240,34 @@ std::vector<OpCase> all_cases() {
   c.push_back(with_attrs("cross_entropy i32", Op::CrossEntropy,
                          {f32({4, 3}, -3, 3), InputSpec{DType::I32, {4}, 0, 3, 0}}, {}));
   c.push_back(with_attrs("embedding", Op::Embedding, {f32({6, 4}), i64({2, 5}, 6)}, {}));
-  c.push_back(with_attrs("cross_entropy ignoring 2", Op::CrossEntropy, {f32({9, 4}, -3, 3), i64({9}, 4)}, ints({2})));
+  c.push_back(with_attrs("cross_entropy ignoring 2", Op::CrossEntropy, {f32({9, 4}, -3, 3), i64({9}, 4)}, attr::CrossEntropy{2}));
   // argmax/argmin (integer results: checked against the oracle, no gradient), running sums
   // forward and reverse along each axis, gather with an index smaller than the data off its axis
   // (its gradient, the scatter-add, runs through the gradient graph).
   for (int64_t axis : {0, 1, -1})
-    for (int64_t want_min : {0, 1}) {
+    for (bool want_min : {false, true}) {
       c.push_back(with_attrs("argmax" + std::to_string(axis) + std::to_string(want_min), Op::ArgMax,
-                             {f32({4, 300, 3})}, ints({axis, want_min}), false));
+                             {f32({4, 300, 3})}, attr::ArgMax{axis, want_min}, false));
       c.push_back(with_attrs("cumsum" + std::to_string(axis) + std::to_string(want_min), Op::Cumsum,
-                             {f32({3, 5, 300})}, ints({axis, want_min})));
+                             {f32({3, 5, 300})}, attr::Scan{axis, want_min}));
     }
   // Running products forward and reverse (values near 1 keep 300-long products finite), and the
   // zero-safe gradient with zeros in the line.
   for (int64_t axis : {0, 2})
-    for (int64_t rev : {0, 1})
+    for (bool rev : {false, true})
       c.push_back(with_attrs("cumprod" + std::to_string(axis) + std::to_string(rev), Op::Cumprod,
-                             {f32({3, 5, 300}, 0.9, 1.1)}, ints({axis, rev})));
-  c.push_back(with_attrs("cumprod of mixed signs", Op::Cumprod, {f32({6, 7}, -1.5, 1.5)}, ints({1, 0})));
-  for (int64_t rev : {0, 1})
+                             {f32({3, 5, 300}, 0.9, 1.1)}, attr::Scan{axis, rev}));
+  c.push_back(with_attrs("cumprod of mixed signs", Op::Cumprod, {f32({6, 7}, -1.5, 1.5)}, attr::Scan{1, 0}));
+  for (bool rev : {false, true})
     c.push_back(with_attrs("cumprod_grad" + std::to_string(rev), Op::CumprodGrad,
-                           {f32({4, 9}, -1.5, 1.5), f32({4, 9}, -1.5, 1.5)}, ints({1, rev}), false));
-  c.push_back(with_attrs("argmax i64", Op::ArgMax, {i64({5, 7}, 4)}, ints({1, 0}), false));
-  for (int64_t axis : {0, 1, 2}) c.push_back(with_attrs("prod" + std::to_string(axis), Op::Prod, {f32({3, 4, 300}, 0.5, 1.5)}, ints({axis})));
-  c.push_back(with_attrs("prod of mixed signs", Op::Prod, {f32({6, 5}, -1, 1)}, ints({1})));  // zeros: TensorIndex tests
-  c.push_back(with_attrs("gather axis 0", Op::Gather, {f32({4, 3}), i64({6, 3}, 4)}, ints({0})));
-  c.push_back(with_attrs("gather axis 1", Op::Gather, {f32({3, 5, 4}), i64({2, 7, 3}, 5)}, ints({1})));
-  c.push_back(with_attrs("gather axis -1", Op::Gather, {f32({2, 3, 5}), i64({2, 2, 9}, 5)}, ints({-1})));
-  Attrs dp;
-  dp.scalar = 0.3;
-  dp.seed = 1234;
+                           {f32({4, 9}, -1.5, 1.5), f32({4, 9}, -1.5, 1.5)}, attr::Scan{1, rev}, false));
+  c.push_back(with_attrs("argmax i64", Op::ArgMax, {i64({5, 7}, 4)}, attr::ArgMax{1, 0}, false));
+  for (int64_t axis : {0, 1, 2}) c.push_back(with_attrs("prod" + std::to_string(axis), Op::Prod, {f32({3, 4, 300}, 0.5, 1.5)}, attr::Axis{axis}));
+  c.push_back(with_attrs("prod of mixed signs", Op::Prod, {f32({6, 5}, -1, 1)}, attr::Axis{1}));  // zeros: TensorIndex tests
+  c.push_back(with_attrs("gather axis 0", Op::Gather, {f32({4, 3}), i64({6, 3}, 4)}, attr::Axis{0}));
+  c.push_back(with_attrs("gather axis 1", Op::Gather, {f32({3, 5, 4}), i64({2, 7, 3}, 5)}, attr::Axis{1}));
+  c.push_back(with_attrs("gather axis -1", Op::Gather, {f32({2, 3, 5}), i64({2, 2, 9}, 5)}, attr::Axis{-1}));
+  const attr::Dropout dp{0.3, 1234};
   c.push_back(with_attrs("dropout", Op::Dropout, {f32({4, 50})}, dp));
   return c;
 }

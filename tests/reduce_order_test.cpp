@@ -52,9 +52,7 @@ TEST_P(ReduceOrder, ChannelSumsFollowTheDocumentedLaneOrder) {
     Graph g;
     ValueId x = g.input(DType::F32, s, "x"), dy = g.input(DType::F32, s, "g");
     ValueId mean = g.input(DType::F32, {C}, "m"), var = g.input(DType::F32, {C}, "v");
-    Attrs bn;
-    bn.scalar = 1e-5;
-    ValueId sums = g.add(Op::BatchNormSums, {dy, x, mean, var}, bn);
+    ValueId sums = g.add(Op::BatchNormSums, {dy, x, mean, var}, attr::Eps{1e-5});
     ValueId total = g.sum(x, {0, 2, 3});
     Plan plan(g, {sums, total});
     HostTensor hx = synoros::testing::random_tensor({DType::F32, s, -2, 2}, 11);

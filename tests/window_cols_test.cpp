@@ -49,9 +49,7 @@ std::vector<ColsCase> cases() {
 }
 
 ValueId unfold(Graph& g, ValueId v, int64_t axis, int64_t k, int64_t d) {
-  Attrs a;
-  a.ints = {axis, k, d};
-  return g.add(Op::Unfold, {v}, a);
+  return g.add(Op::Unfold, {v}, attr::Window{axis, k, d});
 }
 
 // The case on fixed random inputs (weights[0] = inf when asked): output bytes and the kernel.

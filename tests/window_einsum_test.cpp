@@ -27,9 +27,7 @@ struct Case {
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
 ValueId unfold(Graph& g, ValueId v, int64_t axis, int64_t k, int64_t d = 1) {
-  Attrs a;
-  a.ints = {axis, k, d};
-  return g.add(Op::Unfold, {v}, a);
+  return g.add(Op::Unfold, {v}, attr::Window{axis, k, d});
 }
 
 std::vector<Case> cases() {

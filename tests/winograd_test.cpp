@@ -160,16 +160,12 @@ TEST(WinogradConv2d, TakenWhereItAppliesAndAgreesWithTheContraction) {
 TEST(WinogradConv2d, BadShapesAreErrors) {
   Graph g;
   ValueId x = g.input(DType::F32, {1, 8, 5, 5}, "x");
-  auto add = [&](Shape ws, std::vector<int64_t> ints) {
-    Attrs at;
-    at.ints = std::move(ints);
-    g.add(Op::Conv3x3, {x, g.input(DType::F32, ws, "w")}, at);
-  };
-  synoros::testing::expect_error([&] { add({4, 8, 3, 3}, {3, 0}); }, {"padding must be 0, 1 or 2"});
-  synoros::testing::expect_error([&] { add({4, 7, 3, 3}, {1, 0}); }, {"does not match"});
-  synoros::testing::expect_error([&] { add({4, 8, 5, 5}, {1, 0}); }, {"[O, C, 3, 3]"});
-  synoros::testing::expect_error([&] { add({8, 4, 3, 3}, {1, 2}); }, {"flipped must be 0 or 1"});
-  add({8, 4, 3, 3}, {1, 1});  // the flipped form reads w as [C, O, 3, 3]
+  auto add = [&](Shape ws, attr::Conv3x3 at) { g.add(Op::Conv3x3, {x, g.input(DType::F32, ws, "w")}, at); };
+  synoros::testing::expect_error([&] { add({4, 8, 3, 3}, {3, false}); }, {"padding must be 0, 1 or 2"});
+  synoros::testing::expect_error([&] { add({4, 7, 3, 3}, {1, false}); }, {"does not match"});
+  synoros::testing::expect_error([&] { add({4, 8, 5, 5}, {1, false}); }, {"[O, C, 3, 3]"});
+  synoros::testing::expect_error([&] { add({8, 4, 3, 3}, {1, false}); }, {"does not match"});
+  add({8, 4, 3, 3}, {1, true});  // the flipped form reads w as [C, O, 3, 3]
 }
 
 }  // namespace

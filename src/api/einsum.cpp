@@ -137,9 +137,7 @@ Tensor einsum(const std::string& spec_in, const std::vector<Tensor>& operands) {
   Tensor acc = ops[0];
   std::string acc_labels = terms[0];
   if (ops.size() == 1) {
-    Attrs at;
-    at.spec = make_einsum({acc_labels}, out);
-    return Tensor::apply(Op::Einsum, {acc}, at);
+    return Tensor::apply(Op::Einsum, {acc}, attr::Einsum{make_einsum({acc_labels}, out)});
   }
   for (size_t k = 1; k < ops.size(); ++k) {
     std::string keep;
@@ -151,9 +149,7 @@ Tensor einsum(const std::string& spec_in, const std::vector<Tensor>& operands) {
       for (char c : acc_labels + terms[k])
         if (later.find(c) != std::string::npos && keep.find(c) == std::string::npos) keep += c;
     }
-    Attrs at;
-    at.spec = make_einsum({acc_labels, terms[k]}, keep);
-    acc = Tensor::apply(Op::Einsum, {acc, ops[k]}, at);
+    acc = Tensor::apply(Op::Einsum, {acc, ops[k]}, attr::Einsum{make_einsum({acc_labels, terms[k]}, keep)});
     acc_labels = keep;
   }
   return acc;

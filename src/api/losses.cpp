@@ -65,9 +65,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEnt
   }
   Tensor t = targets.reshape({M});
   if (o.reduction == Reduction::Mean && eps == 0 && !w.defined()) {  // the fused kernel
-    Attrs at;
-    if (o.ignore_index) at.ints = {*o.ignore_index};
-    return Tensor::apply(Op::CrossEntropy, {rows, t}, at);
+    return Tensor::apply(Op::CrossEntropy, {rows, t}, attr::CrossEntropy{o.ignore_index});
   }
   Tensor logp = rows.log_softmax(-1);
   Tensor safe = t;

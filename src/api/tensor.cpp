@@ -144,17 +144,9 @@ namespace {
 Tensor bin(Op op, const Tensor& a, const Tensor& b) { return Tensor::apply(op, {a, b}); }
 Tensor sc(const Tensor& like, double v) { return Tensor::scalar(v, like.dtype()); }
 Tensor red(Op op, const Tensor& a, std::vector<int64_t> axes, bool keep) {
-  Attrs at;
-  at.ints = std::move(axes);
-  at.keepdim = keep;
-  return Tensor::apply(op, {a}, at);
+  return Tensor::apply(op, {a}, attr::Reduce{std::move(axes), keep});
 }
-Tensor with_ints(Op op, const Tensor& a, std::vector<int64_t> v, double s = 0) {
-  Attrs at;
-  at.ints = std::move(v);
-  at.scalar = s;
-  return Tensor::apply(op, {a}, at);
-}
+Tensor op1(Op op, const Tensor& a, Attrs at) { return Tensor::apply(op, {a}, at); }
 }  // namespace
 
 Tensor Tensor::operator+(const Tensor& o) const { return bin(Op::Add, *this, o); }
@@ -194,9 +186,9 @@ Tensor Tensor::reshape(Shape s) const {
                   " elements");
     s[size_t(free)] = numel() / known;
   }
-  return with_ints(Op::Reshape, *this, std::move(s));
+  return op1(Op::Reshape, *this, attr::Target{std::move(s)});
 }
-Tensor Tensor::permute(std::vector<int64_t> p) const { return with_ints(Op::Permute, *this, std::move(p)); }
+Tensor Tensor::permute(std::vector<int64_t> p) const { return op1(Op::Permute, *this, attr::Permute{std::move(p)}); }
 Tensor Tensor::transpose() const {
   size_t r = shape().size();
   if (r < 2) throw Error("transpose: needs rank >= 2, got shape " + shape_str(shape()));
@@ -209,7 +201,7 @@ Tensor Tensor::expand(Shape s) const {
   const Shape& in = shape();
   for (size_t i = 0; i < s.size() && i < in.size(); ++i)
     if (s[s.size() - 1 - i] == -1) s[s.size() - 1 - i] = in[in.size() - 1 - i];
-  return with_ints(Op::Expand, *this, std::move(s));
+  return op1(Op::Expand, *this, attr::Target{std::move(s)});
 }
 Tensor Tensor::matmul(const Tensor& o) const {
   // torch.matmul's shapes: a 1-D operand gains an axis that the result drops; batch axes
@@ -245,13 +237,11 @@ Tensor Tensor::matmul(const Tensor& o) const {
   }
   Graph g;  // reuse the builder's spec construction and checks
   ValueId v = g.matmul(g.input(dtype(), shape(), "a"), g.input(o.dtype(), o.shape(), "b"));
-  Attrs at;
-  at.spec = g.node(v).attrs.spec;
-  return apply(Op::Einsum, {*this, o}, at);
+  return apply(Op::Einsum, {*this, o}, g.node(v).attrs);
 }
-Tensor Tensor::softmax(int64_t axis) const { return with_ints(Op::Softmax, *this, {axis}); }
-Tensor Tensor::log_softmax(int64_t axis) const { return with_ints(Op::LogSoftmax, *this, {axis}); }
-Tensor Tensor::layernorm(double eps) const { return with_ints(Op::LayerNorm, *this, {}, eps); }
+Tensor Tensor::softmax(int64_t axis) const { return op1(Op::Softmax, *this, attr::Axis{axis}); }
+Tensor Tensor::log_softmax(int64_t axis) const { return op1(Op::LogSoftmax, *this, attr::Axis{axis}); }
+Tensor Tensor::layernorm(double eps) const { return op1(Op::LayerNorm, *this, attr::Eps{eps}); }
 Tensor Tensor::cast(DType t) const { return apply(Op::Cast, {*this}, {}, t); }
 Tensor Tensor::slice(int64_t axis, int64_t start, int64_t end) const {
   const Shape& s = shape();
@@ -259,22 +249,18 @@ Tensor Tensor::slice(int64_t axis, int64_t start, int64_t end) const {
   auto bound = [n](int64_t b) { return std::clamp<int64_t>(b < 0 ? b + n : b, 0, n); };
   start = bound(start);
   end = std::max(start, bound(end));
-  return with_ints(Op::Slice, *this, {axis, start, end});
+  return op1(Op::Slice, *this, attr::Slice{axis, start, end});
 }
 Tensor Tensor::pad(int64_t axis, int64_t before, int64_t after) const {
-  return with_ints(Op::Pad, *this, {axis, before, after});
+  return op1(Op::Pad, *this, attr::Pad{axis, before, after});
 }
 Tensor Tensor::unfold(int64_t axis, int64_t window, int64_t dilation, int64_t stride) const {
-  return stride == 1 ? with_ints(Op::Unfold, *this, {axis, window, dilation})
-                     : with_ints(Op::Unfold, *this, {axis, window, dilation, stride});
+  return op1(Op::Unfold, *this, attr::Window{axis, window, dilation, stride});
 }
-Tensor Tensor::stride(int64_t axis, int64_t s) const { return s == 1 ? *this : with_ints(Op::Stride, *this, {axis, s}); }
-Tensor Tensor::shift(int64_t axis, int64_t offset) const { return with_ints(Op::Shift, *this, {axis, offset}); }
+Tensor Tensor::stride(int64_t axis, int64_t s) const { return s == 1 ? *this : op1(Op::Stride, *this, attr::Stride{axis, s}); }
+Tensor Tensor::shift(int64_t axis, int64_t offset) const { return op1(Op::Shift, *this, attr::Shift{axis, offset}); }
 Tensor Tensor::dropout(double p, uint64_t seed) const {
-  Attrs at;
-  at.scalar = p;
-  at.seed = seed;
-  return apply(Op::Dropout, {*this}, at);
+  return apply(Op::Dropout, {*this}, attr::Dropout{p, seed});
 }
 
 // Selections rather than max/min, whose gradients split at ties: PyTorch's clamp passes the whole
@@ -347,9 +333,7 @@ Tensor cat(const std::vector<Tensor>& ts, int64_t axis) {
   // bits; a sum with the zero padding would turn -0 into +0). log2(pieces) levels of full-size
   // work, not one per piece.
   auto pad = [a](const Tensor& t, int64_t before, int64_t after) {
-    Attrs at;
-    at.ints = {int64_t(a), before, after};
-    return Tensor::apply(Op::Pad, {t}, at);
+    return Tensor::apply(Op::Pad, {t}, attr::Pad{int64_t(a), before, after});
   };
   std::function<Tensor(size_t, size_t)> join = [&](size_t lo, size_t hi) -> Tensor {
     if (hi - lo == 1) return ts[lo];
@@ -374,9 +358,7 @@ Tensor stack(const std::vector<Tensor>& ts, int64_t axis) {
 }
 
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
-  Attrs at;
-  at.scalar = eps;
-  return Tensor::apply(Op::LayerNorm, {x, weight, bias}, at);
+  return Tensor::apply(Op::LayerNorm, {x, weight, bias}, attr::Eps{eps});
 }
 Tensor layer_norm(const Tensor& x, const Shape& normalized, const Tensor& weight, const Tensor& bias, double eps) {
   const Shape& s = x.shape();
@@ -389,22 +371,17 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized, const Tensor& weight
   int64_t n = synoros::numel(normalized);
   Shape rows(s.begin(), s.end() - std::ptrdiff_t(normalized.size()));
   rows.push_back(n);
-  Attrs at;
-  at.scalar = eps;
   std::vector<Tensor> in{x.reshape(rows)};
   if (weight.defined() || bias.defined()) {  // the op takes x, x and weight, or all three
     in.push_back(weight.defined() ? weight.reshape({n}) : Tensor::ones({n}, x.dtype()));
     in.push_back(bias.defined() ? bias.reshape({n}) : Tensor::zeros({n}, x.dtype()));
   }
-  return Tensor::apply(Op::LayerNorm, in, at).reshape(s);
+  return Tensor::apply(Op::LayerNorm, in, attr::Eps{eps}).reshape(s);
 }
 namespace {
-Attrs attention_attrs(const Tensor& q, bool causal, double scale) {
-  Attrs at;
-  at.ints = {causal ? 1 : 0};
+attr::Attention attention_attrs(const Tensor& q, bool causal, double scale) {
   const Shape& s = q.shape();
-  at.scalar = scale != 0 ? scale : s.empty() || s.back() < 1 ? 1.0 : 1.0 / std::sqrt(double(s.back()));
-  return at;
+  return {causal, scale != 0 ? scale : s.empty() || s.back() < 1 ? 1.0 : 1.0 / std::sqrt(double(s.back()))};
 }
 }  // namespace
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale) {

@@ -5,18 +5,12 @@
 namespace synoros {
 
 namespace {
-Tensor with_ints(Op op, const std::vector<Tensor>& in, std::vector<int64_t> v) {
-  Attrs at;
-  at.ints = std::move(v);
-  return Tensor::apply(op, in, at);
-}
-
 Tensor arg_extreme(const Tensor& t, int64_t axis, bool keepdim, bool want_min) {
   if (t.shape().empty()) {  // one row of one element (PyTorch accepts axis 0 and -1)
     normalize_axis(axis, 1, want_min ? "argmin" : "argmax", t.shape());
-    return with_ints(Op::ArgMax, {t.reshape({1})}, {0, want_min});
+    return Tensor::apply(Op::ArgMax, {t.reshape({1})}, attr::ArgMax{0, want_min});
   }
-  Tensor r = with_ints(Op::ArgMax, {t}, {axis, want_min});
+  Tensor r = Tensor::apply(Op::ArgMax, {t}, attr::ArgMax{axis, want_min});
   return keepdim ? r.unsqueeze(axis) : r;
 }
 
@@ -41,27 +35,27 @@ Tensor Tensor::argmin(int64_t axis, bool keepdim) const {
 }
 
 Tensor Tensor::cumsum(int64_t axis) const {
-  if (shape().empty()) return with_ints(Op::Cumsum, {reshape({1})}, {axis, 0}).reshape({});
-  return with_ints(Op::Cumsum, {*this}, {axis, 0});
+  if (shape().empty()) return Tensor::apply(Op::Cumsum, {reshape({1})}, attr::Scan{axis, false}).reshape({});
+  return Tensor::apply(Op::Cumsum, {*this}, attr::Scan{axis, false});
 }
 
 Tensor Tensor::cumprod(int64_t axis) const {
-  if (shape().empty()) return with_ints(Op::Cumprod, {reshape({1})}, {axis, 0}).reshape({});
-  return with_ints(Op::Cumprod, {*this}, {axis, 0});
+  if (shape().empty()) return Tensor::apply(Op::Cumprod, {reshape({1})}, attr::Scan{axis, false}).reshape({});
+  return Tensor::apply(Op::Cumprod, {*this}, attr::Scan{axis, false});
 }
 
 Tensor Tensor::prod() const {
-  return with_ints(Op::Prod, {reshape({numel()})}, {0});
+  return Tensor::apply(Op::Prod, {reshape({numel()})}, attr::Axis{0});
 }
 Tensor Tensor::prod(int64_t axis, bool keepdim) const {
   if (shape().empty())
-    return with_ints(Op::Prod, {reshape({1})}, {axis});  // as PyTorch: axis 0 or -1
-  Tensor r = with_ints(Op::Prod, {*this}, {axis});
+    return Tensor::apply(Op::Prod, {reshape({1})}, attr::Axis{axis});  // as PyTorch: axis 0 or -1
+  Tensor r = Tensor::apply(Op::Prod, {*this}, attr::Axis{axis});
   return keepdim ? r.unsqueeze(axis) : r;
 }
 
 Tensor Tensor::gather(int64_t axis, const Tensor& index) const {
-  return with_ints(Op::Gather, {*this, index}, {axis});
+  return Tensor::apply(Op::Gather, {*this, index}, attr::Axis{axis});
 }
 
 // Both select rows of a [size, rest] view: float data with the embedding op (a copy of each

@@ -11,11 +11,8 @@ ValueId x1(Graph& g, ValueId v) { return g.node(v).in[1]; }
 ValueId sc(Graph& g, ValueId like, double v) { return g.scalar(v, g.dtype(like)); }
 ValueId mul(Graph& g, ValueId a, ValueId b) { return g.binary(Op::Mul, a, b); }
 ValueId sub(Graph& g, ValueId a, ValueId b) { return g.binary(Op::Sub, a, b); }
-ValueId axis_op(Graph& g, Op op, ValueId a, std::vector<int64_t> ints) {
-  Attrs at;
-  at.ints = std::move(ints);
-  return g.add(op, {a}, at);
-}
+// An op of one input with the given attributes.
+ValueId op1(Graph& g, Op op, ValueId a, Attrs at) { return g.add(op, {a}, std::move(at)); }
 // Reduction result reshaped back to keepdim form and broadcast to `shape`.
 ValueId unreduce(Graph& g, ValueId go, const Node& n, Shape in) {
   Shape keep = in;
@@ -138,7 +135,7 @@ void vjp_reshape(Graph& g, ValueId v, ValueId go, GradIn& gi) {
   gi[0] = g.reshape(go, g.shape(x0(g, v)));
 }
 void vjp_permute(Graph& g, ValueId v, ValueId go, GradIn& gi) {
-  const auto& p = g.node(v).attrs.ints;
+  const auto& p = g.node(v).attr<attr::Permute>().perm;
   size_t r = p.size();
   std::vector<int64_t> inv(r);
   for (size_t i = 0; i < r; ++i)
@@ -151,12 +148,12 @@ void vjp_expand(Graph& g, ValueId v, ValueId go, GradIn& gi) {
 void vjp_slice(Graph& g, ValueId v, ValueId go, GradIn& gi) {
   const Shape& in = g.shape(x0(g, v));
   AxisArgs a = axis_args(g.node(v), in.size());
-  gi[0] = axis_op(g, Op::Pad, go, {a.axis, a.a, in[size_t(a.axis)] - a.b});
+  gi[0] = op1(g, Op::Pad, go, attr::Pad{a.axis, a.a, in[size_t(a.axis)] - a.b});
 }
 void vjp_pad(Graph& g, ValueId v, ValueId go, GradIn& gi) {
   const Shape& in = g.shape(x0(g, v));
   AxisArgs a = axis_args(g.node(v), in.size());
-  gi[0] = axis_op(g, Op::Slice, go, {a.axis, a.a, a.a + in[size_t(a.axis)]});
+  gi[0] = op1(g, Op::Slice, go, attr::Slice{a.axis, a.a, a.a + in[size_t(a.axis)]});
 }
 void vjp_stride(Graph& g, ValueId v, ValueId go, GradIn& gi) {
   // Upsample with zeros as a gather: [.., n', ..] -> [.., n', 1, ..] -> pad to s -> merge -> cut.
@@ -166,14 +163,14 @@ void vjp_stride(Graph& g, ValueId v, ValueId go, GradIn& gi) {
   Shape gs = g.shape(go);
   Shape split = gs;
   split.insert(split.begin() + long(ax) + 1, 1);
-  ValueId up = axis_op(g, Op::Pad, g.reshape(go, split), {a.axis + 1, 0, a.a - 1});
+  ValueId up = op1(g, Op::Pad, g.reshape(go, split), attr::Pad{a.axis + 1, 0, a.a - 1});
   Shape merged = gs;
   merged[ax] = gs[ax] * a.a;
-  gi[0] = axis_op(g, Op::Slice, g.reshape(up, merged), {a.axis, 0, in[ax]});
+  gi[0] = op1(g, Op::Slice, g.reshape(up, merged), attr::Slice{a.axis, 0, in[ax]});
 }
 void vjp_shift(Graph& g, ValueId v, ValueId go, GradIn& gi) {
   AxisArgs a = axis_args(g.node(v), g.shape(v).size());
-  gi[0] = axis_op(g, Op::Shift, go, {a.axis, -a.a});
+  gi[0] = op1(g, Op::Shift, go, attr::Shift{a.axis, -a.a});
 }
 namespace {
 // The adjoint of a stride-1, odd-window unfold whose incoming gradient is a contraction
@@ -194,7 +191,7 @@ ValueId fold_as_contraction(Graph& g, ValueId go, const WindowArgs& w) {
   const Node gn = g.node(go);  // a copy: adding nodes below may move the graph's storage
   if (gn.op != Op::Einsum || gn.in.size() != 2 || w.stride != 1 || w.window % 2 == 0) return kNoValue;
   std::vector<Shape> shapes = {g.shape(gn.in[0]), g.shape(gn.in[1])};
-  EinsumSpec e = parse_einsum(gn.attrs.spec, shapes);
+  EinsumSpec e = parse_einsum(gn.attr<attr::Einsum>().spec, shapes);
   char a = e.out[size_t(w.axis)], j = e.out.back();
   auto has = [](const std::string& s, char l) { return s.find(l) != std::string::npos; };
   int p = has(e.in[0], a) ? 0 : 1, q = 1 - p;
@@ -207,8 +204,8 @@ ValueId fold_as_contraction(Graph& g, ValueId go, const WindowArgs& w) {
   if (!z) return kNoValue;
   std::string lp = e.in[size_t(p)], lq = e.in[size_t(q)];
   ValueId src = gn.in[size_t(p)];
-  if (pad_before || pad_after) src = axis_op(g, Op::Pad, src, {int64_t(lp.find(a)), pad_before, pad_after});
-  ValueId up = axis_op(g, Op::Unfold, src, {int64_t(lp.find(a)), w.window, w.dilation});
+  if (pad_before || pad_after) src = op1(g, Op::Pad, src, attr::Pad{int64_t(lp.find(a)), pad_before, pad_after});
+  ValueId up = op1(g, Op::Unfold, src, attr::Window{int64_t(lp.find(a)), w.window, w.dilation});
   // q flipped along j: a product with the anti-identity (exact: one term per output).
   DType t = g.dtype(gn.in[size_t(q)]);
   HostTensor flip(t, {w.window, w.window});
@@ -238,18 +235,18 @@ void vjp_unfold(Graph& g, ValueId v, ValueId go, GradIn& gi) {
     return;
   }
   if (w.stride == 1) {
-    gi[0] = axis_op(g, Op::Fold, go, {w.axis, w.window, w.dilation});
+    gi[0] = op1(g, Op::Fold, go, attr::Window{w.axis, w.window, w.dilation});
   } else {
-    gi[0] = axis_op(g, Op::Fold, go, {w.axis, w.window, w.dilation, w.stride, in[size_t(w.axis)]});
+    gi[0] = op1(g, Op::Fold, go, attr::Window{w.axis, w.window, w.dilation, w.stride, in[size_t(w.axis)]});
   }
 }
 void vjp_fold(Graph& g, ValueId v, ValueId go, GradIn& gi) {
   const Shape& in = g.shape(x0(g, v));
   WindowArgs w = window_args(g.node(v), in.size() - 1);
   if (w.stride == 1) {
-    gi[0] = axis_op(g, Op::Unfold, go, {w.axis, w.window, w.dilation});
+    gi[0] = op1(g, Op::Unfold, go, attr::Window{w.axis, w.window, w.dilation});
   } else {
-    gi[0] = axis_op(g, Op::Unfold, go, {w.axis, w.window, w.dilation, w.stride});
+    gi[0] = op1(g, Op::Unfold, go, attr::Window{w.axis, w.window, w.dilation, w.stride});
   }
 }
 
@@ -262,9 +259,9 @@ ValueId windows3x3(Graph& g, ValueId x, int64_t p) {
   for (int64_t axis : {2, 3}) {
     const int64_t out = g.shape(x)[size_t(axis)] + 2 * p - 2;
     int64_t shift = 1 - p;
-    if (shift < 0) u = axis_op(g, Op::Pad, u, {axis, -shift, -shift}), shift = 0;
-    u = axis_op(g, Op::Unfold, u, {axis, 3, 1});
-    if (shift != 0 || g.shape(u)[size_t(axis)] != out) u = axis_op(g, Op::Slice, u, {axis, shift, shift + out});
+    if (shift < 0) u = op1(g, Op::Pad, u, attr::Pad{axis, -shift, -shift}), shift = 0;
+    u = op1(g, Op::Unfold, u, attr::Window{axis, 3, 1});
+    if (shift != 0 || g.shape(u)[size_t(axis)] != out) u = op1(g, Op::Slice, u, attr::Slice{axis, shift, shift + out});
   }
   return u;
 }
@@ -275,10 +272,9 @@ ValueId windows3x3(Graph& g, ValueId x, int64_t p) {
 // (for the flipped form, of the input with g's windows, which is the same sum transposed).
 void vjp_conv3x3(Graph& g, ValueId v, ValueId go, GradIn& gi) {
   const Node n = g.node(v);
-  const int64_t p = n.attrs.ints[0], flipped = n.attrs.ints[1];
-  Attrs at;
-  at.ints = {2 - p, 1 - flipped};
-  gi[0] = g.add(Op::Conv3x3, {go, n.in[1]}, at);
+  const int64_t p = n.attr<attr::Conv3x3>().pad;
+  const bool flipped = n.attr<attr::Conv3x3>().flipped;
+  gi[0] = g.add(Op::Conv3x3, {go, n.in[1]}, attr::Conv3x3{2 - p, !flipped});
   const std::string spec = "nohw,nchwxy->ocxy";
   gi[1] = flipped ? g.einsum(spec, {n.in[0], windows3x3(g, go, 2 - p)}) : g.einsum(spec, {go, windows3x3(g, n.in[0], p)});
 }
@@ -287,7 +283,7 @@ void vjp_einsum(Graph& g, ValueId v, ValueId go, GradIn& gi) {
   Node n = g.node(v);
   std::vector<Shape> shapes;
   for (ValueId x : n.in) shapes.push_back(g.shape(x));
-  EinsumSpec e = parse_einsum(n.attrs.spec, shapes);
+  EinsumSpec e = parse_einsum(n.attr<attr::Einsum>().spec, shapes);
   for (size_t k = 0; k < n.in.size(); ++k) {
     std::vector<std::string> ins = {e.out};
     std::vector<ValueId> ops = {go};
@@ -329,16 +325,15 @@ void vjp_attention(Graph& g, ValueId v, ValueId go, GradIn& gi) {
   ValueId all = g.add(Op::AttentionGrad, in, n.attrs);
   const Shape& q = g.shape(n.in[0]);
   const int64_t ax = int64_t(q.size()) - 2, Tq = q[size_t(ax)], Tk = g.shape(n.in[1])[size_t(ax)];
-  gi[0] = axis_op(g, Op::Slice, all, {ax, 0, Tq});
-  gi[1] = axis_op(g, Op::Slice, all, {ax, Tq, Tq + Tk});
-  gi[2] = axis_op(g, Op::Slice, all, {ax, Tq + Tk, Tq + 2 * Tk});
+  gi[0] = op1(g, Op::Slice, all, attr::Slice{ax, 0, Tq});
+  gi[1] = op1(g, Op::Slice, all, attr::Slice{ax, Tq, Tq + Tk});
+  gi[2] = op1(g, Op::Slice, all, attr::Slice{ax, Tq + Tk, Tq + 2 * Tk});
 }
 void vjp_layernorm(Graph& g, ValueId v, ValueId go, GradIn& gi) {
   // Only x is needed (as PyTorch saves it): the statistics and the normalised values are
   // recomputed, so neither the output nor x - mean stays alive for the backward pass.
   Node n = g.node(v);
-  Attrs stats;
-  stats.scalar = n.attrs.scalar;
+  const attr::Eps stats{n.attr<attr::Eps>().eps};
   ValueId x = n.in[0];
   if (n.in.size() == 1) {
     gi[0] = g.add(Op::LayerNormGrad, {x, go}, stats);
@@ -348,11 +343,11 @@ void vjp_layernorm(Graph& g, ValueId v, ValueId go, GradIn& gi) {
   // The weight and bias gradients, sum(g xh) and sum(g) over the rows, in one pass over x and g.
   ValueId pg = g.add(Op::LayerNormParamGrad, {x, go}, stats);
   const int64_t C = g.shape(x).back();
-  gi[1] = g.reshape(axis_op(g, Op::Slice, pg, {0, 0, 1}), {C});
-  gi[2] = g.reshape(axis_op(g, Op::Slice, pg, {0, 1, 2}), {C});
+  gi[1] = g.reshape(op1(g, Op::Slice, pg, attr::Slice{0, 0, 1}), {C});
+  gi[2] = g.reshape(op1(g, Op::Slice, pg, attr::Slice{0, 1, 2}), {C});
 }
 // batchnorm(x, mean, var, weight, bias): y = (x - mean) r w + b with r = 1/sqrt(var + eps).
-// With ints = {1} mean and var are declared the batch statistics of x (over every axis but 1),
+// With batch_stats mean and var are declared the batch statistics of x (over every axis but 1),
 // as BatchNorm2d builds it: the input gradient is then the total derivative through them,
 // dx = r w (g - mean(g) - xh mean(g xh)) with xh = (x - mean) r (PyTorch's batch-norm backward),
 // and nothing flows into the statistics (their dependence on x is in dx already). Otherwise the
@@ -363,23 +358,18 @@ void vjp_layernorm(Graph& g, ValueId v, ValueId go, GradIn& gi) {
 void vjp_batchnorm(Graph& g, ValueId v, ValueId go, GradIn& gi) {
   Node n = g.node(v);
   ValueId x = n.in[0], mean = n.in[1], var = n.in[2], w = n.in[3];
-  bool batch_stats = !n.attrs.ints.empty() && n.attrs.ints[0] == 1;
+  const auto& bn = n.attr<attr::BatchNorm>();
+  const bool batch_stats = bn.batch_stats;
   Shape s = g.shape(x);
   int64_t C = s[1];
   Shape cs(s.size(), 1);
   cs[1] = C;
   double count = double(numel(s)) / double(std::max<int64_t>(C, 1));
   auto bc = [&](ValueId t) { return g.expand(g.reshape(t, cs), s); };
-  Attrs eps;
-  eps.scalar = n.attrs.scalar;
-  ValueId sums = g.add(Op::BatchNormSums, {go, x, mean, var}, eps);
-  auto row = [&](int64_t k) {
-    Attrs at;
-    at.ints = {0, k, k + 1};
-    return g.reshape(g.add(Op::Slice, {sums}, at), {C});
-  };
+  ValueId sums = g.add(Op::BatchNormSums, {go, x, mean, var}, attr::Eps{bn.eps});
+  auto row = [&](int64_t k) { return g.reshape(op1(g, Op::Slice, sums, attr::Slice{0, k, k + 1}), {C}); };
   ValueId db = row(0), dw = row(1);
-  ValueId r = g.unary(Op::Rsqrt, g.binary(Op::Add, var, sc(g, var, n.attrs.scalar)));
+  ValueId r = g.unary(Op::Rsqrt, g.binary(Op::Add, var, sc(g, var, bn.eps)));
   ValueId rw = mul(g, r, w);
   gi[3] = dw;
   gi[4] = db;
@@ -398,42 +388,36 @@ void vjp_cross_entropy(Graph& g, ValueId v, ValueId go, GradIn& gi) {
   gi[0] = g.add(Op::CrossEntropyGrad, {x0(g, v), x1(g, v), go}, g.node(v).attrs);
 }
 void vjp_embedding(Graph& g, ValueId v, ValueId go, GradIn& gi) {
-  Attrs at;
-  at.ints = {g.shape(x0(g, v))[0]};
-  gi[0] = g.add(Op::EmbeddingGrad, {go, x1(g, v)}, at);
+  gi[0] = g.add(Op::EmbeddingGrad, {go, x1(g, v)}, attr::Rows{g.shape(x0(g, v))[0]});
 }
 void vjp_cumsum(Graph& g, ValueId v, ValueId go, GradIn& gi) {
-  const auto& a = g.node(v).attrs.ints;  // each output sums the inputs before it: the reverse sum
-  gi[0] = axis_op(g, Op::Cumsum, go, {a[0], a[1] ? 0 : 1});
+  const auto a = g.node(v).attr<attr::Scan>();  // each output sums the inputs before it: the reverse sum
+  gi[0] = op1(g, Op::Cumsum, go, attr::Scan{a.axis, !a.reverse});
 }
 void vjp_cumprod(Graph& g, ValueId v, ValueId go, GradIn& gi) {
   // dx_j = (product before j) * sum over i >= j of g_i * (product of x over (j, i]): no division,
   // so zeros get theirs exactly.
-  const auto& a = g.node(v).attrs.ints;
+  const auto a = g.node(v).attr<attr::Scan>();
   ValueId x = x0(g, v);
-  Attrs at;
-  at.ints = {a[0], a[1]};
-  gi[0] = mul(g, axis_op(g, Op::CumprodExclusive, x, {a[0], a[1]}), g.add(Op::CumprodGrad, {go, x}, at));
+  gi[0] = mul(g, op1(g, Op::CumprodExclusive, x, a), g.add(Op::CumprodGrad, {go, x}, a));
 }
 void vjp_prod(Graph& g, ValueId v, ValueId go, GradIn& gi) {
   // d prod / d x_i = the product of the others = (product before i) * (product after i).
   ValueId x = x0(g, v);
-  int64_t axis = g.node(v).attrs.ints[0];
+  int64_t axis = g.node(v).attr<attr::Axis>().axis;
   Shape in = g.shape(x), keep = in;
   keep[size_t(normalize_axis(axis, in.size(), "prod", in))] = 1;
-  ValueId others = mul(g, axis_op(g, Op::CumprodExclusive, x, {axis, 0}), axis_op(g, Op::CumprodExclusive, x, {axis, 1}));
+  ValueId others =
+      mul(g, op1(g, Op::CumprodExclusive, x, attr::Scan{axis, false}), op1(g, Op::CumprodExclusive, x, attr::Scan{axis, true}));
   gi[0] = mul(g, g.expand(g.reshape(go, keep), in), others);
 }
 void vjp_gather(Graph& g, ValueId v, ValueId go, GradIn& gi) {
-  Attrs at;
-  at.ints = {g.node(v).attrs.ints[0]};
-  for (int64_t d : g.shape(x0(g, v))) at.ints.push_back(d);
-  gi[0] = g.add(Op::GatherGrad, {go, x1(g, v)}, at);
+  gi[0] = g.add(Op::GatherGrad, {go, x1(g, v)}, attr::GatherGrad{g.node(v).attr<attr::Axis>().axis, g.shape(x0(g, v))});
 }
 void vjp_dropout(Graph& g, ValueId v, ValueId go, GradIn& gi) {
   // The mask depends only on (seed, element index), so the same op on the gradient reapplies it.
   Attrs at = g.node(v).attrs;
-  gi[0] = g.add(Op::Dropout, {go}, at);
+  gi[0] = g.add(Op::Dropout, {go}, std::move(at));
 }
 
 }  // namespace synoros::opdefs

@@ -1,5 +1,7 @@
+#include <array>
 #include <cstring>
 #include <sstream>
+#include <utility>
 
 #include "ir/einsum_spec.hpp"
 #include "synoros/ir.hpp"
@@ -21,7 +23,32 @@ std::string op_context(const Graph& g, Op op, const std::vector<ValueId>& in) {
   o << ")";
   return o.str();
 }
+
+template <size_t... I>
+constexpr std::array<const char*, sizeof...(I)> attr_names(std::index_sequence<I...>) {
+  return {std::variant_alternative_t<I, Attrs>::kName...};
+}
+constexpr auto kAttrNames = attr_names(std::make_index_sequence<std::variant_size_v<Attrs>>());
+
+// An op given no attributes gets its struct's defaults where the struct allows that (kOptional).
+template <size_t... I>
+bool default_attrs(size_t want, Attrs& a, std::index_sequence<I...>) {
+  bool ok = false;
+  ((I == want && [&] {
+     using T = std::variant_alternative_t<I, Attrs>;
+     if constexpr (requires { T::kOptional; }) a = T{}, ok = true;
+     return true;
+   }()) || ...);
+  return ok;
+}
 }  // namespace
+
+const char* attr_name(size_t i) { return i < kAttrNames.size() ? kAttrNames[i] : "?"; }
+
+void throw_wrong_attrs(const Node& n, size_t wanted) {
+  throw Error(std::string(op_name(n.op)) + ": expected attr::" + attr_name(wanted) + " attributes, the node holds attr::" +
+              attr_name(n.attrs.index()));
+}
 
 ValueId Graph::input(DType t, Shape s, std::string name) {
   check_shape(s, t, "input '" + name + "'");
@@ -77,6 +104,11 @@ ValueId Graph::add(Op op, std::vector<ValueId> in, Attrs attrs, DType cast_to) {
       throw Error(op_context(*this, op, in) + ": input refers to a value not in this graph");
     }
   }
+  if (attrs.index() != info.attrs &&
+      !(attrs.index() == 0 && default_attrs(info.attrs, attrs, std::make_index_sequence<std::variant_size_v<Attrs>>()))) {
+    throw Error(op_context(*this, op, in) + ": takes attr::" + attr_name(info.attrs) + " attributes, got " +
+                (attrs.index() == 0 ? std::string("none") : "attr::" + std::string(attr_name(attrs.index()))));
+  }
   Node n;
   n.op = op;
   n.in = std::move(in);
@@ -93,43 +125,29 @@ ValueId Graph::add(Op op, std::vector<ValueId> in, Attrs attrs, DType cast_to) {
 }
 
 ValueId Graph::sum(ValueId a, std::vector<int64_t> axes, bool keepdim) {
-  Attrs at;
-  at.ints = std::move(axes);
-  at.keepdim = keepdim;
-  return add(Op::Sum, {a}, at);
+  return add(Op::Sum, {a}, attr::Reduce{std::move(axes), keepdim});
 }
 
 ValueId Graph::mean(ValueId a, std::vector<int64_t> axes, bool keepdim) {
-  Attrs at;
-  at.ints = std::move(axes);
-  at.keepdim = keepdim;
-  return add(Op::Mean, {a}, at);
+  return add(Op::Mean, {a}, attr::Reduce{std::move(axes), keepdim});
 }
 
 ValueId Graph::reshape(ValueId a, Shape s) {
   if (s == shape(a)) return a;
-  Attrs at;
-  at.ints = std::move(s);
-  return add(Op::Reshape, {a}, at);
+  return add(Op::Reshape, {a}, attr::Target{std::move(s)});
 }
 
 ValueId Graph::permute(ValueId a, std::vector<int64_t> perm) {
-  Attrs at;
-  at.ints = std::move(perm);
-  return add(Op::Permute, {a}, at);
+  return add(Op::Permute, {a}, attr::Permute{std::move(perm)});
 }
 
 ValueId Graph::expand(ValueId a, Shape s) {
   if (s == shape(a)) return a;
-  Attrs at;
-  at.ints = std::move(s);
-  return add(Op::Expand, {a}, at);
+  return add(Op::Expand, {a}, attr::Target{std::move(s)});
 }
 
 ValueId Graph::einsum(const std::string& spec, std::vector<ValueId> in) {
-  Attrs at;
-  at.spec = spec;
-  return add(Op::Einsum, std::move(in), at);
+  return add(Op::Einsum, std::move(in), attr::Einsum{spec});
 }
 
 ValueId Graph::matmul(ValueId a, ValueId b) {
@@ -187,6 +205,35 @@ void mix_bytes(uint64_t& h, const void* p, size_t n) {
   }
   mix(h, acc ^ n);
 }
+
+// One attribute field into the hash, and onto a printed line.
+void mix_field(uint64_t& h, int64_t v) { mix(h, uint64_t(v)); }
+void mix_field(uint64_t& h, uint64_t v) { mix(h, v); }
+void mix_field(uint64_t& h, bool v) { mix(h, v); }
+void mix_field(uint64_t& h, double v) {
+  uint64_t bits;
+  std::memcpy(&bits, &v, 8);
+  mix(h, bits);
+}
+void mix_field(uint64_t& h, const std::string& v) { mix_bytes(h, v.data(), v.size()); }
+void mix_field(uint64_t& h, const std::vector<int64_t>& v) {
+  mix(h, v.size());
+  for (int64_t x : v) mix(h, uint64_t(x));
+}
+void mix_field(uint64_t& h, const std::optional<int64_t>& v) {
+  mix(h, v.has_value());
+  if (v) mix(h, uint64_t(*v));
+}
+void print_field(std::ostream& o, const std::vector<int64_t>& v) { o << shape_str(v); }
+void print_field(std::ostream& o, const std::string& v) { o << '"' << v << '"'; }
+void print_field(std::ostream& o, const std::optional<int64_t>& v) {
+  if (v) o << *v;
+  else o << "none";
+}
+template <class T>
+void print_field(std::ostream& o, const T& v) {
+  o << v;
+}
 }  // namespace
 
 uint64_t Graph::structural_hash() const {
@@ -197,13 +244,8 @@ uint64_t Graph::structural_hash() const {
     for (int64_t d : n.shape) mix(h, uint64_t(d));
     mix(h, 0xabc);
     for (ValueId v : n.in) mix(h, uint64_t(v));
-    for (int64_t v : n.attrs.ints) mix(h, uint64_t(v));
-    uint64_t sc;
-    std::memcpy(&sc, &n.attrs.scalar, 8);
-    mix(h, sc);
-    mix(h, n.attrs.seed);
-    mix(h, n.attrs.keepdim);
-    mix_bytes(h, n.attrs.spec.data(), n.attrs.spec.size());
+    mix(h, n.attrs.index());
+    std::visit([&](const auto& a) { std::apply([&](const auto&... f) { (mix_field(h, f), ...); }, a.tie()); }, n.attrs);
     mix_bytes(h, n.name.data(), n.name.size());
     if (n.op == Op::Const) mix_bytes(h, n.data->buffer->data(), n.data->bytes());
     if (n.op == Op::Param) mix(h, uint64_t(reinterpret_cast<uintptr_t>(n.data.get())));
@@ -235,8 +277,16 @@ std::string Graph::to_string() const {
     for (size_t j = 0; j < n.in.size(); ++j) o << (j ? ", " : "") << "%" << n.in[j];
     o << ") " << dtype_name(n.dtype) << shape_str(n.shape);
     if (!n.name.empty()) o << " '" << n.name << "'";
-    if (!n.attrs.spec.empty()) o << " \"" << n.attrs.spec << "\"";
-    if (!n.attrs.ints.empty()) o << " ints=" << shape_str(n.attrs.ints);
+    if (n.attrs.index() != 0) {
+      o << " " << attr_name(n.attrs.index()) << "{";
+      std::visit([&](const auto& a) {
+        std::apply([&](const auto&... f) {
+          int k = 0;
+          ((o << (k++ ? ", " : ""), print_field(o, f)), ...);
+        }, a.tie());
+      }, n.attrs);
+      o << "}";
+    }
     o << "\n";
   }
   return o.str();

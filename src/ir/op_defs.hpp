@@ -27,20 +27,21 @@ void vjp_none(Graph&, ValueId, ValueId, GradIn&);  // differentiable, with a zer
 #define SYNOROS_MAP(Enum, ident, arity, vjp, ...) void vjp(Graph&, ValueId, ValueId, GradIn&);
 #include "synoros/ops.def"
 
-// Attribute accessors with the layout each view op uses: ints = (axis, a, b).
+// The views along one axis as (axis, a, b), the axis normalised: slice (start, end), pad (before,
+// after), stride (step), shift (offset), unfold and fold (window, dilation).
 struct AxisArgs {
   int axis;
   int64_t a, b;
 };
 AxisArgs axis_args(const Node& n, size_t rank);
-// Unfold (axis, window, dilation[, stride]) and fold (axis, window, dilation[, stride, length]):
-// unfold position i reads i * stride + (j - center) * dilation, center = (window - 1) / 2.
+// Unfold's and fold's attr::Window, checked, the axis normalised: unfold position i reads
+// i * stride + (j - center) * dilation, center = (window - 1) / 2.
 struct WindowArgs {
   int axis;
   int64_t window, dilation, stride, center, length;  // length: fold's output extent (-1: same)
 };
 WindowArgs window_args(const Node& n, size_t rank);
-// Reduction axes normalised and sorted; empty attr means all axes.
+// attr::Reduce's axes normalised and sorted; none given means all axes.
 std::vector<int> reduce_axes(const Node& n, const Shape& in);
 
 }  // namespace synoros::opdefs

@@ -36,14 +36,14 @@ Cost cost_attention(const Graph& g, const Node& n) {
   const Shape& q = g.shape(n.in[0]);
   const size_t r = q.size();
   double rows = double(numel(q)) / double(q[r - 1]), Tk = double(g.shape(n.in[1])[r - 2]), D = double(q[r - 1]);
-  double pairs = rows * Tk * (n.attrs.ints[0] ? 0.5 : 1.0);
+  double pairs = rows * Tk * (n.attr<attr::Attention>().causal ? 0.5 : 1.0);
   double flops = n.op == Op::Attention ? pairs * (4 * D + 20) : pairs * (14 * D + 40);
   return {flops, in_bytes(g, n) + out_bytes(n)};
 }
 Cost cost_einsum(const Graph& g, const Node& n) {
   std::vector<Shape> shapes;
   for (ValueId v : n.in) shapes.push_back(g.shape(v));
-  EinsumSpec e = parse_einsum(n.attrs.spec, shapes);
+  EinsumSpec e = parse_einsum(n.attr<attr::Einsum>().spec, shapes);
   double iters = 1;
   for (char c : e.labels()) iters *= double(e.size[int(c)]);
   return {2 * iters, in_bytes(g, n) + out_bytes(n)};
@@ -58,11 +58,12 @@ Cost cost_einsum(const Graph& g, const Node& n) {
 #define SYNOROS_DIFFERENTIABLE(vjp) (SYNOROS_NOT_DIFFERENTIABLE(vjp) ? nullptr : vjp)
 
 constexpr OpInfo kOps[] = {
-#define SYNOROS_OP(Enum, ident, arity, kind, infer, vjp, oracle, cost, lower, props) \
-  {Op::Enum, #ident, arity, OpKind::kind, infer, SYNOROS_DIFFERENTIABLE(vjp), oracle, cost, props},
+#define SYNOROS_OP(Enum, ident, arity, kind, infer, vjp, oracle, cost, lower, props, attrs) \
+  {Op::Enum, #ident, arity, OpKind::kind, infer, SYNOROS_DIFFERENTIABLE(vjp), oracle, cost, props,   \
+   attr_index<attr::attrs>()},
 #define SYNOROS_MAP(Enum, ident, arity, vjp, flops, vec, staged, api, props)                        \
   {Op::Enum, #ident, arity, OpKind::Elementwise, infer_map##arity, SYNOROS_DIFFERENTIABLE(vjp), oracle_map, \
-   cost_map<flops>, unsigned(kMap | (props))},
+   cost_map<flops>, unsigned(kMap | (props)), attr_index<attr::None>()},
 #include "synoros/ops.def"
 };
 

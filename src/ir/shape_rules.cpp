@@ -20,34 +20,53 @@ void require_int(const Graph& g, const Node& n, size_t i) {
     throw Error("input " + std::to_string(i) + " must be i32 or i64, got " +
                 dtype_name(in_dtype(g, n, i)));
 }
-void require_ints(const Node& n, size_t count, const char* what) {
-  if (n.attrs.ints.size() != count)
-    throw Error(std::string("expects ") + what + " (" + std::to_string(count) + " integers), got " +
-                std::to_string(n.attrs.ints.size()));
-}
 }  // namespace
 
 AxisArgs axis_args(const Node& n, size_t rank) {
-  if (n.attrs.ints.size() < 2) throw Error("expects (axis, ...) integer attributes");
-  AxisArgs a;
-  a.axis = normalize_axis(n.attrs.ints[0], rank, op_name(n.op), {});
-  a.a = n.attrs.ints[1];
-  a.b = n.attrs.ints.size() > 2 ? n.attrs.ints[2] : 0;
+  AxisArgs a{};
+  int64_t axis = 0;
+  switch (n.op) {
+    case Op::Slice: {
+      const auto& s = n.attr<attr::Slice>();
+      axis = s.axis, a.a = s.start, a.b = s.end;
+      break;
+    }
+    case Op::Pad: {
+      const auto& p = n.attr<attr::Pad>();
+      axis = p.axis, a.a = p.before, a.b = p.after;
+      break;
+    }
+    case Op::Stride: {
+      const auto& s = n.attr<attr::Stride>();
+      axis = s.axis, a.a = s.step;
+      break;
+    }
+    case Op::Shift: {
+      const auto& s = n.attr<attr::Shift>();
+      axis = s.axis, a.a = s.offset;
+      break;
+    }
+    case Op::Unfold:
+    case Op::Fold: {
+      const auto& w = n.attr<attr::Window>();
+      axis = w.axis, a.a = w.window, a.b = w.dilation;
+      break;
+    }
+    default: throw Error(std::string(op_name(n.op)) + " is not a view along one axis");
+  }
+  a.axis = normalize_axis(axis, rank, op_name(n.op), {});
   return a;
 }
 
 WindowArgs window_args(const Node& n, size_t rank) {
-  const auto& v = n.attrs.ints;
-  bool fold = n.op == Op::Fold;
-  if (!(v.size() == 3 || v.size() == (fold ? 5u : 4u)))
-    throw Error(fold ? "expects (axis, window, dilation[, stride, length]) integers, got " + std::to_string(v.size())
-                     : "expects (axis, window, dilation[, stride]) integers, got " + std::to_string(v.size()));
+  const auto& v = n.attr<attr::Window>();
+  if (n.op != Op::Fold && v.length != -1) throw Error("the length is fold's: unfold takes -1");
   WindowArgs w;
-  w.axis = normalize_axis(v[0], rank, op_name(n.op), {});
-  w.window = v[1];
-  w.dilation = v[2];
-  w.stride = v.size() > 3 ? v[3] : 1;
-  w.length = v.size() > 4 ? v[4] : -1;
+  w.axis = normalize_axis(v.axis, rank, op_name(n.op), {});
+  w.window = v.window;
+  w.dilation = v.dilation;
+  w.stride = v.stride;
+  w.length = v.length;
   if (w.window < 1 || w.dilation < 1 || w.stride < 1) throw Error("window, dilation and stride must be >= 1");
   w.center = (w.window - 1) / 2;
   return w;
@@ -55,11 +74,12 @@ WindowArgs window_args(const Node& n, size_t rank) {
 
 std::vector<int> reduce_axes(const Node& n, const Shape& in) {
   std::vector<int> axes;
-  if (n.attrs.ints.empty()) {
+  const auto& r = n.attr<attr::Reduce>();
+  if (r.axes.empty()) {
     for (size_t i = 0; i < in.size(); ++i) axes.push_back(int(i));
     return axes;
   }
-  for (int64_t a : n.attrs.ints) axes.push_back(normalize_axis(a, in.size(), op_name(n.op), in));
+  for (int64_t a : r.axes) axes.push_back(normalize_axis(a, in.size(), op_name(n.op), in));
   std::sort(axes.begin(), axes.end());
   if (std::adjacent_find(axes.begin(), axes.end()) != axes.end())
     throw Error("reduction axes repeat");
@@ -110,24 +130,24 @@ void infer_reduce(const Graph& g, Node& n) {
   for (size_t i = 0; i < in.size(); ++i) {
     bool red = std::find(axes.begin(), axes.end(), int(i)) != axes.end();
     if (!red) n.shape.push_back(in[i]);
-    else if (n.attrs.keepdim) n.shape.push_back(1);
+    else if (n.attr<attr::Reduce>().keepdim) n.shape.push_back(1);
   }
 }
 
 void infer_reshape(const Graph& g, Node& n) {
   const Shape& in = in_shape(g, n, 0);
-  for (int64_t d : n.attrs.ints)
-    if (d < 0) throw Error("negative dimension in target shape " + shape_str(n.attrs.ints));
-  if (numel(n.attrs.ints) != numel(in))
-    throw Error("cannot reshape " + std::to_string(numel(in)) + " elements into " +
-                shape_str(n.attrs.ints));
+  const Shape& t = n.attr<attr::Target>().shape;
+  for (int64_t d : t)
+    if (d < 0) throw Error("negative dimension in target shape " + shape_str(t));
+  if (numel(t) != numel(in))
+    throw Error("cannot reshape " + std::to_string(numel(in)) + " elements into " + shape_str(t));
   n.dtype = in_dtype(g, n, 0);
-  n.shape = n.attrs.ints;
+  n.shape = t;
 }
 
 void infer_permute(const Graph& g, Node& n) {
   const Shape& in = in_shape(g, n, 0);
-  const auto& p = n.attrs.ints;
+  const auto& p = n.attr<attr::Permute>().perm;
   if (p.size() != in.size())
     throw Error("permutation " + shape_str(p) + " does not match rank " + std::to_string(in.size()));
   std::vector<bool> seen(in.size(), false);
@@ -143,7 +163,7 @@ void infer_permute(const Graph& g, Node& n) {
 
 void infer_expand(const Graph& g, Node& n) {
   const Shape& in = in_shape(g, n, 0);
-  const Shape& t = n.attrs.ints;
+  const Shape& t = n.attr<attr::Target>().shape;
   if (t.size() < in.size())
     throw Error("cannot expand rank " + std::to_string(in.size()) + " to " + shape_str(t));
   size_t lead = t.size() - in.size();
@@ -158,7 +178,6 @@ void infer_expand(const Graph& g, Node& n) {
 
 void infer_slice(const Graph& g, Node& n) {
   const Shape& in = in_shape(g, n, 0);
-  require_ints(n, 3, "(axis, start, end)");
   AxisArgs a = axis_args(n, in.size());
   if (a.a < 0 || a.b < a.a || a.b > in[size_t(a.axis)])
     throw Error("slice [" + std::to_string(a.a) + ", " + std::to_string(a.b) +
@@ -170,7 +189,6 @@ void infer_slice(const Graph& g, Node& n) {
 
 void infer_pad(const Graph& g, Node& n) {
   const Shape& in = in_shape(g, n, 0);
-  require_ints(n, 3, "(axis, before, after)");
   AxisArgs a = axis_args(n, in.size());
   if (a.a < 0 || a.b < 0) throw Error("padding must be non-negative");
   n.dtype = in_dtype(g, n, 0);
@@ -180,7 +198,6 @@ void infer_pad(const Graph& g, Node& n) {
 
 void infer_stride(const Graph& g, Node& n) {
   const Shape& in = in_shape(g, n, 0);
-  require_ints(n, 2, "(axis, stride)");
   AxisArgs a = axis_args(n, in.size());
   if (a.a < 1) throw Error("stride must be >= 1");
   n.dtype = in_dtype(g, n, 0);
@@ -190,7 +207,6 @@ void infer_stride(const Graph& g, Node& n) {
 
 void infer_shift(const Graph& g, Node& n) {
   const Shape& in = in_shape(g, n, 0);
-  require_ints(n, 2, "(axis, offset)");
   axis_args(n, in.size());
   n.dtype = in_dtype(g, n, 0);
   n.shape = in;
@@ -232,7 +248,7 @@ void infer_einsum(const Graph& g, Node& n) {
   if (n.in.size() == 2 && in_dtype(g, n, 0) != in_dtype(g, n, 1))
     throw Error(std::string("dtype mismatch: ") + dtype_name(in_dtype(g, n, 0)) + " vs " +
                 dtype_name(in_dtype(g, n, 1)));
-  EinsumSpec e = parse_einsum(n.attrs.spec, shapes);
+  EinsumSpec e = parse_einsum(n.attr<attr::Einsum>().spec, shapes);
   n.dtype = in_dtype(g, n, 0);
   n.shape.clear();
   for (char c : e.out) n.shape.push_back(e.size[int(c)]);
@@ -241,8 +257,7 @@ void infer_einsum(const Graph& g, Node& n) {
 void infer_softmax(const Graph& g, Node& n) {
   require_float(g, n, 0);
   const Shape& in = in_shape(g, n, 0);
-  require_ints(n, 1, "(axis)");
-  normalize_axis(n.attrs.ints[0], in.size(), op_name(n.op), in);
+  normalize_axis(n.attr<attr::Axis>().axis, in.size(), op_name(n.op), in);
   n.dtype = in_dtype(g, n, 0);
   n.shape = in;
 }
@@ -257,7 +272,7 @@ void infer_layernorm(const Graph& g, Node& n) {
   require_float(g, n, 0);
   const Shape& in = in_shape(g, n, 0);
   if (in.empty() || in.back() == 0) throw Error("layernorm needs a non-empty last axis");
-  if (!(n.attrs.scalar > 0)) throw Error("layernorm needs eps > 0");
+  if (!(n.attr<attr::Eps>().eps > 0)) throw Error("layernorm needs eps > 0");
   if (n.in.size() == 2) throw Error("layernorm takes x, or x with weight and bias");
   for (size_t k = 1; k < n.in.size(); ++k) {
     if (in_dtype(g, n, k) != in_dtype(g, n, 0)) throw Error("weight and bias must have x's dtype");
@@ -273,7 +288,7 @@ void infer_layernorm_param_grad(const Graph& g, Node& n) {
   require_float(g, n, 0);
   const Shape& in = in_shape(g, n, 0);
   if (in.empty() || in.back() == 0) throw Error("layernorm_param_grad needs a non-empty last axis");
-  if (!(n.attrs.scalar > 0)) throw Error("layernorm_param_grad needs eps > 0");
+  if (!(n.attr<attr::Eps>().eps > 0)) throw Error("layernorm_param_grad needs eps > 0");
   if (in_shape(g, n, 1) != in || in_dtype(g, n, 1) != in_dtype(g, n, 0))
     throw Error("the gradient must have x's shape and dtype " + shape_str(in));
   n.dtype = in_dtype(g, n, 0);
@@ -281,7 +296,7 @@ void infer_layernorm_param_grad(const Graph& g, Node& n) {
 }
 
 // attention(q [..., Tq, D], k [..., Tk, D], v [..., Tk, D] [, offset i64 [1]]) -> [..., Tq, D];
-// ints {causal} (causal without an offset needs Tq == Tk), scalar: the scores' scale.
+// attr::Attention (causal without an offset needs Tq == Tk).
 void infer_attention(const Graph& g, Node& n) {
   const char* names[] = {"q", "k", "v", "o", "g"};
   const size_t tensors = n.op == Op::Attention ? 3 : 5;
@@ -296,9 +311,8 @@ void infer_attention(const Graph& g, Node& n) {
     require_float(g, n, k);
     if (in_dtype(g, n, k) != in_dtype(g, n, 0)) throw Error(std::string(names[k]) + " must have q's dtype");
   }
-  require_ints(n, 1, "{causal}");
-  if (n.attrs.ints[0] != 0 && n.attrs.ints[0] != 1) throw Error("causal must be 0 or 1");
-  if (!std::isfinite(n.attrs.scalar) || n.attrs.scalar == 0) throw Error("the scale must be finite and non-zero");
+  const auto& at = n.attr<attr::Attention>();
+  if (!std::isfinite(at.scale) || at.scale == 0) throw Error("the scale must be finite and non-zero");
   const Shape &q = in_shape(g, n, 0), &k = in_shape(g, n, 1), &v = in_shape(g, n, 2);
   if (q.size() < 2) throw Error("q must be [..., T, D], got " + shape_str(q));
   if (k.size() != q.size() || v.size() != q.size() || !std::equal(q.begin(), q.end() - 2, k.begin()) ||
@@ -308,8 +322,8 @@ void infer_attention(const Graph& g, Node& n) {
   if (k[r - 1] != q[r - 1] || v[r - 1] != q[r - 1] || v[r - 2] != k[r - 2])
     throw Error("k and v must be [..., Tk, D] with q's D: " + shape_str(q) + ", " + shape_str(k) + ", " + shape_str(v));
   if (q[r - 2] < 1 || k[r - 2] < 1 || q[r - 1] < 1) throw Error("attention needs at least one query, one key and D >= 1");
-  if (offset && n.attrs.ints[0] != 1) throw Error("an offset needs causal attention");
-  if (n.attrs.ints[0] == 1 && !offset && q[r - 2] != k[r - 2])
+  if (offset && !at.causal) throw Error("an offset needs causal attention");
+  if (at.causal && !offset && q[r - 2] != k[r - 2])
     throw Error("causal attention without an offset needs as many queries as keys, got " + std::to_string(q[r - 2]) + " and " +
                 std::to_string(k[r - 2]));
   n.dtype = in_dtype(g, n, 0);
@@ -325,15 +339,13 @@ void infer_attention_grad(const Graph& g, Node& n) {
   n.shape[r - 2] += 2 * in_shape(g, n, 1)[r - 2];
 }
 
-// batchnorm(x, mean, var, weight, bias): x [N, C, ...], the other four [C]; ints {1} declares mean
-// and var the batch statistics of x (see vjp_batchnorm).
+// batchnorm(x, mean, var, weight, bias): x [N, C, ...], the other four [C]; batch_stats declares
+// mean and var the batch statistics of x (see vjp_batchnorm).
 void infer_batchnorm(const Graph& g, Node& n) {
   require_float(g, n, 0);
   const Shape& in = in_shape(g, n, 0);
   if (in.size() < 2) throw Error("batchnorm needs x of rank 2 or more ([N, C, ...]), got " + shape_str(in));
-  if (!(n.attrs.scalar > 0)) throw Error("batchnorm needs eps > 0");
-  if (n.attrs.ints.size() > 1 || (n.attrs.ints.size() == 1 && n.attrs.ints[0] != 0 && n.attrs.ints[0] != 1))
-    throw Error("batchnorm: ints must be empty, {0} or {1} (mean and var are x's batch statistics)");
+  if (!(n.attr<attr::BatchNorm>().eps > 0)) throw Error("batchnorm needs eps > 0");
   const char* names[] = {"x", "mean", "var", "weight", "bias"};
   for (size_t k = 1; k < 5; ++k) {
     if (in_dtype(g, n, k) != in_dtype(g, n, 0))
@@ -351,7 +363,7 @@ void infer_batchnorm_sums(const Graph& g, Node& n) {
   require_float(g, n, 0);
   const Shape& in = in_shape(g, n, 0);
   if (in.size() < 2) throw Error("batchnorm_sums needs g of rank 2 or more ([N, C, ...]), got " + shape_str(in));
-  if (!(n.attrs.scalar > 0)) throw Error("batchnorm_sums needs eps > 0");
+  if (!(n.attr<attr::Eps>().eps > 0)) throw Error("batchnorm_sums needs eps > 0");
   if (in_shape(g, n, 1) != in || in_dtype(g, n, 1) != in_dtype(g, n, 0))
     throw Error("batchnorm_sums: x " + shape_str(in_shape(g, n, 1)) + " must match g " + shape_str(in));
   for (size_t k = 2; k < 4; ++k)
@@ -372,7 +384,7 @@ void infer_reduce_max_grad(const Graph& g, Node& n) {
   for (size_t i = 0; i < in.size(); ++i) {
     bool r = std::find(axes.begin(), axes.end(), int(i)) != axes.end();
     if (!r) red.push_back(in[i]);
-    else if (n.attrs.keepdim) red.push_back(1);
+    else if (n.attr<attr::Reduce>().keepdim) red.push_back(1);
   }
   for (size_t k = 1; k < 3; ++k)
     if (in_shape(g, n, k) != red || in_dtype(g, n, k) != in_dtype(g, n, 0))
@@ -402,7 +414,6 @@ void infer_cross_entropy(const Graph& g, Node& n) {
   const Shape& t = in_shape(g, n, 1);
   if (l.size() != 2 || t.size() != 1 || t[0] != l[0] || l[1] < 1)
     throw Error("expects logits [N, C>=1] and targets [N]");
-  if (n.attrs.ints.size() > 1) throw Error("expects at most one integer attribute (the ignored target)");
   n.dtype = in_dtype(g, n, 0);
   n.shape = {};
 }
@@ -426,28 +437,28 @@ void infer_embedding(const Graph& g, Node& n) {
 void infer_embedding_grad(const Graph& g, Node& n) {
   require_float(g, n, 0);
   require_int(g, n, 1);
-  require_ints(n, 1, "(vocabulary size)");
   const Shape& gs = in_shape(g, n, 0);
   Shape expect = in_shape(g, n, 1);
   if (gs.empty()) throw Error("gradient must have rank >= 1");
   expect.push_back(gs.back());
   if (gs != expect) throw Error("gradient shape must be indices shape + [D]");
   n.dtype = in_dtype(g, n, 0);
-  n.shape = {n.attrs.ints[0], gs.back()};
+  const int64_t rows = n.attr<attr::Rows>().rows;
+  if (rows < 0) throw Error("the table's rows must be >= 0, got " + std::to_string(rows));
+  n.shape = {rows, gs.back()};
 }
 
 }  // namespace synoros::opdefs
 
 namespace synoros::opdefs {
 void infer_dropout(const Graph& g, Node& n) {
-  if (!(n.attrs.scalar >= 0.0 && n.attrs.scalar < 1.0))
-    throw Error("dropout probability must be in [0, 1), got " + std::to_string(n.attrs.scalar));
+  const double p = n.attr<attr::Dropout>().p;
+  if (!(p >= 0.0 && p < 1.0)) throw Error("dropout probability must be in [0, 1), got " + std::to_string(p));
   infer_map1(g, n);
 }
 void infer_argmax(const Graph& g, Node& n) {
-  require_ints(n, 2, "(axis, min)");
   const Shape& in = in_shape(g, n, 0);
-  int a = normalize_axis(n.attrs.ints[0], in.size(), "argmax", in);
+  int a = normalize_axis(n.attr<attr::ArgMax>().axis, in.size(), "argmax", in);
   if (in[size_t(a)] == 0) throw Error("cannot take the index of an extreme over an empty axis");
   n.dtype = DType::I64;
   n.shape = in;
@@ -456,9 +467,8 @@ void infer_argmax(const Graph& g, Node& n) {
 
 void infer_prod(const Graph& g, Node& n) {
   require_float(g, n, 0);
-  require_ints(n, 1, "(axis)");
   const Shape& in = in_shape(g, n, 0);
-  int a = normalize_axis(n.attrs.ints[0], in.size(), "prod", in);
+  int a = normalize_axis(n.attr<attr::Axis>().axis, in.size(), "prod", in);
   n.dtype = in_dtype(g, n, 0);
   n.shape = in;
   n.shape.erase(n.shape.begin() + a);
@@ -466,21 +476,19 @@ void infer_prod(const Graph& g, Node& n) {
 
 void infer_cumprod_grad(const Graph& g, Node& n) {
   require_float(g, n, 0);
-  require_ints(n, 2, "(axis, reverse)");
   const Shape& in = in_shape(g, n, 0);
   if (in_shape(g, n, 1) != in || in_dtype(g, n, 1) != in_dtype(g, n, 0))
     throw Error("cumprod_grad: the gradient and the input must have one shape and dtype, got " + shape_str(in) +
                 " and " + shape_str(in_shape(g, n, 1)));
-  normalize_axis(n.attrs.ints[0], in.size(), "cumprod_grad", in);
+  normalize_axis(n.attr<attr::Scan>().axis, in.size(), "cumprod_grad", in);
   n.dtype = in_dtype(g, n, 0);
   n.shape = in;
 }
 
 void infer_cumsum(const Graph& g, Node& n) {  // and cumprod_exclusive, cumprod
   require_float(g, n, 0);
-  require_ints(n, 2, "(axis, reverse)");
   const Shape& in = in_shape(g, n, 0);
-  normalize_axis(n.attrs.ints[0], in.size(), "cumsum", in);
+  normalize_axis(n.attr<attr::Scan>().axis, in.size(), "cumsum", in);
   n.dtype = in_dtype(g, n, 0);
   n.shape = in;
 }
@@ -488,12 +496,12 @@ void infer_cumsum(const Graph& g, Node& n) {  // and cumprod_exclusive, cumprod
 namespace {
 // gather's and gather_grad's common checks: index (input 1) has the data's rank and at most its
 // size on every axis but `axis`.
-int gather_axis(const Graph& g, const Node& n, const Shape& data) {
+int gather_axis(const Graph& g, const Node& n, const Shape& data, int64_t axis) {
   require_int(g, n, 1);
   const Shape& idx = in_shape(g, n, 1);
   if (idx.size() != data.size())
     throw Error("index " + shape_str(idx) + " must have the rank of " + shape_str(data));
-  int a = normalize_axis(n.attrs.ints[0], data.size(), op_name(n.op), data);
+  int a = normalize_axis(axis, data.size(), op_name(n.op), data);
   for (size_t d = 0; d < data.size(); ++d)
     if (int(d) != a && idx[d] > data[d])
       throw Error("index " + shape_str(idx) + " is larger than " + shape_str(data) + " on axis " + std::to_string(d));
@@ -502,8 +510,7 @@ int gather_axis(const Graph& g, const Node& n, const Shape& data) {
 }  // namespace
 
 void infer_gather(const Graph& g, Node& n) {
-  require_ints(n, 1, "(axis)");
-  gather_axis(g, n, in_shape(g, n, 0));
+  gather_axis(g, n, in_shape(g, n, 0), n.attr<attr::Axis>().axis);
   n.dtype = in_dtype(g, n, 0);
   n.shape = in_shape(g, n, 1);
 }
@@ -511,21 +518,21 @@ void infer_gather(const Graph& g, Node& n) {
 void infer_gather_grad(const Graph& g, Node& n) {
   require_float(g, n, 0);
   const Shape& gs = in_shape(g, n, 0);
-  if (n.attrs.ints.size() != gs.size() + 1) throw Error("expects (axis, the data's shape...) integers");
-  Shape data(n.attrs.ints.begin() + 1, n.attrs.ints.end());
-  gather_axis(g, n, data);
+  const auto& at = n.attr<attr::GatherGrad>();
+  const Shape& data = at.shape;
+  check_shape(data, in_dtype(g, n, 0), "gather_grad's data");
+  gather_axis(g, n, data, at.axis);
   if (gs != in_shape(g, n, 1)) throw Error("gradient " + shape_str(gs) + " must have the index's shape");
   n.dtype = in_dtype(g, n, 0);
   n.shape = data;
 }
 
-// conv3x3(x [N, C, H, W], w [O, C, 3, 3] (flipped: [C, O, 3, 3])): ints {p, flipped} ->
+// conv3x3(x [N, C, H, W], w [O, C, 3, 3] (flipped: [C, O, 3, 3])): attr::Conv3x3 ->
 // [N, O, H + 2p - 2, W + 2p - 2], float32.
 void infer_conv3x3(const Graph& g, Node& n) {
-  require_ints(n, 2, "{padding, flipped}");
-  const int64_t p = n.attrs.ints[0], flipped = n.attrs.ints[1];
+  const int64_t p = n.attr<attr::Conv3x3>().pad;
+  const bool flipped = n.attr<attr::Conv3x3>().flipped;
   if (p < 0 || p > 2) throw Error("padding must be 0, 1 or 2, got " + std::to_string(p));
-  if (flipped != 0 && flipped != 1) throw Error("flipped must be 0 or 1");
   for (size_t k = 0; k < 2; ++k)
     if (in_dtype(g, n, k) != DType::F32) throw Error("conv3x3 takes float32 tensors, got " + std::string(dtype_name(in_dtype(g, n, k))));
   const Shape &x = in_shape(g, n, 0), &w = in_shape(g, n, 1);

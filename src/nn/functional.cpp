@@ -79,9 +79,7 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t s, i
   Tensor y;
   if (groups == 1 && kh == 3 && kw == 3 && s == 1 && d == 1 && p >= 0 && p <= 2 && C >= 8 && O >= 8 &&
       H + 2 * p > 2 && W + 2 * p > 2 && x.dtype() == DType::F32 && w.dtype() == DType::F32 && winograd_convolutions()) {
-    Attrs at;
-    at.ints = {p, 0};
-    y = Tensor::apply(Op::Conv3x3, {x, w}, at);
+    y = Tensor::apply(Op::Conv3x3, {x, w}, attr::Conv3x3{p, false});
   } else if (groups == 1) {
     y = einsum("nchwxy,ocxy->nohw", {windows(x, kh, kw, s, p, d, "conv2d"), w});
   } else {
@@ -160,10 +158,8 @@ Tensor batch_norm(const Tensor& x, Tensor running_mean, Tensor running_var, cons
   // The normalisation as one op whose gradient is batch norm's own (two reductions and one
   // pass; see vjp_batchnorm) rather than the derivative of the statistics' graph. The forward
   // bits are those of centered * (rsqrt(var + eps) * w) + b.
-  Attrs at;
-  at.scalar = eps;
-  at.ints = {1};  // mean and var are x's batch statistics: the gradient to x goes through them
-  Tensor y = Tensor::apply(Op::BatchNorm, {x, mean.reshape({C}), var.reshape({C}), w, b}, at);
+  // batch_stats: mean and var are x's batch statistics, so the gradient to x goes through them.
+  Tensor y = Tensor::apply(Op::BatchNorm, {x, mean.reshape({C}), var.reshape({C}), w, b}, attr::BatchNorm{eps, true});
   double unbias = double(n) / double(n - 1);
   if (running_mean.defined()) running_mean.assign(running_mean * (1 - momentum) + mean.reshape({C}) * momentum);
   if (running_var.defined()) running_var.assign(running_var * (1 - momentum) + var.reshape({C}) * (momentum * unbias));

@@ -126,20 +126,29 @@ HostTensor oracle_reduce(const Node& n, const OracleIn& in) {
 HostTensor oracle_view(const Node& n, const OracleIn& in) {
   const Shape& is = in[0]->shape;
   HostTensor out = make_out(n);
-  const auto& ints = n.attrs.ints;
   for (int64_t i = 0; i < out.numel(); ++i) {
     auto o = unravel(i, n.shape);
     std::vector<int64_t> src(is.size());
     bool zero = false;
     switch (n.op) {
       case Op::Reshape: src = unravel(i, is); break;
-      case Op::Permute:
-        for (size_t d = 0; d < ints.size(); ++d)
-          src[size_t(normalize_axis(ints[d], is.size(), "permute", is))] = o[d];
+      case Op::Permute: {
+        const auto& perm = n.attr<attr::Permute>().perm;
+        for (size_t d = 0; d < perm.size(); ++d)
+          src[size_t(normalize_axis(perm[d], is.size(), "permute", is))] = o[d];
         break;
+      }
       case Op::Expand: {
         size_t lead = o.size() - is.size();
         for (size_t d = 0; d < is.size(); ++d) src[d] = is[d] == 1 ? 0 : o[lead + d];
+        break;
+      }
+      case Op::Unfold: {
+        WindowArgs w = window_args(n, is.size());
+        const size_t ax = size_t(w.axis);
+        for (size_t d = 0; d < is.size(); ++d) src[d] = o[d];
+        src[ax] = o[ax] * w.stride + (o.back() - w.center) * w.dilation;
+        zero = src[ax] < 0 || src[ax] >= is[ax];
         break;
       }
       default: {
@@ -151,11 +160,6 @@ HostTensor oracle_view(const Node& n, const OracleIn& in) {
         if (n.op == Op::Pad) s = o[ax] - a.a, zero = s < 0 || s >= is[ax];
         if (n.op == Op::Stride) s = o[ax] * a.a;
         if (n.op == Op::Shift) s = ((o[ax] + a.a) % is[ax] + is[ax]) % is[ax];
-        if (n.op == Op::Unfold) {
-          WindowArgs w = window_args(n, is.size());
-          s = o[ax] * w.stride + (o.back() - w.center) * w.dilation;
-          zero = s < 0 || s >= is[ax];
-        }
       }
     }
     out.set(i, zero ? 0.0 : in[0]->get(ravel(src, is)));
@@ -188,7 +192,7 @@ HostTensor oracle_fold(const Node& n, const OracleIn& in) {
 HostTensor oracle_einsum(const Node& n, const OracleIn& in) {
   std::vector<Shape> shapes;
   for (auto* t : in) shapes.push_back(t->shape);
-  EinsumSpec e = parse_einsum(n.attrs.spec, shapes);
+  EinsumSpec e = parse_einsum(n.attr<attr::Einsum>().spec, shapes);
   std::string labels = e.labels();
   Shape space;
   for (char c : labels) space.push_back(e.size[int(c)]);
@@ -228,7 +232,7 @@ void for_each_line(const Shape& s, int axis, Fn fn) {
 
 HostTensor oracle_softmax(const Node& n, const OracleIn& in) {
   HostTensor out = make_out(n);
-  int axis = normalize_axis(n.attrs.ints[0], n.shape.size(), "softmax", n.shape);
+  int axis = normalize_axis(n.attr<attr::Axis>().axis, n.shape.size(), "softmax", n.shape);
   for_each_line(n.shape, axis, [&](const std::vector<int64_t>& offs) {
     double m = -INFINITY, s = 0;
     for (int64_t o : offs) m = std::max(m, in[0]->get(o));
@@ -243,7 +247,7 @@ HostTensor oracle_softmax(const Node& n, const OracleIn& in) {
 
 HostTensor oracle_softmax_grad(const Node& n, const OracleIn& in) {
   HostTensor out = make_out(n);
-  int axis = normalize_axis(n.attrs.ints[0], n.shape.size(), "softmax_grad", n.shape);
+  int axis = normalize_axis(n.attr<attr::Axis>().axis, n.shape.size(), "softmax_grad", n.shape);
   for_each_line(n.shape, axis, [&](const std::vector<int64_t>& offs) {
     double s = 0;
     for (int64_t o : offs)
@@ -266,7 +270,7 @@ HostTensor oracle_layernorm(const Node& n, const OracleIn& in) {
     for (int64_t o : offs) var += (in[0]->get(o) - mean) * (in[0]->get(o) - mean);
     var /= double(offs.size());
     for (size_t k = 0; k < offs.size(); ++k) {
-      double y = (in[0]->get(offs[k]) - mean) / std::sqrt(var + n.attrs.scalar);
+      double y = (in[0]->get(offs[k]) - mean) / std::sqrt(var + n.attr<attr::Eps>().eps);
       if (in.size() == 3) y = y * in[1]->get(int64_t(k)) + in[2]->get(int64_t(k));
       out.set(offs[k], y);
     }
@@ -288,7 +292,8 @@ AttentionDims attention_dims(const Node& n, const OracleIn& in) {
   const Shape &q = in[0]->shape, &k = in[1]->shape;
   const size_t r = q.size(), tensors = n.op == Op::Attention ? 3 : 5;
   const int64_t offset = in.size() > tensors ? std::clamp<int64_t>(int64_t(in[tensors]->get(0)), 0, k[r - 2]) : 0;
-  return {numel(q) / (q[r - 2] * q[r - 1]), q[r - 2], k[r - 2], q[r - 1], n.attrs.ints[0] == 1, n.attrs.scalar, offset};
+  const auto& at = n.attr<attr::Attention>();
+  return {numel(q) / (q[r - 2] * q[r - 1]), q[r - 2], k[r - 2], q[r - 1], at.causal, at.scale, offset};
 }
 // Row i of batch b's probabilities.
 std::vector<double> attention_probs(const AttentionDims& a, const OracleIn& in, int64_t b, int64_t i) {
@@ -362,7 +367,7 @@ HostTensor oracle_layernorm_param_grad(const Node& n, const OracleIn& in) {
     for (int64_t c = 0; c < C; ++c) mean += in[0]->get(i * C + c);
     mean /= double(C);
     for (int64_t c = 0; c < C; ++c) var += (in[0]->get(i * C + c) - mean) * (in[0]->get(i * C + c) - mean);
-    const double r = 1.0 / std::sqrt(var / double(C) + n.attrs.scalar);
+    const double r = 1.0 / std::sqrt(var / double(C) + n.attr<attr::Eps>().eps);
     for (int64_t c = 0; c < C; ++c) {
       dw[size_t(c)] += in[1]->get(i * C + c) * (in[0]->get(i * C + c) - mean) * r;
       db[size_t(c)] += in[1]->get(i * C + c);
@@ -379,7 +384,7 @@ HostTensor oracle_batchnorm(const Node& n, const OracleIn& in) {
   for (size_t d = 2; d < n.shape.size(); ++d) inner *= n.shape[d];
   for (int64_t i = 0; i < out.numel(); ++i) {
     int64_t c = i / std::max<int64_t>(inner, 1) % C;
-    double r = 1.0 / std::sqrt(in[2]->get(c) + n.attrs.scalar);
+    double r = 1.0 / std::sqrt(in[2]->get(c) + n.attr<attr::BatchNorm>().eps);
     out.set(i, (in[0]->get(i) - in[1]->get(c)) * r * in[3]->get(c) + in[4]->get(c));
   }
   return out;
@@ -394,7 +399,7 @@ HostTensor oracle_batchnorm_sums(const Node& n, const OracleIn& in) {
   std::vector<double> s0(size_t(C), 0.0), s1(size_t(C), 0.0);
   for (int64_t i = 0; i < in[0]->numel(); ++i) {
     int64_t c = i / std::max<int64_t>(inner, 1) % C;
-    double g = in[0]->get(i), xh = (in[1]->get(i) - in[2]->get(c)) / std::sqrt(in[3]->get(c) + n.attrs.scalar);
+    double g = in[0]->get(i), xh = (in[1]->get(i) - in[2]->get(c)) / std::sqrt(in[3]->get(c) + n.attr<attr::Eps>().eps);
     s0[size_t(c)] += g;
     s1[size_t(c)] += g * xh;
   }
@@ -433,7 +438,7 @@ HostTensor oracle_reduce_max_grad(const Node& n, const OracleIn& in) {
 HostTensor oracle_layernorm_grad(const Node& n, const OracleIn& in) {
   HostTensor out = make_out(n);
   int axis = int(n.shape.size()) - 1;
-  double eps = n.attrs.scalar;
+  double eps = n.attr<attr::Eps>().eps;
   for_each_line(n.shape, axis, [&](const std::vector<int64_t>& offs) {
     double cnt = double(offs.size()), mean = 0, var = 0;
     for (int64_t o : offs) mean += in[0]->get(o);
@@ -456,9 +461,10 @@ HostTensor oracle_layernorm_grad(const Node& n, const OracleIn& in) {
 }
 
 namespace {
-// Whether row r's target is cross_entropy's ignored one (ints {ignore}), and how many are not.
+// Whether row r's target is cross_entropy's ignored one, and how many are not.
 bool xent_ignored(const Node& n, const HostTensor& target, int64_t r) {
-  return !n.attrs.ints.empty() && int64_t(target.get(r)) == n.attrs.ints[0];
+  const auto& ignore = n.attr<attr::CrossEntropy>().ignore_index;
+  return ignore && int64_t(target.get(r)) == *ignore;
 }
 int64_t xent_counted(const Node& n, const HostTensor& target) {
   int64_t c = 0;
@@ -524,8 +530,8 @@ HostTensor oracle_embedding_grad(const Node& n, const OracleIn& in) {
 
 HostTensor oracle_argmax(const Node& n, const OracleIn& in) {
   const Shape& xs = in[0]->shape;
-  int a = normalize_axis(n.attrs.ints[0], xs.size(), "argmax", xs);
-  bool want_min = n.attrs.ints[1] != 0;
+  int a = normalize_axis(n.attr<attr::ArgMax>().axis, xs.size(), "argmax", xs);
+  bool want_min = n.attr<attr::ArgMax>().min;
   HostTensor out = make_out(n);
   for (int64_t o = 0; o < out.numel(); ++o) {
     std::vector<int64_t> idx = unravel(o, n.shape);
@@ -546,8 +552,8 @@ HostTensor oracle_argmax(const Node& n, const OracleIn& in) {
 // cumprod_exclusive: the product up to it, it excluded (from the end when reversed).
 HostTensor oracle_cumsum(const Node& n, const OracleIn& in) {
   const Shape& xs = in[0]->shape;
-  int a = normalize_axis(n.attrs.ints[0], xs.size(), op_name(n.op), xs);
-  bool reverse = n.attrs.ints[1] != 0, product = n.op != Op::Cumsum;
+  int a = normalize_axis(n.attr<attr::Scan>().axis, xs.size(), op_name(n.op), xs);
+  bool reverse = n.attr<attr::Scan>().reverse, product = n.op != Op::Cumsum;
   int64_t excluded = n.op == Op::CumprodExclusive ? 1 : 0;
   HostTensor out = make_out(n);
   for (int64_t i = 0; i < out.numel(); ++i) {
@@ -568,8 +574,8 @@ HostTensor oracle_cumsum(const Node& n, const OracleIn& in) {
 // reversed), each term a direct product.
 HostTensor oracle_cumprod_grad(const Node& n, const OracleIn& in) {
   const Shape& xs = in[0]->shape;
-  int a = normalize_axis(n.attrs.ints[0], xs.size(), "cumprod_grad", xs);
-  bool reverse = n.attrs.ints[1] != 0;
+  int a = normalize_axis(n.attr<attr::Scan>().axis, xs.size(), "cumprod_grad", xs);
+  bool reverse = n.attr<attr::Scan>().reverse;
   int64_t len = xs[size_t(a)];
   HostTensor out = make_out(n);
   for (int64_t o = 0; o < out.numel(); ++o) {
@@ -592,7 +598,7 @@ HostTensor oracle_cumprod_grad(const Node& n, const OracleIn& in) {
 
 HostTensor oracle_prod(const Node& n, const OracleIn& in) {
   const Shape& xs = in[0]->shape;
-  int a = normalize_axis(n.attrs.ints[0], xs.size(), "prod", xs);
+  int a = normalize_axis(n.attr<attr::Axis>().axis, xs.size(), "prod", xs);
   HostTensor out = make_out(n);
   for (int64_t o = 0; o < out.numel(); ++o) {
     std::vector<int64_t> idx = unravel(o, n.shape);
@@ -610,7 +616,8 @@ HostTensor oracle_prod(const Node& n, const OracleIn& in) {
 namespace {
 // The element of data (shape ds) that gather reads for position p of the index.
 int64_t gather_source(const Node& n, const HostTensor& index, int64_t p, const Shape& ds) {
-  int a = normalize_axis(n.attrs.ints[0], ds.size(), op_name(n.op), ds);
+  const int64_t axis = n.op == Op::Gather ? n.attr<attr::Axis>().axis : n.attr<attr::GatherGrad>().axis;
+  int a = normalize_axis(axis, ds.size(), op_name(n.op), ds);
   std::vector<int64_t> idx = unravel(p, index.shape);
   idx[size_t(a)] = index_or_throw(index.get(p), ds[size_t(a)], op_name(n.op));
   return ravel(idx, ds);
@@ -634,9 +641,9 @@ HostTensor oracle_gather_grad(const Node& n, const OracleIn& in) {
 
 HostTensor oracle_dropout(const Node& n, const OracleIn& in) {
   HostTensor out = make_out(n);
-  double p = n.attrs.scalar;
+  double p = n.attr<attr::Dropout>().p;
   for (int64_t i = 0; i < out.numel(); ++i) {
-    bool keep = philox_uniform(n.attrs.seed, uint64_t(i)) >= float(p);
+    bool keep = philox_uniform(n.attr<attr::Dropout>().seed, uint64_t(i)) >= float(p);
     // A dropped element is x * 0, as PyTorch's mask product: NaN for NaN or +-inf, else x's zero.
     out.set(i, keep ? in[0]->get(i) / (1.0 - p) : in[0]->get(i) * 0.0);
   }
@@ -647,8 +654,8 @@ HostTensor oracle_dropout(const Node& n, const OracleIn& in) {
 HostTensor oracle_conv3x3(const Node& n, const OracleIn& in) {
   HostTensor out = make_out(n);
   const Shape& x = in[0]->shape;
-  const int64_t p = n.attrs.ints[0];
-  const bool flipped = n.attrs.ints[1] != 0;
+  const int64_t p = n.attr<attr::Conv3x3>().pad;
+  const bool flipped = n.attr<attr::Conv3x3>().flipped;
   const int64_t N = x[0], C = x[1], H = x[2], W = x[3], O = n.shape[1], OH = n.shape[2], OW = n.shape[3];
   for (int64_t b = 0; b < N; ++b)
     for (int64_t o = 0; o < O; ++o)

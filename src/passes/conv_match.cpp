@@ -123,7 +123,7 @@ std::optional<ConvDataChain> match_conv_data_grad(const Graph& g, ValueId f2) {
   if (ne.op != Op::Einsum || ne.in.size() != 2 || ne.dtype != DType::F32 || ne.shape.size() != 6) return std::nullopt;
   for (ValueId x : ne.in)
     if (g.dtype(x) != DType::F32) return std::nullopt;
-  EinsumSpec es = parse_einsum(ne.attrs.spec, {g.shape(ne.in[0]), g.shape(ne.in[1])});
+  EinsumSpec es = parse_einsum(ne.attr<attr::Einsum>().spec, {g.shape(ne.in[0]), g.shape(ne.in[1])});
   // "nohw,ocxy->nchwxy": dY [N, O, OH, OW] and W [O, C, KH, KW], in either operand order.
   const std::string& out = es.out;
   int dy = es.in[0].size() == 4 && !es.in[0].empty() && es.in[0][0] == out[0] ? 0 : 1;

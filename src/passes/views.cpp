@@ -53,7 +53,6 @@ void each_affine(AffineView& v, F&& f) {
 }  // namespace
 
 bool apply_view(const Node& n, AffineView& v, bool allow_gates) {
-  const auto& ints = n.attrs.ints;
   if (is_gated_view_op(n.op) && !allow_gates) return false;
   bool ok = true;
   switch (n.op) {
@@ -67,10 +66,11 @@ bool apply_view(const Node& n, AffineView& v, bool allow_gates) {
       break;
     }
     case Op::Permute: {
+      const auto& perm = n.attr<attr::Permute>().perm;
       each_affine(v, [&](int64_t&, std::vector<int64_t>& s) {
-        std::vector<int64_t> st(ints.size());
-        for (size_t d = 0; d < ints.size(); ++d)
-          st[d] = s[size_t(normalize_axis(ints[d], v.shape.size(), "permute", v.shape))];
+        std::vector<int64_t> st(perm.size());
+        for (size_t d = 0; d < perm.size(); ++d)
+          st[d] = s[size_t(normalize_axis(perm[d], v.shape.size(), "permute", v.shape))];
         s = st;
       });
       break;

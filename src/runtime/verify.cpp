@@ -48,7 +48,7 @@ std::vector<double> error_budget(const Graph& g) {
     double own = 0;
     switch (op_info(nd.op).kind) {
       case OpKind::Leaf: own = 0; break;
-      case OpKind::View: own = nd.op == Op::Fold ? 2 * std::sqrt(double(nd.attrs.ints[1])) : 0; break;
+      case OpKind::View: own = nd.op == Op::Fold ? 2 * std::sqrt(double(nd.attr<attr::Window>().window)) : 0; break;
       case OpKind::Elementwise: own = 4; break;
       case OpKind::Reduce: {
         double r = double(numel(g.shape(nd.in[0]))) / double(std::max<int64_t>(1, numel(nd.shape)));
@@ -58,7 +58,7 @@ std::vector<double> error_budget(const Graph& g) {
       case OpKind::Contraction: {
         std::vector<Shape> shapes;
         for (ValueId x : nd.in) shapes.push_back(g.shape(x));
-        EinsumSpec e = parse_einsum(nd.attrs.spec, shapes);
+        EinsumSpec e = parse_einsum(nd.attr<attr::Einsum>().spec, shapes);
         double r = 1;
         for (char c : e.labels())
           if (e.out.find(c) == std::string::npos) r *= double(e.size[int(c)]);

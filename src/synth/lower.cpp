@@ -251,11 +251,7 @@ Stats stats(const Spec& spec, const Operator& op, const Binding& bind) {
 }
 
 namespace {
-Attrs ints(std::vector<int64_t> v) {
-  Attrs a;
-  a.ints = std::move(v);
-  return a;
-}
+// A step's op and its typed attributes (the plan keeps each step's integers in one list).
 Op step_op(LowerPlan::Step::T t) {
   switch (t) {
     case LowerPlan::Step::Reshape: return Op::Reshape;
@@ -266,6 +262,18 @@ Op step_op(LowerPlan::Step::T t) {
     case LowerPlan::Step::Unfold: return Op::Unfold;
   }
   return Op::Reshape;
+}
+Attrs step_attrs(const LowerPlan::Step& st) {
+  const auto& v = st.ints;
+  switch (st.t) {
+    case LowerPlan::Step::Reshape:
+    case LowerPlan::Step::Expand: return attr::Target{v};
+    case LowerPlan::Step::Permute: return attr::Permute{v};
+    case LowerPlan::Step::Shift: return attr::Shift{v.at(0), v.at(1)};
+    case LowerPlan::Step::Stride: return attr::Stride{v.at(0), v.at(1)};
+    case LowerPlan::Step::Unfold: return attr::Window{v.at(0), v.at(1), v.at(2)};
+  }
+  return {};
 }
 void check_inputs(const Spec& spec, const Operator& op, const Binding& bind, const Shape& xs,
                   const std::vector<Shape>& ws) {
@@ -300,7 +308,7 @@ ValueId lower(const Spec& spec, const Operator& op, const Binding& bind, Graph& 
   check_inputs(spec, op, bind, g.shape(x), ws);
   LowerPlan p = make_plan(spec, op, bind);
   ValueId cur = x;
-  for (const auto& st : p.steps) cur = g.add(step_op(st.t), {cur}, ints(st.ints));
+  for (const auto& st : p.steps) cur = g.add(step_op(st.t), {cur}, step_attrs(st));
   for (const auto& c : p.chain) cur = c.weight >= 0 ? g.einsum(c.spec, {cur, weights[size_t(c.weight)]}) : g.einsum(c.spec, {cur});
   check_output(spec, bind, g.shape(cur));
   return cur;
@@ -313,7 +321,7 @@ Tensor apply(const Spec& spec, const Operator& op, const Binding& bind, const Te
   check_inputs(spec, op, bind, x.shape(), ws);
   LowerPlan p = make_plan(spec, op, bind);
   Tensor cur = x;
-  for (const auto& st : p.steps) cur = Tensor::apply(step_op(st.t), {cur}, ints(st.ints));
+  for (const auto& st : p.steps) cur = Tensor::apply(step_op(st.t), {cur}, step_attrs(st));
   for (const auto& c : p.chain)
     cur = c.weight >= 0 ? einsum(c.spec, {cur, weights[size_t(c.weight)]}) : einsum(c.spec, {cur});
   check_output(spec, bind, cur.shape());

@@ -441,10 +441,10 @@ Launch lower_attention(LowerCtx& c) {
   a->Tk = k[r - 2];
   a->D = q[r - 1];
   a->batch = numel(q) / (a->Tq * a->D);
-  a->causal = c.node.attrs.ints[0] == 1;
+  a->causal = c.node.attr<attr::Attention>().causal;
   a->f64 = c.node.dtype == DType::F64;
   a->isa = int(active_isa());
-  a->scale = c.node.attrs.scalar;
+  a->scale = c.node.attr<attr::Attention>().scale;
   a->q = c.in[0];
   a->k = c.in[1];
   a->v = c.in[2];

@@ -260,7 +260,8 @@ Launch lower_lines(LowerCtx& c, int op, int axis) {
   for (size_t k = 0; k < c.in.size() && k < 3; ++k) a->in[k] = c.in[k];
   a->n_in = int(c.in.size());
   a->out = c.out;
-  a->eps = c.node.attrs.scalar;
+  const auto* eps = std::get_if<attr::Eps>(&c.node.attrs);  // the layernorms'; softmax has none
+  a->eps = eps ? eps->eps : 0.0;
   a->op = op;
   a->f64 = c.node.dtype == DType::F64;
   a->avx2 = active_isa() != Isa::Scalar;
@@ -268,7 +269,7 @@ Launch lower_lines(LowerCtx& c, int op, int axis) {
 }
 
 int axis_attr(const LowerCtx& c) {
-  return normalize_axis(c.node.attrs.ints[0], c.node.shape.size(), op_name(c.node.op), c.node.shape);
+  return normalize_axis(c.node.attr<attr::Axis>().axis, c.node.shape.size(), op_name(c.node.op), c.node.shape);
 }
 
 
@@ -328,9 +329,9 @@ void xent_grad_launch(const void* p, ThreadPool&) {
 XentArgs* xent_args(LowerCtx& c) {
   auto* a = c.args<XentArgs>();
   const Shape& ls = c.in_shape(0);
+  const auto& ignore = c.node.attr<attr::CrossEntropy>().ignore_index;
   *a = {ls[0], ls[1], c.in[0], c.in[1], c.in.size() > 2 ? c.in[2] : nullptr, c.out,
-        c.node.dtype == DType::F64, c.in_dtype(1) == DType::I64, !c.node.attrs.ints.empty(),
-        c.node.attrs.ints.empty() ? 0 : c.node.attrs.ints[0]};
+        c.node.dtype == DType::F64, c.in_dtype(1) == DType::I64, ignore.has_value(), ignore.value_or(0)};
   return a;
 }
 
@@ -482,7 +483,7 @@ Launch lower_layernorm_param_grad(LowerCtx& c) {
   const Shape& x = c.in_shape(0);
   a->n = x.back();
   a->rows = numel(x) / a->n;
-  a->eps = c.node.attrs.scalar;
+  a->eps = c.node.attr<attr::Eps>().eps;
   a->x = c.in[0];
   a->g = c.in[1];
   a->out = c.out;
@@ -569,7 +570,7 @@ Launch lower_batchnorm(LowerCtx& c) {
   a->planes_per_chunk = std::max<int64_t>(1, 16384 / std::max<int64_t>(a->inner, 1));
   a->x = c.in[0], a->mean = c.in[1], a->var = c.in[2], a->w = c.in[3], a->b = c.in[4];
   a->y = c.out;
-  a->eps = n.attrs.scalar;
+  a->eps = n.attr<attr::BatchNorm>().eps;
   a->f64 = n.dtype == DType::F64;
   if (a->inner > 0 && a->planes > 0)
     c.chunks = {bn_chunk, a, (a->planes + a->planes_per_chunk - 1) / a->planes_per_chunk, a->planes_per_chunk * a->inner};

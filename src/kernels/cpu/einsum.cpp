@@ -79,7 +79,7 @@ Launch lower_direct(LowerCtx& c, const EinsumSpec& e) {
   for (char l : e.labels())
     if (e.out.find(l) == std::string::npos) red += l;
   if (e.out.size() > size_t(kMaxLabels) || red.size() > size_t(kMaxLabels))
-    throw Error("einsum '" + c.node.attrs.spec + "': too many labels for the direct kernel");
+    throw Error("einsum '" + c.node.attr<attr::Einsum>().spec + "': too many labels for the direct kernel");
   a->n_out_labels = int(e.out.size());
   a->n_red_labels = int(red.size());
   for (size_t k = 0; k < e.in.size(); ++k) {
@@ -331,7 +331,7 @@ Launch lower_einsum(LowerCtx& c) {
   const Node& n = c.node;
   std::vector<Shape> shapes;
   for (size_t k = 0; k < n.in.size(); ++k) shapes.push_back(c.in_shape(k));
-  EinsumSpec e = parse_einsum(n.attrs.spec, shapes);
+  EinsumSpec e = parse_einsum(n.attr<attr::Einsum>().spec, shapes);
   c.in_strides.resize(n.in.size());
   c.in_gates.resize(n.in.size());
   for (size_t k = 0; k < n.in.size(); ++k)

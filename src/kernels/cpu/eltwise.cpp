@@ -96,7 +96,7 @@ void dropout_launch(const void* p, ThreadPool& pool) {
 
 Launch lower_dropout(LowerCtx& c) {
   auto* a = c.args<DropoutArgs>();
-  *a = {c.in[0], c.out, numel(c.node.shape), float(c.node.attrs.scalar), c.node.attrs.seed,
+  *a = {c.in[0], c.out, numel(c.node.shape), float(c.node.attr<attr::Dropout>().p), c.node.attr<attr::Dropout>().seed,
         c.node.dtype == DType::F64};
   return {dropout_launch, a, c.id};
 }

@@ -351,7 +351,7 @@ Launch lower_view(LowerCtx& c) {
   switch (n.op) {
     case Op::Permute:
       for (size_t d = 0; d < n.shape.size(); ++d)
-        s.stride[d] = cs[size_t(normalize_axis(n.attrs.ints[d], is.size(), "permute", is))];
+        s.stride[d] = cs[size_t(normalize_axis(n.attr<attr::Permute>().perm[d], is.size(), "permute", is))];
       break;
     case Op::Expand: {
       size_t lead = n.shape.size() - is.size();

@@ -258,7 +258,8 @@ GatherArgs* gather_args(LowerCtx& c, const Shape& data, const void* values) {
   if (idx.size() > size_t(kMaxRank))
     throw Error(std::string(op_name(c.node.op)) + ": rank above 16");
   a->rank = int(idx.size());
-  a->axis = normalize_axis(c.node.attrs.ints[0], data.size(), op_name(c.node.op), data);
+  const int64_t axis = c.node.op == Op::GatherGrad ? c.node.attr<attr::GatherGrad>().axis : c.node.attr<attr::Axis>().axis;
+  a->axis = normalize_axis(axis, data.size(), op_name(c.node.op), data);
   std::vector<int64_t> st = contiguous_strides(data);
   a->positions = numel(idx);
   a->slab = 1;
@@ -282,21 +283,22 @@ GatherArgs* gather_args(LowerCtx& c, const Shape& data, const void* values) {
 Launch lower_argmax(LowerCtx& c) {
   auto* a = c.args<ArgArgs>();
   const Shape& s = c.in_shape(0);
-  int axis = normalize_axis(c.node.attrs.ints[0], s.size(), "argmax", s);
-  *a = {axis_walk(s, axis), c.in[0], static_cast<int64_t*>(c.out), c.in_dtype(0),
-        c.node.attrs.ints[1] != 0};
+  const auto& at = c.node.attr<attr::ArgMax>();
+  int axis = normalize_axis(at.axis, s.size(), "argmax", s);
+  *a = {axis_walk(s, axis), c.in[0], static_cast<int64_t*>(c.out), c.in_dtype(0), at.min};
   return {arg_launch, a, c.id};
 }
 
 Launch lower_cumsum(LowerCtx& c) {
   auto* a = c.args<CumArgs>();
   const Shape& s = c.in_shape(0);
-  int axis = normalize_axis(c.node.attrs.ints[0], s.size(), op_name(c.node.op), s);
+  const auto& at = c.node.attr<attr::Scan>();
+  int axis = normalize_axis(at.axis, s.size(), op_name(c.node.op), s);
   Scan scan = c.node.op == Op::CumprodExclusive ? Scan::ExclusiveProduct
               : c.node.op == Op::Cumprod        ? Scan::InclusiveProduct
               : c.node.op == Op::CumprodGrad    ? Scan::ProductGrad
                                                 : Scan::Sum;
-  *a = {axis_walk(s, axis), c.in[0], c.out, c.node.dtype == DType::F64, c.node.attrs.ints[1] != 0, scan,
+  *a = {axis_walk(s, axis), c.in[0], c.out, c.node.dtype == DType::F64, at.reverse, scan,
         scan == Scan::ProductGrad ? c.in[1] : nullptr};
   return {cum_launch, a, c.id};
 }
@@ -305,7 +307,7 @@ Launch lower_cumprod_grad(LowerCtx& c) { return lower_cumsum(c); }
 Launch lower_prod(LowerCtx& c) {
   auto* a = c.args<CumArgs>();
   const Shape& s = c.in_shape(0);
-  int axis = normalize_axis(c.node.attrs.ints[0], s.size(), "prod", s);
+  int axis = normalize_axis(c.node.attr<attr::Axis>().axis, s.size(), "prod", s);
   *a = {axis_walk(s, axis), c.in[0], c.out, c.node.dtype == DType::F64, false, Scan::Product};
   return {cum_launch, a, c.id};
 }

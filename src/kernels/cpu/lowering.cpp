@@ -17,7 +17,7 @@ namespace {
 using LowerFn = Launch (*)(LowerCtx&);
 constexpr LowerFn none = nullptr;  // leaves and aliases need no launch
 constexpr LowerFn kLower[] = {
-#define SYNOROS_OP(Enum, ident, arity, kind, infer, vjp, oracle, cost, lower, props) lower,
+#define SYNOROS_OP(Enum, ident, arity, kind, infer, vjp, oracle, cost, lower, ...) lower,
 #define SYNOROS_MAP(Enum, ...) lower_map,
 #include "synoros/ops.def"
 };

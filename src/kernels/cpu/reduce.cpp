@@ -549,7 +549,7 @@ Launch lower_batchnorm_sums(LowerCtx& c) {
   for (size_t d = 2; d < s.size(); ++d) a->inner *= s[d];
   a->g = c.in[0], a->x = c.in[1], a->mean = c.in[2], a->var = c.in[3];
   a->out = c.out;
-  a->eps = c.node.attrs.scalar;
+  a->eps = c.node.attr<attr::Eps>().eps;
   a->f64 = c.node.dtype == DType::F64;
   a->avx2 = active_isa() >= Isa::Avx2;
   return {bn_sums_launch, a, c.id};

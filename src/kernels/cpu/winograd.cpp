@@ -1,5 +1,5 @@
-// The 3x3 convolution op, conv3x3(x, w, ints {p, t}), by Winograd's F(4x4, 3x3): each 4 x 4
-// block of outputs (a tile) is A^T [sum_c U_c (.) V_c] A, with U = G g G^T the weights of
+// The 3x3 convolution op, conv3x3(x, w) with attr::Conv3x3 {pad, flipped}, by Winograd's
+// F(4x4, 3x3): each 4 x 4 block of outputs (a tile) is A^T [sum_c U_c (.) V_c] A, with U = G g G^T the weights of
 // (o, c) and V = B^T d B the 6 x 6 input patch d of channel c: 36 multiplications per tile and
 // channel pair where the direct chain takes 144.
 //
@@ -205,8 +205,8 @@ Launch lower_conv3x3(LowerCtx& c) {
   const Node& n = c.node;
   if (n.dtype != DType::F32) throw Error("conv3x3: float32 only");
   const Shape &xs = c.in_shape(0), &ws = c.in_shape(1);
-  const int64_t p = n.attrs.ints[0];
-  const bool flipped = n.attrs.ints[1] != 0;
+  const int64_t p = n.attr<attr::Conv3x3>().pad;
+  const bool flipped = n.attr<attr::Conv3x3>().flipped;
   const auto* x = static_cast<const float*>(c.in[0]);
   const auto* w = static_cast<const float*>(c.in[1]);
   Launch own = make_launch(c.storage, c.id, xs, ws, p, flipped, x, w, static_cast<float*>(c.out));
