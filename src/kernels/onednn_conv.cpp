@@ -22,6 +22,7 @@
 
 #include "kernels/providers.hpp"
 #include "kernels/vendor_gemm.hpp"
+#include "oracle/contraction.hpp"
 
 namespace synoros::kernels {
 
@@ -490,44 +491,40 @@ struct Floats {
   int64_t size;
 };
 
-// The float64 value of one output and the sum of its terms' magnitudes: y[n, o, oh, ow] forward,
-// dW[o, c, i, j] for the weight gradient, dX[n, c, h, w] for the data gradient. x: the images
-// (dY for the data gradient); b: the weights (dY for the weight gradient).
-double reference(const ConvGeom& g, const Floats& x, const Floats& b, const int64_t* at, double& mag) {
-  double acc = 0;
-  mag = 0;
-  auto weight = [&](int64_t o, int64_t c, int64_t i, int64_t j) {
-    return double(b[size_t(g.kswap ? ((o * g.C + c) * g.KW + j) * g.KH + i : ((o * g.C + c) * g.KH + i) * g.KW + j)]);
-  };
-  auto term = [&](int64_t n, int64_t c, int64_t o, int64_t oh, int64_t ow, int64_t i, int64_t j) {
-    int64_t r = oh * g.sh + i * g.dh - g.pt, q = ow * g.sw + j * g.dw - g.pl;
-    if (r < 0 || r >= g.H || q < 0 || q >= g.W) return;
-    double t = g.kind == ConvKind::BwdWeights
-                   ? double(x[size_t(((n * g.C + c) * g.H + r) * g.W + q)]) * b[size_t(((n * g.O + o) * g.OH + oh) * g.OW + ow)]
-               : g.kind == ConvKind::BwdData
-                   ? double(x[size_t(((n * g.O + o) * g.OH + oh) * g.OW + ow)]) * weight(o, c, i, j)
-                   : double(x[size_t(((n * g.C + c) * g.H + r) * g.W + q)]) * weight(o, c, i, j);
-    acc += t;
-    mag += std::fabs(t);
-  };
-  if (g.kind == ConvKind::BwdWeights) {
-    for (int64_t n = 0; n < g.N; ++n)
-      for (int64_t oh = 0; oh < g.OH; ++oh)
-        for (int64_t ow = 0; ow < g.OW; ++ow) term(n, at[1], at[0], oh, ow, at[2], at[3]);
-  } else if (g.kind == ConvKind::BwdData) {
-    for (int64_t o = 0; o < g.O; ++o)
-      for (int64_t i = 0; i < g.KH; ++i)
-        for (int64_t j = 0; j < g.KW; ++j) {
-          int64_t r = at[2] + g.pt - i * g.dh, q = at[3] + g.pl - j * g.dw;
-          if (r < 0 || q < 0 || r % g.sh || q % g.sw || r / g.sh >= g.OH || q / g.sw >= g.OW) continue;
-          term(at[0], at[1], o, r / g.sh, q / g.sw, i, j);
-        }
-  } else {
-    for (int64_t c = 0; c < g.C; ++c)
-      for (int64_t i = 0; i < g.KH; ++i)
-        for (int64_t j = 0; j < g.KW; ++j) term(at[0], c, at[1], at[2], at[3], i, j);
+// One output of the convolution as the oracle's contraction (oracle/contraction.hpp) over the
+// probe's data: y[n, o, oh, ow] forward, dW[o, c, i, j] for the weight gradient, dX[n, c, h, w]
+// for the data gradient, each with the three labels it sums over. x: the images (dY for the data
+// gradient); b: the weights (dY for the weight gradient).
+struct ConvContraction {
+  std::vector<oracle::Operand> ops;
+  int64_t summed[3];
+};
+ConvContraction contraction(const ConvGeom& g, const float* x, const float* b) {
+  using oracle::affine;
+  using oracle::axis;
+  const int64_t kh = g.kswap ? 1 : g.KW, kw = g.kswap ? g.KH : 1;  // the weights' strides of i and j
+  const int64_t wo = g.C * g.KH * g.KW, wc = g.KH * g.KW;
+  if (g.kind == ConvKind::BwdWeights) {  // labels o, c, i, j | n, oh, ow
+    return {{{x, nullptr, {axis(7, 4, g.C * g.H * g.W), axis(7, 1, g.H * g.W),
+                           affine(7, {{5, g.sh}, {2, g.dh}}, -g.pt, 1, g.H, g.W),
+                           affine(7, {{6, g.sw}, {3, g.dw}}, -g.pl, 1, g.W, 1)}},
+             {b, nullptr, {axis(7, 4, g.O * g.OH * g.OW), axis(7, 0, g.OH * g.OW), axis(7, 5, g.OW), axis(7, 6, 1)}}},
+            {g.N, g.OH, g.OW}};
   }
-  return acc;
+  // labels n, c, h, w | o, i, j: oh = (h + pt - i dh) / sh where that divides
+  if (g.kind == ConvKind::BwdData) {
+    return {{{x, nullptr, {axis(7, 0, g.O * g.OH * g.OW), axis(7, 4, g.OH * g.OW),
+                           affine(7, {{2, 1}, {5, -g.dh}}, g.pt, g.sh, g.OH, g.OW),
+                           affine(7, {{3, 1}, {6, -g.dw}}, g.pl, g.sw, g.OW, 1)}},
+             {b, nullptr, {axis(7, 4, wo), axis(7, 1, wc), axis(7, 5, kh), axis(7, 6, kw)}}},
+            {g.O, g.KH, g.KW}};
+  }
+  // labels n, o, oh, ow | c, i, j
+  return {{{x, nullptr, {axis(7, 0, g.C * g.H * g.W), axis(7, 4, g.H * g.W),
+                         affine(7, {{2, g.sh}, {5, g.dh}}, -g.pt, 1, g.H, g.W),
+                         affine(7, {{3, g.sw}, {6, g.dw}}, -g.pl, 1, g.W, 1)}},
+           {b, nullptr, {axis(7, 1, wo), axis(7, 4, wc), axis(7, 5, kh), axis(7, 6, kw)}}},
+          {g.C, g.KH, g.KW}};
 }
 
 // Random probe inputs of the convolution's shapes: the candidates are checked and timed on these,
@@ -553,13 +550,10 @@ Probe make_probe(const ConvGeom& g) {
 // not ("" when it passes) and the worst error as a share of the allowed bound.
 Verdict oracle_check(const ConvGeom& g, const Probe& p, const Floats& y, const char* name) {
   std::mt19937 rng(99);
-  double eps = std::numeric_limits<float>::epsilon();
-  double klen = double(g.kind == ConvKind::BwdWeights ? g.N * g.OH * g.OW
-                       : g.kind == ConvKind::BwdData  ? g.O * g.KH * g.KW
-                                                      : g.C * g.KH * g.KW);
+  const ConvContraction c = contraction(g, p.x.data(), p.b.data());
+  const double terms = double(c.summed[0] * c.summed[1] * c.summed[2]);
   const char* what = g.kind == ConvKind::BwdWeights ? "dW[" : g.kind == ConvKind::BwdData ? "dX[" : "y[";
-  double worst = 0;
-  std::string why;
+  oracle::PointVerdict v;
   for (int k = 0; k < 260; ++k) {
     int64_t at[4], flat = 0;
     for (int d = 0; d < 4; ++d) {
@@ -567,21 +561,11 @@ Verdict oracle_check(const ConvGeom& g, const Probe& p, const Floats& y, const c
       at[d] = k < 2 ? k * (p.out[size_t(d)] - 1) : r(rng);
       flat = flat * p.out[size_t(d)] + at[d];
     }
-    double mag = 0, ref = reference(g, p.x, p.b, at, mag);
-    double got = y[size_t(flat)];
-    double allowed = 4 * eps * (std::sqrt(klen) + 2) * mag + 1e-30, err = std::fabs(got - ref);
-    if (!(err <= allowed)) {
-      if (why.empty()) {
-        std::ostringstream m;
-        m << name << ": " << what << at[0] << "," << at[1] << "," << at[2] << "," << at[3] << "] = " << got
-          << ", float64 says " << ref;
-        why = m.str();
-      }
-      if (std::isnan(err)) err = std::numeric_limits<double>::infinity();
-    }
-    worst = std::max(worst, err / allowed);
+    std::ostringstream where;
+    where << what << at[0] << "," << at[1] << "," << at[2] << "," << at[3] << "]";
+    v.check(y[size_t(flat)], oracle::contraction_point(c.ops, at, c.summed), terms, name, where.str());
   }
-  return {why, worst};
+  return {v.why, v.worst};
 }
 
 // The roofline model's work of one convolution (each kind reads two of the three tensors and

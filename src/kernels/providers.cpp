@@ -23,6 +23,7 @@
 
 #include "kernels/kernel_api.hpp"
 #include "kernels/vendor_gemm.hpp"
+#include "oracle/contraction.hpp"
 
 namespace synoros::kernels {
 
@@ -175,8 +176,8 @@ std::string key_of(const GemmShape& s, bool strict) {
 struct Probe {
   GemmShape s;
   std::vector<float> A, B;
-  std::vector<int64_t> rows, cols;  // the output elements checked against float64
-  std::vector<double> ref;
+  std::vector<int64_t> rows, cols;       // the output elements checked against float64
+  std::vector<oracle::PointSum> ref;    // their sums, from the oracle
 };
 
 Probe make_probe(const GemmShape& s) {
@@ -197,11 +198,14 @@ Probe make_probe(const GemmShape& s) {
     std::uniform_int_distribution<int64_t> rm(0, s.M - 1), rn(0, s.N - 1);
     for (int i = 0; i < 252; ++i) p.rows.push_back(rm(rng)), p.cols.push_back(rn(rng));
   }
+  // "mk,kn->mn" over the strided operands: labels (m, n, k).
+  const oracle::Operand ops[] = {
+      {p.A.data(), nullptr, {oracle::axis(3, 0, s.a_rs), oracle::axis(3, 2, s.a_cs)}},
+      {p.B.data(), nullptr, {oracle::axis(3, 2, s.b_rs), oracle::axis(3, 1, s.b_cs)}}};
+  const int64_t K[] = {s.K};
   for (size_t i = 0; i < p.rows.size(); ++i) {
-    double acc = 0;
-    for (int64_t k = 0; k < s.K; ++k)
-      acc += double(p.A[size_t(p.rows[i] * s.a_rs + k * s.a_cs)]) * double(p.B[size_t(k * s.b_rs + p.cols[i] * s.b_cs)]);
-    p.ref.push_back(acc);
+    const int64_t at[] = {p.rows[i], p.cols[i]};
+    p.ref.push_back(oracle::contraction_point(ops, at, K));
   }
   return p;
 }
@@ -216,27 +220,11 @@ Verdict check(const GemmProvider& prov, const Probe& p, std::vector<float>& C, f
   } catch (const std::exception& e) {  // e.g. a JIT that cannot build this shape
     return prov.name() + ": failed: " + e.what();
   }
-  double eps = std::numeric_limits<float>::epsilon();
-  double worst = 0;
-  std::string why;
-  for (size_t i = 0; i < p.rows.size(); ++i) {
-    double got = C[size_t(p.rows[i] * s.c_rs + p.cols[i])];
-    double mag = 0;
-    for (int64_t k = 0; k < s.K; ++k)
-      mag += std::fabs(double(p.A[size_t(p.rows[i] * s.a_rs + k * s.a_cs)]) * double(p.B[size_t(k * s.b_rs + p.cols[i] * s.b_cs)]));
-    double allowed = 4 * eps * (std::sqrt(double(s.K)) + 2) * mag + 1e-30;
-    double err = std::fabs(got - p.ref[i]);
-    if (!(err <= allowed)) {
-      if (why.empty()) {
-        std::ostringstream o;
-        o << prov.name() << ": C[" << p.rows[i] << "," << p.cols[i] << "] = " << got << ", float64 says " << p.ref[i];
-        why = o.str();
-      }
-      if (std::isnan(err)) err = std::numeric_limits<double>::infinity();
-    }
-    worst = std::max(worst, err / allowed);
-  }
-  return {why, worst};
+  oracle::PointVerdict v;
+  for (size_t i = 0; i < p.rows.size(); ++i)
+    v.check(C[size_t(p.rows[i] * s.c_rs + p.cols[i])], p.ref[i], double(s.K), prov.name(),
+            "C[" + std::to_string(p.rows[i]) + "," + std::to_string(p.cols[i]) + "]");
+  return {v.why, v.worst};
 }
 
 }  // namespace

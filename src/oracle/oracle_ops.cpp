@@ -13,6 +13,7 @@
 #include "ir/einsum_spec.hpp"
 #include "ir/op_defs.hpp"
 #include "ir/scalar_ops.hpp"
+#include "oracle/contraction.hpp"
 
 namespace synoros::opdefs {
 
@@ -193,23 +194,23 @@ HostTensor oracle_einsum(const Node& n, const OracleIn& in) {
   std::vector<Shape> shapes;
   for (auto* t : in) shapes.push_back(t->shape);
   EinsumSpec e = parse_einsum(n.attr<attr::Einsum>().spec, shapes);
-  std::string labels = e.labels();
-  Shape space;
-  for (char c : labels) space.push_back(e.size[int(c)]);
-  HostTensor out = make_out(n);
-  std::vector<double> acc(size_t(out.numel()), 0.0);
-  auto pick = [&](const std::string& ls, const std::vector<int64_t>& idx, const Shape& s) {
-    std::vector<int64_t> sub;
-    for (char c : ls) sub.push_back(idx[labels.find(c)]);
-    return ravel(sub, s);
-  };
-  for (int64_t f = 0; f < numel(space); ++f) {
-    auto idx = unravel(f, space);
-    double p = 1;
-    for (size_t k = 0; k < in.size(); ++k) p *= in[k]->get(pick(e.in[k], idx, in[k]->shape));
-    acc[size_t(pick(e.out, idx, n.shape))] += p;
+  // One output element at a time (oracle/contraction.hpp): the output's labels, then the summed
+  // ones in the spec's order.
+  std::string labels = e.out;
+  for (char c : e.labels())
+    if (labels.find(c) == std::string::npos) labels += c;
+  std::vector<oracle::Operand> ops(in.size());
+  for (size_t k = 0; k < in.size(); ++k) {
+    ops[k].tensor = in[k];
+    std::vector<int64_t> st = contiguous_strides(in[k]->shape);
+    for (size_t a = 0; a < e.in[k].size(); ++a)
+      ops[k].coords.push_back(oracle::axis(labels.size(), labels.find(e.in[k][a]), st[a]));
   }
-  for (int64_t i = 0; i < out.numel(); ++i) out.set(i, acc[size_t(i)]);
+  std::vector<int64_t> summed;
+  for (size_t l = e.out.size(); l < labels.size(); ++l) summed.push_back(e.size[int(labels[l])]);
+  HostTensor out = make_out(n);
+  for (int64_t i = 0; i < out.numel(); ++i)
+    out.set(i, oracle::contraction_point(ops, unravel(i, n.shape), summed).value);
   return out;
 }
 
