@@ -41,6 +41,7 @@ struct Step {
   std::vector<std::pair<DType, Shape>> specs;
   std::vector<nb::object> optimizers;  // stepped inside the trace: ticked before each run
   std::mutex mu;                       // one run at a time: the plan has one set of buffers
+  std::vector<std::pair<nb::object, nb::object>> out_arrays;  // numpy.empty's shape and dtype per output
 
   static std::unique_ptr<Step> trace(const nb::callable& fn, std::vector<std::pair<DType, Shape>> specs) {
     auto s = std::make_unique<Step>();
@@ -65,13 +66,20 @@ struct Step {
   nb::object run(const std::vector<View>& views) {
     static nb::object* empty = new nb::object(nb::module_::import_("numpy").attr("empty"));  // never freed:
     size_t n = step.num_outputs();                                                          // outlives exit
+    if (out_arrays.size() != n) {  // made on the first run, then reused: a call builds no tuple
+      static nb::object* dtype = new nb::object(nb::module_::import_("numpy").attr("dtype"));
+      out_arrays.clear();
+      for (size_t i = 0; i < n; ++i) {
+        auto [dt, shape] = step.output_spec(i);
+        nb::list dims;
+        for (int64_t d : shape) dims.append(d);
+        out_arrays.emplace_back(nb::tuple(dims), (*dtype)(numpy_dtype(dt)));
+      }
+    }
     std::vector<nb::object> arrays(n);
     std::vector<View> outs(n);
     for (size_t i = 0; i < n; ++i) {
-      auto [dt, shape] = step.output_spec(i);
-      nb::list dims;
-      for (int64_t d : shape) dims.append(d);
-      arrays[i] = (*empty)(nb::tuple(dims), numpy_dtype(dt));
+      arrays[i] = (*empty)(out_arrays[i].first, out_arrays[i].second);
       if (!outs[i].take(arrays[i].ptr())) throw Error("compiled step: numpy.empty gave no usable buffer");
     }
     std::vector<optim::Optimizer*> opts;

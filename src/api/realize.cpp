@@ -200,6 +200,19 @@ void clear_plan_cache() {
 }
 void set_plan_cache_limit(size_t bytes) { plan_cache_limit() = bytes; }
 
+std::vector<HostTensor> run_plan(Plan& plan, const std::vector<std::pair<ValueId, const HostTensor*>>& inputs,
+                                 const std::vector<ValueId>& outputs) {
+  // Two threads realizing the same structure share one cached plan (and its arena): its feed,
+  // run and read happen under one lock.
+  static std::mutex run_mu;
+  std::lock_guard<std::mutex> lk(run_mu);
+  for (const auto& [id, value] : inputs) plan.set_input(id, *value);
+  plan.run();
+  std::vector<HostTensor> values;
+  for (ValueId o : outputs) values.push_back(plan.read(o));
+  return values;
+}
+
 void realize(const std::vector<Tensor>& ts) { realize(ts, true); }
 
 void realize(const std::vector<Tensor>& ts, bool keep_graph) {
@@ -217,16 +230,9 @@ void realize(const std::vector<Tensor>& ts, bool keep_graph) {
   if (roots.empty()) return;
   Lowered low = lower_dag(roots);
   std::shared_ptr<Plan> plan = cached_plan(low);
-  std::vector<HostTensor> values;
-  {
-    // Two threads realizing the same structure share one cached plan (and its arena): its
-    // feed, run and read happen under one lock.
-    static std::mutex run_mu;
-    std::lock_guard<std::mutex> lk(run_mu);
-    for (const auto& [impl, id] : low.feeds) plan->set_input(id, *impl->value);
-    plan->run();
-    for (size_t i = 0; i < roots.size(); ++i) values.push_back(plan->read(low.outputs[i]));
-  }
+  std::vector<std::pair<ValueId, const HostTensor*>> inputs;
+  for (const auto& [impl, id] : low.feeds) inputs.push_back({id, impl->value.get()});
+  std::vector<HostTensor> values = run_plan(*plan, inputs, low.outputs);
   // Reading a value does not detach it (PyTorch's rule): a tensor that depends on a leaf
   // requiring a gradient keeps its inputs, so a later backward() still reaches that leaf. One that
   // does not becomes a leaf, and the DAG behind it can be freed; detach() is the explicit cut.

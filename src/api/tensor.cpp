@@ -131,7 +131,7 @@ Tensor Tensor::apply(Op op, const std::vector<Tensor>& in, const Attrs& attrs, D
   for (const Tensor& x : in) inputs.push_back(g_grad_enabled ? x.impl_ptr() : without_grad(x));
   auto t = std::make_shared<TensorImpl>();
   t->op = op;
-  t->attrs = attrs;
+  t->attrs = g.node(v).attrs;  // with the op's defaults filled in
   t->dtype = g.dtype(v);
   t->shape = g.shape(v);
   t->in = std::move(inputs);
@@ -447,16 +447,21 @@ void Tensor::backward() const {
     params.push_back(impl);
   }
   if (wrt.empty()) throw Error("backward: no tensor in this graph requires a gradient");
+  std::vector<std::shared_ptr<TensorImpl>> old_grads;
+  for (const auto& p : params) old_grads.push_back(p->grad);
+  const bool eager = !trace_state().active;
+  if (eager && replay_backward(low, *impl_, params, old_grads)) return;  // an eager loop's next step
+  const Graph forward = eager ? low.g : Graph();  // the key of the step recorded below
   std::vector<ValueId> gids = synoros::grad(low.g, low.outputs[0], wrt, kNoValue, low.recompute);
   std::vector<Tensor> grads = raise(low, gids);
-  std::vector<Tensor> to_realize = {*this};
+  std::vector<Tensor> gsums;
   for (size_t i = 0; i < params.size(); ++i) {
-    if (trace_state().active) trace_state().saved_grads.push_back({params[i], params[i]->grad});
+    if (!eager) trace_state().saved_grads.push_back({params[i], params[i]->grad});
     Tensor gsum = params[i]->grad ? Tensor(params[i]->grad) + grads[i] : grads[i];
     params[i]->grad = gsum.impl_ptr();
-    to_realize.push_back(gsum);
+    gsums.push_back(gsum);
   }
-  if (!trace_state().active) realize(to_realize, false);  // gradients are leaves, as in PyTorch
+  if (eager) realize_and_record_backward(low, forward, *impl_, old_grads, gsums);  // gradients are leaves, as in PyTorch
 }
 
 Tensor& Tensor::stateful() {
@@ -477,12 +482,41 @@ void Tensor::assign(const Tensor& v) {
     trace_state().updates.push_back({impl_, v.impl_ptr()});
     return;
   }
+  if (trace_state().batches > 0) {
+    trace_state().pending.push_back({impl_, v.impl_ptr()});
+    return;
+  }
   // An in-place update consumes the value: it is realized as a leaf (as under PyTorch's no_grad),
   // so it stays readable after the storage it was computed from changes.
   realize({v}, false);
   const HostTensor& nv = *need(v).value;
   std::memcpy(t.value->buffer->data(), nv.buffer->data(), nv.bytes());
   t.value->buffer->mark_modified();
+}
+
+AssignBatch::AssignBatch() { ++trace_state().batches; }
+
+AssignBatch::~AssignBatch() {
+  if (!open_) return;
+  TraceState& ts = trace_state();
+  if (--ts.batches == 0) ts.pending.clear();
+}
+
+void AssignBatch::close() {
+  TraceState& ts = trace_state();
+  open_ = false;
+  if (--ts.batches > 0) return;  // an outer batch writes them
+  std::vector<std::pair<std::shared_ptr<TensorImpl>, std::shared_ptr<TensorImpl>>> pending;
+  pending.swap(ts.pending);
+  if (pending.empty()) return;  // nothing held (while compile() traces, assign() records updates)
+  std::vector<Tensor> values;
+  for (const auto& [dst, v] : pending) values.emplace_back(v);
+  realize(values, false);  // every value from the storage as it was, in one plan
+  for (const auto& [dst, v] : pending) {
+    const HostTensor& nv = *v->value;
+    std::memcpy(dst->value->buffer->data(), nv.buffer->data(), nv.bytes());
+    dst->value->buffer->mark_modified();
+  }
 }
 
 }  // namespace synoros

@@ -34,8 +34,28 @@ struct TraceState {
   bool active = false;
   std::vector<std::pair<std::shared_ptr<TensorImpl>, std::shared_ptr<TensorImpl>>> updates;
   std::vector<std::pair<std::shared_ptr<TensorImpl>, std::shared_ptr<TensorImpl>>> saved_grads;
+  // Eager assignments held back by an AssignBatch, realized together when it closes.
+  int batches = 0;
+  std::vector<std::pair<std::shared_ptr<TensorImpl>, std::shared_ptr<TensorImpl>>> pending;
 };
 TraceState& trace_state();
+
+// Holds back eager Tensor::assign calls while it is open and realizes all their values in one
+// plan when close() is called, then writes each in order (an optimizer's step: one plan run
+// instead of one per tensor). Every value is computed from the storage as it was when the batch
+// opened, so a value must not read a tensor assigned earlier in the same batch (the optimizers'
+// updates never do). Destroyed without close() (an exception), it drops what it held.
+class AssignBatch {
+ public:
+  AssignBatch();
+  ~AssignBatch();
+  void close();
+  AssignBatch(const AssignBatch&) = delete;
+  AssignBatch& operator=(const AssignBatch&) = delete;
+
+ private:
+  bool open_ = true;
+};
 
 // A DAG flattened into a tape.
 struct Lowered {
@@ -59,5 +79,26 @@ void realize(const std::vector<Tensor>& ts, bool keep_graph);
 std::vector<Tensor> raise(const Lowered& low, const std::vector<ValueId>& ids);
 // The cached plan for a lowered tape.
 std::shared_ptr<Plan> cached_plan(const Lowered& low);
+// Feeds the inputs, runs the plan and reads the outputs, under the lock that realizations of
+// shared (cached) plans hold.
+std::vector<HostTensor> run_plan(Plan& plan, const std::vector<std::pair<ValueId, const HostTensor*>>& inputs,
+                                 const std::vector<ValueId>& outputs);
+
+// The eager backward's step cache (backward_cache.cpp). An eager training loop records the same
+// forward graph every iteration; the plan its backward() built is kept, keyed by that graph, and
+// replayed: no differentiation, no second lowering, no hash of the whole step.
+// Replays backward() of `loss` (lowered as `low`; `params`: the leaves it differentiates for,
+// `old_grads`: their gradients before it) where a structurally equal step was recorded; false
+// where none was (nothing is changed then).
+bool replay_backward(const Lowered& low, TensorImpl& loss, const std::vector<std::shared_ptr<TensorImpl>>& params,
+                     const std::vector<std::shared_ptr<TensorImpl>>& old_grads);
+// Realizes the loss and the new gradients `gsums` (lazy) as backward() does, and records the step
+// for replay where it can be replayed (`forward`: low's graph before the gradient was appended).
+void realize_and_record_backward(const Lowered& low, const Graph& forward, TensorImpl& loss,
+                                 const std::vector<std::shared_ptr<TensorImpl>>& old_grads,
+                                 const std::vector<Tensor>& gsums);
+// How many backward() calls were replayed so far, and forgetting every recorded step (tests).
+size_t backward_replays();
+void clear_backward_cache();
 
 }  // namespace synoros

@@ -36,7 +36,9 @@ bool default_attrs(size_t want, Attrs& a, std::index_sequence<I...>) {
   bool ok = false;
   ((I == want && [&] {
      using T = std::variant_alternative_t<I, Attrs>;
-     if constexpr (requires { T::kOptional; }) a = T{}, ok = true;
+     if constexpr (requires { T::kOptional; }) {
+       if constexpr (T::kOptional) a = T{}, ok = true;
+     }
      return true;
    }()) || ...);
   return ok;

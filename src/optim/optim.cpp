@@ -51,6 +51,7 @@ void Optimizer::step(std::vector<Tensor> all) {
                 " parameters");
   bool eager = !trace_state().active;
   if (eager) tick();
+  AssignBatch batch;  // eager: every update in one plan run
   std::vector<size_t> idx;
   std::vector<Tensor> grads;
   for (size_t i = 0; i < params_.size(); ++i)
@@ -71,6 +72,7 @@ void Optimizer::step(std::vector<Tensor> all) {
     for (Tensor& g : grads) g = g * scale;
   }
   for (size_t j = 0; j < idx.size(); ++j) update(idx[j], params_[idx[j]], grads[j]);
+  batch.close();
 }
 
 SGD::SGD(std::vector<Tensor> params, double lr, double momentum, double wd, bool nesterov, double dampening)

@@ -1,5 +1,6 @@
 #include "oracle/contraction.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <sstream>
@@ -28,6 +29,9 @@ namespace {
 double read(const Operand& op, const std::vector<int64_t>& idx) {
   int64_t offset = 0;
   for (const Coord& c : op.coords) {
+    if (c.coef.size() != idx.size())
+      throw Error("contraction_point: a coordinate over " + std::to_string(c.coef.size()) + " labels, the iteration has " +
+                  std::to_string(idx.size()));
     int64_t v = c.c0;
     for (size_t l = 0; l < c.coef.size(); ++l) v += c.coef[l] * idx[l];
     if (c.div != 1) {

@@ -4,8 +4,10 @@
 // elements, not the whole tensor).
 #pragma once
 
+#include <initializer_list>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "synoros/core.hpp"
@@ -14,7 +16,8 @@ namespace synoros::oracle {
 
 // One coordinate of an operand's element as an affine function of the iteration's labels idx:
 // v = (c0 + sum_l coef[l] idx[l]) / div. Where div does not divide it, or v leaves [0, limit),
-// the element is a padding zero (limit -1: never). The element sits at the sum of v * stride
+// the element is a padding zero (limit -1: never), multiplied in like any other (as the pad op's
+// +0 is: 0 * inf gives NaN). The element sits at the sum of v * stride
 // over its coordinates.
 struct Coord {
   std::vector<int64_t> coef;  // one per label

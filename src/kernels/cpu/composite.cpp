@@ -260,8 +260,8 @@ Launch lower_lines(LowerCtx& c, int op, int axis) {
   for (size_t k = 0; k < c.in.size() && k < 3; ++k) a->in[k] = c.in[k];
   a->n_in = int(c.in.size());
   a->out = c.out;
-  const auto* eps = std::get_if<attr::Eps>(&c.node.attrs);  // the layernorms'; softmax has none
-  a->eps = eps ? eps->eps : 0.0;
+  const bool norm = c.node.op == Op::LayerNorm || c.node.op == Op::LayerNormGrad;
+  a->eps = norm ? c.node.attr<attr::Eps>().eps : 0.0;  // softmax has none
   a->op = op;
   a->f64 = c.node.dtype == DType::F64;
   a->avx2 = active_isa() != Isa::Scalar;

@@ -1,0 +1,100 @@
+// The eager loop's step cache: a backward() whose forward graph was seen before replays the plan
+// recorded for it, with the bits of the full path (differentiate, lower, plan, run).
+#include <gtest/gtest.h>
+
+#include "api/tensor_impl.hpp"
+#include "synoros/synoros.hpp"
+#include "test_util.hpp"
+
+namespace synoros {
+namespace {
+
+struct LoopResult {
+  std::vector<double> losses;
+  std::vector<HostTensor> params, grads;
+  size_t replays = 0;
+};
+
+// Steps of a small model trained eagerly: new data each step (its values differ, its shapes do
+// not), optionally accumulating gradients over two backward() calls, optionally reading the loss
+// before backward(). With `fresh`, the step cache is emptied before every backward(): the full path.
+LoopResult train(bool fresh, bool accumulate, bool read_loss_first, bool adam) {
+  nn::Sequential model;
+  model.add(std::make_shared<nn::Linear>(6, 12, true, 3));
+  model.add(std::make_shared<nn::ReLU>());
+  model.add(std::make_shared<nn::Linear>(12, 4, true, 4));
+  std::unique_ptr<optim::Optimizer> opt;
+  if (adam) opt = std::make_unique<optim::AdamW>(model.parameters(), 1e-2);
+  else opt = std::make_unique<optim::SGD>(model.parameters(), 5e-2, 0.9);
+  LoopResult r;
+  const size_t before = backward_replays();
+  for (int step = 0; step < 6; ++step) {
+    opt->zero_grad();
+    for (int micro = 0; micro < (accumulate ? 2 : 1); ++micro) {
+      Tensor x = Tensor::randn({5, 6}, uint64_t(100 + 10 * step + micro));
+      Tensor t = Tensor::randn({5, 4}, uint64_t(200 + 10 * step + micro));
+      Tensor loss = mse_loss(model(x), t);
+      if (read_loss_first) r.losses.push_back(loss.item());
+      if (fresh) clear_backward_cache();
+      loss.backward();
+      if (!read_loss_first) r.losses.push_back(loss.item());
+    }
+    for (const Tensor& p : model.parameters()) r.grads.push_back(p.grad().value());
+    opt->step();
+  }
+  for (const Tensor& p : model.parameters()) r.params.push_back(p.value());
+  r.replays = backward_replays() - before;
+  return r;
+}
+
+void expect_same(const LoopResult& a, const LoopResult& b) {
+  ASSERT_EQ(a.losses.size(), b.losses.size());
+  for (size_t i = 0; i < a.losses.size(); ++i) EXPECT_EQ(a.losses[i], b.losses[i]) << "loss " << i;
+  ASSERT_EQ(a.grads.size(), b.grads.size());
+  for (size_t i = 0; i < a.grads.size(); ++i)
+    testing::expect_same_bits(a.grads[i], b.grads[i], "gradient " + std::to_string(i));
+  for (size_t i = 0; i < a.params.size(); ++i)
+    testing::expect_same_bits(a.params[i], b.params[i], "parameter " + std::to_string(i));
+}
+
+TEST(EagerStep, ReplayedBackwardGivesTheBitsOfTheFullPath) {
+  for (bool adam : {false, true}) {
+    SCOPED_TRACE(adam ? "adamw" : "sgd with momentum");
+    LoopResult full = train(true, false, false, adam), cached = train(false, false, false, adam);
+    EXPECT_EQ(full.replays, 0u);
+    EXPECT_EQ(cached.replays, 5u);  // every step after the first
+    expect_same(full, cached);
+  }
+}
+
+TEST(EagerStep, AccumulatedGradientsReplayWithTheOldGradientAsAnInput) {
+  LoopResult full = train(true, true, false, false), cached = train(false, true, false, false);
+  // Per step: the first micro-batch finds no gradient, the second one; both are recorded at step 0.
+  EXPECT_EQ(cached.replays, 10u);
+  expect_same(full, cached);
+}
+
+TEST(EagerStep, ALossReadBeforeBackwardTakesTheFullPath) {
+  LoopResult full = train(true, false, true, false), cached = train(false, false, true, false);
+  EXPECT_EQ(cached.replays, 0u);
+  expect_same(full, cached);
+}
+
+TEST(EagerStep, AnotherGraphIsNotReplayed) {
+  nn::Linear lin(3, 2, true, 7);
+  const size_t before = backward_replays();
+  std::vector<double> first;
+  for (int64_t rows : {4, 4, 5, 4}) {  // the batch of 5 is another graph
+    lin.weight.zero_grad(), lin.bias.zero_grad();
+    Tensor loss = lin(Tensor::randn({rows, 3}, uint64_t(rows))).pow(2.0).mean();
+    loss.backward();
+    first.push_back(lin.weight.grad().to_vector()[0]);
+  }
+  EXPECT_EQ(backward_replays() - before, 2u);  // the second and the fourth
+  EXPECT_EQ(first[0], first[1]);                 // the same data
+  EXPECT_EQ(first[0], first[3]);
+  EXPECT_NE(first[0], first[2]);
+}
+
+}  // namespace
+}  // namespace synoros
