@@ -96,5 +96,36 @@ TEST(EagerStep, AnotherGraphIsNotReplayed) {
   EXPECT_NE(first[0], first[2]);
 }
 
+TEST(EagerStep, FreezingOtherParametersIsAnotherStep) {
+  // Two layers of one shape, both trained once (so both are state read in place): freezing one
+  // and then the other leaves the forward graph as it was, but not what is differentiated.
+  nn::Linear a(3, 3, true, 1), b(3, 3, true, 2);
+  optim::SGD opt({a.weight, a.bias, b.weight, b.bias}, 0.1);
+  Tensor x = Tensor::randn({2, 3}, 5);
+  auto loss = [&] { return b(a(x).relu()).pow(2.0).mean(); };
+  loss().backward();
+  opt.step();
+  auto grads_with = [&](bool freeze_a) {
+    for (Tensor* p : {&a.weight, &a.bias, &b.weight, &b.bias}) p->zero_grad();
+    a.weight.requires_grad(!freeze_a), a.bias.requires_grad(!freeze_a);
+    b.weight.requires_grad(freeze_a), b.bias.requires_grad(freeze_a);
+    loss().backward();
+    return (freeze_a ? b.weight : a.weight).grad().value();
+  };
+  grads_with(false);
+  HostTensor replayed_or_not = grads_with(true);
+  clear_backward_cache();
+  HostTensor full = grads_with(true);
+  testing::expect_same_bits(replayed_or_not, full, "b's weight gradient");
+}
+
+TEST(EagerStep, AConstantOldGradientIsNotBakedIntoTheStep) {
+  // d(p + x)/dp is the seed itself, a constant: accumulating it must count every call.
+  Tensor p = Tensor::zeros({});
+  p.requires_grad();
+  for (int k = 0; k < 4; ++k) (p + Tensor::randn({}, uint64_t(k))).backward();
+  EXPECT_EQ(p.grad().item(), 4.0);
+}
+
 }  // namespace
 }  // namespace synoros

@@ -21,6 +21,7 @@ struct Entry {
   Graph forward;  // the loss's lowered graph, compared in full before a replay
   ValueId loss_in_forward;
   std::vector<int32_t> recompute;
+  std::vector<ValueId> wrt;  // the parameters differentiated for, as forward values
   std::vector<bool> had_grad;
   std::string config;
   std::shared_ptr<Plan> plan;
@@ -38,11 +39,17 @@ Cache& cache() {
   static Cache c;
   return c;
 }
-// A step is replayable while the loss is still lazy and each old gradient is absent or a value.
+// A step is replayable while the loss is still lazy and each old gradient is absent or a plain
+// fed value (not a constant, not state read in place), held by one parameter only.
 bool replayable(const TensorImpl& loss, const std::vector<std::shared_ptr<TensorImpl>>& old_grads) {
   if (loss.value) return false;
-  for (const auto& g : old_grads)
-    if (g && (!g->in.empty() || !g->value)) return false;
+  for (size_t i = 0; i < old_grads.size(); ++i) {
+    const auto& g = old_grads[i];
+    if (!g) continue;
+    if (!g->in.empty() || !g->value || g->is_const || g->stateful || g->requires_grad) return false;
+    for (size_t j = 0; j < i; ++j)
+      if (old_grads[j] == g) return false;
+  }
   return true;
 }
 uint64_t key(const Graph& forward, ValueId loss) { return forward.structural_hash() * 1000003u + uint64_t(loss); }
@@ -60,7 +67,8 @@ void set_results(TensorImpl& loss, const std::vector<std::shared_ptr<TensorImpl>
 }
 }  // namespace
 
-bool replay_backward(const Lowered& low, TensorImpl& loss, const std::vector<std::shared_ptr<TensorImpl>>& params,
+bool replay_backward(const Lowered& low, const std::vector<ValueId>& wrt, TensorImpl& loss,
+                     const std::vector<std::shared_ptr<TensorImpl>>& params,
                      const std::vector<std::shared_ptr<TensorImpl>>& old_grads) {
   if (!replayable(loss, old_grads)) return false;
   const uint64_t h = key(low.g, low.outputs[0]);
@@ -70,7 +78,7 @@ bool replay_backward(const Lowered& low, TensorImpl& loss, const std::vector<std
     std::lock_guard<std::mutex> lk(cache().mu);
     for (const auto& [eh, entry] : cache().entries)
       if (eh == h && entry->config == config && entry->loss_in_forward == low.outputs[0] &&
-          entry->recompute == low.recompute && entry->had_grad.size() == old_grads.size()) {
+          entry->recompute == low.recompute && entry->wrt == wrt && entry->had_grad.size() == old_grads.size()) {
         bool same = true;
         for (size_t i = 0; i < old_grads.size() && same; ++i) same = entry->had_grad[i] == bool(old_grads[i]);
         if (same && entry->forward.structurally_equal(low.g)) e = entry;
@@ -98,13 +106,15 @@ bool replay_backward(const Lowered& low, TensorImpl& loss, const std::vector<std
   return true;
 }
 
-void realize_and_record_backward(const Lowered& low, const Graph& forward, TensorImpl& loss,
+void realize_and_record_backward(const Lowered& low, const Graph& forward, const std::vector<ValueId>& wrt,
+                                 TensorImpl& loss,
                                  const std::vector<std::shared_ptr<TensorImpl>>& old_grads,
                                  const std::vector<Tensor>& gsums) {
   // Fresh lazy gradients only: one that is a tensor of the forward (a gradient equal to a value
   // the forward computed) is realized in place, as realize() does, and not recorded.
   bool fresh = true;
   for (const Tensor& g : gsums) fresh = fresh && !g.impl()->in.empty() && !g.impl()->value && !low.ids.count(g.impl());
+  for (const auto& g : old_grads) fresh = fresh && !(g && low.ids.count(g.get()));  // an old gradient used as data
   if (!fresh || !replayable(loss, old_grads)) {
     std::vector<Tensor> all{Tensor(loss.shared_from_this())};
     all.insert(all.end(), gsums.begin(), gsums.end());
@@ -118,6 +128,7 @@ void realize_and_record_backward(const Lowered& low, const Graph& forward, Tenso
   e->forward = forward;
   e->loss_in_forward = low.outputs[0];
   e->recompute = low.recompute;
+  e->wrt = wrt;
   for (const auto& g : old_grads) e->had_grad.push_back(bool(g));
   e->config = kernels::kernel_config();
   e->plan = cached_plan(step);

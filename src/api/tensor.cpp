@@ -450,7 +450,7 @@ void Tensor::backward() const {
   std::vector<std::shared_ptr<TensorImpl>> old_grads;
   for (const auto& p : params) old_grads.push_back(p->grad);
   const bool eager = !trace_state().active;
-  if (eager && replay_backward(low, *impl_, params, old_grads)) return;  // an eager loop's next step
+  if (eager && replay_backward(low, wrt, *impl_, params, old_grads)) return;  // an eager loop's next step
   const Graph forward = eager ? low.g : Graph();  // the key of the step recorded below
   std::vector<ValueId> gids = synoros::grad(low.g, low.outputs[0], wrt, kNoValue, low.recompute);
   std::vector<Tensor> grads = raise(low, gids);
@@ -461,7 +461,7 @@ void Tensor::backward() const {
     params[i]->grad = gsum.impl_ptr();
     gsums.push_back(gsum);
   }
-  if (eager) realize_and_record_backward(low, forward, *impl_, old_grads, gsums);  // gradients are leaves, as in PyTorch
+  if (eager) realize_and_record_backward(low, forward, wrt, *impl_, old_grads, gsums);  // gradients are leaves, as in PyTorch
 }
 
 Tensor& Tensor::stateful() {

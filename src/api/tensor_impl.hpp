@@ -90,11 +90,13 @@ std::vector<HostTensor> run_plan(Plan& plan, const std::vector<std::pair<ValueId
 // Replays backward() of `loss` (lowered as `low`; `params`: the leaves it differentiates for,
 // `old_grads`: their gradients before it) where a structurally equal step was recorded; false
 // where none was (nothing is changed then).
-bool replay_backward(const Lowered& low, TensorImpl& loss, const std::vector<std::shared_ptr<TensorImpl>>& params,
+bool replay_backward(const Lowered& low, const std::vector<ValueId>& wrt, TensorImpl& loss,
+                     const std::vector<std::shared_ptr<TensorImpl>>& params,
                      const std::vector<std::shared_ptr<TensorImpl>>& old_grads);
 // Realizes the loss and the new gradients `gsums` (lazy) as backward() does, and records the step
 // for replay where it can be replayed (`forward`: low's graph before the gradient was appended).
-void realize_and_record_backward(const Lowered& low, const Graph& forward, TensorImpl& loss,
+void realize_and_record_backward(const Lowered& low, const Graph& forward, const std::vector<ValueId>& wrt,
+                                 TensorImpl& loss,
                                  const std::vector<std::shared_ptr<TensorImpl>>& old_grads,
                                  const std::vector<Tensor>& gsums);
 // How many backward() calls were replayed so far, and forgetting every recorded step (tests).
