@@ -85,14 +85,14 @@ bool replay_backward(const Lowered& low, const std::vector<ValueId>& wrt, Tensor
       }
   }
   if (!e) return false;
-  {
-    std::lock_guard<std::mutex> lk(cache().mu);
-    ++cache().replays;
-  }
   std::vector<std::pair<ValueId, const HostTensor*>> inputs;
   for (const Binding& b : e->inputs)
     inputs.push_back({b.id, b.old_grad ? old_grads[b.k]->value.get() : low.feeds[b.k].first->value.get()});
   std::vector<HostTensor> values = run_plan(*e->plan, inputs, e->outputs);
+  {
+    std::lock_guard<std::mutex> lk(cache().mu);
+    ++cache().replays;
+  }
   // New gradients made in the recorded step's order: tensors later computed from them (the
   // optimizer's update) lower to the same graph as after the recorded step, and reuse its plan.
   std::vector<std::shared_ptr<TensorImpl>> grads(params.size());

@@ -471,6 +471,14 @@ Tensor& Tensor::stateful() {
   return *this;
 }
 
+namespace {
+// Copies a realized value into a leaf's storage in place and marks it modified.
+void write_into(TensorImpl& dst, const HostTensor& v) {
+  std::memcpy(dst.value->buffer->data(), v.buffer->data(), v.bytes());
+  dst.value->buffer->mark_modified();
+}
+}  // namespace
+
 void Tensor::assign(const Tensor& v) {
   TensorImpl& t = *impl_;
   if (!t.in.empty() || !t.value) throw Error("assign: only realized leaf tensors can be assigned");
@@ -489,9 +497,7 @@ void Tensor::assign(const Tensor& v) {
   // An in-place update consumes the value: it is realized as a leaf (as under PyTorch's no_grad),
   // so it stays readable after the storage it was computed from changes.
   realize({v}, false);
-  const HostTensor& nv = *need(v).value;
-  std::memcpy(t.value->buffer->data(), nv.buffer->data(), nv.bytes());
-  t.value->buffer->mark_modified();
+  write_into(t, *need(v).value);
 }
 
 AssignBatch::AssignBatch() { ++trace_state().batches; }
@@ -512,11 +518,7 @@ void AssignBatch::close() {
   std::vector<Tensor> values;
   for (const auto& [dst, v] : pending) values.emplace_back(v);
   realize(values, false);  // every value from the storage as it was, in one plan
-  for (const auto& [dst, v] : pending) {
-    const HostTensor& nv = *v->value;
-    std::memcpy(dst->value->buffer->data(), nv.buffer->data(), nv.bytes());
-    dst->value->buffer->mark_modified();
-  }
+  for (const auto& [dst, v] : pending) write_into(*dst, *v->value);
 }
 
 }  // namespace synoros
