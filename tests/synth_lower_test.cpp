@@ -220,14 +220,12 @@ TEST(SynthExport, FormulaNamesEveryPart) {
   }
 }
 
-TEST(SynthExport, PyTorchModuleMatchesTheEngine) {
-  if (!have_torch()) GTEST_SKIP() << "/usr/bin/python3 with torch is not available";
-  Options o;
-  o.max_depth = 5;
-  o.max_reductions = 3;
-  Synthesizer syn(tiny_conv(), o);
-  auto ops = selection(syn);
-  std::string dir = ::testing::TempDir() + "synth_export_" + std::to_string(::getpid());
+// Each operator exported as a PyTorch module (binding i % bindings), run by /usr/bin/python3 in
+// float64 on the same input and weights, equals the engine's float32 output within `tol` of the
+// largest output magnitude.
+void expect_exports_match(const Spec& spec, const std::vector<Operator>& ops, const std::string& tag,
+                          double tol = 1e-5) {
+  std::string dir = ::testing::TempDir() + "synth_export_" + tag + "_" + std::to_string(::getpid());
   ASSERT_EQ(std::system(("mkdir -p " + dir).c_str()), 0);
   // One Python run checks every operator: module source, weights and input written here.
   std::ofstream runner(dir + "/run.py");
@@ -249,27 +247,28 @@ TEST(SynthExport, PyTorchModuleMatchesTheEngine) {
   std::vector<HostTensor> engine_out;
   for (size_t i = 0; i < ops.size(); ++i) {
     const Operator& op = ops[i];
-    Binding bind = binding(syn.spec(), i % 2);
-    std::ofstream(dir + "/op" + std::to_string(i) + ".py") << pytorch_module(syn.spec(), op, bind);
-    Shape xs = syn.spec().shape(syn.spec().input, i % 2);
+    size_t b = i % spec.bindings.size();
+    Binding bind = binding(spec, b);
+    std::ofstream(dir + "/op" + std::to_string(i) + ".py") << pytorch_module(spec, op, bind);
+    Shape xs = spec.shape(spec.input, b);
     HostTensor xv = testing::random_tensor({DType::F32, xs}, 100 + i);
     write_raw(dir + "/x" + std::to_string(i) + ".bin", xv);
     std::ofstream meta(dir + "/op" + std::to_string(i) + ".shapes");
     for (int64_t v : xs) meta << v << " ";
     meta << "\n";
-    auto wsh = weight_shapes(syn.spec(), op, bind);
+    auto wsh = weight_shapes(spec, op, bind);
     std::vector<Tensor> wt;
     for (size_t j = 0; j < wsh.size(); ++j) {
       HostTensor wv = testing::random_tensor({DType::F32, wsh[j]}, 200 + 10 * i + j);
       write_raw(dir + "/w" + std::to_string(i) + "_" + std::to_string(j) + ".bin", wv);
       wt.push_back(Tensor::from(wv));
     }
-    engine_out.push_back(apply(syn.spec(), op, bind, Tensor::from(xv), wt).value());
+    engine_out.push_back(apply(spec, op, bind, Tensor::from(xv), wt).value());
   }
   std::string cmd = "/usr/bin/python3 " + dir + "/run.py " + dir + " " + std::to_string(ops.size()) + " 2>" + dir + "/err.txt";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << "python failed; see " << dir << "/err.txt";
   for (size_t i = 0; i < ops.size(); ++i) {
-    SCOPED_TRACE(formula(syn.spec(), ops[i]));
+    SCOPED_TRACE(formula(spec, ops[i]));
     std::ifstream f(dir + "/y" + std::to_string(i) + ".bin", std::ios::binary);
     const HostTensor& e = engine_out[i];
     double scale = 0;
@@ -277,10 +276,46 @@ TEST(SynthExport, PyTorchModuleMatchesTheEngine) {
     for (int64_t k = 0; k < e.numel(); ++k) {
       float v = 0;
       ASSERT_TRUE(f.read(reinterpret_cast<char*>(&v), sizeof v)) << "short output " << i;
-      ASSERT_NEAR(double(v), e.get(k), 1e-5 * (1 + scale)) << "op " << i << " element " << k;
+      ASSERT_NEAR(double(v), e.get(k), tol * (1 + scale)) << "op " << i << " element " << k;
     }
   }
   if (std::system(("rm -rf " + dir).c_str()) != 0) ADD_FAILURE() << "cleanup failed";
+}
+
+TEST(SynthExport, PyTorchModuleMatchesTheEngine) {
+  if (!have_torch()) GTEST_SKIP() << "/usr/bin/python3 with torch is not available";
+  Options o;
+  o.max_depth = 5;
+  o.max_reductions = 3;
+  Synthesizer syn(tiny_conv(), o);
+  expect_exports_match(syn.spec(), selection(syn), "conv");
+}
+
+// Linear layers [N, C_in] -> [N, C_out] (the GPT's projections): every 7th operator to depth 6
+// of at most 2,048 products per output, and the known families.
+TEST(SynthExport, LinearOperatorsExportToo) {
+  if (!have_torch()) GTEST_SKIP() << "/usr/bin/python3 with torch is not available";
+  Spec spec = parse_spec("input: N, C_in; output: N, C_out; coef: g=4:3, h=2:2; bind: N=3, C_in=16, C_out=48; "
+                         "bind: N=5, C_in=64, C_out=16; cap: C_in=4, C_out=4; fixed: N");
+  Options o;
+  o.max_depth = 6;
+  Synthesizer syn(spec, o);
+  EnumResult r = enumerate(syn, true);
+  std::vector<Operator> ops;
+  // Operators whose outputs sum at most 2,048 products at both bindings (some sum C_in²·C_out·g
+  // of them, where float32 rounding alone exceeds any fixed tolerance).
+  auto small = [&](const Operator& op) {
+    for (size_t b = 0; b < spec.bindings.size(); ++b) {
+      Shape y = spec.shape(spec.output, b);
+      if (stats(spec, op, binding(spec, b)).flops > 2.0 * 2048 * double(y[0] * y[1])) return false;
+    }
+    return true;
+  };
+  for (size_t i = 0, k = 0; i < r.operators.size(); ++i)
+    if (small(r.operators[i]) && k++ % 7 == 0) ops.push_back(r.operators[i]);
+  for (const KnownFamily& f : known_families(spec)) ops.push_back(f.op);
+  ASSERT_GT(ops.size(), 100u);
+  expect_exports_match(spec, ops, "linear", 1e-4);
 }
 
 }  // namespace

@@ -29,19 +29,34 @@ struct GptConfig {
 
 struct LoraAdapter;
 
+// Another operator in place of a projection's dense product x W: a module from [rows, in] to
+// [rows, out] built for the projection `name` ("attn.c_attn", "attn.c_proj", "mlp.c_fc" or
+// "mlp.c_proj") with its own parameters; null keeps the dense product. The projection keeps its bias.
+using ProjectionFactory =
+    std::function<std::shared_ptr<Module>(const std::string& name, int64_t in, int64_t out, uint64_t seed)>;
+
 // GPT-2's projection: y = x W + b with W [in, out] (the transpose of Linear's layout), plus a
 // LoRA adapter's term when one is attached (see lora.hpp; not one of the module's parameters).
+// Built with a `product`, y = product(x) + b: the module is registered as "op" and `weight` is
+// undefined.
 class Conv1D : public Module {
  public:
   Conv1D(int64_t in, int64_t out, uint64_t seed, double std);
+  Conv1D(int64_t in, int64_t out, std::shared_ptr<Module> product);
   Tensor forward(const Tensor& x) override;
+  int64_t in_features() const { return in_; }
+  int64_t out_features() const { return out_; }
   Tensor weight, bias;
+  std::shared_ptr<Module> product;
   std::shared_ptr<LoraAdapter> lora;
+
+ private:
+  int64_t in_, out_;
 };
 
 class GptBlock : public Module {
  public:
-  GptBlock(const GptConfig& c, uint64_t seed);
+  GptBlock(const GptConfig& c, uint64_t seed, const ProjectionFactory& projections = {});
   Tensor forward(const Tensor& x) override;
   // The three projections of the attention input, each [B, T, C].
   std::vector<Tensor> qkv(const Tensor& x);
@@ -61,7 +76,8 @@ Tensor gpt_attention_at(const Tensor& q, const Tensor& k, const Tensor& v, const
 
 class Gpt : public Module {
  public:
-  Gpt(const GptConfig& c, uint64_t seed);
+  // `projections` may put other operators in place of the blocks' dense products (operator search).
+  Gpt(const GptConfig& c, uint64_t seed, const ProjectionFactory& projections = {});
   // tokens i64 [B, T <= context] -> logits [B, T, vocab].
   Tensor forward(const Tensor& tokens) override;
   // The same, embedding `positions` (i64 [B, T]) instead of 0..T-1, with attention given by

@@ -165,6 +165,10 @@ struct LmConfig {
   // forward pass of the blocks, the same bits.
   bool checkpoint_activations = false;
   std::shared_ptr<dist::ProcessGroup> group;  // null: this process alone
+  // Other operators in place of the projections' dense products (operator trials); not with a base.
+  nn::ProjectionFactory projections;
+  // Recorded in checkpoints and checked on resume (what `projections` holds, for instance).
+  std::map<std::string, std::string> extra;
   int64_t seq() const { return sequence > 0 ? sequence : model.context; }
 };
 

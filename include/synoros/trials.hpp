@@ -61,6 +61,9 @@ using PlanTimer = std::function<double(const Plan&)>;
 void set_plan_timer(PlanTimer timer);
 // A deterministic estimate: every op's FLOPs and bytes at fixed rates (100 GFLOP/s, 20 GB/s).
 double cost_model_ms(const Plan& plan);
+// One run of a compiled step and its time in ms, measured with a steady clock; when a plan timer
+// is set, its figure for the plan instead (the step is not run).
+double timed_run_ms(CompiledStep& step);
 
 // Times the compiled inference plan of `net` at batch 1 and 64 on one and two threads.
 Latency measure_latency(nn::Module& net, int repeats = 5);

@@ -80,8 +80,10 @@ CommandSpec train_spec() {
               "classifier"),
       text("prompt", "'The '", "prompt of the sample printed at the end", "lm"),
       integer("sample", 300, 0, 1 << 20, "bytes to sample at the end", "lm"),
-      text("operator", "", "an action path from a trials report: resnet-mini with that operator", "classifier"),
-      integer("mask", 7, 1, 255, "layer classes that take --operator (bit i: class i)", "classifier"),
+      text("operator", "", "an action path from a trials report: resnet-mini's 3x3 convolutions (trials) or the GPT's "
+           "projections (lm-trials) of the classes of --mask take that operator"),
+      integer_words("mask", "7 (resnet-mini), 15 (GPT)", 1, 255,
+                    "layer classes that take --operator (bit i: class i; GPT: c_attn, attn.c_proj, c_fc, mlp.c_proj)"),
       flag("no-progress", "no progress bar"),
       flag("json", "print a JSON summary at the end"),
   };
@@ -206,6 +208,42 @@ CommandSpec trials_spec() {
              "latency: measured, or a FLOP-and-byte estimate at fixed rates (deterministic; tests, dry runs)"),
       integer_words("threads", "all cores, or SYNOROS_NUM_THREADS", 1, config::kMaxThreads,
                     "threads of the searching process (worker processes train with one thread each)"),
+  };
+  return s;
+}
+
+CommandSpec lm_trials_spec() {
+  CommandSpec s{"lm-trials",
+                "operator trials on the GPT: synthesized operators replace the blocks' projections (per class), each "
+                "proxy-trained on text and timed as a whole training step",
+                "The proxy has the 11M configuration's width and heads with fewer blocks and a shorter context.\n"
+                "Writes REPORT/report.md, lm_evaluations.jsonl and the front's operators as PyTorch modules.",
+                {},
+                {}};
+  s.opts = {
+      integer("depth", 6, 1, 16, "most primitives per operator"),
+      integer("screen", 24, 1, 1'000'000, "operators whose projection times are measured"),
+      integer("candidates", 4, 1, 100'000, "operators trained"),
+      real("step-target", "1.3", 1e-6, 1e6, "target training-step speedup"),
+      real("min-params", "0.0625", 0, 1, "fewest weights per class, as a share of the dense projection's"),
+      choice("model", "width 384, 6 heads, 2 blocks, context 64", "gpt-tiny|gpt2-11m|gpt2-98m|gpt2-124m",
+             "a named configuration as the proxy (the options below override its sizes)"),
+      integer_words("width", "384", 8, 1 << 14, "proxy width"),
+      integer_words("heads", "6", 1, 1024, "proxy attention heads"),
+      integer_words("layers", "2", 1, 1024, "proxy blocks"),
+      integer_words("context", "64", 2, 1 << 14, "proxy context"),
+      text("operator", "", "no search: train and time the baseline and this operator (an action path of a report)"),
+      integer("mask", 15, 1, 15, "projection classes that take --operator (bit i: c_attn, attn.c_proj, c_fc, mlp.c_proj)"),
+      integer("batch", 16, 1, 1 << 16, "proxy batch"),
+      integer("steps", 150, 1, kMaxSteps, "proxy training steps"),
+      integer("val-batches", 16, 1, 1 << 20, "validation batches"),
+      real("lr", "1e-3", 1e-12, 100, "proxy peak learning rate (AdamW, warmup, cosine)"),
+      text("data", "fortunes", "fortunes, or a text file's path"),
+      integer("seed", 1, 0, kMax, "seed"),
+      path("report", "lm-trials", "report directory"),
+      choice("timer", "measured", "measured|cost-model",
+             "step and projection times: measured, or a FLOP-and-byte estimate at fixed rates (deterministic)"),
+      threads_opt(),
   };
   return s;
 }
@@ -356,6 +394,7 @@ const std::vector<Command>& commands() {
        tune},
       {trials_spec(), trials_cmd},
       {trials_worker_spec(), trials_worker_cmd},
+      {lm_trials_spec(), lm_trials_cmd},
       {operator_spec("export", "a searched operator as PyTorch modules, one per replaced layer class",
                      {integer("batch", 64, 1, 1 << 20, "batch size of the example input"),
                       path("out", ".", "output directory"), text("stem", "op", "file name stem")}),

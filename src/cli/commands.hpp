@@ -34,6 +34,7 @@ int finetune_cmd(const Args&);
 int synth(const Args&);
 int trials_cmd(const Args&);
 int trials_worker_cmd(const Args&);
+int lm_trials_cmd(const Args&);
 int export_cmd(const Args&);
 int latency_cmd(const Args&);
 int generate_cmd(const Args&);

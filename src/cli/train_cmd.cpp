@@ -22,6 +22,7 @@
 #include "cli/mpi_runtime.hpp"
 #include "io/atomic_file.hpp"
 #include "kernels/providers.hpp"
+#include "synoros/lm_trials.hpp"
 #include "synoros/trials.hpp"
 #include "synoros/synoros.hpp"
 
@@ -272,10 +273,11 @@ int train_classifier(const Args& a, const std::string& model, const MpiRuntime& 
   c.data_dir = a.str("data-dir", "");
   if (!a.has("operator")) a.refuse("mask", "goes with --operator");
   if (a.has("operator") && model != "resnet-mini")
-    throw UsageError("train: --operator replaces resnet-mini's 3x3 convolutions, not " + model + "'s layers");
+    throw UsageError("train: --operator replaces resnet-mini's 3x3 convolutions or a GPT's projections, not " + model +
+                     "'s layers");
   // Recorded either way, so resuming with or without --operator is checked in both directions.
   c.extra = {{kOperatorKey, a.str("operator", "")},
-             {kMaskKey, a.has("operator") ? std::to_string(a.integer("mask")) : ""}};
+             {kMaskKey, a.has("operator") ? std::to_string(a.integer("mask", 7)) : ""}};
   std::string out = a.str("out", "runs/" + model), save = a.str("save", out + "/checkpoint.safetensors");
   if (lead) {
     writable_dir(out, "run directory");
@@ -287,7 +289,7 @@ int train_classifier(const Args& a, const std::string& model, const MpiRuntime& 
   // --operator ACTIONS [--mask M]: resnet-mini with a synthesized operator from a search report.
   std::unique_ptr<train::ClassifierTrainer> tp =
       a.has("operator")
-          ? std::make_unique<train::ClassifierTrainer>(c, operator_network(a.str("operator"), a.integer("mask"), c.seed))
+          ? std::make_unique<train::ClassifierTrainer>(c, operator_network(a.str("operator"), a.integer("mask", 7), c.seed))
           : std::make_unique<train::ClassifierTrainer>(c);
   train::ClassifierTrainer& t = *tp;
   RunLog log(out, {"epoch", "step", "train_loss", "train_acc", "test_loss", "test_acc", "seconds"});
@@ -351,6 +353,19 @@ bool is_gpt(const std::string& model) {
   return std::find(names.begin(), names.end(), model) != names.end();
 }
 
+// The GPT's projections of the classes of `mask` become the operator of an action path on the
+// linear spec at the model's width; recorded in the run's metadata. Returns the formula.
+std::string use_projections(train::LmConfig& c, const std::string& actions, int64_t mask) {
+  synth::Spec spec = trials::gpt_linear_spec(c.model.width);
+  synth::Options so;
+  so.max_depth = 12;
+  synth::Synthesizer syn(spec, so);
+  synth::Operator op = synth::build_from_actions(syn, trials::parse_actions(actions));
+  c.projections = trials::projection_factory(spec, &op, unsigned(mask), c.model.layers);
+  c.extra = {{kOperatorKey, actions}, {kMaskKey, std::to_string(mask)}};
+  return synth::formula(spec, op);
+}
+
 train::LmConfig lm_config(const Args& a) {
   train::LmConfig c;
   c.name = a.str("model");
@@ -378,6 +393,24 @@ int train_lm(const Args& a, const MpiRuntime& mpi) {
   c.weight_decay = a.real("weight-decay", 0.01);
   c.clip = a.real("clip", 1.0);
   c.warmup_steps = a.integer("warmup", 50);
+  // --operator ACTIONS [--mask M]: the projections of the classes of M are that operator (an
+  // action path of an lm-trials report, on the linear spec at this width). Recorded in the
+  // checkpoints when given, so a resume must name the same operator.
+  if (!a.has("operator")) a.refuse("mask", "goes with --operator");
+  if (a.has("resume")) {  // the same projections, or the parameters would not match (named here)
+    const std::string path = a.str("resume");
+    io::Metadata md = io::load_safetensors(path).metadata;
+    const std::string was = md.count(kOperatorKey) ? md.at(kOperatorKey) : "";
+    if (was != a.str("operator", ""))
+      throw Error("train: checkpoint '" + path + "' was trained " +
+                  (was.empty() ? std::string("with dense projections; resume without --operator")
+                               : "with --operator '" + was + "' --mask " + md[kMaskKey] + "; resume with the same"));
+  }
+  if (a.has("operator")) {
+    const int64_t mask = a.integer("mask", 15);
+    if (mask > 15) throw UsageError("train: --mask for a GPT's projections must be in [1, 15]");
+    std::cout << "projections of classes " << mask << ": " << use_projections(c, a.str("operator"), mask) << "\n";
+  }
   return lm_loop(a, c, mpi);
 }
 
@@ -571,6 +604,8 @@ int eval_cmd(const Args& a) {
       c.model.heads = shape("heads", c.model.heads, 1, 1024);
     }
     c.data_dir = a.str("data-dir", "");
+    if (md.count(kOperatorKey) && !md.at(kOperatorKey).empty())  // synthesized projections
+      use_projections(c, md.at(kOperatorKey), io::metadata_int(md, kMaskKey, path, 1, 15));
     train::LmTrainer t(c);
     t.load(path, false);
     std::cout << "validation loss " << t.validation_loss(64) << " nats/byte (unigram baseline " << t.unigram_baseline()

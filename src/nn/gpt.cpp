@@ -56,27 +56,48 @@ Tensor filled(Shape s, double v) {
 }
 }  // namespace
 
-Conv1D::Conv1D(int64_t in, int64_t out, uint64_t seed, double std) {
+Conv1D::Conv1D(int64_t in, int64_t out, uint64_t seed, double std) : in_(in), out_(out) {
   weight = register_parameter("weight", Tensor::randn({in, out}, seed, std));
   bias = register_parameter("bias", filled({out}, 0));
 }
 
+Conv1D::Conv1D(int64_t in, int64_t out, std::shared_ptr<Module> op) : product(std::move(op)), in_(in), out_(out) {
+  if (!product) throw Error("Conv1D: the product module is null");
+  register_module("op", product);
+  bias = register_parameter("bias", filled({out}, 0));
+}
+
 Tensor Conv1D::forward(const Tensor& x) {
-  if (x.shape().size() != 3 || x.shape()[2] != weight.shape()[0])
-    throw Error("Conv1D: input must be [B, T, " + std::to_string(weight.shape()[0]) + "], got " + shape_str(x.shape()));
+  const Shape& s = x.shape();
+  if (s.size() != 3 || s[2] != in_)
+    throw Error("Conv1D: input must be [B, T, " + std::to_string(in_) + "], got " + shape_str(s));
+  if (product) {
+    if (lora && !lora->merged) throw Error("Conv1D: a LoRA adapter needs the dense product, this one has another operator");
+    Tensor p = product->forward(x.reshape({s[0] * s[1], in_}));
+    if (p.shape() != Shape{s[0] * s[1], out_})
+      throw Error("Conv1D: the product module gave " + shape_str(p.shape()) + ", expected [" +
+                  std::to_string(s[0] * s[1]) + ", " + std::to_string(out_) + "]");
+    return p.reshape({s[0], s[1], out_}) + bias;
+  }
   Tensor y = einsum("btk,kn->btn", {x, weight}) + bias;
   return lora && !lora->merged ? y + lora->delta(x) : y;
 }
 
-GptBlock::GptBlock(const GptConfig& c, uint64_t seed) : width(c.width), heads(c.heads) {
+GptBlock::GptBlock(const GptConfig& c, uint64_t seed, const ProjectionFactory& projections)
+    : width(c.width), heads(c.heads) {
   const double std = 0.02, proj_std = 0.02 / std::sqrt(2.0 * double(c.layers));
   int64_t C = c.width;
+  auto projection = [&](const std::string& name, int64_t in, int64_t out, uint64_t sd, double sdev) {
+    std::shared_ptr<Module> op = projections ? projections(name, in, out, sd) : nullptr;
+    return register_module(name, op ? std::make_shared<Conv1D>(in, out, std::move(op))
+                                    : std::make_shared<Conv1D>(in, out, sd, sdev));
+  };
   ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(C));
-  c_attn = register_module("attn.c_attn", std::make_shared<Conv1D>(C, 3 * C, seed, std));
-  attn_proj = register_module("attn.c_proj", std::make_shared<Conv1D>(C, C, seed + 1, proj_std));
+  c_attn = projection("attn.c_attn", C, 3 * C, seed, std);
+  attn_proj = projection("attn.c_proj", C, C, seed + 1, proj_std);
   ln_2 = register_module("ln_2", std::make_shared<LayerNorm>(C));
-  c_fc = register_module("mlp.c_fc", std::make_shared<Conv1D>(C, 4 * C, seed + 2, std));
-  mlp_proj = register_module("mlp.c_proj", std::make_shared<Conv1D>(4 * C, C, seed + 3, proj_std));
+  c_fc = projection("mlp.c_fc", C, 4 * C, seed + 2, std);
+  mlp_proj = projection("mlp.c_proj", 4 * C, C, seed + 3, proj_std);
 }
 
 std::vector<Tensor> GptBlock::qkv(const Tensor& x) {
@@ -111,13 +132,13 @@ Tensor gpt_attention_at(const Tensor& q, const Tensor& k, const Tensor& v, const
   return merge_heads(scaled_dot_product_attention_at(q, k, v, offset));
 }
 
-Gpt::Gpt(const GptConfig& c, uint64_t seed) : cfg(c) {
+Gpt::Gpt(const GptConfig& c, uint64_t seed, const ProjectionFactory& projections) : cfg(c) {
   c.check();
   wte = register_module("transformer.wte", std::make_shared<Embedding>(c.vocab, c.width, seed, 0.02));
   wpe = register_module("transformer.wpe", std::make_shared<Embedding>(c.context, c.width, seed + 1, 0.02));
   for (int64_t l = 0; l < c.layers; ++l)
     h.push_back(register_module("transformer.h." + std::to_string(l),
-                                std::make_shared<GptBlock>(c, seed + 10 + 4 * uint64_t(l))));
+                                std::make_shared<GptBlock>(c, seed + 10 + 4 * uint64_t(l), projections)));
   ln_f = register_module("transformer.ln_f", std::make_shared<LayerNorm>(c.width));
 }
 

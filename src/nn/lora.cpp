@@ -109,7 +109,8 @@ GptLora::GptLora(Gpt& model, LoraConfig cfg, uint64_t seed) : m_(model), cfg_(st
         if (name == t || ends_with(name, "." + t)) hit = true, used.insert(t);
       if (!hit) continue;
       if (layer->lora) throw Error("lora: '" + name + "' already has an adapter");
-      int64_t in = layer->weight.shape()[0], out = layer->weight.shape()[1];
+      if (layer->product) throw Error("lora: '" + name + "' has a synthesized operator, not a dense weight");
+      int64_t in = layer->in_features(), out = layer->out_features();
       auto a = std::make_shared<LoraAdapter>();
       uint64_t s = seed + 7919 * uint64_t(sites_.size() + 1);
       a->A = Tensor::uniform({cfg_.rank, in}, s, 1.0 / std::sqrt(double(in)));  // kaiming_uniform(a=sqrt(5))

@@ -1,5 +1,6 @@
-// Known operator families: the convolutions people already use, built by hand from index
-// expressions in a spec's own variables, so a searched operator can be named known or new.
+// Known operator families: the convolutions and the linear-layer factorizations people already
+// use, built by hand from index expressions in a spec's own variables, so a searched operator can
+// be named known or new.
 #include <algorithm>
 
 #include "synoros/synth.hpp"
@@ -56,9 +57,13 @@ std::vector<KnownFamily> known_families(const Spec& spec) {
     if (q >= 0) sb.p[size_t(q)] = 1;
     return (p >= 0 && dims[i] == sa) || (q >= 0 && dims[i] == sb);
   };
-  if (spec.input.size() != 4 || spec.output.size() != 4 || !named(spec.input, 0, "N") || !named(spec.output, 0, "N") ||
-      !named(spec.input, 1, "C_in", "C") || !named(spec.output, 1, "C_out", "C") || !named(spec.input, 2, "H") ||
-      !named(spec.output, 2, "H") || !named(spec.input, 3, "W") || !named(spec.output, 3, "W"))
+  const bool linear = spec.input.size() == 2 && spec.output.size() == 2;
+  if (linear ? !named(spec.input, 0, "N") || !named(spec.output, 0, "N") || !named(spec.input, 1, "C_in", "C") ||
+                   !named(spec.output, 1, "C_out", "C")
+             : spec.input.size() != 4 || spec.output.size() != 4 || !named(spec.input, 0, "N") ||
+                   !named(spec.output, 0, "N") || !named(spec.input, 1, "C_in", "C") ||
+                   !named(spec.output, 1, "C_out", "C") || !named(spec.input, 2, "H") || !named(spec.output, 2, "H") ||
+                   !named(spec.input, 3, "W") || !named(spec.output, 3, "W"))
     return out;
   const Size ci = spec.input[1], co = spec.output[1];
   auto coef = [&](const char* name, Size& s) {
@@ -82,6 +87,33 @@ std::vector<KnownFamily> known_families(const Spec& spec) {
     Size z;
     z.c[size_t(spec.find_coefficient(v.name))] = 1;
     counts.push_back({v.name, z});
+  }
+  if (linear) {  // [N, C_in] -> [N, C_out]; iterators: 0 N, 1 C_out, then the reductions from 2
+    add("dense linear", {ci}, [](Builder& b) { return b.finish({b.it(0), b.it(2)}, {{1, 2}}); });
+    for (const auto& [v, c] : counts)
+      if (spec.legal(co / c))  // block-diagonal: output channels in groups of C_out / c
+        add("grouped linear (" + v + " groups)", {ci / c},
+            [&, c = c](Builder& b) { return b.finish({b.it(0), b.grouped_channel(1, 2, c, ci)}, {{1, 2}}); });
+    // x W1 W2 through a bottleneck of rank m, C_in / m or C_out / m, for every product m of the
+    // coefficients with exponents up to 2 (g, g·h, g²·h², ...): a rank spelled as several
+    // reductions (Σ_{r1<g·h, r2<g·h}) is still this family, up to a re-layout of the weights.
+    std::vector<std::pair<std::string, Size>> ranks = {{"", Size{}}};
+    for (const auto& [v, c] : counts) {
+      std::vector<std::pair<std::string, Size>> next;
+      for (const auto& [name, m] : ranks)
+        for (int e = 0; e <= 2; ++e) {
+          std::string n = e == 0 ? name : name + (name.empty() ? "" : "*") + v + (e == 2 ? "^2" : "");
+          next.push_back({n, e == 0 ? m : e == 1 ? m * c : m * c * c});
+        }
+      ranks = std::move(next);
+    }
+    for (const auto& [name, m] : ranks) {
+      if (name.empty()) continue;
+      for (const auto& [rank, r] : {std::pair<std::string, Size>{name, m}, {"C_in/" + name, ci / m}, {"C_out/" + name, co / m}})
+        add("low-rank linear (rank " + rank + ")", {ci, r},
+            [](Builder& b) { return b.finish({b.it(0), b.it(2)}, {{2, 3}, {1, 3}}); });
+    }
+    return out;
   }
   // Iterators: 0 N, 1 C_out, 2 H, 3 W, then the reductions from 4.
   add("pointwise", {ci}, [](Builder& b) { return b.finish({b.it(0), b.it(4), b.it(2), b.it(3)}, {{1, 4}}); });

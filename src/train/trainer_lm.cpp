@@ -50,7 +50,8 @@ LmTrainer::LmTrainer(LmConfig cfg) : cfg_(std::move(cfg)) {
   train_ = std::make_shared<const std::vector<uint8_t>>(std::move(corpus.train));
   val_ = std::make_shared<const std::vector<uint8_t>>(std::move(corpus.val));
   unigram_ = data::unigram_entropy(*train_);
-  if (!model_) model_ = std::make_shared<nn::Gpt>(cfg_.model, cfg_.seed);
+  if (model_ && cfg_.projections) throw Error("train: synthesized projections need a model trained from scratch, not a base");
+  if (!model_) model_ = std::make_shared<nn::Gpt>(cfg_.model, cfg_.seed, cfg_.projections);
   if (!cfg_.base.empty()) base_hash_ = parameter_hash(*model_);
   model_->checkpoint_blocks = cfg_.checkpoint_activations;
   std::vector<Tensor> params = model_->parameters();
@@ -153,6 +154,7 @@ std::map<std::string, std::string> LmTrainer::run_metadata() const {
           {"kernels", fast_mode() ? "fast" : "default"}};
   if (cfg_.sequence > 0) md["sequence"] = std::to_string(cfg_.sequence);
   md["accum"] = std::to_string(cfg_.accum);
+  for (const auto& [k, v] : cfg_.extra) md[k] = v;
   if (!cfg_.base.empty()) md["base"] = cfg_.base, md["base_hash"] = base_hash_;
   if (cfg_.lora) {
     md["lora_rank"] = std::to_string(cfg_.lora->rank);

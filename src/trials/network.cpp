@@ -161,6 +161,8 @@ CompiledStep forward_step(nn::Module& m, Shape in) {
 
 void set_plan_timer(PlanTimer timer) { timer_slot() = std::move(timer); }
 
+double timed_run_ms(CompiledStep& step) { return run_ms(step); }
+
 Latency measure_latency(nn::Module& net, int repeats) {
   ThreadPool one(1), two(2);
   Latency l;
