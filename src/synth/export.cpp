@@ -161,7 +161,8 @@ std::string pytorch_module(const Spec& spec, const Operator& op, const Binding& 
   if (shapes.empty()) o << "        pass\n";
   o << "\n    def forward(self, x):\n"
     << "        assert tuple(x.shape) == " << tuple(p.x_shape) << ", x.shape\n";
-  if (std::string body = depthwise_conv_body(p, shapes); !body.empty()) return o.str() + body;
+  if (p.out_shape.empty())
+    if (std::string body = depthwise_conv_body(p, shapes); !body.empty()) return o.str() + body;
   for (const auto& st : p.steps) {
     switch (st.t) {
       case LowerPlan::Step::Reshape: o << "        x = x.reshape" << tuple(st.ints) << "\n"; break;
@@ -175,9 +176,15 @@ std::string pytorch_module(const Spec& spec, const Operator& op, const Binding& 
     }
   }
   for (const auto& c : p.chain) {
-    if (c.weight >= 0) o << "        x = torch.einsum('" << c.spec << "', x, self.w" << c.weight << ")\n";
-    else o << "        x = torch.einsum('" << c.spec << "', x)\n";
+    if (c.weight < 0) {
+      o << "        x = torch.einsum('" << c.spec << "', x)\n";
+      continue;
+    }
+    const Shape& view = p.weight_views[size_t(c.weight)];
+    std::string w = "self.w" + std::to_string(c.weight) + (view.empty() ? "" : ".reshape" + tuple(view));
+    o << "        x = torch.einsum('" << c.spec << "', x, " << w << ")\n";
   }
+  if (!p.out_shape.empty()) o << "        x = x.reshape" << tuple(p.out_shape) << "\n";
   o << "        return x\n";
   return o.str();
 }

@@ -47,12 +47,14 @@ Shape eval_shape(const Spec& spec, const std::vector<Size>& sizes, const Binding
 
 char label(int it) { return char(it < 26 ? 'a' + it : 'A' + (it - 26)); }
 
+// Label ids: the operator's iterators, then the quotient and remainder labels of factored outputs.
+int label_id(char ch) { return ch >= 'a' ? ch - 'a' : ch - 'A' + 26; }
+
 // The cheapest contraction order: x first, then the weights in the order with fewest FLOPs.
-void plan_chain(const Spec& spec, const Operator& op, const Binding& bind, LowerPlan& p) {
-  std::vector<int64_t> isz = eval_shape(spec, op.iter_sizes, bind);
-  std::string out;
-  for (int o = 0; o < op.n_out; ++o) out += label(o);
-  std::vector<size_t> order(op.weights.size());
+// `isz`: the size of each label id; `out`: the result's labels; `wls`: each weight's labels.
+void plan_chain(const std::vector<int64_t>& isz, const std::string& out, const std::vector<std::string>& wls,
+                LowerPlan& p) {
+  std::vector<size_t> order(wls.size());
   std::iota(order.begin(), order.end(), 0);
   double best = -1;
   do {
@@ -60,16 +62,14 @@ void plan_chain(const Spec& spec, const Operator& op, const Binding& bind, Lower
     std::string cur = p.x_labels;
     double flops = 0;
     for (size_t k = 0; k < order.size(); ++k) {
-      std::string wl;
-      for (int32_t it : op.weights[order[k]]) wl += label(it);
+      const std::string& wl = wls[order[k]];
       std::string need = out;
-      for (size_t q = k + 1; q < order.size(); ++q)
-        for (int32_t it : op.weights[order[q]]) need += label(it);
+      for (size_t q = k + 1; q < order.size(); ++q) need += wls[order[q]];
       std::string uni = cur;
       for (char ch : wl)
         if (uni.find(ch) == std::string::npos) uni += ch;
       double f = 2;
-      for (char ch : uni) f *= double(isz[size_t(ch >= 'a' ? ch - 'a' : ch - 'A' + 26)]);
+      for (char ch : uni) f *= double(isz[size_t(label_id(ch))]);
       flops += f;
       std::string res;
       for (char ch : out)
@@ -85,7 +85,7 @@ void plan_chain(const Spec& spec, const Operator& op, const Binding& bind, Lower
     if (order.empty() || cur != out) {
       // No weights, or reductions left only on x: one more single-operand einsum.
       double f = 1;
-      for (char ch : cur) f *= double(isz[size_t(ch >= 'a' ? ch - 'a' : ch - 'A' + 26)]);
+      for (char ch : cur) f *= double(isz[size_t(label_id(ch))]);
       if (cur != out) {
         chain.push_back({cur + "->" + out, -1});
         flops += f;
@@ -106,10 +106,36 @@ LowerPlan make_plan(const Spec& spec, const Operator& op, const Binding& bind) {
   struct Ax {
     int32_t node;
     int64_t size;
+    int label = -1;  // a factored output's quotient or remainder label (node then unused)
   };
   std::vector<Ax> axes;
   auto sz = [&](int32_t n) { return eval_size(spec, N[size_t(n)].size, bind); };
   for (int32_t r : op.x_root) axes.push_back({r, sz(r)});
+  // Factored outputs: iterator -> (quotient label, remainder label, remainder size).
+  const int n_iter = int(op.iter_sizes.size());
+  struct Factor {
+    int hi = -1, lo = -1;
+    int64_t lo_size = 0;
+  };
+  std::vector<Factor> factor(static_cast<size_t>(n_iter));
+  int next_label = n_iter;
+  auto leaf_count = [&](int32_t it) {  // how often x's remaining trees read iterator `it`
+    int count = 0;
+    std::function<void(int32_t)> walk = [&](int32_t n) {
+      const IxNode& x = N[size_t(n)];
+      if ((x.kind == Kind::Out || x.kind == Kind::Red) && x.iter == it) ++count;
+      if (x.a >= 0) walk(x.a);
+      if (x.b >= 0) walk(x.b);
+    };
+    for (const Ax& a : axes)
+      if (a.label < 0) walk(a.node);
+    return count;
+  };
+  auto in_a_weight = [&](int32_t it) {
+    for (const auto& w : op.weights)
+      if (std::find(w.begin(), w.end(), it) != w.end()) return true;
+    return false;
+  };
   p.x_shape.clear();
   for (auto& a : axes) p.x_shape.push_back(a.size);
   auto shape = [&]() {
@@ -137,6 +163,7 @@ LowerPlan make_plan(const Spec& spec, const Operator& op, const Binding& bind) {
   for (int guard = 0; guard < 10000; ++guard) {
     bool progress = false;
     for (size_t i = 0; i < axes.size() && !progress; ++i) {
+      if (axes[i].label >= 0) continue;
       const IxNode& x = N[size_t(axes[i].node)];
       switch (x.kind) {
         case Kind::Split: {
@@ -176,9 +203,11 @@ LowerPlan make_plan(const Spec& spec, const Operator& op, const Binding& bind) {
     if (progress) continue;
     // Merges whose two halves are both exposed.
     for (size_t i = 0; i < axes.size() && !progress; ++i) {
+      if (axes[i].label >= 0) continue;
       const IxNode& x = N[size_t(axes[i].node)];
       if (x.kind != Kind::Div) continue;
       for (size_t j = 0; j < axes.size(); ++j) {
+        if (axes[j].label >= 0) continue;
         const IxNode& y = N[size_t(axes[j].node)];
         if (y.kind != Kind::Mod || y.a != x.a || !(y.param == x.param)) continue;
         // Move axis j right after axis i, then merge the two.
@@ -211,6 +240,7 @@ LowerPlan make_plan(const Spec& spec, const Operator& op, const Binding& bind) {
     if (progress) continue;
     // Halves whose sibling was expanded away: repeat (Div) or tile (Mod).
     for (size_t i = 0; i < axes.size() && !progress; ++i) {
+      if (axes[i].label >= 0) continue;
       int32_t n = axes[i].node;
       const IxNode& x = N[size_t(n)];
       if (x.kind != Kind::Div && x.kind != Kind::Mod) continue;
@@ -219,6 +249,17 @@ LowerPlan make_plan(const Spec& spec, const Operator& op, const Binding& bind) {
       if (sib >= 0)
         for (auto& a : axes) live = live || holds(a.node, sib);
       if (live) continue;
+      const IxNode& leaf = N[size_t(x.a)];
+      if (leaf.kind == Kind::Out && next_label + 2 <= 52 && in_a_weight(leaf.iter) && leaf_count(leaf.iter) == 1 &&
+          factor[size_t(leaf.iter)].hi < 0) {
+        // o / B or o mod B of an output o that a weight holds and x reads nowhere else: two labels.
+        Factor& f = factor[size_t(leaf.iter)];
+        f.lo_size = eval_size(spec, x.param, bind);
+        f.hi = next_label++, f.lo = next_label++;
+        axes[i].label = x.kind == Kind::Div ? f.hi : f.lo;
+        progress = true;
+        continue;
+      }
       int64_t B = eval_size(spec, x.param, bind), total = sz(x.a), other = total / axes[i].size;
       auto s = shape();
       size_t pos = x.kind == Kind::Div ? i + 1 : i;
@@ -235,11 +276,44 @@ LowerPlan make_plan(const Spec& spec, const Operator& op, const Binding& bind) {
     if (!progress) break;
   }
   for (auto& a : axes) {
+    if (a.label >= 0) {
+      p.x_labels += label(a.label);
+      continue;
+    }
     const IxNode& x = N[size_t(a.node)];
     if (x.kind != Kind::Out && x.kind != Kind::Red) throw Error("synth: lowering left an unresolved index expression");
     p.x_labels += label(x.iter);
   }
-  plan_chain(spec, op, bind, p);
+  std::vector<int64_t> isz = eval_shape(spec, op.iter_sizes, bind);
+  isz.resize(size_t(next_label), 0);
+  bool factored = false;
+  auto labels_of = [&](int32_t it, Shape* extents) {  // an iterator's labels; its extents appended
+    const Factor& f = factor[size_t(it)];
+    if (f.hi < 0) {
+      if (extents) extents->push_back(isz[size_t(it)]);
+      return std::string(1, label(it));
+    }
+    isz[size_t(f.lo)] = f.lo_size;
+    isz[size_t(f.hi)] = isz[size_t(it)] / f.lo_size;
+    if (extents) extents->push_back(isz[size_t(f.hi)]), extents->push_back(f.lo_size);
+    return std::string{label(f.hi), label(f.lo)};
+  };
+  std::string out;
+  for (int o = 0; o < op.n_out; ++o) {
+    out += labels_of(o, nullptr);
+    factored = factored || factor[size_t(o)].hi >= 0;
+  }
+  std::vector<std::string> wls;
+  for (const auto& w : op.weights) {
+    std::string wl;
+    Shape view;
+    bool split = false;
+    for (int32_t it : w) wl += labels_of(it, &view), split = split || factor[size_t(it)].hi >= 0;
+    wls.push_back(wl);
+    p.weight_views.push_back(split ? view : Shape{});
+  }
+  if (factored) p.out_shape = eval_shape(spec, spec.output, bind);
+  plan_chain(isz, out, wls, p);
   return p;
 }
 
@@ -309,7 +383,12 @@ ValueId lower(const Spec& spec, const Operator& op, const Binding& bind, Graph& 
   LowerPlan p = make_plan(spec, op, bind);
   ValueId cur = x;
   for (const auto& st : p.steps) cur = g.add(step_op(st.t), {cur}, step_attrs(st));
-  for (const auto& c : p.chain) cur = c.weight >= 0 ? g.einsum(c.spec, {cur, weights[size_t(c.weight)]}) : g.einsum(c.spec, {cur});
+  auto weight = [&](int w) {
+    const Shape& v = p.weight_views[size_t(w)];
+    return v.empty() ? weights[size_t(w)] : g.add(Op::Reshape, {weights[size_t(w)]}, attr::Target{v});
+  };
+  for (const auto& c : p.chain) cur = c.weight >= 0 ? g.einsum(c.spec, {cur, weight(c.weight)}) : g.einsum(c.spec, {cur});
+  if (!p.out_shape.empty()) cur = g.add(Op::Reshape, {cur}, attr::Target{p.out_shape});
   check_output(spec, bind, g.shape(cur));
   return cur;
 }
@@ -322,8 +401,12 @@ Tensor apply(const Spec& spec, const Operator& op, const Binding& bind, const Te
   LowerPlan p = make_plan(spec, op, bind);
   Tensor cur = x;
   for (const auto& st : p.steps) cur = Tensor::apply(step_op(st.t), {cur}, step_attrs(st));
-  for (const auto& c : p.chain)
-    cur = c.weight >= 0 ? einsum(c.spec, {cur, weights[size_t(c.weight)]}) : einsum(c.spec, {cur});
+  auto weight = [&](int w) {
+    const Shape& v = p.weight_views[size_t(w)];
+    return v.empty() ? weights[size_t(w)] : weights[size_t(w)].reshape(v);
+  };
+  for (const auto& c : p.chain) cur = c.weight >= 0 ? einsum(c.spec, {cur, weight(c.weight)}) : einsum(c.spec, {cur});
+  if (!p.out_shape.empty()) cur = cur.reshape(p.out_shape);
   check_output(spec, bind, cur.shape());
   return cur;
 }

@@ -21,6 +21,12 @@ struct LowerPlan {
   Shape x_shape;
   std::vector<Step> steps;
   std::string x_labels;  // one label per iterator axis of x after the views
+  // Output iterators that x reads only as o / B (or o mod B) are contracted as two labels, the
+  // quotient and the remainder, so a block-diagonal operator is a batched product rather than x
+  // repeated along o: the weights holding o are viewed with that axis split (weight_views[w],
+  // empty: as it is) and the chain's result is reshaped to out_shape (empty: nothing factored).
+  std::vector<Shape> weight_views;
+  Shape out_shape;
   std::vector<Contract> chain;
   double flops = 0;
 };
