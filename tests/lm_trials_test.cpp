@@ -107,7 +107,7 @@ TEST(LinearKnownFamilies, EnumeratedOperatorsAreNamedByFamily) {
   std::set<std::string> names;
   for (const synth::KnownFamily& f : synth::known_families(spec)) names.insert(f.name);
   for (const char* n : {"dense linear", "grouped linear (g groups)", "grouped linear (h groups)", "low-rank linear (rank g)",
-                        "low-rank linear (rank C_out/h)"})
+                        "low-rank linear (rank C_out/h)", "low-rank linear (rank g^3*h)", "low-rank linear (rank C_in/g*h)"})
     EXPECT_TRUE(names.count(n)) << n;
   synth::Options so;
   so.max_depth = 4;

@@ -181,6 +181,46 @@ TEST(SynthLower, TrainsThroughTheTensorApi) {
   EXPECT_LT(last, first * 0.98);
 }
 
+// A block-diagonal operator (x read at o / B, the output's group) is a batched product: no op
+// repeats x along the output, the weights are viewed split, and the values are the float64
+// reference's. For the grouped linear layer and the grouped 3x3 convolution.
+TEST(SynthLower, GroupedOperatorsAreBatchedProductsNotRepeats) {
+  Spec lin = parse_spec("input: N, C_in; output: N, C_out; coef: g=4:3; bind: N=3, C_in=16, C_out=24; fixed: N");
+  Spec conv = parse_spec("input: N, C_in, H, W; output: N, C_out, H, W; coef: k=3:2, g=2:2; "
+                         "bind: N=2, C_in=8, C_out=4, H=5, W=6; fixed: N");
+  for (const auto& [spec, name] : {std::pair<Spec, std::string>{lin, "grouped linear (g groups)"},
+                                   {conv, "grouped kxk (g groups)"}}) {
+    SCOPED_TRACE(name);
+    const Operator* op = nullptr;
+    std::vector<KnownFamily> fams = known_families(spec);
+    for (const KnownFamily& f : fams)
+      if (f.name == name) op = &f.op;
+    ASSERT_NE(op, nullptr);
+    Binding bind = binding(spec, 0);
+    Graph g;
+    ValueId x = g.input(DType::F32, spec.shape(spec.input, 0), "x");
+    std::vector<ValueId> w;
+    for (const Shape& s : weight_shapes(spec, *op, bind)) w.push_back(g.input(DType::F32, s, "w"));
+    lower(spec, *op, bind, g, x, w);
+    int64_t largest = 0;
+    for (size_t i = 0; i < g.size(); ++i) {
+      EXPECT_NE(g.node(ValueId(i)).op, Op::Expand) << g.to_string();
+      largest = std::max(largest, numel(g.shape(ValueId(i))));
+    }
+    // Nothing larger than x or a window of x (9 taps) is made: no copy of x per output channel.
+    EXPECT_LE(largest, 9 * numel(spec.shape(spec.input, 0))) << g.to_string();
+    HostTensor xv = testing::random_tensor({DType::F32, spec.shape(spec.input, 0)}, 3);
+    std::vector<HostTensor> wv;
+    std::vector<Tensor> wt;
+    for (const Shape& s : weight_shapes(spec, *op, bind))
+      wv.push_back(testing::random_tensor({DType::F32, s}, 4 + wv.size())), wt.push_back(Tensor::from(wv.back()));
+    HostTensor got = apply(spec, *op, bind, Tensor::from(xv), wt).value();
+    HostTensor want = reference_eval(spec, *op, bind, xv, wv);
+    ASSERT_EQ(got.shape, want.shape);
+    for (int64_t i = 0; i < got.numel(); ++i) EXPECT_NEAR(got.get(i), want.get(i), 1e-4) << i;
+  }
+}
+
 TEST(SynthLower, BadInputsRaiseErrors) {
   Synthesizer syn(tiny_conv());
   Options o;

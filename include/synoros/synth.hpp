@@ -360,7 +360,8 @@ struct KnownFamily {
 // and dilated (dilation s, where centred as PyTorch's) kxk convolutions (window k), as far as the
 // spec has the coefficients and their sizes are legal. For [N, C_in] -> [N, C_out] (a linear
 // layer): dense, grouped (block-diagonal, any coefficient as the group count) and low-rank (rank
-// c, C_in/c or C_out/c for a coefficient c). Other layouts: none.
+// m, C_in/m or C_out/m for every product m of the coefficients up to their caps). Other layouts:
+// none.
 std::vector<KnownFamily> known_families(const Spec& spec);
 // Per operator, the family it belongs to, or "" (a new operator): by canonical form, else by
 // computing the same function up to a re-layout of its weights (equal_functions, seeded).

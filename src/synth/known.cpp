@@ -95,16 +95,19 @@ std::vector<KnownFamily> known_families(const Spec& spec) {
         add("grouped linear (" + v + " groups)", {ci / c},
             [&, c = c](Builder& b) { return b.finish({b.it(0), b.grouped_channel(1, 2, c, ci)}, {{1, 2}}); });
     // x W1 W2 through a bottleneck of rank m, C_in / m or C_out / m, for every product m of the
-    // coefficients with exponents up to 2 (g, g·h, g²·h², ...): a rank spelled as several
+    // coefficients, each up to its usage cap (g, g·h, g²·h², ...): a rank spelled as several
     // reductions (Σ_{r1<g·h, r2<g·h}) is still this family, up to a re-layout of the weights.
     std::vector<std::pair<std::string, Size>> ranks = {{"", Size{}}};
-    for (const auto& [v, c] : counts) {
+    for (size_t i = 0; i < counts.size(); ++i) {
+      const auto& [v, c] = counts[i];
       std::vector<std::pair<std::string, Size>> next;
-      for (const auto& [name, m] : ranks)
-        for (int e = 0; e <= 2; ++e) {
-          std::string n = e == 0 ? name : name + (name.empty() ? "" : "*") + v + (e == 2 ? "^2" : "");
-          next.push_back({n, e == 0 ? m : e == 1 ? m * c : m * c * c});
-        }
+      for (const auto& [name, m] : ranks) {
+        Size power = m;
+        for (int e = 0; e <= std::max(1, spec.coefficient[i].cap); ++e, power = power * c)
+          next.push_back({e == 0 ? name
+                                 : name + (name.empty() ? "" : "*") + v + (e > 1 ? "^" + std::to_string(e) : ""),
+                          power});
+      }
       ranks = std::move(next);
     }
     for (const auto& [name, m] : ranks) {
