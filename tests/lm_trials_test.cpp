@@ -129,6 +129,9 @@ TEST(LmTrials, EvaluationRecordsRoundTrip) {
   trials::LmEvaluation r = trials::lm_evaluation_from_json(trials::to_json(e));
   EXPECT_EQ(trials::to_json(r), trials::to_json(e));
   testing::expect_error([] { trials::lm_evaluation_from_json("{\"key\": 1}"); }, {"malformed"});
+  std::string big = trials::to_json(e);
+  big.replace(big.find("\"class_mask\":5"), 14, "\"class_mask\":1e300");
+  testing::expect_error([&] { trials::lm_evaluation_from_json(big); }, {"malformed", "class_mask"});
 }
 
 TEST(LmTrials, ASmallSearchWithTheCostModelGivesTheSameOutcomeTwice) {

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "synoros/trials.hpp"
+#include "trials/json_fields.hpp"
 #include "synoros/train.hpp"
 
 namespace synoros::trials {
@@ -34,19 +35,6 @@ std::string to_json(const Evaluation& e) {
                       {"order", e.order}};
   return j.dump();
 }
-
-namespace {
-// An integer field within [lo, hi]. nlohmann converts a JSON float to an integer with a plain
-// cast, undefined when it is out of range (1e300), so only JSON integers are taken.
-int64_t integer_field(const nlohmann::json& j, const char* name, int64_t lo, int64_t hi) {
-  const nlohmann::json& v = j.at(name);
-  if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(hi)) ||
-      v.get<int64_t>() < lo || v.get<int64_t>() > hi)
-    throw Error(std::string("trials: malformed evaluation record: ") + name + " is not an integer in [" +
-                std::to_string(lo) + ", " + std::to_string(hi) + "]");
-  return v.get<int64_t>();
-}
-}  // namespace
 
 Evaluation evaluation_from_json(const std::string& line) {
   Evaluation e;

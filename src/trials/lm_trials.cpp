@@ -15,6 +15,7 @@
 #include "synoros/lm_trials.hpp"
 #include "synoros/optim.hpp"
 #include "synoros/train.hpp"
+#include "trials/json_fields.hpp"
 
 namespace synoros::trials {
 
@@ -95,6 +96,7 @@ std::string to_json(const LmEvaluation& e) {
 }
 
 LmEvaluation lm_evaluation_from_json(const std::string& line) {
+  const std::string kMalformed = "lm-trials: malformed evaluation record";
   LmEvaluation e;
   try {
     auto j = nlohmann::json::parse(line);
@@ -102,7 +104,7 @@ LmEvaluation lm_evaluation_from_json(const std::string& line) {
     e.formula = j.at("formula");
     e.actions = j.at("actions");
     e.family = j.at("family");
-    e.class_mask = j.at("class_mask");
+    e.class_mask = unsigned(integer_field(j, "class_mask", 0, 15, kMalformed));
     e.failed = j.at("failed");
     e.error = j.at("error");
     e.val_loss = j.at("val_loss");
@@ -111,9 +113,11 @@ LmEvaluation lm_evaluation_from_json(const std::string& line) {
     e.base_step_ms = j.at("base_step_ms");
     e.params = j.at("params");
     e.train_seconds = j.at("train_seconds");
-    e.order = j.at("order");
+    e.order = integer_field(j, "order", 0, int64_t(1) << 53, kMalformed);
+  } catch (const Error&) {
+    throw;
   } catch (const std::exception& ex) {
-    throw Error(std::string("lm-trials: malformed evaluation record: ") + ex.what());
+    throw Error(kMalformed + ": " + ex.what());
   }
   return e;
 }
