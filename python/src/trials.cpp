@@ -1,5 +1,6 @@
 // synoros._C.trials: the operator search -- proxy training and timing of synthesized operators
-// inside the small ResNet, and the whole search (MCTS, screening, successive halving).
+// inside the small ResNet, and the whole search (MCTS, screening, successive halving); the same
+// for a GPT's projections (proxy training on text, whole training steps timed).
 #include <nanobind/stl/function.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
@@ -7,6 +8,7 @@
 #include <nanobind/stl/vector.h>
 
 #include "bindings.hpp"
+#include "synoros/lm_trials.hpp"
 #include "synoros/trials.hpp"
 
 namespace synoros::py {
@@ -68,6 +70,47 @@ void bind_trials(nb::module_& top) {
     return trials::paired_latency(a, b, repeats, threads, batch);
   }, nb::arg("a"), nb::arg("b"), nb::arg("repeats") = 7, nb::arg("threads") = 1, nb::arg("batch") = 64,
      "Forward times (ms) of two networks run alternately, so both see the same machine state.");
+
+  nb::class_<trials::LmProxyConfig>(m, "LmProxyConfig", "The GPT proxy task: a small GPT trained on text.")
+      .def(nb::init<>())
+      .def_rw("model", &trials::LmProxyConfig::model)
+      .def_rw("batch", &trials::LmProxyConfig::batch)
+      .def_rw("steps", &trials::LmProxyConfig::steps)
+      .def_rw("val_batches", &trials::LmProxyConfig::val_batches)
+      .def_rw("lr", &trials::LmProxyConfig::lr)
+      .def_rw("seed", &trials::LmProxyConfig::seed)
+      .def_rw("text_file", &trials::LmProxyConfig::text_file);
+  nb::class_<trials::LmEvaluation>(m, "LmEvaluation", "One operator in a GPT's projections, trained and timed.")
+      .def_ro("key", &trials::LmEvaluation::key)
+      .def_ro("formula", &trials::LmEvaluation::formula)
+      .def_ro("actions", &trials::LmEvaluation::actions)
+      .def_ro("family", &trials::LmEvaluation::family)
+      .def_ro("class_mask", &trials::LmEvaluation::class_mask)
+      .def_ro("failed", &trials::LmEvaluation::failed)
+      .def_ro("error", &trials::LmEvaluation::error)
+      .def_ro("val_loss", &trials::LmEvaluation::val_loss)
+      .def_ro("train_loss", &trials::LmEvaluation::train_loss)
+      .def_ro("step_ms", &trials::LmEvaluation::step_ms)
+      .def_ro("base_step_ms", &trials::LmEvaluation::base_step_ms)
+      .def_ro("params", &trials::LmEvaluation::params)
+      .def_ro("train_seconds", &trials::LmEvaluation::train_seconds)
+      .def("to_json", [](const trials::LmEvaluation& e) { return trials::to_json(e); })
+      .def_static("from_json", &trials::lm_evaluation_from_json, nb::arg("line"));
+  m.def("gpt_linear_spec", &trials::gpt_linear_spec, nb::arg("width"), nb::arg("rows") = 64,
+        "The spec of a GPT's projections [N, C_in] -> [N, C_out], one binding per class (c_attn, attn.c_proj, "
+        "c_fc, mlp.c_proj).");
+  m.def("gpt", [](const synth::Spec& spec, const synth::Operator* op, unsigned class_mask, const nn::GptConfig& cfg,
+                  uint64_t seed) {
+    return std::make_shared<nn::Gpt>(cfg, seed, trials::projection_factory(spec, op, class_mask, cfg.layers));
+  }, nb::arg("spec"), nb::arg("op").none(), nb::arg("class_mask"), nb::arg("config"), nb::arg("seed") = 1,
+     "A GPT whose projections of the classes of class_mask compute the operator (None: the dense GPT).");
+  m.def("evaluate_lm", [](const synth::Spec& spec, const synth::Operator* op, unsigned class_mask,
+                          const trials::LmProxyConfig& cfg) {
+    nb::gil_scoped_release no_gil;
+    return trials::evaluate_lm(spec, op, class_mask, cfg);
+  }, nb::arg("spec"), nb::arg("op").none(), nb::arg("class_mask"), nb::arg("config") = trials::LmProxyConfig{},
+     "Trains the proxy GPT with the operator in the projection classes of class_mask (None: the dense baseline) "
+     "and times its training step against the baseline's.");
 }
 
 }  // namespace synoros::py

@@ -150,3 +150,23 @@ def test_operator_search_trains_and_times_the_baseline_network():
     net = synoros.trials.network(spec, None, 0, seed=1, width=8)
     assert isinstance(net, synoros.nn.Module)
     assert net(synoros.randn(2, 1, 28, 28, seed=1)).shape == (2, 10)
+
+
+def test_operator_search_on_a_gpt_trains_and_times_a_projection_operator(tmp_path):
+    text = tmp_path / "text.txt"
+    text.write_text("".join(f"line {i % 13} of some text to learn, {i % 5}\n" for i in range(1500)))
+    spec = synoros.trials.gpt_linear_spec(16)
+    syn = synoros.synth.Synthesizer(spec)
+    dense = next(op for op in syn.enumerate(50) if syn.formula(op).endswith("x[n, r0] · W1[c_out,r0]"))
+    cfg = synoros.trials.LmProxyConfig()
+    cfg.model = synoros.models.GPTConfig(256, 16, 16, 2, 1)
+    cfg.batch, cfg.steps, cfg.val_batches, cfg.text_file = 2, 3, 2, str(text)
+    e = synoros.trials.evaluate_lm(spec, dense, 0b0101, cfg)
+    assert not e.failed, e.error
+    assert e.class_mask == 5 and e.val_loss > 0 and e.step_ms > 0 and e.base_step_ms > 0
+    assert synoros.trials.LmEvaluation.from_json(e.to_json()).val_loss == e.val_loss
+    m = synoros.trials.gpt(spec, dense, 0b0101, cfg.model, seed=1)
+    names = [n for n, _ in m.named_parameters()]
+    assert "transformer.h.0.attn.c_attn.op.w0" in names and "transformer.h.0.attn.c_proj.weight" in names
+    with pytest.raises(synoros.Error, match="malformed"):
+        synoros.trials.LmEvaluation.from_json("{}")
