@@ -112,10 +112,12 @@ struct LmTrialsOutcome {
 
 // Enumerates the linear spec's canonical operators to `depth`, keeps those below the dense FLOPs
 // with at least min_params_ratio of its weights in every class, measures the projection times of
-// the `screened` with the most weights, picks per operator the classes that keep the most weights
-// while the predicted step meets the target (weight_keeping_classes), trains the `candidates`
-// that keep the most weights and the baseline, and writes the report. With `actions`, only the
-// baseline and that operator.
+// the `screened` with the most weights (an operator that fails to build or run is skipped and
+// logged), picks per operator, among the classes where it is measured faster than the dense
+// product, those that keep the most weights while the predicted step meets the target
+// (weight_keeping_classes), trains the `candidates` that keep the most weights and the baseline,
+// and writes the report; the front counts the baseline (step ratio 1) as a competitor. With
+// `actions`: no enumeration or screening, only the baseline and that operator in `mask`.
 LmTrialsOutcome run_lm_trials(const LmTrialsConfig& cfg);
 
 }  // namespace synoros::trials

@@ -1,7 +1,5 @@
 // Every command's flags: type, range, default and meaning. Parsing and `--help` both read this.
-#include <fstream>
 #include <limits>
-#include <sstream>
 
 #include "cli/commands.hpp"
 #include "synoros/config.hpp"
@@ -233,7 +231,8 @@ CommandSpec lm_trials_spec() {
       integer_words("layers", "2", 1, 1024, "proxy blocks"),
       integer_words("context", "64", 2, 1 << 14, "proxy context"),
       text("operator", "", "no search: train and time the baseline and this operator (an action path of a report)"),
-      integer("mask", 15, 1, 15, "projection classes that take --operator (bit i: c_attn, attn.c_proj, c_fc, mlp.c_proj)"),
+      integer("mask", 15, 1, 15,
+              "projection classes that take --operator (bit i: c_attn, attn.c_proj, c_fc, mlp.c_proj)"),
       integer("batch", 16, 1, 1 << 16, "proxy batch"),
       integer("steps", 150, 1, kMaxSteps, "proxy training steps"),
       integer("val-batches", 16, 1, 1 << 20, "validation batches"),
@@ -344,14 +343,6 @@ CommandSpec operator_spec(const char* name, const char* summary, std::vector<Opt
   return s;
 }
 }  // namespace
-
-std::string read_text_file(const std::string& path, const std::string& what) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  if (!in) throw Error("cannot read " + what + " '" + path + "'");
-  return text.str();
-}
 
 void apply_threads(const Args& a) {
   if (a.has("threads")) set_num_threads(int(a.integer("threads")));

@@ -43,5 +43,9 @@ int generate_cmd(const Args&);
 void apply_threads(const Args& a);
 // The whole file as text; Error "cannot read WHAT 'PATH'" when it cannot be read.
 std::string read_text_file(const std::string& path, const std::string& what);
+// Creates `dir` (and its parents) and checks that files can be written there, before any work;
+// Error naming WHAT and the cause otherwise. writable_file: the same for a file's directory.
+void writable_dir(const std::string& dir, const std::string& what);
+void writable_file(const std::string& path, const std::string& what);
 
 }  // namespace synoros::cli

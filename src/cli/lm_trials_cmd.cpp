@@ -1,6 +1,7 @@
 // synoros lm-trials: synthesized operators in place of the GPT's projections, proxy-trained on
 // text and timed as whole training steps.
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 
 #include "cli/args.hpp"
@@ -34,8 +35,14 @@ int lm_trials_cmd(const Args& a) {
   c.proxy.lr = a.real("lr");
   c.proxy.seed = uint64_t(a.integer("seed"));
   std::string data = a.str("data");
-  if (data != "fortunes") c.proxy.text_file = data;
+  if (data != "fortunes") {
+    std::ifstream probe(data, std::ios::binary);
+    if (!probe || probe.peek() == std::ifstream::traits_type::eof())
+      throw Error("lm-trials: cannot read --data '" + data + "' (a text file, not empty)");
+    c.proxy.text_file = data;
+  }
   c.dir = a.str("report");
+  writable_dir(c.dir, "lm-trials: --report");
   c.log = [](const std::string& s) { std::cout << s << std::endl; };
   trials::LmTrialsOutcome out = trials::run_lm_trials(c);
   std::printf("\n%-4s %-9s %-8s %-9s %-8s %s\n", "#", "val loss", "delta", "step ms", "speedup", "operator");
@@ -47,12 +54,14 @@ int lm_trials_cmd(const Args& a) {
     char delta[32], speed[32];
     std::snprintf(delta, sizeof delta, "%+.2f%%", 100.0 * (e.val_loss / out.baseline.val_loss - 1.0));
     std::snprintf(speed, sizeof speed, "%.2fx", e.base_step_ms / e.step_ms);
+    const std::string mark = e.key == "baseline" ? "" : e.family.empty() ? "  [new]" : "  [" + e.family + "]";
     std::printf("%-4s %-9.4f %-8s %-9.1f %-8s %s%s\n", id.c_str(), e.val_loss, delta, e.step_ms, speed,
-                e.formula.c_str(), e.key == "baseline" ? "" : e.family.empty() ? "  [new]" : ("  [" + e.family + "]").c_str());
+                e.formula.c_str(), mark.c_str());
   };
   row("base", out.baseline);
   for (size_t i = 0; i < out.evaluations.size(); ++i) row(std::to_string(i), out.evaluations[i]);
-  std::printf("\nreport: %s/report.md (also lm_evaluations.jsonl, op<i>_<class>.py); %.0f s\n", c.dir.c_str(), out.seconds);
+  std::printf("\nreport: %s/report.md (also lm_evaluations.jsonl, op<i>_<class>.py); %.0f s\n", c.dir.c_str(),
+              out.seconds);
   return 0;
 }
 

@@ -80,21 +80,6 @@ std::string json_num(double v) {
   return b;
 }
 
-// Creates `dir` (and its parents) and checks that files can be written there, before any work.
-void writable_dir(const std::string& dir, const std::string& what) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) throw Error(what + " '" + dir + "' cannot be created: " + ec.message());
-  if (!std::filesystem::is_directory(dir, ec)) throw Error(what + " '" + dir + "' is not a directory");
-  if (::access(dir.c_str(), W_OK | X_OK) != 0)
-    throw Error(what + " '" + dir + "' is not writable: " + std::strerror(errno));
-}
-void writable_file(const std::string& path, const std::string& what) {
-  std::filesystem::path p(path);
-  if (std::filesystem::is_directory(p)) throw Error(what + " '" + path + "' is a directory");
-  writable_dir(p.has_parent_path() ? p.parent_path().string() : ".", what + "'s directory for");
-}
-
 // A run's history: rows of numbers under named columns, kept as log.csv and log.json. A resumed
 // run reads the rows its checkpoint had reached back from log.csv and appends, so the logs and
 // curves always cover the whole run.

@@ -72,7 +72,8 @@ Tensor Conv1D::forward(const Tensor& x) {
   if (s.size() != 3 || s[2] != in_)
     throw Error("Conv1D: input must be [B, T, " + std::to_string(in_) + "], got " + shape_str(s));
   if (product) {
-    if (lora && !lora->merged) throw Error("Conv1D: a LoRA adapter needs the dense product, this one has another operator");
+    if (lora && !lora->merged)
+      throw Error("Conv1D: a LoRA adapter needs the dense product, this one has another operator");
     Tensor p = product->forward(x.reshape({s[0] * s[1], in_}));
     if (p.shape() != Shape{s[0] * s[1], out_})
       throw Error("Conv1D: the product module gave " + shape_str(p.shape()) + ", expected [" +
@@ -199,6 +200,9 @@ std::shared_ptr<Gpt> Gpt::load(const std::string& path, int64_t heads) {
   std::map<std::string, HostTensor> t;
   const HostTensor* lm_head = nullptr;
   bool trainer = ck.metadata.count("model") && ck.metadata.at("model") != "gpt2";
+  if (trainer && ck.metadata.count("operator") && !ck.metadata.at("operator").empty())
+    throw fail("its projections are a synthesized operator ('" + ck.metadata.at("operator") +
+               "'), not dense: evaluate it with `synoros eval`, or continue it with `synoros train --resume`");
   for (auto& [name, value] : ck.tensors) {
     std::string n = name;
     if (trainer) {

@@ -110,10 +110,19 @@ std::vector<KnownFamily> known_families(const Spec& spec) {
       }
       ranks = std::move(next);
     }
+    // Low rank where the bottleneck is narrower than both sides under every binding; a wider one
+    // is a dense product written as two.
+    auto below_both = [&](const Size& r) {
+      for (size_t b = 0; b < spec.bindings.size(); ++b)
+        if (!spec.legal(r) || spec.eval(r, b) >= std::min(spec.eval(ci, b), spec.eval(co, b))) return false;
+      return true;
+    };
     for (const auto& [name, m] : ranks) {
       if (name.empty()) continue;
-      for (const auto& [rank, r] : {std::pair<std::string, Size>{name, m}, {"C_in/" + name, ci / m}, {"C_out/" + name, co / m}})
-        add("low-rank linear (rank " + rank + ")", {ci, r},
+      const std::string den = name.find('*') == std::string::npos ? name : "(" + name + ")";
+      for (const auto& [rank, r] :
+           {std::pair<std::string, Size>{name, m}, {"C_in/" + den, ci / m}, {"C_out/" + den, co / m}})
+        add((below_both(r) ? "low-rank linear (rank " : "factored dense linear (rank ") + rank + ")", {ci, r},
             [](Builder& b) { return b.finish({b.it(0), b.it(2)}, {{2, 3}, {1, 3}}); });
     }
     return out;

@@ -50,7 +50,8 @@ LmTrainer::LmTrainer(LmConfig cfg) : cfg_(std::move(cfg)) {
   train_ = std::make_shared<const std::vector<uint8_t>>(std::move(corpus.train));
   val_ = std::make_shared<const std::vector<uint8_t>>(std::move(corpus.val));
   unigram_ = data::unigram_entropy(*train_);
-  if (model_ && cfg_.projections) throw Error("train: synthesized projections need a model trained from scratch, not a base");
+  if (model_ && cfg_.projections)
+    throw Error("train: synthesized projections need a model trained from scratch, not a base");
   if (!model_) model_ = std::make_shared<nn::Gpt>(cfg_.model, cfg_.seed, cfg_.projections);
   if (!cfg_.base.empty()) base_hash_ = parameter_hash(*model_);
   model_->checkpoint_blocks = cfg_.checkpoint_activations;

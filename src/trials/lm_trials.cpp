@@ -20,13 +20,15 @@
 namespace synoros::trials {
 
 std::vector<ProjectionClass> gpt_projection_classes(int64_t C) {
-  return {{"attn.c_attn", C, 3 * C}, {"attn.c_proj", C, C}, {"mlp.c_fc", C, 4 * C}, {"mlp.c_proj", 4 * C, C}};
+  return {{"attn.c_attn", C, 3 * C}, {"attn.c_proj", C, C}, {"mlp.c_fc", C, 4 * C},
+          {"mlp.c_proj", 4 * C, C}};
 }
 
 synth::Spec gpt_linear_spec(int64_t width, int64_t rows) {
   std::string t = "input: N, C_in; output: N, C_out; coef: g=4:3, h=2:2;";
   for (const ProjectionClass& c : gpt_projection_classes(width))
-    t += " bind: N=" + std::to_string(rows) + ", C_in=" + std::to_string(c.in) + ", C_out=" + std::to_string(c.out) + ";";
+    t += " bind: N=" + std::to_string(rows) + ", C_in=" + std::to_string(c.in) + ", C_out=" + std::to_string(c.out) +
+         ";";
   t += " cap: C_in=4, C_out=4; fixed: N";
   return synth::parse_spec(t);
 }
@@ -56,7 +58,8 @@ synth::Binding SynthLinear::binding(int64_t rows) const {
 
 Tensor SynthLinear::forward(const Tensor& x) {
   if (x.shape().size() != 2 || x.shape()[1] != in_)
-    throw Error("synthesized projection: input must be [rows, " + std::to_string(in_) + "], got " + shape_str(x.shape()));
+    throw Error("synthesized projection: input must be [rows, " + std::to_string(in_) + "], got " +
+                shape_str(x.shape()));
   return synth::apply(spec_, op_, binding(x.shape()[0]), x, weights_);
 }
 
@@ -137,11 +140,14 @@ HostTensor tokens(const Shape& s, int64_t vocab, int64_t salt) {
 // A training step with its optimizer, ready to run on fixed tokens.
 struct TimedStep {
   TimedStep(nn::Gpt& m, int64_t batch)
-      : opt(m.parameters(), 1e-4, 0.9, 0.95, 1e-8, 0.01), step(train::compile_lm_train(m, opt, batch, m.cfg.context)) {
+      : opt(m.parameters(), 1e-4, 0.9, 0.95, 1e-8, 0.01),
+        step(train::compile_lm_train(m, opt, batch, m.cfg.context)) {
     Shape s{batch, m.cfg.context};
     step.plan().set_input("arg0", tokens(s, m.cfg.vocab, 1));
     step.plan().set_input("arg1", tokens(s, m.cfg.vocab, 2));
   }
+  TimedStep(const TimedStep&) = delete;  // the step holds the optimizer's state
+  TimedStep& operator=(const TimedStep&) = delete;
   double run() {
     opt.tick();
     return timed_run_ms(step);
@@ -183,6 +189,8 @@ struct ProjectionStep {
             {{DType::F32, {1, rows, c.in}}})) {
     step.plan().set_input("arg0", Tensor::randn({1, rows, c.in}, 7).value());
   }
+  ProjectionStep(const ProjectionStep&) = delete;  // the step's function holds `this`
+  ProjectionStep& operator=(const ProjectionStep&) = delete;
   std::shared_ptr<nn::Conv1D> layer;
   CompiledStep step;
 };
@@ -233,6 +241,7 @@ LmEvaluation evaluate_lm(const synth::Spec& spec, const synth::Operator* op, uns
     std::vector<double> losses;
     auto t0 = std::chrono::steady_clock::now();
     t.train_steps(c.steps, [&](int64_t, double l) { losses.push_back(l); });
+    if (losses.empty()) throw Error("no training step was run (steps must be at least 1)");
     e.train_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     size_t tail = std::max<size_t>(1, losses.size() / 10);
     e.train_loss = std::accumulate(losses.end() - long(tail), losses.end(), 0.0) / double(tail);
@@ -283,12 +292,12 @@ void write_report(const LmTrialsConfig& cfg, const synth::Spec& spec, const LmTr
     << "|---|---|---|---|---|---|---|---|---|---|\n";
   auto row = [&](const std::string& id, const LmEvaluation& e, bool front) {
     double ratio = e.step_ms > 0 ? e.base_step_ms / e.step_ms : 0;
-    r << "| " << id << " | `" << e.formula << "` | " << (e.key == "baseline" ? "dense" : e.family.empty() ? "**new**" : e.family)
-      << " | " << classes_text(e.class_mask, classes) << " | "
+    const std::string family = e.key == "baseline" ? "dense" : e.family.empty() ? "**new**" : e.family;
+    r << "| " << id << " | `" << e.formula << "` | " << family << " | " << classes_text(e.class_mask, classes) << " | "
       << (e.failed ? "failed: " + e.error : fixed(e.val_loss, 4)) << " | "
       << (e.failed ? "" : fixed(100.0 * (e.val_loss / o.baseline.val_loss - 1.0), 2) + "%") << " | "
-      << fixed(e.step_ms, 1) << " | " << fixed(ratio, 2) << "x | " << fixed(e.params, 0) << " | " << (front ? "yes" : "")
-      << " |\n";
+      << fixed(e.step_ms, 1) << " | " << fixed(ratio, 2) << "x | " << fixed(e.params, 0) << " | "
+      << (front ? "yes" : "") << " |\n";
   };
   row("base", o.baseline, false);
   for (size_t i = 0; i < o.evaluations.size(); ++i)
@@ -332,16 +341,18 @@ LmTrialsOutcome evaluate_and_report(const LmTrialsConfig& cfg, const synth::Spec
                         fixed(e.base_step_ms, 1)));
     o.evaluations.push_back(std::move(e));
   }
-  // The front: no other run is at least as good in validation loss and in step ratio, better in one.
+  // The front: no other run, the baseline (step ratio 1) included, is at least as good in
+  // validation loss and in step ratio and better in one.
   auto ratio = [](const LmEvaluation& e) { return e.step_ms / e.base_step_ms; };
+  auto dominates = [](double loss, double r, double loss_e, double r_e) {
+    return loss <= loss_e && r <= r_e && (loss < loss_e || r < r_e);
+  };
   for (size_t i = 0; i < o.evaluations.size(); ++i) {
     const LmEvaluation& e = o.evaluations[i];
     if (e.failed) continue;
-    bool dominated = false;
+    bool dominated = dominates(o.baseline.val_loss, 1.0, e.val_loss, ratio(e));
     for (const LmEvaluation& f : o.evaluations)
-      if (&f != &e && !f.failed && f.val_loss <= e.val_loss && ratio(f) <= ratio(e) &&
-          (f.val_loss < e.val_loss || ratio(f) < ratio(e)))
-        dominated = true;
+      if (&f != &e && !f.failed && dominates(f.val_loss, ratio(f), e.val_loss, ratio(e))) dominated = true;
     if (!dominated) o.pareto.push_back(i);
   }
   write_text(cfg.dir + "/lm_evaluations.jsonl", "lm-trials log", log);
@@ -395,8 +406,13 @@ LmTrialsOutcome run_lm_trials(const LmTrialsConfig& cfg) {
       sig.push_back(st.params), sig.push_back(st.flops);
     }
     if (!ok) continue;
-    for (const ProjectionClass& c : classes)
-      p.estimate += cost_model_ms(ProjectionStep(spec, &en.operators[i], c, 64).step.plan());
+    try {
+      for (const ProjectionClass& c : classes)
+        p.estimate += cost_model_ms(ProjectionStep(spec, &en.operators[i], c, 64).step.plan());
+    } catch (const std::exception& ex) {
+      say("skipped " + synth::formula(spec, en.operators[i]) + ": " + ex.what());
+      continue;
+    }
     auto [it, fresh] = bucket.emplace(sig, props.size());
     if (fresh) props.push_back(p);
     else if (p.estimate < props[it->second].estimate) props[it->second] = p;
@@ -422,9 +438,23 @@ LmTrialsOutcome run_lm_trials(const LmTrialsConfig& cfg) {
   std::vector<Screened> screened;
   for (size_t i = 0; i < props.size(); ++i) {
     const synth::Operator& op = en.operators[props[i].op];
-    t.op_ms = projection_ms(spec, &op, rows, 5, 2.0);
+    try {
+      t.op_ms = projection_ms(spec, &op, rows, 5, 2.0);
+    } catch (const std::exception& ex) {
+      say("skipped " + synth::formula(spec, op) + ": " + ex.what());
+      continue;
+    }
     t.op_weights = props[i].class_params;
-    ClassChoice ch = weight_keeping_classes(t, (1u << classes.size()) - 1, cfg.step_target);
+    // Only the classes where the operator is measured faster than the dense product (a class
+    // given up is not); an operator faster in none is not trained.
+    unsigned faster = 0;
+    for (size_t c = 0; c < classes.size(); ++c)
+      if (std::isfinite(t.op_ms[c]) && t.op_ms[c] < t.conv_ms[c]) faster |= 1u << c;
+    if (!faster) {
+      say("screened " + synth::formula(spec, op) + ": faster in no class");
+      continue;
+    }
+    ClassChoice ch = weight_keeping_classes(t, faster, cfg.step_target);
     screened.push_back({i, ch});
     say("screened " + synth::formula(spec, op) + ": classes " + classes_text(ch.mask, classes) + ", predicted step " +
         fixed((t.base_ms - ch.saved_ms) / t.base_ms, 3) + "x the baseline's" + (ch.meets ? "" : " (misses)"));
@@ -439,7 +469,8 @@ LmTrialsOutcome run_lm_trials(const LmTrialsConfig& cfg) {
 
   std::vector<synth::Operator> trained;
   std::vector<unsigned> masks;
-  for (const Screened& sc : screened) trained.push_back(en.operators[props[sc.prop].op]), masks.push_back(sc.choice.mask);
+  for (const Screened& sc : screened)
+    trained.push_back(en.operators[props[sc.prop].op]), masks.push_back(sc.choice.mask);
   return evaluate_and_report(cfg, spec, trained, masks, say, t0);
 }
 
