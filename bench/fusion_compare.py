@@ -110,7 +110,11 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--min-time", type=float, default=0.5)
     ap.add_argument("--json", default="fusion_results.json")
+    ap.add_argument("--only", nargs="+", metavar="ROW", choices=list(ROWS), help="these rows only")
     args = ap.parse_args()
+    if args.only:
+        for name in [r for r in ROWS if r not in args.only]:
+            del ROWS[name]
     compiled = os.path.abspath(args.python) == os.path.abspath(peers)
     samples, peaks, version = {}, [], ""
     for _ in range(args.rounds):

@@ -187,7 +187,7 @@ TEST(Determinism, RowCompositesGiveTheSameBitsOnEveryIsa) {
                               g.add(Op::LayerNorm, {x, w, b}, eps),
                               g.add(Op::LayerNormGrad, {x, go}, eps),
                               g.add(Op::LayerNormGrad, {x, go, w}, eps),
-                              g.add(Op::LayerNormParamGrad, {x, go}, eps)};
+                              g.add(Op::LayerNormBackward, {x, go, w}, eps)};
     Plan p(g, outs);
     p.set_input(x, special ? testing::special_tensor(s, 7, 97) : testing::random_tensor({DType::F32, s, -4, 4}, 7));
     p.set_input(go, testing::random_tensor({DType::F32, s}, 8));
@@ -207,6 +207,37 @@ TEST(Determinism, RowCompositesGiveTheSameBitsOnEveryIsa) {
         if (int(isa) > int(kernels::best_isa())) continue;
         testing::IsaScope scope(isa);
         EXPECT_EQ(run(n, special), ref) << kernels::isa_name(isa) << " n=" << n << " special=" << special;
+      }
+    }
+  }
+}
+
+// layernorm_backward's first rows are layernorm_grad's dx bit for bit, and its weight and bias rows
+// do not depend on the thread count: 70 rows are three chunks, the last one short.
+TEST(Determinism, LayerNormBackwardIsLayerNormGradAndThreadCountFree) {
+  const attr::Eps eps{1e-5};
+  for (int64_t n : {13, 771}) {
+    for (bool special : {false, true}) {
+      const Shape s{70, n};
+      Graph g;
+      ValueId x = g.input(DType::F32, s, "x"), go = g.input(DType::F32, s, "g"), w = g.input(DType::F32, {n}, "w");
+      ValueId all = g.add(Op::LayerNormBackward, {x, go, w}, eps), dx = g.add(Op::LayerNormGrad, {x, go, w}, eps);
+      ASSERT_EQ(g.shape(all), (Shape{72, n}));
+      std::vector<uint8_t> first;
+      for (int threads : {1, 2, 3}) {
+        ThreadPool pool(threads);
+        CompileOptions o;
+        o.pool = &pool;
+        Plan p(g, {all, dx}, o);
+        p.set_input(x, special ? testing::special_tensor(s, 7, 97) : testing::random_tensor({DType::F32, s, -4, 4}, 7));
+        p.set_input(go, testing::random_tensor({DType::F32, s}, 8));
+        p.set_input(w, testing::random_tensor({DType::F32, {n}}, 9));
+        p.run();
+        const HostTensor a = p.read(all), d = p.read(dx);
+        EXPECT_EQ(0, std::memcmp(a.buffer->data(), d.buffer->data(), d.bytes())) << "n=" << n << " special=" << special;
+        std::vector<uint8_t> bytes = output_bytes(p, {all});
+        if (first.empty()) first = bytes;
+        EXPECT_EQ(bytes, first) << threads << " threads, n=" << n << " special=" << special;
       }
     }
   }

@@ -35,7 +35,7 @@ RandomGraph make_random_graph(uint64_t seed) {
     ValueId a = vals[pick(vals.size())];
     const Shape sa = r.g.shape(a);
     ValueId out = kNoValue;
-    switch (sa.empty() ? 0 : pick(11)) {
+    switch (sa.empty() ? 0 : pick(12)) {
       case 0: out = r.g.unary(std::array{Op::Tanh, Op::Sigmoid, Op::Relu, Op::Neg, Op::Abs}[pick(5)], a); break;
       case 1: case 2: {  // binary with a same-shaped or broadcastable partner, else itself
         ValueId b = a;
@@ -76,6 +76,12 @@ RandomGraph make_random_graph(uint64_t seed) {
       case 10: {  // broadcast back: x * expand(sum(x)) + expand(sum(x)) (an expand read twice)
         ValueId s = r.g.expand(r.g.sum(a, {int64_t(pick(sa.size()))}, true), sa);
         out = r.g.binary(Op::Add, r.g.binary(Op::Mul, a, s), s);
+        break;
+      }
+      case 11: {  // a slice; from 0 with only size-1 axes before it, an alias of its input's first bytes
+        const int64_t axis = int64_t(pick(sa.size())), n = sa[size_t(axis)];
+        const int64_t start = pick(2) ? 0 : int64_t(pick(size_t(n)));
+        out = r.g.add(Op::Slice, {a}, attr::Slice{axis, start, start + 1 + int64_t(pick(size_t(n - start)))});
         break;
       }
     }
@@ -158,6 +164,39 @@ TEST(MemoryPlan, ElementwiseChainRunsInPlace) {
   Plan f(g, {y});
   EXPECT_EQ(f.launches().size(), 1u);
   EXPECT_EQ(f.unplanned_bytes(), 2 * 4096u);
+}
+
+// A slice from 0 along the first axis (or one with only size-1 axes before it) is its input's
+// first elements: no launch, no buffer, the bytes of the input's first rows; one from elsewhere,
+// or along a later axis, is a copy as before.
+TEST(MemoryPlan, APrefixSliceIsItsInputsFirstBytes) {
+  Graph g;
+  ValueId x = g.input(DType::F32, {6, 4}, "x");
+  ValueId y = g.unary(Op::Tanh, x);
+  ValueId head = g.add(Op::Slice, {y}, attr::Slice{0, 0, 3});
+  ValueId tail = g.add(Op::Slice, {y}, attr::Slice{0, 3, 6});
+  ValueId cols = g.add(Op::Slice, {y}, attr::Slice{1, 0, 2});
+  ValueId flat = g.add(Op::Slice, {g.reshape(y, {1, 24})}, attr::Slice{1, 0, 5});
+  ValueId e = g.unary(Op::Exp, head);
+  std::vector<ValueId> outs = {y, head, tail, cols, flat, e};
+  Plan p(g, outs);
+  check_no_overlap(p);
+  for (const LaunchInfo& li : p.launch_info())
+    for (ValueId v : li.ops) EXPECT_TRUE(v != head && v != flat) << "a prefix slice was launched: " << li.kernel;
+  p.set_input(x, testing::random_tensor({DType::F32, {6, 4}}, 3));
+  p.run();
+  const HostTensor all = p.read(y), h = p.read(head), t = p.read(tail), c = p.read(cols), f = p.read(flat);
+  for (int64_t i = 0; i < 12; ++i) EXPECT_EQ(h.get(i), all.get(i)) << i;
+  for (int64_t i = 0; i < 12; ++i) EXPECT_EQ(t.get(i), all.get(12 + i)) << i;
+  for (int64_t i = 0; i < 6; ++i) EXPECT_EQ(c.get(i), all.get(i / 2 * 4 + i % 2)) << i;
+  for (int64_t i = 0; i < 5; ++i) EXPECT_EQ(f.get(i), all.get(i)) << i;
+  const HostTensor ex = p.read(e);
+  CompileOptions ref;
+  ref.fuse = ref.plan_memory = false;
+  Plan u(g, {e}, ref);
+  u.set_input(x, testing::random_tensor({DType::F32, {6, 4}}, 3));
+  u.run();
+  EXPECT_EQ(0, std::memcmp(ex.buffer->data(), u.read(e).buffer->data(), ex.bytes()));
 }
 
 TEST(MemoryPlan, ReadingAReusedIntermediateIsAnError) {

@@ -339,12 +339,13 @@ void vjp_layernorm(Graph& g, ValueId v, ValueId go, GradIn& gi) {
     gi[0] = g.add(Op::LayerNormGrad, {x, go}, stats);
     return;
   }
-  gi[0] = g.add(Op::LayerNormGrad, {x, go, n.in[1]}, stats);
-  // The weight and bias gradients, sum(g xh) and sum(g) over the rows, in one pass over x and g.
-  ValueId pg = g.add(Op::LayerNormParamGrad, {x, go}, stats);
-  const int64_t C = g.shape(x).back();
-  gi[1] = g.reshape(op1(g, Op::Slice, pg, attr::Slice{0, 0, 1}), {C});
-  gi[2] = g.reshape(op1(g, Op::Slice, pg, attr::Slice{0, 1, 2}), {C});
+  // dx and the weight and bias gradients, sum(g xh) and sum(g) over the rows, in one pass over x
+  // and g; dx is the first rows (an alias, no copy), the other two the last two.
+  ValueId all = g.add(Op::LayerNormBackward, {x, go, n.in[1]}, stats);
+  const int64_t C = g.shape(x).back(), rows = g.shape(all)[0] - 2;
+  gi[0] = g.reshape(op1(g, Op::Slice, all, attr::Slice{0, 0, rows}), g.shape(x));
+  gi[1] = g.reshape(op1(g, Op::Slice, all, attr::Slice{0, rows, rows + 1}), {C});
+  gi[2] = g.reshape(op1(g, Op::Slice, all, attr::Slice{0, rows + 1, rows + 2}), {C});
 }
 // batchnorm(x, mean, var, weight, bias): y = (x - mean) r w + b with r = 1/sqrt(var + eps).
 // With batch_stats mean and var are declared the batch statistics of x (over every axis but 1),

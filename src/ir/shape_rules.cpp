@@ -283,16 +283,18 @@ void infer_layernorm(const Graph& g, Node& n) {
   n.shape = in;
 }
 
-// layernorm_param_grad(x [..., C], g of x's shape) -> [2, C].
-void infer_layernorm_param_grad(const Graph& g, Node& n) {
+// layernorm_backward(x [..., C], g of x's shape, weight [C]) -> [numel(x) / C + 2, C].
+void infer_layernorm_backward(const Graph& g, Node& n) {
   require_float(g, n, 0);
   const Shape& in = in_shape(g, n, 0);
-  if (in.empty() || in.back() == 0) throw Error("layernorm_param_grad needs a non-empty last axis");
-  if (!(n.attr<attr::Eps>().eps > 0)) throw Error("layernorm_param_grad needs eps > 0");
+  if (in.empty() || in.back() == 0) throw Error("layernorm_backward needs a non-empty last axis");
+  if (!(n.attr<attr::Eps>().eps > 0)) throw Error("layernorm_backward needs eps > 0");
   if (in_shape(g, n, 1) != in || in_dtype(g, n, 1) != in_dtype(g, n, 0))
     throw Error("the gradient must have x's shape and dtype " + shape_str(in));
+  if (in_shape(g, n, 2) != Shape{in.back()} || in_dtype(g, n, 2) != in_dtype(g, n, 0))
+    throw Error("the weight must be [" + std::to_string(in.back()) + "] of x's dtype");
   n.dtype = in_dtype(g, n, 0);
-  n.shape = {2, in.back()};
+  n.shape = {numel(in) / in.back() + 2, in.back()};
 }
 
 // attention(q [..., Tq, D], k [..., Tk, D], v [..., Tk, D] [, offset i64 [1]]) -> [..., Tq, D];

@@ -359,9 +359,13 @@ HostTensor oracle_attention_grad(const Node& n, const OracleIn& in) {
   return out;
 }
 
-HostTensor oracle_layernorm_param_grad(const Node& n, const OracleIn& in) {
+HostTensor oracle_layernorm_backward(const Node& n, const OracleIn& in) {
   HostTensor out = make_out(n);
   const int64_t C = n.shape[1], rows = in[0]->numel() / C;
+  Node grad = n;  // dx: layernorm_grad(x, g, weight), the result's first rows
+  grad.shape = in[0]->shape;
+  const HostTensor dx = oracle_layernorm_grad(grad, in);
+  for (int64_t i = 0; i < dx.numel(); ++i) out.set(i, dx.get(i));
   std::vector<double> dw(size_t(C), 0.0), db(size_t(C), 0.0);
   for (int64_t i = 0; i < rows; ++i) {
     double mean = 0, var = 0;
@@ -374,7 +378,7 @@ HostTensor oracle_layernorm_param_grad(const Node& n, const OracleIn& in) {
       db[size_t(c)] += in[1]->get(i * C + c);
     }
   }
-  for (int64_t c = 0; c < C; ++c) out.set(c, dw[size_t(c)]), out.set(C + c, db[size_t(c)]);
+  for (int64_t c = 0; c < C; ++c) out.set((rows + 0) * C + c, dw[size_t(c)]), out.set((rows + 1) * C + c, db[size_t(c)]);
   return out;
 }
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "passes/views.hpp"
+
 
 namespace synoros::passes {
 
@@ -17,7 +19,7 @@ namespace {
 std::vector<int> distinct_readers(const Graph& g, const std::vector<bool>& launched) {
   std::vector<int> readers(g.size(), 0);
   for (size_t i = 0; i < g.size(); ++i)
-    if (launched[i] || op_info(g.node(ValueId(i)).op).has(kAlias)) {
+    if (launched[i] || passes::is_alias(g, g.node(ValueId(i)))) {
       std::vector<ValueId> in = g.node(ValueId(i)).in;  // distinct readers: x*x reads x once
       std::sort(in.begin(), in.end());
       in.erase(std::unique(in.begin(), in.end()), in.end());

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "passes/conv_match.hpp"
+#include "passes/views.hpp"
 
 namespace synoros::passes {
 
@@ -49,7 +50,7 @@ Placement track(const Graph& g, const std::vector<ValueId>& outputs, bool keep_i
   for (size_t i = 0; i < n; ++i) {
     const Node& nd = g.node(ValueId(i));
     if (!p.needed[i]) continue;
-    bool alias = op_info(nd.op).has(kAlias);
+    bool alias = passes::is_alias(g, nd);
     p.alias_root[i] = alias ? p.alias_root[size_t(nd.in[0])] : ValueId(i);
     p.launched[i] = op_info(nd.op).kind != OpKind::Leaf && !p.folded[i] && !alias;
     p.observable[i] = nd.op == Op::Input || p.folded[i] || keep_intermediates;
@@ -103,7 +104,7 @@ void fold_views_into_einsums(const Graph& g, Placement& p) {
       const Node& nd = g.node(ValueId(i));
       bool view_op = is_affine_view_op(nd.op) || is_gated_view_op(nd.op);
       bool candidate = needed[i] && !observable[i] && !blocked[i] && view_op &&
-                       (op_info(nd.op).has(kAlias) || (launched[i] && !fused_away[i]));
+                       (passes::is_alias(g, nd) || (launched[i] && !fused_away[i]));
       if (!candidate || readers[i].empty()) continue;
       bool ok = true;
       for (ValueId r : readers[i]) ok = ok && (g.node(r).op == Op::Einsum || only[size_t(r)]);
@@ -143,7 +144,7 @@ void fold_views_into_einsums(const Graph& g, Placement& p) {
     }
     if (changed) continue;
     for (size_t i = 0; i < n; ++i)
-      if (only[i] && !op_info(g.node(ValueId(i)).op).has(kAlias)) fused_away[i] = true;
+      if (only[i] && !passes::is_alias(g, g.node(ValueId(i)))) fused_away[i] = true;
   }
   // Einsums reading nothing folded keep plain operands.
   for (size_t i = 0; i < n; ++i) {
@@ -202,7 +203,7 @@ MemoryPlanInput memory_input(const Graph& g, const Placement& p, const std::vect
   for (size_t i = 0; i < n; ++i) {
     const Node& nd = g.node(ValueId(i));
     mi.in_arena[i] = p.needed[i] && !p.fused_away[i] && nd.op != Op::Param && nd.op != Op::Const &&
-                     !op_info(nd.op).has(kAlias);
+                     !passes::is_alias(g, nd);
     if (!p.launched[i] || p.fused_away[i]) continue;
     mi.order.push_back(ValueId(i));
     mi.scratch.push_back(frame[i]);

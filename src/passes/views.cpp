@@ -8,6 +8,17 @@ bool is_affine_view_op(Op op) { return op_info(op).has(kAffineView); }
 
 bool is_gated_view_op(Op op) { return op_info(op).has(kGatedView); }
 
+bool is_alias(const Graph& g, const Node& n) {
+  if (op_info(n.op).has(kAlias)) return true;
+  if (n.op != Op::Slice) return false;
+  const Shape& in = g.shape(n.in[0]);
+  const opdefs::AxisArgs a = opdefs::axis_args(n, in.size());
+  if (a.a != 0) return false;
+  for (int64_t d = 0; d < a.axis; ++d)
+    if (in[size_t(d)] != 1) return false;
+  return true;
+}
+
 bool reshape_strides(const Shape& shape, const std::vector<int64_t>& strides, const Shape& new_shape,
                      std::vector<int64_t>& out) {
   out.assign(new_shape.size(), 0);

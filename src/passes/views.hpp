@@ -29,6 +29,11 @@ struct AffineView {
 bool is_affine_view_op(Op op);  // permute, slice, stride, expand, reshape
 bool is_gated_view_op(Op op);   // pad, unfold: affine plus a zero-padding gate
 
+// A value that is its input's bytes from the first one on, so it takes no launch and no buffer
+// of its own: a reshape (kAlias), or a slice from 0 along an axis with only size-1 axes before it
+// (the first elements of its contiguous input, as dx is of layernorm_backward's stacked result).
+bool is_alias(const Graph& g, const Node& n);
+
 // Applies one view op to `v`; false if it cannot be expressed (a reshape across non-mergeable
 // strides, or a gated op when `allow_gates` is off).
 bool apply_view(const Node& n, AffineView& v, bool allow_gates = false);

@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include <sstream>
 
+#include "passes/views.hpp"
 #include "kernels/kernel_api.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
 #include "kernels/jit/compiler.hpp"
@@ -116,7 +117,7 @@ void Plan::bind_buffers(const passes::Placement& p) {
     if (!p.needed[i] || p.fused_away[i]) continue;
     bool stored = nd.op == Op::Param || nd.op == Op::Const;
     if (stored) ptrs_[i] = nd.data->buffer->data();
-    else if (op_info(nd.op).has(kAlias)) ptrs_[i] = ptrs_[size_t(nd.in[0])];
+    else if (passes::is_alias(graph_, nd)) ptrs_[i] = ptrs_[size_t(nd.in[0])];
     else ptrs_[i] = base + impl_->memory.offset[i];
     if (nd.op == Op::Input) impl_->inputs.push_back(ValueId(i));
     const Node& root = graph_.node(p.alias_root[i]);

@@ -4,6 +4,7 @@
 
 #include "kernels/cpu/cpu_kernels.hpp"
 #include "kernels/providers.hpp"
+#include "passes/views.hpp"
 
 namespace synoros {
 
@@ -59,7 +60,7 @@ std::vector<size_t> PlanLowering::lower_all(kernels::PlanStorage& storage,
   selections.resize(n);
   for (size_t i = 0; i < n; ++i) {
     const Node& nd = g.node(ValueId(i));
-    if (!p.needed[i] || p.fused_away[i] || op_info(nd.op).kind == OpKind::Leaf) continue;
+    if (!p.needed[i] || p.fused_away[i] || op_info(nd.op).kind == OpKind::Leaf || passes::is_alias(g, nd)) continue;
     storage.begin_frame(frame_base(i));
     std::vector<SelectionCertificate> made;
     kernels::SelectionTrace trace(&made);

@@ -463,35 +463,64 @@ void ln_param_combine(const LnParamArgs& a, int64_t block) {
     if (std::isnan(out[c])) out[c] = std::numeric_limits<T>::quiet_NaN();
 }
 
-void ln_param_chunk(const void* p, int64_t chunk) {
-  const LnParamArgs& a = *static_cast<const LnParamArgs*>(p);
-  a.f64 ? ln_param_partial<double>(a, chunk) : ln_param_partial<float>(a, chunk);
+// ---- layernorm_backward: per chunk of kLinesPerChunk rows, dx (the lines of layernorm_grad, the
+// same code) and the chunk's partial weight and bias sums while the rows are in cache; then the
+// partials combined in chunk order. The result is dx's rows, then the two gradient rows.
+struct LnBackArgs {
+  LineArgs dx;
+  LnParamArgs param;
+};
+
+void ln_back_chunk(const void* p, int64_t chunk) {
+  const LnBackArgs& a = *static_cast<const LnBackArgs*>(p);
+  if (a.param.f64) {
+    line_chunk_t<double>(a.dx, chunk);
+    ln_param_partial<double>(a.param, chunk);
+  } else {
+    line_chunk_t<float>(a.dx, chunk);
+    ln_param_partial<float>(a.param, chunk);
+  }
 }
 void ln_param_cols(const void* p, int64_t block) {
-  const LnParamArgs& a = *static_cast<const LnParamArgs*>(p);
+  const LnParamArgs& a = static_cast<const LnBackArgs*>(p)->param;
   a.f64 ? ln_param_combine<double>(a, block) : ln_param_combine<float>(a, block);
 }
-void ln_param_launch(const void* p, ThreadPool& pool) {
-  const LnParamArgs& a = *static_cast<const LnParamArgs*>(p);
-  pool.run(a.chunks, ln_param_chunk, p);
+void ln_back_launch(const void* p, ThreadPool& pool) {
+  const LnParamArgs& a = static_cast<const LnBackArgs*>(p)->param;
+  pool.run(a.chunks, ln_back_chunk, p);
   pool.run((2 * a.n + kParamCols - 1) / kParamCols, ln_param_cols, p);
 }
 }  // namespace
 
-Launch lower_layernorm_param_grad(LowerCtx& c) {
-  auto* a = c.args<LnParamArgs>();
+Launch lower_layernorm_backward(LowerCtx& c) {
+  auto* a = c.args<LnBackArgs>();
   const Shape& x = c.in_shape(0);
-  a->n = x.back();
-  a->rows = numel(x) / a->n;
-  a->eps = c.node.attr<attr::Eps>().eps;
-  a->x = c.in[0];
-  a->g = c.in[1];
-  a->out = c.out;
-  a->f64 = c.node.dtype == DType::F64;
-  a->avx2 = active_isa() != Isa::Scalar;
-  a->chunks = (a->rows + kLinesPerChunk - 1) / kLinesPerChunk;
-  a->partial = c.storage.scratch(size_t(a->chunks * 2 * a->n) * dtype_size(c.node.dtype));
-  return {ln_param_launch, a, c.id};
+  const bool f64 = c.node.dtype == DType::F64, avx2 = active_isa() != Isa::Scalar;
+  const int64_t n = x.back(), rows = numel(x) / n;
+  const double eps = c.node.attr<attr::Eps>().eps;
+  a->dx = LineArgs{};
+  a->dx.n = n;
+  a->dx.outer = rows;
+  a->dx.inner = 1;
+  for (int k = 0; k < 3; ++k) a->dx.in[k] = c.in[size_t(k)];
+  a->dx.n_in = 3;
+  a->dx.out = c.out;
+  a->dx.eps = eps;
+  a->dx.op = 5;  // layernorm_grad's lines
+  a->dx.f64 = f64;
+  a->dx.avx2 = avx2;
+  LnParamArgs& pa = a->param;
+  pa.n = n;
+  pa.rows = rows;
+  pa.eps = eps;
+  pa.x = c.in[0];
+  pa.g = c.in[1];
+  pa.out = static_cast<char*>(c.out) + size_t(rows * n) * dtype_size(c.node.dtype);
+  pa.f64 = f64;
+  pa.avx2 = avx2;
+  pa.chunks = (rows + kLinesPerChunk - 1) / kLinesPerChunk;
+  pa.partial = c.storage.scratch(size_t(pa.chunks * 2 * n) * dtype_size(c.node.dtype));
+  return {ln_back_launch, a, c.id};
 }
 
 

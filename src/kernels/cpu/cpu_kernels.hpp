@@ -63,7 +63,7 @@ Launch lower_einsum(LowerCtx& c);
 Launch lower_softmax(LowerCtx& c);   // softmax, log_softmax
 Launch lower_softmax_grad(LowerCtx& c);
 Launch lower_layernorm(LowerCtx& c);
-Launch lower_layernorm_param_grad(LowerCtx& c);  // weight and bias gradients in one launch
+Launch lower_layernorm_backward(LowerCtx& c);  // dx, weight and bias gradients in one launch
 Launch lower_conv3x3(LowerCtx& c);
 // A convolution task's buffers (conv_direct.cpp, winograd.cpp): per thread, grown once and then
 // reused, 64-byte aligned; valid until the thread's next call.
