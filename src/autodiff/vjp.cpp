@@ -1,5 +1,7 @@
 // Vector-Jacobian products. Each appends ordinary nodes to the tape; the adjoint of every view is
 // itself a gather (pad, slice, shift, fold, ...), so no gradient needs a scatter or an atomic.
+#include <utility>
+
 #include "ir/einsum_spec.hpp"
 #include "ir/op_defs.hpp"
 
@@ -9,7 +11,22 @@ namespace {
 ValueId x0(Graph& g, ValueId v) { return g.node(v).in[0]; }
 ValueId x1(Graph& g, ValueId v) { return g.node(v).in[1]; }
 ValueId sc(Graph& g, ValueId like, double v) { return g.scalar(v, g.dtype(like)); }
-ValueId mul(Graph& g, ValueId a, ValueId b) { return g.binary(Op::Mul, a, b); }
+// Whether v is the constant 1 behind reshapes and expands (a seed, a sum's broadcast gradient).
+bool is_one(const Graph& g, ValueId v) {
+  while (g.node(v).op == Op::Reshape || g.node(v).op == Op::Expand) v = g.node(v).in[0];
+  const Node& n = g.node(v);
+  return n.op == Op::Const && n.data && n.data->numel() == 1 && n.data->get(0) == 1.0;
+}
+// a * b; the other operand itself where one is a 1 that changes neither its shape nor its dtype
+// (x * 1 is x, bit for bit), so the gradient of sum(x * y) costs no pass of its own.
+ValueId mul(Graph& g, ValueId a, ValueId b) {
+  for (auto [one, x] : {std::pair{a, b}, std::pair{b, a}}) {
+    const Shape &s1 = g.shape(one), &sx = g.shape(x);
+    if (g.dtype(one) == g.dtype(x) && (s1 == sx || (numel(s1) == 1 && s1.size() <= sx.size())) && is_one(g, one))
+      return x;
+  }
+  return g.binary(Op::Mul, a, b);
+}
 ValueId sub(Graph& g, ValueId a, ValueId b) { return g.binary(Op::Sub, a, b); }
 // An op of one input with the given attributes.
 ValueId op1(Graph& g, Op op, ValueId a, Attrs at) { return g.add(op, {a}, std::move(at)); }

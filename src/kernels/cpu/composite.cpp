@@ -471,8 +471,35 @@ struct LnBackArgs {
   LnParamArgs param;
 };
 
+// A float chunk with the AVX2 steps: the statistics and the gradient's sums once, then dx and the
+// partial sums in one pass per row; the same operations as the two paths below, so the same bits.
+void ln_back_chunk_f32(const LnBackArgs& a, int64_t chunk) {
+  const LnParamArgs& pa = a.param;
+  const int64_t l0 = chunk * kLinesPerChunk, rows = std::min(pa.rows, l0 + kLinesPerChunk) - l0, n = pa.n;
+  const float* x = static_cast<const float*>(pa.x) + l0 * n;
+  const float* g = static_cast<const float*>(pa.g) + l0 * n;
+  const float* w = static_cast<const float*>(a.dx.in[2]);
+  float* dx = static_cast<float*>(a.dx.out) + l0 * n;
+  float mean[kLinesPerChunk], r[kLinesPerChunk], mg[kLinesPerChunk], mgx[kLinesPerChunk];
+  layernorm_stats_f32(true, x, n, rows, float(pa.eps), mean, r);
+  avx2::layernorm_grad_sums(x, g, w, n, rows, mean, r, mg, mgx);
+  float* dw = static_cast<float*>(pa.partial) + chunk * 2 * n;
+  float* db = dw + n;
+  std::fill(dw, dw + 2 * n, 0.0f);
+  for (int64_t j = 0; j < rows; ++j) {
+    const float *xr = x + j * n, *gr = g + j * n;
+    if (std::isnan(mean[j]) || std::isnan(r[j]) || std::isnan(mg[j]) || std::isnan(mgx[j])) {
+      fill_nan(dx + j * n, n, 1);
+      avx2::layernorm_param_rows(xr, gr, n, 1, mean + j, r + j, dw, db);
+    } else {
+      avx2::layernorm_grad_apply_param(xr, gr, w, dx + j * n, n, mean[j], r[j], mg[j], mgx[j], dw, db);
+    }
+  }
+}
+
 void ln_back_chunk(const void* p, int64_t chunk) {
   const LnBackArgs& a = *static_cast<const LnBackArgs*>(p);
+  if (!a.param.f64 && a.param.avx2) return ln_back_chunk_f32(a, chunk);
   if (a.param.f64) {
     line_chunk_t<double>(a.dx, chunk);
     ln_param_partial<double>(a.param, chunk);

@@ -46,6 +46,10 @@ void layernorm_param_rows(const float* x, const float* g, int64_t n, int64_t row
                           float* dw, float* db);
 void layernorm_grad_apply(const float* x, const float* g, const float* w, float* dx, int64_t n, float mean, float r,
                           float mg, float mgx);
+// layernorm_grad_apply and layernorm_param_rows of one row in one pass: the same operations, so
+// the same bits as the two calls.
+void layernorm_grad_apply_param(const float* x, const float* g, const float* w, float* dx, int64_t n, float mean,
+                                float r, float mg, float mgx, float* dw, float* db);
 }  // namespace avx2
 // The active ISA's line kernel for an elementwise op, or nullptr.
 LineFn pick_line(Op op, DType t);

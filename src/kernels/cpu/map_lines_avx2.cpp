@@ -188,6 +188,26 @@ void layernorm_grad_apply(const float* x, const float* g, const float* w, float*
     }
   }
 }
+
+void layernorm_grad_apply_param(const float* x, const float* g, const float* w, float* dx, int64_t n, float mean,
+                                float r, float mg, float mgx, float* dw, float* db) {
+  const __m256 mv = VecF::set(mean), rv = VecF::set(r), mgv = VecF::set(mg), mgxv = VecF::set(mgx);
+  int64_t k = 0;
+  for (; k + 8 <= n; k += 8) {
+    const __m256 gv = VecF::load(g + k);
+    const __m256 xh = VecF::mul(VecF::sub(VecF::load(x + k), mv), rv);
+    const __m256 gw = w ? VecF::mul(gv, VecF::load(w + k)) : gv;
+    VecF::store(dx + k, VecF::mul(rv, VecF::sub(VecF::sub(gw, mgv), VecF::mul(xh, mgxv))));
+    VecF::store(dw + k, VecF::add(VecF::load(dw + k), VecF::mul(gv, xh)));
+    VecF::store(db + k, VecF::add(VecF::load(db + k), gv));
+  }
+  if (k == n) return;
+  layernorm_grad_apply(x + k, g + k, w ? w + k : nullptr, dx + k, n - k, mean, r, mg, mgx);
+  for (; k < n; ++k) {
+    dw[k] += g[k] * ((x[k] - mean) * r);
+    db[k] += g[k];
+  }
+}
 }  // namespace synoros::kernels::avx2
 #define SYNOROS_ISA_NS avx2
 #define SYNOROS_VEC_MATH 1
