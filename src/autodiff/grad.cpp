@@ -9,6 +9,7 @@ std::vector<ValueId> grad(Graph& g, ValueId loss, const std::vector<ValueId>& wr
 std::vector<ValueId> grad(Graph& g, ValueId loss, const std::vector<ValueId>& wrt, ValueId seed,
                           const std::vector<int32_t>& recompute) {
   if (loss < 0 || size_t(loss) >= g.size()) throw Error("grad: loss is not a value of this graph");
+  const size_t existing = g.size();  // values made before: the forward's, the data's, a given seed
   if (!is_float(g.dtype(loss))) throw Error("grad: loss must be a float tensor");
   if (seed == kNoValue) {
     if (!g.shape(loss).empty())
@@ -109,7 +110,11 @@ std::vector<ValueId> grad(Graph& g, ValueId loss, const std::vector<ValueId>& wr
   std::vector<ValueId> out;
   for (ValueId w : wrt) {
     if (size_t(w) < n && adj[size_t(w)] != kNoValue) {
-      out.push_back(adj[size_t(w)]);
+      // A gradient that is a forward value (VJPs drop products with 1: the gradient of sum(a * b)
+      // for a is b) is returned as a value of its own, so that it is never the tensor it equals.
+      ValueId a = adj[size_t(w)];
+      if (size_t(a) < existing) a = g.binary(Op::Mul, a, g.scalar(1.0, g.dtype(a)));
+      out.push_back(a);
     } else {
       ValueId z = g.scalar(0.0, g.dtype(w));
       out.push_back(g.expand(z, g.shape(w)));

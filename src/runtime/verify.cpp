@@ -76,6 +76,8 @@ std::vector<double> error_budget(const Graph& g) {
         // transforms multiply by up to 8 and combine with cancellation: its error measured up to
         // 1.4 times the direct sum's allowance (tests/winograd_test.cpp), which it gets four times.
         if (nd.op == Op::Conv3x3) r = std::max(r, 9.0 * double(g.shape(nd.in[0])[1]));
+        // layernorm_backward's last two rows sum over every row of x.
+        if (nd.op == Op::LayerNormBackward) r = std::max(r, double(nd.shape[0] - 2));
         own = (8 + 2 * std::sqrt(r)) * (nd.op == Op::Conv3x3 ? 4 : 1);
         break;
       }

@@ -456,6 +456,7 @@ void ln_param_combine(const LnParamArgs& a, int64_t block) {
   const int64_t c0 = block * kParamCols, c1 = std::min(2 * a.n, c0 + kParamCols);
   const T* part = static_cast<const T*>(a.partial);
   T* out = static_cast<T*>(a.out);  // [2][n]: the partials' layout per chunk
+  if (a.chunks == 0) return std::fill(out + c0, out + c1, T(0));  // no rows: empty sums
   for (int64_t c = c0; c < c1; ++c) out[c] = part[c];
   for (int64_t ch = 1; ch < a.chunks; ++ch)
     for (int64_t c = c0; c < c1; ++c) out[c] += part[ch * 2 * a.n + c];
