@@ -303,10 +303,14 @@ __attribute__((target("avx2,fma"), always_inline)) inline void matvec_block(cons
 
 // A matrix times a vector (N = 1, A row-major): 8 rows per vector, G vectors (8G chains) in
 // flight; each 8 x 8 block of A is transposed in registers so a column of 8 rows is one FMA
-// operand. Each output is still one FMA chain in ascending k.
+// operand. Each output is still one FMA chain in ascending k. next: the following 8G rows (same
+// stride), fetched into L2 while these are computed (null: none). Read k-major, 8G rows are 8G
+// short streams that the hardware prefetcher follows poorly (a 16384 x 768 matrix times a vector
+// from memory ran at 10 GB/s, against 47 GB/s from L2).
 template <int G>
 __attribute__((target("avx2,fma"))) void matvec_rows(int64_t K, const float* A, int64_t lda, const float* x,
-                                                     int64_t incx, float* C, int64_t ldc, bool accumulate) {
+                                                     int64_t incx, float* C, int64_t ldc, bool accumulate,
+                                                     const float* next = nullptr) {
   __m256 y[G];
   alignas(32) float t[8];
 #pragma GCC unroll 4
@@ -323,12 +327,15 @@ __attribute__((target("avx2,fma"))) void matvec_rows(int64_t K, const float* A, 
   // group: rows a power of two apart share a few L1 sets, and 8G rows' lines visited half at a
   // time were evicted between their halves (512 x 512 times a vector: 43 us, every load from L2).
   // Each block prefetches its rows 128 columns (eight lines) ahead.
-  for (; k + 16 <= K; k += 16)
+  for (; k + 16 <= K; k += 16) {
+    if (next)
+      for (int i = 0; i < 8 * G; ++i) _mm_prefetch(reinterpret_cast<const char*>(next + i * lda + k), _MM_HINT_T1);
 #pragma GCC unroll 4
     for (int g = 0; g < G; ++g) {
       matvec_block(A + 8 * g * lda, lda, x, incx, k, y[g]);
       matvec_block(A + 8 * g * lda, lda, x, incx, k + 8, y[g]);
     }
+  }
   for (; k + 8 <= K; k += 8)
 #pragma GCC unroll 4
     for (int g = 0; g < G; ++g) matvec_block(A + 8 * g * lda, lda, x, incx, k, y[g]);
@@ -343,10 +350,14 @@ __attribute__((target("avx2,fma"))) void matvec_rows(int64_t K, const float* A, 
   }
 }
 
+// rows_after: rows of A past s.M that may be fetched ahead (the next task's).
 __attribute__((target("avx2,fma"))) void small_matvec_avx2(const GemmShape& s, const float* A, const float* x,
-                                                           int64_t incx, float* C, bool accumulate) {
+                                                           int64_t incx, float* C, bool accumulate,
+                                                           int64_t rows_after = 0) {
   int64_t m = 0;
-  for (; m + 32 <= s.M; m += 32) matvec_rows<4>(s.K, A + m * s.a_rs, s.a_rs, x, incx, C + m * s.c_rs, s.c_rs, accumulate);
+  for (; m + 32 <= s.M; m += 32)
+    matvec_rows<4>(s.K, A + m * s.a_rs, s.a_rs, x, incx, C + m * s.c_rs, s.c_rs, accumulate,
+                   m + 64 <= s.M + rows_after ? A + (m + 32) * s.a_rs : nullptr);
   for (; m + 8 <= s.M; m += 8) matvec_rows<1>(s.K, A + m * s.a_rs, s.a_rs, x, incx, C + m * s.c_rs, s.c_rs, accumulate);
   for (; m < s.M; ++m) {  // the last rows: the same chain, one FMA (one rounding) at a time
     float acc = accumulate ? C[m * s.c_rs] : 0.0f;
@@ -400,7 +411,7 @@ __attribute__((target("avx2,fma"))) void row_times_transposed_chunk(const void* 
   const GemmShape& s = *j.s;
   const int64_t n0 = chunk * kRowChunk, n1 = std::min(s.N, n0 + kRowChunk);
   GemmShape mv{n1 - n0, 1, s.K, s.b_cs, 1, s.a_cs, 1, 1};
-  small_matvec_avx2(mv, j.B + n0 * s.b_cs, j.A, s.a_cs, j.C + n0, j.accumulate);
+  small_matvec_avx2(mv, j.B + n0 * s.b_cs, j.A, s.a_cs, j.C + n0, j.accumulate, s.N - n1);
 }
 
 // One or a few rows of A times a large B with contiguous rows (decoding): B is streamed once in
@@ -408,6 +419,7 @@ __attribute__((target("avx2,fma"))) void row_times_transposed_chunk(const void* 
 // follows), each 64-column block used by every row of A while it sits in L1. Each row's chains
 // continue from C between k blocks, so every output is still one FMA chain in ascending k.
 constexpr int64_t kFewRows = 8, kFewK = 16;
+constexpr int64_t kFewPrefetch = 16;  // blocks of B fetched ahead (their rows are short streams)
 
 // R rows of A times 64 columns of B over K rows with AVX-512: each B vector loaded once serves R
 // rows (4R chains), where row_block64 loads it once per row. The same chains, in the same
@@ -459,9 +471,17 @@ __attribute__((target("avx2,fma"))) void rows_times_matrix_chunk(const void* p, 
   const RowJob& j = *static_cast<const RowJob*>(p);
   const GemmShape& s = *j.s;
   const int64_t n0 = chunk * j.chunk, n1 = std::min(s.N, n0 + j.chunk), wide = n0 + (n1 - n0) / 64 * 64;
+  const int64_t per_band = (wide - n0) / 64;  // 64-column blocks per band of kFewK rows
+  int64_t block = 0;
   for (int64_t k0 = 0; k0 < s.K; k0 += kFewK)
-    for (int64_t n = n0; n < wide; n += 64) {
+    for (int64_t n = n0; n < wide; n += 64, ++block) {
       const int64_t kb = std::min(kFewK, s.K - k0);
+      // The block kFewPrefetch ahead (in this order) is fetched while this one is computed.
+      if (const int64_t f = block + kFewPrefetch; per_band > 0 && f / per_band * kFewK < s.K) {
+        const int64_t fk = f / per_band * kFewK, fn = n0 + f % per_band * 64;
+        for (int64_t r = fk; r < std::min(fk + kFewK, s.K); ++r)
+          for (int64_t c = 0; c < 64; c += 16) _mm_prefetch(reinterpret_cast<const char*>(j.B + r * s.b_rs + fn + c), _MM_HINT_T1);
+      }
       const float *a = j.A + k0 * s.a_cs, *b = j.B + k0 * s.b_rs + n;
       if (j.isa >= 2) {
         few_rows_block64_avx512(s.M, kb, a, s.a_rs, s.a_cs, b, s.b_rs, j.C + n, s.c_rs, j.accumulate || k0 > 0);
