@@ -92,6 +92,8 @@ BENCHMARK(TinyMLP_SgdModules)->Name("TinyMLP/SgdStepModules");
 // y = tanh((sigmoid(relu(x*1.5 + 0.5) * x) - 0.25) * 2) over x[1024, 1024], out of place.
 Tensor eltwise_chain(const Tensor& x) { return ((((x * 1.5 + 0.5).relu() * x).sigmoid() - 0.25) * 2.0).tanh(); }
 
+void time_step(benchmark::State& state, CompiledStep& step, const std::vector<std::pair<DType, Shape>>& specs,
+               int64_t bytes);
 // A compiled step, timed as users get it (Recompile on the second run: generated kernels where
 // they win; SYNOROS_NO_JIT=1 turns them off) or, with `interpreter`, with generated kernels off.
 void run_fused(benchmark::State& state, const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& f,
@@ -99,6 +101,11 @@ void run_fused(benchmark::State& state, const std::function<std::vector<Tensor>(
   std::optional<config::ScopedOverride> off;
   if (interpreter) off.emplace("SYNOROS_NO_JIT", "1");
   CompiledStep step = compile(f, specs);
+  time_step(state, step, specs, bytes);
+}
+// Times a compiled step on random inputs of `specs`.
+void time_step(benchmark::State& state, CompiledStep& step, const std::vector<std::pair<DType, Shape>>& specs,
+               int64_t bytes) {
   for (size_t i = 0; i < specs.size(); ++i) {
     HostTensor x = Tensor::randn(specs[i].second, 3 + i).value();
     std::memcpy(step.input_ptr(i), x.buffer->data(), x.bytes());
@@ -236,6 +243,36 @@ BENCHMARK_CAPTURE(AttentionFwdBwd, composed, true)
     ->Name("AttentionFwdBwd/composed")
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
+
+// One GPT-2 block at width 768 (12 heads) over x [1, 512, 768]: the forward, and the training
+// step's part that is the block's (y and the gradients of x and every parameter for an upstream
+// gradient of y). Counted FLOPs: the four projections (24 T C^2 forward, three times that with
+// the backward) and attention's causal half (two products forward, seven with the backward).
+constexpr int64_t kBlockT = 512, kBlockC = 768, kBlockH = 12;
+nn::GptConfig block_config() {
+  nn::GptConfig c;
+  c.width = kBlockC, c.heads = kBlockH, c.layers = 12, c.context = kBlockT;
+  return c;
+}
+double block_flops(bool train) {
+  const double proj = 24.0 * kBlockT * kBlockC * kBlockC, att = 2.0 * kBlockT * kBlockT * kBlockC;
+  return train ? 3 * proj + 3.5 * att : proj + att;
+}
+void GptBlockFwd(benchmark::State& state) {
+  nn::GptBlock blk(block_config(), 1);
+  run_elementwise(state, [&blk](const std::vector<Tensor>& a) { return blk.forward(a[0]); },
+                  {{DType::F32, {1, kBlockT, kBlockC}}}, 2 * kBlockT * kBlockC * 4, false);
+  state.counters["FLOPS"] = benchmark::Counter(double(state.iterations()) * block_flops(false), benchmark::Counter::kIsRate);
+}
+BENCHMARK(GptBlockFwd)->Name("GptBlockFwd")->UseRealTime()->Unit(benchmark::kMillisecond);
+void GptBlockTrain(benchmark::State& state) {
+  nn::GptBlock blk(block_config(), 1);
+  CompiledStep step = nn::compile_block_grad(blk, 1, kBlockT);
+  const Shape s{1, kBlockT, kBlockC};
+  time_step(state, step, {{DType::F32, s}, {DType::F32, s}}, 3 * kBlockT * kBlockC * 4);
+  state.counters["FLOPS"] = benchmark::Counter(double(state.iterations()) * block_flops(true), benchmark::Counter::kIsRate);
+}
+BENCHMARK(GptBlockTrain)->Name("GptBlockTrain")->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // C[M,N] = A[M,K] @ B[K,N] through measured kernel selection (batched when batch > 1).
 void Matmul(benchmark::State& state) {

@@ -15,6 +15,24 @@ import statistics
 import subprocess
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# One GPT-2 block (pre-LayerNorm, causal attention through scaled_dot_product_attention, tanh-GELU
+# MLP) at width 768, 12 heads, over x [1, 512, 768], as the engine's nn::GptBlock.
+GPT_BLOCK = """
+C, H, T = 768, 12, 512
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln_1, self.ln_2 = torch.nn.LayerNorm(C), torch.nn.LayerNorm(C)
+        self.c_attn, self.c_proj = torch.nn.Linear(C, 3 * C), torch.nn.Linear(C, C)
+        self.c_fc, self.m_proj = torch.nn.Linear(C, 4 * C), torch.nn.Linear(4 * C, C)
+    def forward(self, x):
+        q, k, v = (t.view(1, T, H, C // H).transpose(1, 2) for t in self.c_attn(self.ln_1(x)).split(C, dim=2))
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.c_proj(y.transpose(1, 2).reshape(1, T, C))
+        return x + self.m_proj(torch.nn.functional.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+blk = Block()
+x = torch.randn(1, T, C)
+"""
 # name: (bytes moved per run, PyTorch setup code defining f). Backward rows take the gradient of
 # sum(y * g), as the engine's rows do.
 ROWS = {
@@ -51,9 +69,23 @@ ROWS = {
                         "    o = fwd(q, k, v)\n"
                         "    (o * g).sum().backward()\n"
                         "    return o\n"),
+    "GptBlockFwd": (0, GPT_BLOCK + "for p in blk.parameters(): p.requires_grad_(False)\n"
+                       "def f(): return blk(x)\n"),
+    "GptBlockTrain": (0, GPT_BLOCK + "x.requires_grad_(True)\n"
+                         "g = torch.randn(1, T, C)\n"
+                         "fwd = blk\n"
+                         "def f():\n"
+                         "    blk.zero_grad(set_to_none=True)\n"
+                         "    x.grad = None\n"
+                         "    y = fwd(x)\n"
+                         "    (y * g).sum().backward()\n"
+                         "    return y\n"),
 }
-# Rows that count FLOPs (the causal half of attention's products: two forward, five backward).
-FLOPS = {"AttentionFwd": 2 * 8 * 12 * 512 * 512 * 64, "AttentionFwdBwd": 7 * 8 * 12 * 512 * 512 * 64}
+# Rows that count FLOPs (the causal half of attention's products: two forward, five backward; a
+# GPT-2 block's four projections, 24 T C^2 forward and three times that with the backward).
+BLOCK_PROJ, BLOCK_ATT = 24 * 512 * 768 * 768, 2 * 512 * 512 * 768
+FLOPS = {"AttentionFwd": 2 * 8 * 12 * 512 * 512 * 64, "AttentionFwdBwd": 7 * 8 * 12 * 512 * 512 * 64,
+         "GptBlockFwd": BLOCK_PROJ + BLOCK_ATT, "GptBlockTrain": 3 * BLOCK_PROJ + 3.5 * BLOCK_ATT}
 
 TORCH = r"""
 import json, sys, time, torch

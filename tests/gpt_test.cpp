@@ -38,6 +38,24 @@ TEST(Gpt, TrainingStepMatchesOracleAndUnfusedBits) {
   EXPECT_LT(p.arena_bytes(), p.unplanned_bytes());
 }
 
+// One block's part of a training step: y, the input's gradient and every parameter's, against
+// the oracle and the unfused graph.
+TEST(Gpt, BlockGradMatchesOracleAndUnfusedBits) {
+  testing::StrictKernels strict;
+  nn::GptConfig c = tiny();
+  nn::GptBlock blk(c, 1);
+  CompiledStep step = nn::compile_block_grad(blk, kBatch, c.context);
+  const Shape s{kBatch, c.context, c.width};
+  HostTensor x = Tensor::randn(s, 5).value(), g = Tensor::randn(s, 6).value();
+  auto outs = step({x, g});
+  ASSERT_EQ(outs.size(), 2 + blk.parameters().size());
+  EXPECT_EQ(outs[1].shape, s);
+  double norm = 0;
+  for (int64_t i = 0; i < outs[1].numel(); ++i) norm += std::abs(outs[1].get(i));
+  EXPECT_GT(norm, 0);
+  testing::expect_oracle_and_unfused_bits(step, {x, g}, outs);
+}
+
 TEST(Gpt, LearnsAFixedBatch) {
   nn::GptConfig c = tiny();
   nn::Gpt m(c, 1);

@@ -39,6 +39,24 @@ TEST(Profiler, CoversEveryLaunchAndEveryFlop) {
   EXPECT_EQ(std::count(trace.begin(), trace.end(), '{'), std::ptrdiff_t(p.entries.size() * 2 + 1));
 }
 
+// Time by leading op: a fused group counts under its first op, a kernel's name is not part of
+// the op, and the sums come largest first.
+TEST(Profiler, SumsTimeByLeadingOp) {
+  Profile p;
+  p.entries = {{1, "einsum+add+gelu_tanh [engine-packed generated]", false, 50},
+               {2, "attention", false, 20},
+               {3, "einsum [engine-packed]", false, 30},
+               {4, "layernorm", false, 5},
+               {5, "add+add", false, 7},
+               {6, "attention_grad [attention-grad]", false, 10}};
+  std::vector<std::pair<std::string, double>> want = {
+      {"einsum", 80}, {"attention", 20}, {"attention_grad", 10}, {"add", 7}, {"layernorm", 5}};
+  EXPECT_EQ(p.by_leading_op(), want);
+  std::string table = p.by_leading_op_table();
+  EXPECT_NE(table.find("einsum"), std::string::npos) << table;
+  EXPECT_NE(table.find("65.6%"), std::string::npos) << table;  // 80 of the 122 ns summed
+}
+
 TEST(Profiler, MeasuresAPlausiblePeak) {
   MachinePeak p = measure_peak();
   EXPECT_GT(p.gflops, 0.5);  // any CPU that runs this does better than half a GFLOP/s

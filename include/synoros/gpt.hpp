@@ -115,6 +115,10 @@ class Gpt : public Module {
 // parameter in named_parameters() order, or of `params` when given, e.g. LoRA adapters) over
 // (tokens, targets) of [batch, context].
 CompiledStep compile_gpt_grad(Gpt& m, int64_t batch, const std::vector<Tensor>& params = {});
+// One block's part of a training step: for x [batch, rows, width] (input 0) and the gradient of
+// the block's output (input 1), the outputs are the block's output, x's gradient, then one per
+// parameter in named_parameters() order.
+CompiledStep compile_block_grad(GptBlock& b, int64_t batch, int64_t rows);
 
 // How the next token is picked from a row of logits.
 struct Sampling {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "synoros/runtime.hpp"
@@ -28,6 +29,10 @@ struct Profile {
   MachinePeak peak;
   // Sorted by time, with each launch's share of the run and of the machine's peak.
   std::string table() const;
+  // The launches' time summed by their leading op (the label's first op: a fused group counts
+  // under its first, so a GEMM with its fused epilogue is "einsum"), largest first.
+  std::vector<std::pair<std::string, double>> by_leading_op() const;
+  std::string by_leading_op_table() const;
   // Chrome / Perfetto trace events (the format PyTorch's profiler writes), one run laid out.
   std::string chrome_trace() const;
 };

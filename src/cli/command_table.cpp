@@ -160,7 +160,9 @@ CommandSpec eval_spec() {
 CommandSpec profile_spec() {
   CommandSpec s{"profile", "time every launch of one training step (or an inference pass)", "", {}, {}};
   s.opts = {
-      choice("model", "mlp", "mlp|gpt|mlp-classifier|lenet|resnet-mini", "the model"),
+      choice("model", "mlp", "mlp|gpt|gpt2-block|mlp-classifier|lenet|resnet-mini",
+             "the model (gpt2-block: one block of gpt2-98m, width 768, over a sequence of 512: its part of a "
+             "training step)"),
       flag("inference", "the eval-mode forward pass at batch 64 (classifiers)"),
       integer("iterations", 200, 1, 1'000'000, "timed runs (at most 5 for the larger models, 20 for inference)"),
       path("trace", "", "also write a Chrome trace here"),

@@ -84,7 +84,7 @@ int profile_model(const Args& a) {
   }
   if (inference && model != "mlp-classifier" && model != "lenet" && model != "resnet-mini")
     throw UsageError("profile: --inference applies to the classifiers (mlp-classifier, lenet, resnet-mini)");
-  if (!describe.empty() && (model == "mlp" || model == "gpt" || inference))
+  if (!describe.empty() && (model == "mlp" || model == "gpt" || model == "gpt2-block" || inference))
     throw UsageError("profile: --describe applies to the classifiers' training step");
   std::string certificates = a.str("certificates");
   FreshTuning fresh(!certificates.empty());
@@ -109,6 +109,13 @@ int profile_model(const Args& a) {
     for (int64_t i = 0; i < x.numel(); ++i) x.set(i, double(i % 256)), y.set(i, double((i * 7) % 256));
     step.plan().set_input("arg0", x);
     step.plan().set_input("arg1", y);
+    prof = measure(step.plan(), std::min(iterations, 5), peak);
+    certify_plan(step.plan());
+  } else if (model == "gpt2-block") {  // what one block adds to a training step: y, dx, its gradients
+    nn::GptBlock blk(nn::GptConfig::preset("gpt2-98m"), 1);
+    CompiledStep step = nn::compile_block_grad(blk, 1, 512);
+    step.plan().set_input("arg0", Tensor::randn({1, 512, blk.width}, 3).value());
+    step.plan().set_input("arg1", Tensor::randn({1, 512, blk.width}, 4).value());
     prof = measure(step.plan(), std::min(iterations, 5), peak);
     certify_plan(step.plan());
   } else if (model == "mlp-classifier" || model == "lenet" || model == "resnet-mini") {
@@ -142,7 +149,7 @@ int profile_model(const Args& a) {
         throw Error("profile: cannot write '" + describe + "'");
     }
   }
-  std::cout << prof.table();
+  std::cout << prof.table() << prof.by_leading_op_table();
   if (!trace.empty()) {
     std::ofstream f(trace);
     if (!f) throw Error("profile: cannot write '" + trace + "'");

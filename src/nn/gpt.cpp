@@ -282,4 +282,19 @@ CompiledStep compile_gpt_grad(Gpt& m, int64_t batch, const std::vector<Tensor>& 
       {{DType::I64, s}, {DType::I64, s}});
 }
 
+CompiledStep compile_block_grad(GptBlock& b, int64_t batch, int64_t rows) {
+  Shape s = {batch, rows, b.width};
+  return compile(
+      [&b](const std::vector<Tensor>& a) {
+        Tensor x = a[0];
+        x.requires_grad();
+        Tensor y = b.forward(x);
+        (y * a[1]).sum().backward();
+        std::vector<Tensor> out = {y, x.grad()};
+        for (const Tensor& p : b.parameters()) out.push_back(p.grad());
+        return out;
+      },
+      {{DType::F32, s}, {DType::F32, s}});
+}
+
 }  // namespace synoros::nn

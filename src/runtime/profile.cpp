@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstring>
 #include <iomanip>
+#include <map>
 #include <sstream>
 
 #include "kernels/kernel_api.hpp"
@@ -170,6 +171,25 @@ std::string Profile::table() const {
       << std::setprecision(2) << std::setw(11) << e->gflops() << std::setw(9) << e->gbps()
       << std::setprecision(1) << std::setw(9) << 100 * of_peak << "%  " << (e->fast ? "fast" : "canonical") << "\n";
   }
+  return o.str();
+}
+
+std::vector<std::pair<std::string, double>> Profile::by_leading_op() const {
+  std::map<std::string, double> ns;
+  for (const ProfileEntry& e : entries) ns[e.label.substr(0, e.label.find_first_of("+ ["))] += e.ns;
+  std::vector<std::pair<std::string, double>> out(ns.begin(), ns.end());
+  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  return out;
+}
+
+std::string Profile::by_leading_op_table() const {
+  double sum = 0;
+  for (const ProfileEntry& e : entries) sum += e.ns;
+  std::ostringstream o;
+  o << std::fixed << "time by leading op (a fused group counts under its first op: a GEMM with its epilogue is einsum)\n";
+  for (const auto& [op, ns] : by_leading_op())
+    o << "  " << std::left << std::setw(24) << op << std::right << std::setprecision(1) << std::setw(14) << ns
+      << " ns" << std::setw(7) << (sum > 0 ? 100 * ns / sum : 0) << "%\n";
   return o.str();
 }
 
