@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "kernels/cpu/cpu_kernels.hpp"
 #include "kernels/kernel_api.hpp"
 #include "synoros/tiny_mlp.hpp"
 #include "test_util.hpp"
@@ -285,6 +286,53 @@ TEST(Determinism, AttentionGivesTheSameBitsOnEveryIsaAndThreadCount) {
     }
   }
   set_num_threads(saved);
+}
+
+// The gradient stores its dS blocks in the plan's scratch when a batch item's fit the limit, and
+// runs its key and query phases over rounds of as many items as fit; otherwise it computes them
+// again. Every way gives the same bits: non-causal with more keys than queries, causal, and causal
+// at an offset; six batch items; short last blocks.
+TEST(Determinism, AttentionGradStoredScoresGiveTheRecomputedBits) {
+  struct Case {
+    bool causal;
+    int64_t Tq, Tk, offset;  // offset < 0: none
+  };
+  const size_t saved = kernels::attention_store_limit;
+  for (const Case& c : {Case{false, 70, 200, -1}, Case{true, 130, 130, -1}, Case{true, 100, 200, 37}}) {
+    const Shape qs{6, c.Tq, 24}, ks{6, c.Tk, 24};
+    auto run = [&](size_t limit) {
+      kernels::attention_store_limit = limit;
+      Graph g;
+      ValueId q = g.input(DType::F32, qs, "q"), k = g.input(DType::F32, ks, "k"), v = g.input(DType::F32, ks, "v");
+      std::vector<ValueId> in{q, k, v};
+      if (c.offset >= 0) in.push_back(g.input(DType::I64, {1}, "offset"));
+      const attr::Attention at{c.causal, 0.2};
+      ValueId o = g.add(Op::Attention, in, at);
+      std::vector<ValueId> gin{q, k, v, o, g.input(DType::F32, qs, "g")};
+      if (c.offset >= 0) gin.push_back(in[3]);
+      ValueId grad = g.add(Op::AttentionGrad, gin, at);
+      Plan p(g, {grad});
+      p.set_input(q, testing::special_tensor(qs, 7, 97));
+      p.set_input(k, testing::random_tensor({DType::F32, ks, -3, 3}, 8));
+      p.set_input(v, testing::random_tensor({DType::F32, ks}, 9));
+      p.set_input(gin[4], testing::random_tensor({DType::F32, qs}, 10));
+      if (c.offset >= 0) {
+        HostTensor off(DType::I64, {1});
+        off.set(0, double(c.offset));
+        p.set_input(in[3], off);
+      }
+      p.run();
+      return std::make_pair(output_bytes(p, {grad}), p.scratch_bytes());
+    };
+    const size_t item = size_t((c.Tq + 63) / 64 * ((c.Tk + 63) / 64)) * 64 * 64 * sizeof(float);
+    const auto [recomputed, scratch0] = run(0);
+    for (size_t limit : {item, 5 * item / 2, 6 * item, saved}) {
+      const auto [stored, scratch] = run(limit);
+      EXPECT_EQ(stored, recomputed) << "causal=" << c.causal << " Tq=" << c.Tq << " limit=" << limit;
+      EXPECT_GE(scratch, scratch0 + std::min(limit, 6 * item) / item * item) << "the blocks are stored";
+    }
+  }
+  kernels::attention_store_limit = saved;
 }
 
 // Keys past 256 are cut into splits whose online softmaxes are folded in ascending order. With at

@@ -30,6 +30,10 @@
 // D = sum(g o) (in the reductions' lane order); phase 2 owns each key block: for the query blocks
 // in ascending order, P = exp(s - lse), dv += P^T g, dS = P (g v^T - D), dk += dS^T q; phase 3 owns
 // each query block: dq += dS k over the key blocks in ascending order. dq and dk are then scaled.
+// Phase 2 stores each dS block when the plan's scratch holds a batch item's blocks
+// (attention_store_limit), and phases 2 and 3 then run over rounds of as many batch items as it
+// holds; phase 3 reads dS instead of computing S and g v^T again. The stored blocks are the ones
+// phase 3 would compute, bit for bit, so the gradient is the same either way.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -58,6 +62,8 @@ struct AttnArgs {
   void* out;
   void* stats;  // the gradient's lse and D, batch * Tq each
   void* partial;  // split tasks: per (batch item, split), Tq rows of o_s then m_s and l_s (null: none)
+  void* dstore;   // backward: dS blocks of `round` batch items, kBlock x kBlock each (null: recompute)
+  int64_t round = 0, item0 = 0;  // batch items per round of phases 2 and 3, and this round's first
 };
 
 int64_t blocks(int64_t n) { return (n + kBlock - 1) / kBlock; }
@@ -382,10 +388,17 @@ void scale_rows(const AttnArgs& a, T* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] *= scale;
 }
 
-// Phase 2, one task per (batch, key block): its dk and dv.
+// The stored dS block of (batch item b, query block qb, key block kb), rows kBlock apart.
+template <class T>
+T* stored_dscores(const AttnArgs& a, int64_t b, int64_t qb, int64_t kb) {
+  return static_cast<T*>(a.dstore) + (((b - a.item0) * blocks(a.Tq) + qb) * blocks(a.Tk) + kb) * kBlock * kBlock;
+}
+
+// Phase 2, one task per (batch item of the round, key block): its dk and dv.
 template <class T>
 void key_task(const AttnArgs& a, int64_t task) {
-  const int64_t nkb = blocks(a.Tk), b = task / nkb, kb = task % nkb, j0 = kb * kBlock, cols = std::min(kBlock, a.Tk - j0);
+  const int64_t nkb = blocks(a.Tk), b = a.item0 + task / nkb, kb = task % nkb, j0 = kb * kBlock,
+                cols = std::min(kBlock, a.Tk - j0);
   const int64_t D = a.D;
   const GradView<T> x = grad_view<T>(a, b);
   Scratch<T> w(D);
@@ -398,6 +411,7 @@ void key_task(const AttnArgs& a, int64_t task) {
   for (int64_t qb = qb0; qb < blocks(a.Tq); ++qb, first = false) {
     const int64_t i0 = qb * kBlock, rows = std::min(kBlock, a.Tq - i0);
     probs_and_dscores(a, x, i0, rows, j0, cols, w);
+    if (a.dstore) std::copy(w.dp, w.dp + rows * kBlock, stored_dscores<T>(a, b, qb, kb));
     block_gemm<T>(a, cols, D, rows, w.s, 1, kBlock, x.g + i0 * D, D, 1, dv, D, !first, w.gemm);
     block_gemm<T>(a, cols, D, rows, w.dp, 1, kBlock, x.q + i0 * D, D, 1, dk, D, !first, w.gemm);
   }
@@ -407,10 +421,11 @@ void key_task(const AttnArgs& a, int64_t task) {
   canonical_nans(dv, cols * D);
 }
 
-// Phase 3, one task per (batch, query block): its dq.
+// Phase 3, one task per (batch item of the round, query block): its dq.
 template <class T>
 void query_task(const AttnArgs& a, int64_t task) {
-  const auto [b, i0, rows] = query_block(a, task);
+  auto [b, i0, rows] = query_block(a, task);
+  b += a.item0;
   const int64_t D = a.D;
   const GradView<T> x = grad_view<T>(a, b);
   Scratch<T> w(D);
@@ -418,8 +433,13 @@ void query_task(const AttnArgs& a, int64_t task) {
   const int64_t last = last_key_block(a, i0, rows);
   for (int64_t kb = 0; kb <= last; ++kb) {
     const int64_t j0 = kb * kBlock, cols = std::min(kBlock, a.Tk - j0);
-    probs_and_dscores(a, x, i0, rows, j0, cols, w);
-    block_gemm<T>(a, rows, D, cols, w.dp, kBlock, 1, x.k + j0 * D, D, 1, dq, D, kb > 0, w.gemm);
+    const T* ds = w.dp;
+    if (a.dstore) {
+      ds = stored_dscores<T>(a, b, i0 / kBlock, kb);
+    } else {
+      probs_and_dscores(a, x, i0, rows, j0, cols, w);
+    }
+    block_gemm<T>(a, rows, D, cols, ds, kBlock, 1, x.k + j0 * D, D, 1, dq, D, kb > 0, w.gemm);
   }
   if (last < 0) std::fill(dq, dq + rows * D, T(0));
   scale_rows(a, dq, rows * D);
@@ -445,10 +465,16 @@ void forward_launch(const void* p, ThreadPool& pool) {
 void backward_launch(const void* p, ThreadPool& pool) {
   const AttnArgs& a = *static_cast<const AttnArgs*>(p);
   pool.run(a.batch * blocks(a.Tq), task<stats_task<float>, stats_task<double>>, p);
-  pool.run(a.batch * blocks(a.Tk), task<key_task<float>, key_task<double>>, p);
-  pool.run(a.batch * blocks(a.Tq), task<query_task<float>, query_task<double>>, p);
+  AttnArgs r = a;
+  for (r.item0 = 0; r.item0 < a.batch; r.item0 += a.round) {
+    const int64_t items = std::min(a.round, a.batch - r.item0);
+    pool.run(items * blocks(a.Tk), task<key_task<float>, key_task<double>>, &r);
+    pool.run(items * blocks(a.Tq), task<query_task<float>, query_task<double>>, &r);
+  }
 }
 }  // namespace
+
+size_t attention_store_limit = size_t(32) << 20;
 
 Launch lower_attention(LowerCtx& c) {
   auto* a = c.args<AttnArgs>();
@@ -469,7 +495,8 @@ Launch lower_attention(LowerCtx& c) {
   c.kernel = "attention";
   const size_t tensors = c.node.op == Op::Attention ? 3 : 5;
   a->offset = c.in.size() > tensors ? static_cast<const int64_t*>(c.in[tensors]) : nullptr;
-  a->partial = nullptr;
+  a->partial = a->dstore = nullptr;
+  a->round = a->batch;
   if (c.node.op == Op::Attention) {
     if (split_tasks(a->Tq, a->Tk))
       a->partial = c.storage.scratch(size_t(a->batch * splits(a->Tk) * a->Tq * (a->D + 2)) * dtype_size(c.node.dtype));
@@ -478,6 +505,11 @@ Launch lower_attention(LowerCtx& c) {
   a->o = c.in[3];
   a->g = c.in[4];
   a->stats = c.storage.scratch(size_t(2 * a->batch * a->Tq) * dtype_size(c.node.dtype));
+  // dS stored for as many batch items as the limit holds (all of them at most), else recomputed.
+  const size_t item_bytes = size_t(blocks(a->Tq) * blocks(a->Tk) * kBlock * kBlock) * dtype_size(c.node.dtype);
+  a->round = item_bytes ? std::clamp<int64_t>(int64_t(attention_store_limit / item_bytes), 0, a->batch) : 0;
+  a->dstore = a->round > 0 ? c.storage.scratch(size_t(a->round) * item_bytes) : nullptr;
+  if (a->round == 0) a->round = a->batch;
   c.kernel = "attention-grad";
   return {backward_launch, a, c.id};
 }

@@ -69,6 +69,9 @@ Launch lower_conv3x3(LowerCtx& c);
 // reused, 64-byte aligned; valid until the thread's next call.
 float* task_scratch(size_t floats);  // Winograd's F(4x4, 3x3) (winograd.cpp)
 Launch lower_attention(LowerCtx& c);  // attention and its gradient, block by block (attention.cpp)
+// The most scratch the gradient's stored dS blocks may take (bytes; read when a plan is lowered):
+// a batch item's blocks at least, else they are computed again. It changes no bit.
+extern size_t attention_store_limit;
 Launch lower_batchnorm(LowerCtx& c);  // normalisation with given statistics, weight and bias
 Launch lower_batchnorm_sums(LowerCtx& c);  // per-channel sum(g), sum(g * xh) in one pass
 Launch lower_cross_entropy(LowerCtx& c);
