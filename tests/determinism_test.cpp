@@ -168,11 +168,15 @@ TEST(Determinism, VectorMathGivesTheSameBitsOnEveryIsa) {
 }
 
 // The row composites (softmax, log-softmax, their gradients, layernorm with and without weight
-// and bias, and its gradients) sum in the canonical order on every instruction set: rows of 13
-// (a tail only), 771 (GPT-2's width and a tail) and 5000 (two segments), ordinary values and rows
-// with NaN, infinities and signed zeros.
+// and bias, and its gradients, cross-entropy and its gradient) sum in the canonical order on every
+// instruction set and at 1, 2 and 3 threads: rows of 13 (a tail only), 771 (GPT-2's width and a
+// tail) and 5000 (two segments), ordinary values and rows with NaN, infinities and signed zeros;
+// cross-entropy's 17 rows are three tasks, one of them ignored.
 TEST(Determinism, RowCompositesGiveTheSameBitsOnEveryIsa) {
-  auto run = [](int64_t n, bool special) {
+  auto run = [](int64_t n, bool special, int threads) {
+    ThreadPool pool(threads);
+    CompileOptions o;
+    o.pool = &pool;
     Graph g;
     const Shape s{6, n};
     ValueId x = g.input(DType::F32, s, "x"), go = g.input(DType::F32, s, "g");
@@ -189,11 +193,21 @@ TEST(Determinism, RowCompositesGiveTheSameBitsOnEveryIsa) {
                               g.add(Op::LayerNormGrad, {x, go}, eps),
                               g.add(Op::LayerNormGrad, {x, go, w}, eps),
                               g.add(Op::LayerNormBackward, {x, go, w}, eps)};
-    Plan p(g, outs);
+    const Shape xs{17, n};
+    ValueId xe = g.input(DType::F32, xs, "xe"), t = g.input(DType::I64, {17}, "t"), gs = g.input(DType::F32, {}, "gs");
+    const attr::CrossEntropy ce{int64_t(1)};
+    outs.push_back(g.add(Op::CrossEntropy, {xe, t}, ce));
+    outs.push_back(g.add(Op::CrossEntropyGrad, {xe, t, gs}, ce));
+    Plan p(g, outs, o);
     p.set_input(x, special ? testing::special_tensor(s, 7, 97) : testing::random_tensor({DType::F32, s, -4, 4}, 7));
     p.set_input(go, testing::random_tensor({DType::F32, s}, 8));
     p.set_input(w, testing::random_tensor({DType::F32, {n}}, 9));
     p.set_input(b, testing::random_tensor({DType::F32, {n}}, 10));
+    p.set_input(xe, special ? testing::special_tensor(xs, 11, 97) : testing::random_tensor({DType::F32, xs, -8, 8}, 11));
+    HostTensor targets = testing::random_tensor({DType::I64, {17}, 0, double(n)}, 12);
+    targets.set(4, 1.0);  // row 4 is ignored (ignore_index 1)
+    p.set_input(t, targets);
+    p.set_input(gs, testing::random_tensor({DType::F32, {}}, 13));
     p.run();
     return output_bytes(p, outs);
   };
@@ -202,12 +216,14 @@ TEST(Determinism, RowCompositesGiveTheSameBitsOnEveryIsa) {
       std::vector<uint8_t> ref;
       {
         testing::IsaScope scalar(kernels::Isa::Scalar);
-        ref = run(n, special);
+        ref = run(n, special, 1);
       }
-      for (kernels::Isa isa : {kernels::Isa::Avx2, kernels::Isa::Avx512}) {
+      for (kernels::Isa isa : {kernels::Isa::Scalar, kernels::Isa::Avx2, kernels::Isa::Avx512}) {
         if (int(isa) > int(kernels::best_isa())) continue;
         testing::IsaScope scope(isa);
-        EXPECT_EQ(run(n, special), ref) << kernels::isa_name(isa) << " n=" << n << " special=" << special;
+        for (int threads : {1, 2, 3})
+          EXPECT_EQ(run(n, special, threads), ref)
+              << kernels::isa_name(isa) << " threads=" << threads << " n=" << n << " special=" << special;
       }
     }
   }

@@ -274,7 +274,12 @@ int axis_attr(const LowerCtx& c) {
 
 
 // ---- cross entropy (mean over the samples whose target is not the ignored one, if any); its
-// gradient scales by the upstream scalar and is zero on ignored rows.
+// gradient scales by the upstream scalar and is zero on ignored rows. Rows are independent tasks
+// of kXentRows; the forward's per-row losses are added in row order afterwards, so the bits do
+// not depend on the thread count. Float rows take the canonical softmax steps (the row's maximum,
+// exp(x - m) with scalar_ops.hpp's exp, their sum in the reductions' lane order), AVX2 where it
+// runs; a row whose sum is NaN has a NaN loss and gradient (the one quiet NaN).
+constexpr int64_t kXentRows = 8;
 struct XentArgs {
   int64_t N, C;
   const void* logits;
@@ -284,46 +289,105 @@ struct XentArgs {
   bool f64, i64;
   bool has_ignore;
   int64_t ignore;
+  bool avx2;
+  bool grad;
+  void* losses;  // forward: one per row (scratch)
+  double gscale;  // gradient: the upstream scalar over the rows counted
 };
 
-template <class T>
-void xent_t(const XentArgs& a, bool grad) {
-  const T* l = static_cast<const T*>(a.logits);
-  T* out = static_cast<T*>(a.out);
-  T total = 0;
-  int64_t counted = a.N;
-  if (a.has_ignore)
-    for (int64_t r = 0; r < a.N; ++r) counted -= index_at(a.target, a.i64, r) == a.ignore;
-  T gscale = grad ? static_cast<const T*>(a.gout)[0] / T(counted) : T(0);
-  for (int64_t r = 0; r < a.N; ++r) {
-    int64_t t = index_at(a.target, a.i64, r);
-    if (a.has_ignore && t == a.ignore) {
-      if (grad) std::fill(out + r * a.C, out + (r + 1) * a.C, T(0));
-      continue;
-    }
-    if (t < 0 || t >= a.C) bad_index(grad ? "cross_entropy_grad" : "cross_entropy", t, a.C);
-    const T* row = l + r * a.C;
-    T m = -INFINITY, s = 0;
-    for (int64_t k = 0; k < a.C; ++k) m = std::max(m, row[k]);
-    for (int64_t k = 0; k < a.C; ++k) s += std::exp(row[k] - m);
-    if (!grad) {
-      total += m + std::log(s) - row[t];
-      continue;
-    }
-    T* d = out + r * a.C;
-    for (int64_t k = 0; k < a.C; ++k)
-      d[k] = (std::exp(row[k] - m) / s - (k == t ? T(1) : T(0))) * gscale;
+bool xent_ignored(const XentArgs& a, int64_t r) { return a.has_ignore && index_at(a.target, a.i64, r) == a.ignore; }
+
+// The row's maximum m and the sum s of exp(x - m) (written to e when it is not null).
+void xent_row_f32(const XentArgs& a, const float* x, float* e, float& m, float& s) {
+  if (a.avx2) {
+    m = avx2::row_max(x, a.C);
+    s = avx2::softmax_exp_sum(x, e, a.C, m);
+    return;
   }
-  if (!grad) out[0] = total / T(counted);
+  m = -INFINITY;
+  for (int64_t k = 0; k < a.C; ++k) m = std::max(m, x[k]);
+  s = canonical_sum(a.C, [&](int64_t k) {
+    const float v = fn::exp_f32(x[k] - m);
+    if (e) e[k] = v;
+    return v;
+  });
 }
 
-void xent_launch(const void* p, ThreadPool&) {
-  const XentArgs& a = *static_cast<const XentArgs*>(p);
-  a.f64 ? xent_t<double>(a, false) : xent_t<float>(a, false);
+template <class T>
+void xent_rows(const XentArgs& a, int64_t chunk) {
+  const T* l = static_cast<const T*>(a.logits);
+  const T nan = std::numeric_limits<T>::quiet_NaN();
+  for (int64_t r = chunk * kXentRows; r < std::min(a.N, (chunk + 1) * kXentRows); ++r) {
+    const T* row = l + r * a.C;
+    T* d = a.grad ? static_cast<T*>(a.out) + r * a.C : nullptr;
+    T* loss = a.grad ? nullptr : static_cast<T*>(a.losses) + r;
+    if (xent_ignored(a, r)) {
+      if (d) std::fill(d, d + a.C, T(0));
+      if (loss) *loss = 0;
+      continue;
+    }
+    const int64_t t = index_at(a.target, a.i64, r);
+    T m, s;
+    if constexpr (std::is_same_v<T, float>) {
+      xent_row_f32(a, row, d, m, s);
+    } else {
+      m = -INFINITY;
+      for (int64_t k = 0; k < a.C; ++k) m = std::max(m, row[k]);
+      s = 0;
+      for (int64_t k = 0; k < a.C; ++k) s += std::exp(row[k] - m);
+      if (d)
+        for (int64_t k = 0; k < a.C; ++k) d[k] = std::exp(row[k] - m);
+    }
+    if (loss) {
+      *loss = std::isnan(s) ? nan : m + std::log(s) - row[t];
+      continue;
+    }
+    if (std::isnan(s)) {
+      std::fill(d, d + a.C, nan);
+      continue;
+    }
+    const T g = T(a.gscale), et = d[t];
+    for (int64_t k = 0; k < a.C; ++k) d[k] = d[k] / s * g;
+    d[t] = (et / s - T(1)) * g;
+  }
 }
-void xent_grad_launch(const void* p, ThreadPool&) {
+
+void xent_task(const void* p, int64_t chunk) {
   const XentArgs& a = *static_cast<const XentArgs*>(p);
-  a.f64 ? xent_t<double>(a, true) : xent_t<float>(a, true);
+  a.f64 ? xent_rows<double>(a, chunk) : xent_rows<float>(a, chunk);
+}
+
+// Checks the targets, then runs the rows; the forward adds the row losses in row order.
+template <class T>
+void xent_run(const XentArgs& in, ThreadPool& pool, bool grad) {
+  XentArgs a = in;
+  a.grad = grad;
+  int64_t counted = a.N;
+  for (int64_t r = 0; r < a.N; ++r) {
+    if (xent_ignored(a, r)) {
+      --counted;
+      continue;
+    }
+    const int64_t t = index_at(a.target, a.i64, r);
+    if (t < 0 || t >= a.C) bad_index(grad ? "cross_entropy_grad" : "cross_entropy", t, a.C);
+  }
+  if (grad) a.gscale = double(static_cast<const T*>(a.gout)[0] / T(counted));
+  pool.run((a.N + kXentRows - 1) / kXentRows, xent_task, &a);
+  if (grad) return;
+  const T* losses = static_cast<const T*>(a.losses);
+  T total = 0;
+  for (int64_t r = 0; r < a.N; ++r)
+    if (!xent_ignored(a, r)) total += losses[r];
+  static_cast<T*>(a.out)[0] = total / T(counted);
+}
+
+void xent_launch(const void* p, ThreadPool& pool) {
+  const XentArgs& a = *static_cast<const XentArgs*>(p);
+  a.f64 ? xent_run<double>(a, pool, false) : xent_run<float>(a, pool, false);
+}
+void xent_grad_launch(const void* p, ThreadPool& pool) {
+  const XentArgs& a = *static_cast<const XentArgs*>(p);
+  a.f64 ? xent_run<double>(a, pool, true) : xent_run<float>(a, pool, true);
 }
 
 XentArgs* xent_args(LowerCtx& c) {
@@ -331,7 +395,9 @@ XentArgs* xent_args(LowerCtx& c) {
   const Shape& ls = c.in_shape(0);
   const auto& ignore = c.node.attr<attr::CrossEntropy>().ignore_index;
   *a = {ls[0], ls[1], c.in[0], c.in[1], c.in.size() > 2 ? c.in[2] : nullptr, c.out,
-        c.node.dtype == DType::F64, c.in_dtype(1) == DType::I64, ignore.has_value(), ignore.value_or(0)};
+        c.node.dtype == DType::F64, c.in_dtype(1) == DType::I64, ignore.has_value(), ignore.value_or(0),
+        active_isa() != Isa::Scalar, false, nullptr, 0.0};
+  if (c.node.op == Op::CrossEntropy) a->losses = c.storage.scratch(size_t(ls[0]) * dtype_size(c.node.dtype));
   return a;
 }
 
