@@ -306,32 +306,34 @@ TEST(Determinism, AttentionGivesTheSameBitsOnEveryIsaAndThreadCount) {
 
 // The gradient stores its dS blocks in the plan's scratch when a batch item's fit the limit, and
 // runs its key and query phases over rounds of as many items as fit; otherwise it computes them
-// again. Every way gives the same bits: non-causal with more keys than queries, causal, and causal
-// at an offset; six batch items; short last blocks.
+// again. Every way gives the same bits: non-causal with more keys than queries and with fewer,
+// causal, causal at an offset, a single block, float64; six batch items; short last blocks.
 TEST(Determinism, AttentionGradStoredScoresGiveTheRecomputedBits) {
   struct Case {
     bool causal;
     int64_t Tq, Tk, offset;  // offset < 0: none
+    DType dt = DType::F32;
   };
   const size_t saved = kernels::attention_store_limit;
-  for (const Case& c : {Case{false, 70, 200, -1}, Case{true, 130, 130, -1}, Case{true, 100, 200, 37}}) {
+  for (const Case& c : {Case{false, 70, 200, -1}, Case{true, 130, 130, -1}, Case{true, 100, 200, 37},
+                        Case{true, 30, 30, -1}, Case{false, 200, 70, -1}, Case{true, 130, 130, -1, DType::F64}}) {
     const Shape qs{6, c.Tq, 24}, ks{6, c.Tk, 24};
     auto run = [&](size_t limit) {
       kernels::attention_store_limit = limit;
       Graph g;
-      ValueId q = g.input(DType::F32, qs, "q"), k = g.input(DType::F32, ks, "k"), v = g.input(DType::F32, ks, "v");
+      ValueId q = g.input(c.dt, qs, "q"), k = g.input(c.dt, ks, "k"), v = g.input(c.dt, ks, "v");
       std::vector<ValueId> in{q, k, v};
       if (c.offset >= 0) in.push_back(g.input(DType::I64, {1}, "offset"));
       const attr::Attention at{c.causal, 0.2};
       ValueId o = g.add(Op::Attention, in, at);
-      std::vector<ValueId> gin{q, k, v, o, g.input(DType::F32, qs, "g")};
+      std::vector<ValueId> gin{q, k, v, o, g.input(c.dt, qs, "g")};
       if (c.offset >= 0) gin.push_back(in[3]);
       ValueId grad = g.add(Op::AttentionGrad, gin, at);
       Plan p(g, {grad});
-      p.set_input(q, testing::special_tensor(qs, 7, 97));
-      p.set_input(k, testing::random_tensor({DType::F32, ks, -3, 3}, 8));
-      p.set_input(v, testing::random_tensor({DType::F32, ks}, 9));
-      p.set_input(gin[4], testing::random_tensor({DType::F32, qs}, 10));
+      p.set_input(q, c.dt == DType::F32 ? testing::special_tensor(qs, 7, 97) : testing::random_tensor({c.dt, qs, -3, 3}, 7));
+      p.set_input(k, testing::random_tensor({c.dt, ks, -3, 3}, 8));
+      p.set_input(v, testing::random_tensor({c.dt, ks}, 9));
+      p.set_input(gin[4], testing::random_tensor({c.dt, qs}, 10));
       if (c.offset >= 0) {
         HostTensor off(DType::I64, {1});
         off.set(0, double(c.offset));
@@ -340,9 +342,9 @@ TEST(Determinism, AttentionGradStoredScoresGiveTheRecomputedBits) {
       p.run();
       return std::make_pair(output_bytes(p, {grad}), p.scratch_bytes());
     };
-    const size_t item = size_t((c.Tq + 63) / 64 * ((c.Tk + 63) / 64)) * 64 * 64 * sizeof(float);
+    const size_t item = size_t((c.Tq + 63) / 64 * ((c.Tk + 63) / 64)) * 64 * 64 * dtype_size(c.dt);
     const auto [recomputed, scratch0] = run(0);
-    for (size_t limit : {item, 5 * item / 2, 6 * item, saved}) {
+    for (size_t limit : {item, 5 * item / 2, 4 * item, 6 * item, saved}) {  // rounds of 1, 2, 4 (then 2) and 6
       const auto [stored, scratch] = run(limit);
       EXPECT_EQ(stored, recomputed) << "causal=" << c.causal << " Tq=" << c.Tq << " limit=" << limit;
       EXPECT_GE(scratch, scratch0 + std::min(limit, 6 * item) / item * item) << "the blocks are stored";

@@ -1,6 +1,6 @@
 // Attention in one launch: softmax(scale q k^T [causal]) v computed block by block with an online
 // softmax, so no score matrix of the whole sequence is ever in memory, and its gradient from
-// recomputed scores.
+// recomputed scores (whose gradients dS are kept in scratch when they fit).
 //
 // The order is fixed by the shape alone: queries and keys are cut into blocks of kBlock, every
 // product of two blocks is the canonical GEMM (one FMA chain in ascending k, the same bits on every
@@ -411,7 +411,8 @@ void key_task(const AttnArgs& a, int64_t task) {
   for (int64_t qb = qb0; qb < blocks(a.Tq); ++qb, first = false) {
     const int64_t i0 = qb * kBlock, rows = std::min(kBlock, a.Tq - i0);
     probs_and_dscores(a, x, i0, rows, j0, cols, w);
-    if (a.dstore) std::copy(w.dp, w.dp + rows * kBlock, stored_dscores<T>(a, b, qb, kb));
+    if (a.dstore)
+      for (int64_t r = 0; r < rows; ++r) std::copy(w.dp + r * kBlock, w.dp + r * kBlock + cols, stored_dscores<T>(a, b, qb, kb) + r * kBlock);
     block_gemm<T>(a, cols, D, rows, w.s, 1, kBlock, x.g + i0 * D, D, 1, dv, D, !first, w.gemm);
     block_gemm<T>(a, cols, D, rows, w.dp, 1, kBlock, x.q + i0 * D, D, 1, dk, D, !first, w.gemm);
   }

@@ -70,7 +70,8 @@ Launch lower_conv3x3(LowerCtx& c);
 float* task_scratch(size_t floats);  // Winograd's F(4x4, 3x3) (winograd.cpp)
 Launch lower_attention(LowerCtx& c);  // attention and its gradient, block by block (attention.cpp)
 // The most scratch the gradient's stored dS blocks may take (bytes; read when a plan is lowered):
-// a batch item's blocks at least, else they are computed again. It changes no bit.
+// a batch item's blocks at least, else they are computed again. It changes no bit. Change it only
+// while no plan is being built (the tests do, to compare the two ways).
 extern size_t attention_store_limit;
 Launch lower_batchnorm(LowerCtx& c);  // normalisation with given statistics, weight and bias
 Launch lower_batchnorm_sums(LowerCtx& c);  // per-channel sum(g), sum(g * xh) in one pass
