@@ -248,12 +248,8 @@ BENCHMARK_CAPTURE(AttentionFwdBwd, composed, true)
 // step's part that is the block's (y and the gradients of x and every parameter for an upstream
 // gradient of y). Counted FLOPs: the four projections (24 T C^2 forward, three times that with
 // the backward) and attention's causal half (two products forward, seven with the backward).
-constexpr int64_t kBlockT = 512, kBlockC = 768, kBlockH = 12;
-nn::GptConfig block_config() {
-  nn::GptConfig c;
-  c.width = kBlockC, c.heads = kBlockH, c.layers = 12, c.context = kBlockT;
-  return c;
-}
+constexpr int64_t kBlockT = 512, kBlockC = 768;  // gpt2-98m's width
+nn::GptConfig block_config() { return nn::GptConfig::preset("gpt2-98m"); }
 double block_flops(bool train) {
   const double proj = 24.0 * kBlockT * kBlockC * kBlockC, att = 2.0 * kBlockT * kBlockT * kBlockC;
   return train ? 3 * proj + 3.5 * att : proj + att;

@@ -497,7 +497,6 @@ Launch lower_attention(LowerCtx& c) {
   const size_t tensors = c.node.op == Op::Attention ? 3 : 5;
   a->offset = c.in.size() > tensors ? static_cast<const int64_t*>(c.in[tensors]) : nullptr;
   a->partial = a->dstore = nullptr;
-  a->round = a->batch;
   if (c.node.op == Op::Attention) {
     if (split_tasks(a->Tq, a->Tk))
       a->partial = c.storage.scratch(size_t(a->batch * splits(a->Tk) * a->Tq * (a->D + 2)) * dtype_size(c.node.dtype));
@@ -508,9 +507,9 @@ Launch lower_attention(LowerCtx& c) {
   a->stats = c.storage.scratch(size_t(2 * a->batch * a->Tq) * dtype_size(c.node.dtype));
   // dS stored for as many batch items as the limit holds (all of them at most), else recomputed.
   const size_t item_bytes = size_t(blocks(a->Tq) * blocks(a->Tk) * kBlock * kBlock) * dtype_size(c.node.dtype);
-  a->round = item_bytes ? std::clamp<int64_t>(int64_t(attention_store_limit / item_bytes), 0, a->batch) : 0;
-  a->dstore = a->round > 0 ? c.storage.scratch(size_t(a->round) * item_bytes) : nullptr;
-  if (a->round == 0) a->round = a->batch;
+  const int64_t fit = item_bytes ? std::min<int64_t>(int64_t(attention_store_limit / item_bytes), a->batch) : 0;
+  a->dstore = fit > 0 ? c.storage.scratch(size_t(fit) * item_bytes) : nullptr;
+  a->round = fit > 0 ? fit : a->batch;
   c.kernel = "attention-grad";
   return {backward_launch, a, c.id};
 }

@@ -637,26 +637,15 @@ struct GemmJob {
   bool a_rows;      // full A panels read in place by the AVX-512 kernel (row-major A), not packed
 };
 
-// A B panel from B stored transposed (k contiguous, B(k, n) = B[k + n b_cs]): its 8 x 8 blocks are
-// transposed in registers, the edges copied one at a time. The same panel as pack_b_panel.
-__attribute__((target("avx2"))) void pack_b_panel_transposed(const GemmShape& s, const float* B, int64_t q, int64_t k0,
-                                                             int64_t kc, int64_t nr, float* dst) {
-  const int64_t n0 = q * nr, cols = std::min(nr, s.N - n0), c8 = cols / 8 * 8, k8 = kc / 8 * 8;
-  for (int64_t j = 0; j < c8; j += 8)
-    for (int64_t kk = 0; kk < k8; kk += 8) {
-      __m256 r[8];
-#pragma GCC unroll 8
-      for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(B + (n0 + j + i) * s.b_cs + k0 + kk);
-      transpose8(r);  // r[t]: columns j .. j + 7 at k0 + kk + t
-#pragma GCC unroll 8
-      for (int t = 0; t < 8; ++t) _mm256_storeu_ps(dst + (kk + t) * nr + j, r[t]);
-    }
-  for (int64_t kk = 0; kk < kc; ++kk) {
-    float* d = dst + kk * nr;
-    const float* src = B + (k0 + kk) + n0 * s.b_cs;
-    for (int64_t j = kk < k8 ? c8 : 0; j < cols; ++j) d[j] = src[j * s.b_cs];
-    for (int64_t j = cols; j < nr; ++j) d[j] = 0.f;
-  }
+// A B panel from B stored transposed (k contiguous, B(k, n) = B[k + n b_cs]): transpose_rows (8 x 8
+// blocks in registers) into the panel's rows of nr, the columns past the edge zero. The same panel
+// as pack_b_panel.
+void pack_b_panel_transposed(const GemmShape& s, const float* B, int64_t q, int64_t k0, int64_t kc, int64_t nr,
+                             float* dst) {
+  const int64_t n0 = q * nr, cols = std::min(nr, s.N - n0);
+  transpose_rows(B + n0 * s.b_cs + k0, s.b_cs, cols, kc, dst, nr);
+  if (cols < nr)
+    for (int64_t kk = 0; kk < kc; ++kk) std::fill(dst + kk * nr + cols, dst + (kk + 1) * nr, 0.f);
 }
 
 void pack_chunk(const void* p, int64_t i) {
