@@ -145,6 +145,87 @@ INSTANTIATE_TEST_SUITE_P(Isa, JitOps,
                          ::testing::Values(kernels::Isa::Scalar, kernels::Isa::Avx2, kernels::Isa::Avx512),
                          [](const auto& p) { return std::string(kernels::isa_name(p.param)); });
 
+// Row kernels (loop_ir.hpp's row form) for softmax, layer norm with and without weight and bias,
+// and its gradient with and without weight give the hand-written row kernels' bits on every
+// instruction set: rows of 7 (a tail only), 771 (GPT-2's width and a tail) and 5000 (two
+// segments of the canonical sum); 37 rows are groups of four, a remainder and two chunks of the
+// launch; ordinary values, and rows with NaN, infinities and signed zeros.
+class JitRows : public ::testing::TestWithParam<kernels::Isa> {};
+
+TEST_P(JitRows, RowKernelsGiveTheInterpretersBits) {
+  kernels::Isa isa = GetParam();
+  if (int(isa) > int(kernels::best_isa())) GTEST_SKIP() << "this CPU lacks " << kernels::isa_name(isa);
+  testing::IsaScope at_isa(isa);
+  JitScope jit;
+  for (int64_t n : {7, 771, 5000}) {
+    for (bool special : {false, true}) {
+      const std::string what = std::string(kernels::isa_name(isa)) + " n=" + std::to_string(n) +
+                               (special ? " special" : "");
+      const Shape s{n == 5000 ? 9 : 37, n};
+      Graph g;
+      ValueId x = g.input(DType::F32, s, "x"), go = g.input(DType::F32, s, "g");
+      ValueId w = g.input(DType::F32, {n}, "w"), b = g.input(DType::F32, {n}, "b");
+      const attr::Eps eps{1e-5};
+      std::vector<ValueId> outs{g.add(Op::Softmax, {x}, attr::Axis{-1}), g.add(Op::LayerNorm, {x}, eps),
+                                g.add(Op::LayerNorm, {x, w, b}, eps), g.add(Op::LayerNormGrad, {x, go}, eps),
+                                g.add(Op::LayerNormGrad, {x, go, w}, eps)};
+      CompileOptions manual;
+      manual.recompile = false;
+      Plan plan(g, outs, manual), ref(g, outs, manual);
+      for (Plan* p : {&plan, &ref}) {
+        p->set_input(x, special ? testing::special_tensor(s, 7, 97) : testing::random_tensor({DType::F32, s, -4, 4}, 7));
+        p->set_input(go, testing::random_tensor({DType::F32, s}, 8));
+        p->set_input(w, testing::random_tensor({DType::F32, {n}}, 9));
+        p->set_input(b, testing::random_tensor({DType::F32, {n}}, 10));
+        p->run();
+      }
+      RecompileReport r = plan.recompile();
+      ASSERT_EQ(r.entries.size(), outs.size()) << what;
+      for (const RecompileEntry& e : r.entries) EXPECT_EQ(e.outcome, "generated") << what << ": " << e.kernel;
+      plan.run();
+      for (size_t i = 0; i < outs.size(); ++i)
+        testing::expect_same_bits(plan.read(outs[i]), ref.read(outs[i]), what + " output " + std::to_string(i));
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Isa, JitRows,
+                         ::testing::Values(kernels::Isa::Scalar, kernels::Isa::Avx2, kernels::Isa::Avx512),
+                         [](const auto& p) { return std::string(kernels::isa_name(p.param)); });
+
+// A row kernel reads only what is defined before it: the output row after a step stored it, a
+// step's scalar after that step, and a scalar step nothing but scalars and constants.
+TEST(Jit, RowKernelsReadOnlyWhatIsDefined) {
+  using kernels::jit::LoopInput;
+  using kernels::jit::LoopKernel;
+  using kernels::jit::RowStep;
+  using Src = LoopInput::Src;
+  using Kind = RowStep::Kind;
+  auto kernel = [](std::vector<LoopInput> in, std::vector<RowStep> steps) {
+    LoopKernel k;
+    k.row_n = 16;
+    k.inputs = std::move(in);
+    k.steps = std::move(steps);
+    return k;
+  };
+  const LoopInput x{1, Src::Memory, 16}, out{0, Src::Out}, s0{0, Src::Step, 0, 0};
+  const kernels::jit::LoopStmt exp_x{Op::Exp, 1, {-1, 0, 0}}, exp_1{Op::Exp, 1, {-2, 0, 0}};
+  // y = exp(x), then y / sum(y) where the sum also stored y: valid.
+  EXPECT_NO_THROW(kernels::jit::validate(kernel({x, out, s0}, {{Kind::Sum, true, {exp_x}, 0},
+                                                               {Kind::Store, false, {{Op::Div, 2, {-2, -3, 0}}}, 0}})));
+  // The output row read before any step stored it.
+  EXPECT_THROW(kernels::jit::validate(kernel({x, out}, {{Kind::Sum, false, {exp_1}, 0}, {Kind::Store, false, {}, -2}})),
+               Error);
+  // A step's scalar read by that step itself.
+  EXPECT_THROW(kernels::jit::validate(kernel({x, s0}, {{Kind::Sum, false, {exp_1}, 0}, {Kind::Store, false, {}, -1}})),
+               Error);
+  // A scalar step reading the row.
+  EXPECT_THROW(kernels::jit::validate(kernel({x}, {{Kind::Scalar, false, {exp_x}, 0}, {Kind::Store, false, {}, -1}})),
+               Error);
+  // No store at the end.
+  EXPECT_THROW(kernels::jit::validate(kernel({x}, {{Kind::Sum, false, {exp_x}, 0}})), Error);
+}
+
 // A chain of transcendentals over long runs.
 TEST(Jit, LongChainsGiveTheInterpretersBits) {
   JitScope jit;
@@ -442,8 +523,8 @@ TEST(Jit, TrainingGivesTheSameBytesWithAndWithoutGeneratedKernels) {
   EXPECT_NE(on, train_lm(true, 0));  // training moved the parameters
 }
 
-// The CUDA renderer: every loop kernel of the GPT training step compiles with NVRTC to PTX and
-// an sm_90 cubin (no GPU needed; running them is the CUDA backend's part).
+// The CUDA renderer: every loop kernel of the GPT training step (its fused groups and its layer
+// norms' row kernels) compiles with NVRTC to PTX and an sm_90 cubin (no GPU needed; running them is the CUDA backend's part).
 TEST(JitCuda, EveryGroupOfTheGptStepCompilesWithNvrtc) {
   std::string why;
   if (!kernels::jit::nvrtc_available(&why)) GTEST_SKIP() << why;
@@ -454,12 +535,15 @@ TEST(JitCuda, EveryGroupOfTheGptStepCompilesWithNvrtc) {
   std::vector<const kernels::jit::LoopKernel*> kernels = step.plan().loop_kernels();
   ASSERT_GE(kernels.size(), 5u);
   std::set<std::string> seen;
+  int rows = 0;  // the layer norms' row kernels
   for (const kernels::jit::LoopKernel* k : kernels) {
+    rows += k->row_n > 0;
     if (!seen.insert(k->text()).second) continue;
     kernels::jit::CudaBinary b = kernels::jit::nvrtc_compile(kernels::jit::render_cuda(*k, "synoros_run"), "sm_90");
     EXPECT_TRUE(b.ok) << k->text() << "\n" << b.log;
     EXPECT_NE(b.ptx.find(".entry synoros_run"), std::string::npos) << k->text();
   }
+  EXPECT_GE(rows, 2 * c.layers + 1);
 }
 
 }  // namespace

@@ -13,6 +13,34 @@
 
 namespace synoros::kernels {
 
+namespace jit {
+struct LoopKernel;
+using RunFn = void (*)(const char* const* ext, char* out, int64_t n);  // as in loop_ir.hpp
+}  // namespace jit
+
+// A launch whose work Recompile may hand to a generated kernel: a fused elementwise group
+// (fused.cpp) or a row kernel (composite.cpp). `args` is its lowering's argument block, `ops` how
+// to read and run it.
+struct JitSite {
+  struct Ops {
+    const jit::LoopKernel* (*kernel)(const void* args);  // null: no loop kernel replaces it
+    int64_t (*elements)(const void* args);               // the output's elements
+    int64_t (*granule)(const void* args);                // evals cover multiples of it (a row)
+    std::string (*walk)(const void* args);  // how the runtime walks the output (runs of another
+                                            // length or shape may favour another kernel)
+    void (*prepare)(const void* args);      // once before evals (refreshes tiled broadcast rows)
+    // Output elements [begin, end) into dst (nothing written to the output), by the generated
+    // run where one is set, else by the interpreter.
+    void (*eval)(const void* args, int64_t begin, int64_t end, void* dst);
+    void (*set_run)(void* args, jit::RunFn run);  // null: the interpreter
+    jit::RunFn (*run)(const void* args);
+  };
+  ValueId node;
+  void* args;
+  const Ops* ops;
+  const jit::LoopKernel* kernel() const { return ops->kernel(args); }
+};
+
 // Plan-owned storage for launch arguments, and each launch's scratch frame. A plan lowers
 // twice: once to size every frame (pointers are then placeholders that no lowering may
 // dereference), then for real, with each frame placed by the memory planner in the arena.
@@ -52,13 +80,12 @@ class PlanStorage {
     return base_ + off;
   }
   size_t scratch_bytes() const { return peak_; }
-  // The fused elementwise groups lowered into this plan (lower_group's arguments), by output
-  // node: what Recompile may replace with generated kernels.
-  void register_group(ValueId node, void* group_args) { groups_.push_back({node, group_args}); }
-  const std::vector<std::pair<ValueId, void*>>& groups() const { return groups_; }
+  // The launches lowered into this plan that Recompile may replace with generated kernels.
+  void register_jit_site(const JitSite& s) { jit_sites_.push_back(s); }
+  const std::vector<JitSite>& jit_sites() const { return jit_sites_; }
 
  private:
-  std::vector<std::pair<ValueId, void*>> groups_;
+  std::vector<JitSite> jit_sites_;
   std::vector<std::unique_ptr<Buffer>> blocks_;
   std::vector<std::shared_ptr<void>> owned_;
   bool sizing_ = false;

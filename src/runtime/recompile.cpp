@@ -1,5 +1,6 @@
 // Recompile, the last step of Track -> Place -> Measure -> Recompile: the plan's hot fused groups
-// get generated kernels where those are faster (kernels/jit/recompile_group.hpp decides each).
+// and row kernels get generated kernels where those are faster (kernels/jit/recompile_site.hpp
+// decides each).
 #include <algorithm>
 #include <chrono>
 #include <iomanip>
@@ -9,7 +10,7 @@
 
 #include "kernels/cpu/cpu_kernels.hpp"
 #include "kernels/jit/compiler.hpp"
-#include "kernels/jit/recompile_group.hpp"
+#include "kernels/jit/recompile_site.hpp"
 #include "kernels/providers.hpp"
 #include "runtime/plan_impl.hpp"
 #include "synoros/profile.hpp"
@@ -51,9 +52,10 @@ RecompileReport Plan::recompile(const RecompileOptions& opts) {
   for (size_t k = 0; k < launches_.size(); ++k) launch_of[launches_[k].node] = k;
   double sum = 0;
   for (double t : opts.launch_ns) sum += t;
-  for (const auto& [node, group] : impl_->storage->groups()) {
+  for (const kernels::JitSite& site : impl_->storage->jit_sites()) {
+    const ValueId node = site.node;
     auto it = launch_of.find(node);
-    if (it == launch_of.end() || !kernels::group_loop_kernel(group)) continue;  // folded, or not a loop
+    if (it == launch_of.end() || !site.kernel()) continue;  // folded, or not a loop
     size_t k = it->second;
     if (!opts.launch_ns.empty() && (opts.launch_ns[k] < opts.min_ns || opts.launch_ns[k] < opts.min_share * sum))
       continue;
@@ -70,8 +72,8 @@ RecompileReport Plan::recompile(const RecompileOptions& opts) {
     if (floor_ns > 0 && opts.launch_ns[k] <= opts.roofline_slack * floor_ns) {
       // Too close to the machine's limit to gain: no compile, no timing; the interpreter runs it
       // (also where an earlier Recompile had installed generated code).
-      kernels::group_set_run(group, nullptr);
-      g.kernel = kernels::group_loop_kernel(group)->text();
+      site.ops->set_run(site.args, nullptr);
+      g.kernel = site.kernel()->text();
       std::ostringstream why;
       why << std::fixed << std::setprecision(0) << "skipped: " << opts.launch_ns[k] << " ns against a roofline of "
           << floor_ns << " ns";
@@ -79,10 +81,10 @@ RecompileReport Plan::recompile(const RecompileOptions& opts) {
     } else {
       try {
         kernels::SelectionTrace trace(&made);
-        g = kernels::jit::recompile_group(group);
+        g = kernels::jit::recompile_site(site);
       } catch (const std::exception& e) {  // never worse than the interpreter
-        kernels::group_set_run(group, nullptr);
-        g.kernel = kernels::group_loop_kernel(group)->text();
+        site.ops->set_run(site.args, nullptr);
+        g.kernel = site.kernel()->text();
         g.outcome = std::string("failed: ") + e.what();
       }
     }
@@ -100,7 +102,7 @@ RecompileReport Plan::recompile(const RecompileOptions& opts) {
     if (label == "generated") label = op_name(graph_.node(node).op);
     else if (label.size() > tag.size() && label.compare(label.size() - tag.size(), tag.size(), tag) == 0)
       label.resize(label.size() - tag.size());
-    if (kernels::group_run(group)) label = label == op_name(graph_.node(node).op) ? "generated" : label + tag;
+    if (site.ops->run(site.args)) label = label == op_name(graph_.node(node).op) ? "generated" : label + tag;
   }
   return report;
 }
@@ -109,9 +111,9 @@ std::vector<const kernels::jit::LoopKernel*> Plan::loop_kernels() const {
   std::map<ValueId, bool> launched;
   for (const Launch& l : launches_) launched[l.node] = true;
   std::vector<const kernels::jit::LoopKernel*> out;
-  for (const auto& [node, group] : impl_->storage->groups()) {
-    const kernels::jit::LoopKernel* k = kernels::group_loop_kernel(group);
-    if (k && launched.count(node)) out.push_back(k);
+  for (const kernels::JitSite& site : impl_->storage->jit_sites()) {
+    const kernels::jit::LoopKernel* k = site.kernel();
+    if (k && launched.count(site.node)) out.push_back(k);
   }
   return out;
 }

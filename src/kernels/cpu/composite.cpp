@@ -25,6 +25,10 @@ struct LineArgs {
   int op;  // which composite
   bool f64;
   bool avx2;  // the AVX2 builds of the float softmax steps may run
+  // The launch as a row kernel (float rows of n, contiguous: softmax, layer norm and its gradient;
+  // else null), and the generated run Recompile installed for it (null: the code below).
+  const jit::LoopKernel* loop;
+  jit::RunFn jit;
 };
 
 // A row whose statistic (a softmax's sum, a layernorm's mean or scale) is NaN is NaN throughout
@@ -216,10 +220,20 @@ void layernorm_grad_line(const LineArgs& a, const T* x, const T* g, T* dx) {
   }
 }
 
+// Lines [l0, l1) through the generated row kernel: its memory inputs are the launch's inputs in
+// order, each at line l0.
+void generated_lines(const LineArgs& a, int64_t l0, int64_t l1) {
+  const char* ext[3] = {};
+  for (int j = 0; j < a.n_in; ++j)
+    ext[j] = static_cast<const char*>(a.in[j]) + l0 * a.loop->inputs[size_t(j)].row_stride * int64_t(sizeof(float));
+  a.jit(ext, static_cast<char*>(a.out) + l0 * a.n * int64_t(sizeof(float)), l1 - l0);
+}
+
 template <class T>
 void line_chunk_t(const LineArgs& a, int64_t chunk) {
   int64_t lines = a.outer * a.inner;
   int64_t l1 = std::min(lines, (chunk + 1) * kLinesPerChunk);
+  if (a.jit) return generated_lines(a, chunk * kLinesPerChunk, l1);
   if constexpr (std::is_same_v<T, float>) {
     if (a.op == 4 || a.op == 5) return layernorm_lines_f32(a, chunk * kLinesPerChunk, l1, a.op == 5);
   }
@@ -249,6 +263,116 @@ void line_launch(const void* p, ThreadPool& pool) {
   pool.run((a.outer * a.inner + kLinesPerChunk - 1) / kLinesPerChunk, line_chunk, p);
 }
 
+// A line launch as a row kernel (loop_ir.hpp): the steps of softmax_line_f32 and
+// layernorm_lines_f32 above, statement for statement, in their order. Null where the launch is not
+// a float softmax or layer norm (or its gradient) over contiguous rows.
+const jit::LoopKernel* row_kernel(const LineArgs& a, PlanStorage& storage) {
+  if (a.f64 || a.inner != 1 || (a.op != 0 && a.op != 4 && a.op != 5)) return nullptr;
+  using Src = jit::LoopInput::Src;
+  using Kind = jit::RowStep::Kind;
+  auto k = std::make_unique<jit::LoopKernel>();
+  k->row_n = a.n;
+  auto input = [&](jit::LoopInput in) {
+    k->inputs.push_back(in);
+    return -int(k->inputs.size());
+  };
+  // The memory inputs first, in the launch's order (generated_lines passes them so): the rows
+  // (x, and the gradient's g) and the per-column weight and bias.
+  const bool grad = a.op == 5, affine = a.n_in == 3;
+  std::vector<int> mem;
+  for (int j = 0; j < a.n_in; ++j) {
+    const bool per_column = affine && j >= (grad ? 2 : 1);
+    mem.push_back(input({1, Src::Memory, per_column ? 0 : a.n}));
+  }
+  auto scalar = [&](int step) { return input({0, Src::Step, 0, step}); };
+  auto constant = [&](float v) { return input({0, Src::Const, 0, -1, v}); };
+  struct Body {
+    std::vector<jit::LoopStmt> s;
+    int operator()(Op op, int x) { return add({op, 1, {x, 0, 0}}); }
+    int operator()(Op op, int x, int y) { return add({op, 2, {x, y, 0}}); }
+    int add(jit::LoopStmt st) {
+      s.push_back(st);
+      return int(s.size()) - 1;
+    }
+  };
+  auto step = [&](Kind kind, const Body& b, int value, bool store = false) {
+    k->steps.push_back({kind, store, b.s, value});
+    return int(k->steps.size()) - 1;
+  };
+  const int x = mem[0];
+  if (a.op == 0) {  // m = max x; s = sum of e = exp(x - m), e stored; y = e / s
+    const int m = scalar(step(Kind::Max, {}, x));
+    Body e;
+    const int sum = step(Kind::Sum, e, e(Op::Exp, e(Op::Sub, x, m)), true);
+    Body y;
+    const int out = input({0, Src::Out}), s = scalar(sum);
+    step(Kind::Store, y, y(Op::Div, out, s));
+    k->nan_guard = {sum};
+    return storage.own(std::move(k));
+  }
+  // mean = sum x / n; r = 1 / sqrt(sum (x - mean)^2 / n + eps)
+  const int n = constant(float(a.n));
+  Body mean_b;
+  const int mean_s = step(Kind::Scalar, mean_b, mean_b(Op::Div, scalar(step(Kind::Sum, {}, x)), n));
+  const int mean = scalar(mean_s);
+  Body sq;
+  const int d = sq(Op::Sub, x, mean);
+  const int var = scalar(step(Kind::Sum, sq, sq(Op::Mul, d, d)));
+  Body r_b;
+  const int r_s = step(Kind::Scalar, r_b, r_b(Op::Rsqrt, r_b(Op::Add, r_b(Op::Div, var, n), constant(float(a.eps)))));
+  const int r = scalar(r_s);
+  if (!grad) {  // y = ((x - mean) r) w + b
+    Body y;
+    int v = y(Op::Mul, y(Op::Sub, x, mean), r);
+    if (affine) v = y(Op::Add, y(Op::Mul, v, mem[1]), mem[2]);
+    step(Kind::Store, y, v);
+    k->nan_guard = {mean_s, r_s};
+    return storage.own(std::move(k));
+  }
+  // gw = g w; mg = sum gw / n; mgx = sum gw xh / n with xh = (x - mean) r;
+  // dx = r ((gw - mg) - xh mgx)
+  const int g = mem[1];
+  auto gw = [&](Body& b) { return affine ? b(Op::Mul, g, mem[2]) : g; };
+  Body mg_sum, mg_b;
+  const int mg_total = scalar(step(Kind::Sum, mg_sum, gw(mg_sum)));
+  const int mg_s = step(Kind::Scalar, mg_b, mg_b(Op::Div, mg_total, n));
+  Body mgx_sum, mgx_b;
+  const int t = mgx_sum(Op::Mul, gw(mgx_sum), mgx_sum(Op::Mul, mgx_sum(Op::Sub, x, mean), r));
+  const int mgx_total = scalar(step(Kind::Sum, mgx_sum, t));
+  const int mgx_s = step(Kind::Scalar, mgx_b, mgx_b(Op::Div, mgx_total, n));
+  const int mg = scalar(mg_s), mgx = scalar(mgx_s);
+  Body dx;
+  const int w_g = gw(dx);
+  const int xh = dx(Op::Mul, dx(Op::Sub, x, mean), r);
+  step(Kind::Store, dx, dx(Op::Mul, r, dx(Op::Sub, dx(Op::Sub, w_g, mg), dx(Op::Mul, xh, mgx))));
+  k->nan_guard = {mean_s, r_s, mg_s, mgx_s};
+  return storage.own(std::move(k));
+}
+
+const LineArgs& lines_of(const void* p) { return *static_cast<const LineArgs*>(p); }
+
+// Output elements [begin, end), whole rows, into dst: the launch's chunks over those rows alone.
+void lines_eval(const void* p, int64_t begin, int64_t end, void* dst) {
+  LineArgs c = lines_of(p);
+  const int64_t r0 = begin / c.n;
+  for (int j = 0; j < c.n_in; ++j)
+    c.in[j] = static_cast<const float*>(c.in[j]) + r0 * c.loop->inputs[size_t(j)].row_stride;
+  c.outer = end / c.n - r0;
+  c.out = dst;
+  for (int64_t ch = 0; ch * kLinesPerChunk < c.outer; ++ch) line_chunk(&c, ch);
+}
+
+const JitSite::Ops kLinesSite = {
+    [](const void* p) { return lines_of(p).loop; },
+    [](const void* p) { return lines_of(p).outer * lines_of(p).inner * lines_of(p).n; },
+    [](const void* p) { return lines_of(p).n; },
+    [](const void*) { return "rows" + std::to_string(kLinesPerChunk); },
+    [](const void*) {},
+    lines_eval,
+    [](void* p, jit::RunFn run) { static_cast<LineArgs*>(p)->jit = run; },
+    [](const void* p) { return lines_of(p).jit; },
+};
+
 Launch lower_lines(LowerCtx& c, int op, int axis) {
   const Shape& s = c.node.shape;
   auto* a = c.args<LineArgs>();
@@ -265,6 +389,9 @@ Launch lower_lines(LowerCtx& c, int op, int axis) {
   a->op = op;
   a->f64 = c.node.dtype == DType::F64;
   a->avx2 = active_isa() != Isa::Scalar;
+  a->jit = nullptr;
+  a->loop = row_kernel(*a, c.storage);
+  if (a->loop) c.storage.register_jit_site({c.id, a, &kLinesSite});
   return {line_launch, a, c.id};
 }
 

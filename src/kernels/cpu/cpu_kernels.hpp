@@ -31,18 +31,10 @@ Launch lower_group(const Graph& g, const std::vector<ValueId>& members,
                    void* out, PlanStorage& storage);
 // A group built by lower_group evaluated over output elements [begin, end) into dst (nothing
 // written to its output), for a consumer that takes it as its prologue; group_prepare first,
-// once per launch (it refreshes the group's tiled broadcast rows).
+// once per launch (it refreshes the group's tiled broadcast rows). Each group is registered as a
+// JitSite (its walk: "r2t64i64", rank, broadcast-tile row, inner run).
 void group_eval(const void* group_args, int64_t begin, int64_t end, void* dst);
 void group_prepare(const void* group_args);
-// A group's loop kernel (null where none can replace it), its output's element count, and the
-// generated run it uses in place of its instructions (null: the interpreter's line kernels).
-const jit::LoopKernel* group_loop_kernel(const void* group_args);
-int64_t group_elements(const void* group_args);
-// How the runtime walks the group's output ("r2t64i64": rank, broadcast-tile row, inner run): runs
-// of another length or shape may favour another kernel.
-std::string group_walk(const void* group_args);
-void group_set_run(void* group_args, jit::RunFn run);
-jit::RunFn group_run(const void* group_args);
 Launch lower_cast(LowerCtx& c);
 Launch lower_dropout(LowerCtx& c);
 Launch lower_reduce(LowerCtx& c);    // sum, max, mean

@@ -183,22 +183,28 @@ void streamed_launch(const void* p, ThreadPool& pool) {
 }
 }  // namespace
 
-const jit::LoopKernel* group_loop_kernel(const void* group_args) {
-  return static_cast<const GroupArgs*>(group_args)->loop;
-}
-int64_t group_elements(const void* group_args) { return static_cast<const GroupArgs*>(group_args)->total; }
-std::string group_walk(const void* group_args) {
-  const GroupArgs& a = *static_cast<const GroupArgs*>(group_args);
-  return "r" + std::to_string(a.rank) + (a.tile_n > 0 ? "t" + std::to_string(a.tile_n) : "") + "i" +
-         std::to_string(a.shape[a.rank - 1]);
-}
-void group_set_run(void* group_args, jit::RunFn run) { static_cast<GroupArgs*>(group_args)->jit = run; }
-jit::RunFn group_run(const void* group_args) { return static_cast<const GroupArgs*>(group_args)->jit; }
-
 void group_eval(const void* group_args, int64_t begin, int64_t end, void* dst) {
   group_range(*static_cast<const GroupArgs*>(group_args), begin, end, static_cast<char*>(dst));
 }
 void group_prepare(const void* group_args) { refresh_tiles(*static_cast<const GroupArgs*>(group_args)); }
+
+namespace {
+const GroupArgs& group_of(const void* p) { return *static_cast<const GroupArgs*>(p); }
+const JitSite::Ops kGroupSite = {
+    [](const void* p) { return group_of(p).loop; },
+    [](const void* p) { return group_of(p).total; },
+    [](const void*) { return int64_t(1); },
+    [](const void* p) {
+      const GroupArgs& a = group_of(p);
+      return "r" + std::to_string(a.rank) + (a.tile_n > 0 ? "t" + std::to_string(a.tile_n) : "") + "i" +
+             std::to_string(a.shape[a.rank - 1]);
+    },
+    group_prepare,
+    group_eval,
+    [](void* p, jit::RunFn run) { static_cast<GroupArgs*>(p)->jit = run; },
+    [](const void* p) { return group_of(p).jit; },
+};
+}  // namespace
 
 Launch stream_epilogue(PlanStorage& storage, const OutputChunks& producer, Launch group, ValueId node) {
   if (group.fn != group_launch || !producer.run || producer.chunk_elems < 1)
@@ -426,7 +432,7 @@ Launch lower_group(const Graph& g, const std::vector<ValueId>& members,
   }
   a->loop = loop_kernel(g, members, *a, read_direct, storage);
   a->jit = nullptr;
-  storage.register_group(members.back(), a);
+  storage.register_jit_site({members.back(), a, &kGroupSite});
   fold_stages(g, members, externals, *a);
   return {group_launch, a, members.back()};
 }

@@ -1,9 +1,18 @@
-// The loop-level IR of generated kernels. A fused elementwise group becomes one loop over a run of
-// output elements, each element computed by a straight-line body of scalar ops (the op list's
-// fn::Enum definitions) from the inputs at that element: the same operations in the same order as
-// the interpreter's line kernels, so a generated kernel gives the interpreter's bits. The outer
-// walk over rows, broadcasts and chunks across threads stays with the runtime (fused.cpp), so the
-// order of work never depends on the kernel either.
+// The loop-level IR of generated kernels, in two forms.
+//
+// A run kernel: a fused elementwise group becomes one loop over a run of output elements, each
+// element computed by a straight-line body of scalar ops (the op list's fn::Enum definitions) from
+// the inputs at that element: the same operations in the same order as the interpreter's line
+// kernels, so a generated kernel gives the interpreter's bits. The outer walk over rows,
+// broadcasts and chunks across threads stays with the runtime (fused.cpp), so the order of work
+// never depends on the kernel either.
+//
+// A row kernel: a row reduction with its elementwise producers and consumers (softmax, layer norm
+// and its gradient) becomes a sequence of steps over each row of a fixed length: reductions (a sum
+// or a maximum of a body evaluated at every element), scalar steps on their results, and stores.
+// Every reduction has the engine's canonical order (line_fn.hpp's canonical_sum: element t into
+// lane t % 8 of its 4096-element segment, lanes combined pairwise, segments added in order), so a
+// generated row kernel gives the hand-written row kernels' bits on every instruction set.
 #pragma once
 
 #include <cstdint>
@@ -15,8 +24,19 @@
 namespace synoros::kernels::jit {
 
 // An input read along the run: element i is at base[i * stride] (0: one value broadcast).
+// In a row kernel, an input is one of four sources, each one value per element of the row:
+//   Memory  element k of row r at base[r * row_stride + k] (row_stride 0: the same row for all, a
+//           layer norm's weight);
+//   Out     the output row, as an earlier step stored it;
+//   Step    the scalar an earlier step computed for this row (broadcast along the row);
+//   Const   `value`, broadcast.
 struct LoopInput {
+  enum class Src : uint8_t { Memory, Out, Step, Const };
   int64_t stride = 1;
+  Src src = Src::Memory;
+  int64_t row_stride = 0;
+  int step = -1;
+  float value = 0;
 };
 
 // One statement of the body: value = op(args); arg >= 0 names an earlier statement, arg < 0
@@ -27,17 +47,40 @@ struct LoopStmt {
   int arg[3] = {0, 0, 0};
 };
 
-// for i in [0, n): out[i] = body[last](inputs at i), all values of one dtype.
+// One step of a row kernel; `value` names its value: a statement of its body (>= 0) or an input
+// (-(k + 1)), so a step on an input alone needs no body.
+//   Sum     the canonical sum of the value over the row (store: the value is also written to the
+//           output row, as a softmax keeps exp(x - m)); defines the step's scalar.
+//   Max     the row's maximum of the value, as the row kernels take it (a NaN value is skipped);
+//           defines the step's scalar.
+//   Scalar  the value of a body over Step and Const inputs alone, once per row.
+//   Store   the value written to the output row.
+struct RowStep {
+  enum class Kind : uint8_t { Sum, Max, Scalar, Store };
+  Kind kind = Kind::Store;
+  bool store = false;
+  std::vector<LoopStmt> body;
+  int value = 0;
+};
+
+// A run kernel (row_n == 0): for i in [0, n): out[i] = body[last](inputs at i).
+// A row kernel (row_n > 0): n rows of row_n elements, the output's rows consecutive; each row runs
+// `steps` in order, and a row where the scalar of any step in `nan_guard` is NaN is written as the
+// one quiet NaN throughout (the row kernels' rule). All values are of one dtype.
 struct LoopKernel {
   DType dtype = DType::F32;
   std::vector<LoopInput> inputs;
   std::vector<LoopStmt> body;
+  int64_t row_n = 0;
+  std::vector<RowStep> steps;
+  std::vector<int> nan_guard;
   // A canonical one-line text of the kernel (ops, arguments, strides): equal text, equal kernel.
   std::string text() const;
 };
 
 // Throws Error unless every statement is an elementwise map with 1-3 arguments, each an earlier
-// statement or an input.
+// statement or an input, and (a row kernel) every input and step reads only what is defined
+// before it.
 void validate(const LoopKernel& k);
 
 // fn's definition of an elementwise map ("GeluTanh" for fn::GeluTanh), or null for other ops.
@@ -45,7 +88,8 @@ const char* fn_name(Op op);
 // The renderers' name of a statement's argument: "v3" (statement 3) or "x0" (input 0).
 std::string value_name(int arg);
 
-// The signature every generated run has: out[0, n) from ext[k] (input k at the run's start).
+// The signature every generated kernel has: out[0, n) from ext[k] (input k at the run's start); a
+// row kernel: n rows from ext[k] (a Memory input at its first row; other inputs' entries unread).
 using RunFn = void (*)(const char* const* ext, char* out, int64_t n);
 
 }  // namespace synoros::kernels::jit

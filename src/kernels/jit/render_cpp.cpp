@@ -2,55 +2,13 @@
 #include <sstream>
 
 #include "kernels/jit/render.hpp"
+#include "kernels/jit/render_forms.hpp"
 
 namespace synoros::kernels::jit {
 
 namespace {
 
-// The vector form of an op, where the engine has one: the same IEEE operation (+, -, *, /,
-// relu's max(0, x)) or vec_math.hpp's polynomial, which gives fn::Enum::f's bits in every lane.
-const char* vector_form(Op op) {
-  switch (op) {
-    case Op::Add: return "VecF::add(%0, %1)";
-    case Op::Sub: return "VecF::sub(%0, %1)";
-    case Op::Mul: return "VecF::mul(%0, %1)";
-    case Op::Div: return "VecF::div(%0, %1)";
-    case Op::Relu: return "VecF::max(VecF::set(0.0f), %0)";
-    case Op::Exp: return "vmath::exp<VecF>(%0)";
-    case Op::Sigmoid: return "vmath::sigmoid<VecF>(%0)";
-    case Op::Tanh: return "vmath::tanh<VecF>(%0)";
-    case Op::Gelu: return "vmath::gelu<VecF>(%0)";
-    case Op::GeluTanh: return "vmath::gelu_tanh<VecF>(%0)";
-    default: return nullptr;
-  }
-}
-
 constexpr int kUnroll = 4;  // vectors per step of the main loop
-
-template <class Name>
-std::string substitute(const char* form, const LoopStmt& s, const Name& name) {
-  std::string out;
-  for (const char* p = form; *p; ++p) {
-    if (*p == '%' && p[1] >= '0' && p[1] <= '2') {
-      out += name(s.arg[p[1] - '0']);
-      ++p;
-    } else {
-      out += *p;
-    }
-  }
-  return out;
-}
-
-const char* ctype(DType t) {
-  switch (t) {
-    case DType::F32: return "float";
-    case DType::F64: return "double";
-    case DType::I32: return "int32_t";
-    case DType::I64: return "int64_t";
-  }
-  return "float";
-}
-
 
 // The body over scalars: plain code the compiler may vectorise (the same IEEE operations).
 void scalar_loop(std::ostringstream& o, const LoopKernel& k, const char* T) {
@@ -120,6 +78,7 @@ void vector_step(std::ostringstream& o, const LoopKernel& k, int U, bool tail) {
 }  // namespace
 
 std::string render_cpp(const LoopKernel& k, Isa isa, const std::string& symbol) {
+  if (k.row_n > 0) return render_rows_cpp(k, isa, symbol);
   validate(k);
   const char* T = ctype(k.dtype);
   bool vec = isa != Isa::Scalar && k.dtype == DType::F32;

@@ -1,4 +1,4 @@
-#include "kernels/jit/recompile_group.hpp"
+#include "kernels/jit/recompile_site.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -13,23 +13,33 @@ namespace synoros::kernels::jit {
 
 namespace {
 constexpr const char* kSymbol = "synoros_run";
+// Operations per element: a run kernel's statements, a row kernel's statements in its passes over
+// the row (scalar steps run once per row).
+size_t statements(const LoopKernel& k) {
+  size_t n = k.body.size();
+  for (const RowStep& s : k.steps) n += s.kind == RowStep::Kind::Scalar ? 0 : s.body.size() + (s.kind != RowStep::Kind::Store);
+  return n;
+}
 // Bumped whenever the renderer changes what it writes for a kernel: cached choices then lapse.
 constexpr const char* kRendererVersion = "1";
 }  // namespace
 
-GroupRecompile recompile_group(void* group) {
+GroupRecompile recompile_site(const JitSite& site) {
   GroupRecompile r;
-  const LoopKernel* k = group_loop_kernel(group);
+  const LoopKernel* k = site.kernel();
   if (!k) return r;
   r.kernel = k->text();
-  const int64_t total = group_elements(group);
+  const JitSite::Ops& ops = *site.ops;
+  void* args = site.args;
+  const int64_t total = ops.elements(args);
   if (total == 0) return r;  // nothing to compute
-  const std::string key = tuning_key("jit-group " + r.kernel + " n=" + std::to_string(total) + " walk=" + group_walk(group),
+  const std::string key = tuning_key("jit-group " + r.kernel + " n=" + std::to_string(total) + " walk=" + ops.walk(args),
                                      strict_kernels());
   // Two candidates: the interpreter (the reference) and the generated kernel, which must give
   // the interpreter's bits on the probe elements; it is compiled only when the choice is
   // measured or the cache picked it.
-  const int64_t n = std::min<int64_t>(total, kProbeElements);
+  const int64_t g = ops.granule(args);
+  const int64_t n = std::max(g, std::min<int64_t>(total, kProbeElements) / g * g);
   std::vector<float> ref(static_cast<size_t>(n)), gen(static_cast<size_t>(n));
   RunFn run = nullptr;
   std::string failure;  // the outcome when the generated kernel is refused
@@ -42,11 +52,11 @@ GroupRecompile recompile_group(void* group) {
       return "generated kernel: " + failure;
     }
     run = reinterpret_cast<RunFn>(c.symbol);
-    group_prepare(group);
-    group_set_run(group, nullptr);
-    group_eval(group, 0, n, ref.data());
-    group_set_run(group, run);
-    group_eval(group, 0, n, gen.data());
+    ops.prepare(args);
+    ops.set_run(args, nullptr);
+    ops.eval(args, 0, n, ref.data());
+    ops.set_run(args, run);
+    ops.eval(args, 0, n, gen.data());
     if (std::memcmp(ref.data(), gen.data(), size_t(n) * sizeof(float)) != 0) {
       failure = "rejected: its bits differ from the interpreter's";
       return Verdict("generated kernel: its bits differ from the interpreter's");
@@ -56,18 +66,20 @@ GroupRecompile recompile_group(void* group) {
   std::vector<Candidate> cands = {
       {"interpreter", kRendererVersion, nullptr,
        [&] {
-         group_set_run(group, nullptr);
-         group_eval(group, 0, n, ref.data());
+         ops.set_run(args, nullptr);
+         ops.eval(args, 0, n, ref.data());
        }},
       {"generated", kRendererVersion, check_generated,
        [&] {
-         group_set_run(group, run);
-         group_eval(group, 0, n, gen.data());
+         ops.set_run(args, run);
+         ops.eval(args, 0, n, gen.data());
        }},
   };
   ChooseOptions o;
-  o.flops = double(n) * double(k->body.size());  // one operation per statement and element
-  o.bytes = double(n) * double(dtype_size(k->dtype)) * double(k->inputs.size() + 1);
+  o.flops = double(n) * double(statements(*k));  // one operation per statement and element
+  size_t streams = 1;  // the output, and each input read from memory along the run
+  for (const LoopInput& in : k->inputs) streams += in.src == LoopInput::Src::Memory;
+  o.bytes = double(n) * double(dtype_size(k->dtype)) * double(streams);
   o.store_unmeasured = false;  // a compiler missing now may be there next time
   // Either candidate gives the same bits, so a replay has nothing to reproduce: a recorded
   // choice from another renderer version lapses instead of failing the run.
@@ -83,7 +95,7 @@ GroupRecompile recompile_group(void* group) {
     }
   }
   if (!ch.ns.empty()) r.interpreter_ns = ch.ns[0], r.generated_ns = ch.ns[1];
-  group_set_run(group, ch.index == 1 ? run : nullptr);
+  ops.set_run(args, ch.index == 1 ? run : nullptr);
   r.outcome = ch.index == 1 ? "generated" : failure.empty() ? "interpreter" : failure;
   return r;
 }

@@ -1,0 +1,62 @@
+// What the C++ renderers share: an op's vector form, argument substitution, C types.
+#pragma once
+
+#include <string>
+
+#include "kernels/jit/loop_ir.hpp"
+#include "kernels/kernel_api.hpp"
+
+namespace synoros::kernels::jit {
+
+// The vector form of an op, where the engine has one: the same IEEE operation (+, -, *, /,
+// relu's max(0, x)) or vec_math.hpp's polynomial, which gives fn::Enum::f's bits in every lane.
+inline const char* vector_form(Op op) {
+  switch (op) {
+    case Op::Add: return "VecF::add(%0, %1)";
+    case Op::Sub: return "VecF::sub(%0, %1)";
+    case Op::Mul: return "VecF::mul(%0, %1)";
+    case Op::Div: return "VecF::div(%0, %1)";
+    case Op::Relu: return "VecF::max(VecF::set(0.0f), %0)";
+    case Op::Exp: return "vmath::exp<VecF>(%0)";
+    case Op::Sigmoid: return "vmath::sigmoid<VecF>(%0)";
+    case Op::Tanh: return "vmath::tanh<VecF>(%0)";
+    case Op::Gelu: return "vmath::gelu<VecF>(%0)";
+    case Op::GeluTanh: return "vmath::gelu_tanh<VecF>(%0)";
+    default: return nullptr;
+  }
+}
+
+template <class Name>
+std::string substitute(const char* form, const LoopStmt& s, const Name& name) {
+  std::string out;
+  for (const char* p = form; *p; ++p) {
+    if (*p == '%' && p[1] >= '0' && p[1] <= '2') {
+      out += name(s.arg[p[1] - '0']);
+      ++p;
+    } else {
+      out += *p;
+    }
+  }
+  return out;
+}
+
+inline const char* ctype(DType t) {
+  switch (t) {
+    case DType::F32: return "float";
+    case DType::F64: return "double";
+    case DType::I32: return "int32_t";
+    case DType::I64: return "int64_t";
+  }
+  return "float";
+}
+
+// render_cpp for a row kernel (render_rows.cpp).
+std::string render_rows_cpp(const LoopKernel& k, Isa isa, const std::string& symbol);
+// A row kernel's steps as `template <int R> void rows(const float* const* in, float* out)` over R
+// rows (vec: with AVX2 vectors, else scalar code a CUDA thread can run too), in an anonymous
+// namespace; it uses fn::, SYNOROS_KEEP, memcpy, std::max, std::isnan, INFINITY and NAN.
+std::string rows_source(const LoopKernel& k, bool vec);
+// Statements setting in[j] to each memory input j at row `row` (from ext[j], the first row).
+std::string rows_pointers(const LoopKernel& k, const std::string& row, const std::string& ind);
+
+}  // namespace synoros::kernels::jit

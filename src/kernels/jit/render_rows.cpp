@@ -1,0 +1,225 @@
+// The C++ renderer for row kernels: each step of loop_ir.hpp's row form as a loop over the row, in
+// the canonical order of the hand-written row kernels (composite.cpp, map_lines_avx2.cpp), so the
+// generated code gives their bits. Vector instruction sets take their 8-lane AVX2 steps (lane t % 8
+// of a segment is a lane of one vector; AVX-512 runs the same code), the scalar instruction set
+// their scalar loops. Four rows go through each reduction together (four independent chains, as the
+// hand-written layer norm does), which changes no bit.
+#include <cstring>
+#include <sstream>
+
+#include "kernels/jit/render_forms.hpp"
+
+namespace synoros::kernels::jit {
+
+namespace {
+
+using Src = LoopInput::Src;
+using Kind = RowStep::Kind;
+
+enum class Mode { Vec, Tail, Scalar };  // 8 lanes at k; m < 8 lanes at k; one element at k
+
+constexpr int kRowsTogether = 4;
+
+std::string constant(float v) {
+  uint32_t u;
+  std::memcpy(&u, &v, sizeof u);
+  std::ostringstream o;
+  o << "bits(0x" << std::hex << u << "u)";
+  return o.str();
+}
+
+// Input j of row r at element k.
+std::string input_expr(const LoopKernel& k, size_t j, Mode m) {
+  const LoopInput& in = k.inputs[j];
+  std::string at;
+  switch (in.src) {
+    case Src::Memory: at = "in[" + std::to_string(j) + "] + r * " + std::to_string(in.row_stride) + " + k"; break;
+    case Src::Out: at = "out + r * N + k"; break;
+    case Src::Step: return m == Mode::Scalar ? "s" + std::to_string(in.step) + "[r]"
+                                             : "VecF::set(s" + std::to_string(in.step) + "[r])";
+    case Src::Const: return m == Mode::Scalar ? constant(in.value) : "VecF::set(" + constant(in.value) + ")";
+  }
+  if (m == Mode::Scalar) return "*(" + at + ")";
+  return m == Mode::Vec ? "VecF::load(" + at + ")" : "VecF::load_n(" + at + ", m)";
+}
+
+// The step's body at row r, element k (inputs read first, then the statements in order, each kept
+// from folding with the next); returns the name of the step's value.
+std::string emit_body(std::ostringstream& o, const LoopKernel& k, const RowStep& st, Mode m, const std::string& ind) {
+  const bool vec = m != Mode::Scalar;
+  const char* T = vec ? "VecF::R" : "float";
+  std::vector<bool> used(k.inputs.size(), false);
+  for (const LoopStmt& s : st.body)
+    for (int j = 0; j < s.nargs; ++j)
+      if (s.arg[j] < 0) used[size_t(-s.arg[j] - 1)] = true;
+  if (st.value < 0) used[size_t(-st.value - 1)] = true;
+  for (size_t j = 0; j < k.inputs.size(); ++j)
+    if (used[j]) o << ind << "const " << T << " x" << j << " = " << input_expr(k, j, m) << ";\n";
+  for (size_t i = 0; i < st.body.size(); ++i) {
+    const LoopStmt& s = st.body[i];
+    const std::string v = "v" + std::to_string(i);
+    const char* form = vector_form(s.op);
+    if (vec && form) {
+      o << ind << "VecF::R " << v << " = " << substitute(form, s, value_name) << ";\n";
+    } else if (vec) {  // no vector form: lane by lane through the scalar definition
+      o << ind << "VecF::R " << v << ";\n" << ind << "{\n" << ind << "  alignas(32) float a[3][8], t[8];\n";
+      for (int j = 0; j < s.nargs; ++j) o << ind << "  VecF::store(a[" << j << "], " << value_name(s.arg[j]) << ");\n";
+      o << ind << "  for (int l = 0; l < 8; ++l) t[l] = fn::" << fn_name(s.op) << "::f(";
+      for (int j = 0; j < s.nargs; ++j) o << (j ? ", " : "") << "a[" << j << "][l]";
+      o << ");\n" << ind << "  " << v << " = VecF::load(t);\n" << ind << "}\n";
+    } else {
+      o << ind << "float " << v << " = fn::" << fn_name(s.op) << "::f(";
+      for (int j = 0; j < s.nargs; ++j) o << (j ? ", " : "") << value_name(s.arg[j]);
+      o << ");\n";
+    }
+    o << ind << "SYNOROS_KEEP(" << v << ");\n";
+  }
+  return value_name(st.value);
+}
+
+// The canonical sum of the step's value into s<i>[r] for the R rows.
+void emit_sum(std::ostringstream& o, const LoopKernel& k, const RowStep& st, size_t i, bool vec) {
+  const std::string s = "s" + std::to_string(i);
+  o << "  for (int r = 0; r < R; ++r) " << s << "[r] = 0.0f;\n";
+  o << "  for (int64_t seg = 0; seg < N; seg += 4096) {\n";
+  o << "    const int64_t end = N < seg + 4096 ? N : seg + 4096;\n";
+  auto fold = [&](const std::string& lanes) {
+    o << "    for (int r = 0; r < R; ++r) {\n";
+    if (vec) o << "      alignas(32) float l[8];\n      VecF::store(l, acc[r]);\n";
+    o << "      " << s << "[r] += ((" << lanes << "[0] + " << lanes << "[1]) + (" << lanes << "[2] + " << lanes
+      << "[3])) + ((" << lanes << "[4] + " << lanes << "[5]) + (" << lanes << "[6] + " << lanes << "[7]));\n    }\n";
+  };
+  if (!vec) {
+    o << "    float acc[R][8] = {};\n    for (int64_t k = seg; k < end; ++k) {\n";
+    o << "      for (int r = 0; r < R; ++r) {\n";
+    std::string v = emit_body(o, k, st, Mode::Scalar, "        ");
+    if (st.store) o << "        out[r * N + k] = " << v << ";\n";
+    o << "        acc[r][(k - seg) % 8] += " << v << ";\n      }\n    }\n";
+    fold("acc[r]");
+    o << "  }\n";
+    return;
+  }
+  o << "    VecF::R acc[R];\n    for (int r = 0; r < R; ++r) acc[r] = VecF::set(0.0f);\n";
+  o << "    int64_t k = seg;\n    for (; k + 8 <= end; k += 8) {\n#pragma GCC unroll 4\n";
+  o << "      for (int r = 0; r < R; ++r) {\n";
+  std::string v = emit_body(o, k, st, Mode::Vec, "        ");
+  if (st.store) o << "        VecF::store(out + r * N + k, " << v << ");\n";
+  o << "        acc[r] = VecF::add(acc[r], " << v << ");\n      }\n    }\n";
+  o << "    if (k < end) {  // the tail: lanes past it add +0\n      const int64_t m = end - k;\n";
+  o << "      const VecF::R keep = _mm256_castsi256_ps(VecF::edge(m));\n";
+  o << "      for (int r = 0; r < R; ++r) {\n";
+  v = emit_body(o, k, st, Mode::Tail, "        ");
+  if (st.store) o << "        VecF::store_n(out + r * N + k, " << v << ", m);\n";
+  o << "        acc[r] = VecF::add(acc[r], _mm256_and_ps(" << v << ", keep));\n      }\n    }\n";
+  fold("l");
+  o << "  }\n";
+}
+
+// The row's maximum into s<i>[r]: the vector build takes 8 lanes over whole vectors, folds them in
+// lane order and then the tail; the scalar one goes element by element. std::max skips a NaN value.
+void emit_max(std::ostringstream& o, const LoopKernel& k, const RowStep& st, size_t i, bool vec) {
+  const std::string s = "s" + std::to_string(i);
+  o << "  for (int r = 0; r < R; ++r) " << s << "[r] = -INFINITY;\n  int64_t k = 0;\n";
+  if (vec) {
+    o << "  {\n    VecF::R mv[R];\n    for (int r = 0; r < R; ++r) mv[r] = VecF::set(-INFINITY);\n";
+    o << "    for (; k + 8 <= N; k += 8) {\n#pragma GCC unroll 4\n      for (int r = 0; r < R; ++r) {\n";
+    std::string v = emit_body(o, k, st, Mode::Vec, "        ");
+    o << "        mv[r] = VecF::max(" << v << ", mv[r]);\n      }\n    }\n";
+    o << "    for (int r = 0; r < R; ++r) {\n      alignas(32) float l[8];\n      VecF::store(l, mv[r]);\n";
+    o << "      for (float x : l) " << s << "[r] = std::max(" << s << "[r], x);\n    }\n  }\n";
+  }
+  o << "  for (; k < N; ++k) {\n    for (int r = 0; r < R; ++r) {\n";
+  std::string v = emit_body(o, k, st, Mode::Scalar, "      ");
+  o << "      " << s << "[r] = std::max(" << s << "[r], " << v << ");\n    }\n  }\n";
+}
+
+void emit_scalar(std::ostringstream& o, const LoopKernel& k, const RowStep& st, size_t i) {
+  o << "  for (int r = 0; r < R; ++r) {\n";
+  std::string v = emit_body(o, k, st, Mode::Scalar, "    ");
+  o << "    s" << i << "[r] = " << v << ";\n  }\n";
+}
+
+// The output row, or the quiet NaN throughout where a guarded scalar is NaN.
+void emit_store(std::ostringstream& o, const LoopKernel& k, const RowStep& st, bool vec) {
+  o << "  for (int r = 0; r < R; ++r) {\n";
+  if (!k.nan_guard.empty()) {
+    o << "    if (";
+    for (size_t g = 0; g < k.nan_guard.size(); ++g) o << (g ? " || " : "") << "std::isnan(s" << k.nan_guard[g] << "[r])";
+    o << ") {\n      for (int64_t k = 0; k < N; ++k) out[r * N + k] = NAN;\n";
+    o << "      continue;\n    }\n";
+  }
+  o << "    int64_t k = 0;\n";
+  if (vec) {
+    o << "    for (; k + 8 <= N; k += 8) {\n";
+    std::string v = emit_body(o, k, st, Mode::Vec, "      ");
+    o << "      VecF::store(out + r * N + k, " << v << ");\n    }\n";
+    o << "    if (k < N) {\n      const int64_t m = N - k;\n";
+    v = emit_body(o, k, st, Mode::Tail, "      ");
+    o << "      VecF::store_n(out + r * N + k, " << v << ", m);\n    }\n";
+  } else {
+    o << "    for (; k < N; ++k) {\n";
+    std::string v = emit_body(o, k, st, Mode::Scalar, "      ");
+    o << "      out[r * N + k] = " << v << ";\n    }\n";
+  }
+  o << "  }\n";
+}
+
+}  // namespace
+
+std::string rows_source(const LoopKernel& k, bool vec) {
+  validate(k);
+  if (k.dtype != DType::F32 || k.row_n == 0) throw Error("jit: row kernels are float32 rows");
+  std::ostringstream o;
+  o << "namespace {\nconstexpr int64_t N = " << k.row_n << ";\n";
+  o << "inline float bits(uint32_t u) {\n  float f;\n  memcpy(&f, &u, sizeof f);\n  return f;\n}\n\n";
+  o << "// R rows: in[j] is input j at the first of them.\ntemplate <int R>\n";
+  o << "inline void rows(const float* const* in, float* out) {\n";
+  for (size_t i = 0; i < k.steps.size(); ++i)
+    if (k.steps[i].kind != Kind::Store) o << "  float s" << i << "[R];\n";
+  for (size_t i = 0; i < k.steps.size(); ++i) {
+    const RowStep& st = k.steps[i];
+    o << "  {  // step " << i << "\n";
+    switch (st.kind) {
+      case Kind::Sum: emit_sum(o, k, st, i, vec); break;
+      case Kind::Max: emit_max(o, k, st, i, vec); break;
+      case Kind::Scalar: emit_scalar(o, k, st, i); break;
+      case Kind::Store: emit_store(o, k, st, vec); break;
+    }
+    o << "  }\n";
+  }
+  o << "}\n}  // namespace\n\n";
+  return o.str();
+}
+
+std::string rows_pointers(const LoopKernel& k, const std::string& row, const std::string& ind) {
+  std::ostringstream o;
+  for (size_t j = 0; j < k.inputs.size(); ++j)
+    if (k.inputs[j].src == Src::Memory)
+      o << ind << "in[" << j << "] = reinterpret_cast<const float*>(ext[" << j << "]) + " << row << " * "
+        << k.inputs[j].row_stride << ";\n";
+  return o.str();
+}
+
+std::string render_rows_cpp(const LoopKernel& k, Isa isa, const std::string& symbol) {
+  const bool vec = isa != Isa::Scalar;
+  std::ostringstream o;
+  o << "// Generated by Synoros: " << k.text() << "\n";
+  o << "#include <algorithm>\n#include <cmath>\n#include <cstdint>\n#include <cstring>\n";
+  o << "#include \"ir/scalar_ops.hpp\"\n";
+  if (vec) {
+    o << "#include \"kernels/cpu/vec_math.hpp\"\n#include \"kernels/cpu/vec_avx2.hpp\"\n";
+    o << "using VecF = synoros::kernels::avx2::VecF;\nnamespace vmath = synoros::kernels::vmath;\n";
+  }
+  o << "namespace fn = synoros::fn;\n";
+  o << "#define SYNOROS_KEEP(v) __asm__(\"\" : \"+v\"(v))\n\n";
+  o << rows_source(k, vec);
+  o << "extern \"C\" void " << symbol << "(const char* const* ext, char* out_, int64_t n) {\n";
+  o << "  float* out = reinterpret_cast<float*>(out_);\n  const float* in[" << k.inputs.size() << "] = {};\n";
+  o << "  int64_t r = 0;\n  auto at = [&](int64_t row) {\n" << rows_pointers(k, "row", "    ") << "  };\n";
+  o << "  for (; r + " << kRowsTogether << " <= n; r += " << kRowsTogether << ") at(r), rows<" << kRowsTogether
+    << ">(in, out + r * N);\n";
+  o << "  for (; r < n; ++r) at(r), rows<1>(in, out + r * N);\n}\n";
+  return o.str();
+}
+
+}  // namespace synoros::kernels::jit
