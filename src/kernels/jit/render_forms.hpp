@@ -53,9 +53,10 @@ inline const char* ctype(DType t) {
 // render_cpp for a row kernel (render_rows.cpp).
 std::string render_rows_cpp(const LoopKernel& k, Isa isa, const std::string& symbol);
 // A row kernel's steps as `template <int R> void rows(const float* const* in, float* out)` over R
-// rows (vec: with AVX2 vectors, else scalar code a CUDA thread can run too), in an anonymous
-// namespace; it uses fn::, SYNOROS_KEEP, memcpy, std::max, std::isnan, INFINITY and NAN.
-std::string rows_source(const LoopKernel& k, bool vec);
+// rows (vec: with AVX2 vectors, VecF; wide: sums' and stores' bodies with AVX-512's, VecW; neither:
+// scalar code a CUDA thread can run too), in an anonymous namespace; it uses fn::, SYNOROS_KEEP,
+// memcpy, std::max, std::isnan, INFINITY and NAN.
+std::string rows_source(const LoopKernel& k, bool vec, bool wide);
 // Statements setting in[j] to each memory input j at row `row` (from ext[j], the first row).
 std::string rows_pointers(const LoopKernel& k, const std::string& row, const std::string& ind);
 

@@ -1,9 +1,12 @@
 // The C++ renderer for row kernels: each step of loop_ir.hpp's row form as a loop over the row, in
 // the canonical order of the hand-written row kernels (composite.cpp, map_lines_avx2.cpp), so the
 // generated code gives their bits. Vector instruction sets take their 8-lane AVX2 steps (lane t % 8
-// of a segment is a lane of one vector; AVX-512 runs the same code), the scalar instruction set
-// their scalar loops. Four rows go through each reduction together (four independent chains, as the
-// hand-written layer norm does), which changes no bit.
+// of a segment is a lane of one vector), the scalar instruction set their scalar loops. On AVX-512
+// the bodies of sums and stores run 16 lanes at a time, a sum adding the low 8 lanes and then the
+// high 8 to its 8-lane accumulator: elements in the same order as the 8-lane steps, so the same
+// bits (every vector form gives its scalar definition's bits at every width). Four rows go through
+// each reduction together (four independent chains, as the hand-written layer norm does), which
+// changes no bit.
 #include <cstring>
 #include <sstream>
 
@@ -16,7 +19,7 @@ namespace {
 using Src = LoopInput::Src;
 using Kind = RowStep::Kind;
 
-enum class Mode { Vec, Tail, Scalar };  // 8 lanes at k; m < 8 lanes at k; one element at k
+enum class Mode { Wide, Vec, Tail, Scalar };  // 16 lanes at k; 8; m < 8; one element at k
 
 constexpr int kRowsTogether = 4;
 
@@ -28,6 +31,16 @@ std::string constant(float v) {
   return o.str();
 }
 
+std::string vec_type(Mode m) { return m == Mode::Wide ? "VecW" : "VecF"; }
+
+// An op's vector form at the mode's width.
+std::string form_at(const char* form, Mode m) {
+  std::string f = form;
+  if (m != Mode::Wide) return f;
+  for (size_t p = 0; (p = f.find("VecF", p)) != std::string::npos; p += 4) f[p + 3] = 'W';
+  return f;
+}
+
 // Input j of row r at element k.
 std::string input_expr(const LoopKernel& k, size_t j, Mode m) {
   const LoopInput& in = k.inputs[j];
@@ -36,18 +49,19 @@ std::string input_expr(const LoopKernel& k, size_t j, Mode m) {
     case Src::Memory: at = "in[" + std::to_string(j) + "] + r * " + std::to_string(in.row_stride) + " + k"; break;
     case Src::Out: at = "out + r * N + k"; break;
     case Src::Step: return m == Mode::Scalar ? "s" + std::to_string(in.step) + "[r]"
-                                             : "VecF::set(s" + std::to_string(in.step) + "[r])";
-    case Src::Const: return m == Mode::Scalar ? constant(in.value) : "VecF::set(" + constant(in.value) + ")";
+                                             : vec_type(m) + "::set(s" + std::to_string(in.step) + "[r])";
+    case Src::Const: return m == Mode::Scalar ? constant(in.value) : vec_type(m) + "::set(" + constant(in.value) + ")";
   }
   if (m == Mode::Scalar) return "*(" + at + ")";
-  return m == Mode::Vec ? "VecF::load(" + at + ")" : "VecF::load_n(" + at + ", m)";
+  return m == Mode::Tail ? "VecF::load_n(" + at + ", m)" : vec_type(m) + "::load(" + at + ")";
 }
 
 // The step's body at row r, element k (inputs read first, then the statements in order, each kept
 // from folding with the next); returns the name of the step's value.
 std::string emit_body(std::ostringstream& o, const LoopKernel& k, const RowStep& st, Mode m, const std::string& ind) {
   const bool vec = m != Mode::Scalar;
-  const char* T = vec ? "VecF::R" : "float";
+  const std::string T = vec ? vec_type(m) + "::R" : "float";
+  const int lanes = m == Mode::Wide ? 16 : 8;
   std::vector<bool> used(k.inputs.size(), false);
   for (const LoopStmt& s : st.body)
     for (int j = 0; j < s.nargs; ++j)
@@ -60,13 +74,14 @@ std::string emit_body(std::ostringstream& o, const LoopKernel& k, const RowStep&
     const std::string v = "v" + std::to_string(i);
     const char* form = vector_form(s.op);
     if (vec && form) {
-      o << ind << "VecF::R " << v << " = " << substitute(form, s, value_name) << ";\n";
+      o << ind << T << " " << v << " = " << substitute(form_at(form, m).c_str(), s, value_name) << ";\n";
     } else if (vec) {  // no vector form: lane by lane through the scalar definition
-      o << ind << "VecF::R " << v << ";\n" << ind << "{\n" << ind << "  alignas(32) float a[3][8], t[8];\n";
-      for (int j = 0; j < s.nargs; ++j) o << ind << "  VecF::store(a[" << j << "], " << value_name(s.arg[j]) << ");\n";
-      o << ind << "  for (int l = 0; l < 8; ++l) t[l] = fn::" << fn_name(s.op) << "::f(";
+      const std::string L = std::to_string(lanes), V = vec_type(m);
+      o << ind << T << " " << v << ";\n" << ind << "{\n" << ind << "  alignas(64) float a[3][" << L << "], t[" << L << "];\n";
+      for (int j = 0; j < s.nargs; ++j) o << ind << "  " << V << "::store(a[" << j << "], " << value_name(s.arg[j]) << ");\n";
+      o << ind << "  for (int l = 0; l < " << L << "; ++l) t[l] = fn::" << fn_name(s.op) << "::f(";
       for (int j = 0; j < s.nargs; ++j) o << (j ? ", " : "") << "a[" << j << "][l]";
-      o << ");\n" << ind << "  " << v << " = VecF::load(t);\n" << ind << "}\n";
+      o << ");\n" << ind << "  " << v << " = " << V << "::load(t);\n" << ind << "}\n";
     } else {
       o << ind << "float " << v << " = fn::" << fn_name(s.op) << "::f(";
       for (int j = 0; j < s.nargs; ++j) o << (j ? ", " : "") << value_name(s.arg[j]);
@@ -78,8 +93,21 @@ std::string emit_body(std::ostringstream& o, const LoopKernel& k, const RowStep&
 }
 
 // The canonical sum of the step's value into s<i>[r] for the R rows.
-void emit_sum(std::ostringstream& o, const LoopKernel& k, const RowStep& st, size_t i, bool vec) {
+// Reads ahead: each memory row and the output row of the next R rows at element k (one cache line
+// per 16 elements), while this step computes; a prefetch never faults past the buffer's end.
+std::string prefetch_next(const LoopKernel& k, const std::string& ind) {
+  std::string o = ind + "prefetch(out, (r + R) * N + k);\n";
+  for (size_t j = 0; j < k.inputs.size(); ++j)
+    if (k.inputs[j].src == Src::Memory && k.inputs[j].row_stride > 0)
+      o += ind + "prefetch(in[" + std::to_string(j) + "], (r + R) * " + std::to_string(k.inputs[j].row_stride) + " + k);\n";
+  return o;
+}
+
+// prefetch: the step reads ahead (the sum with the most work, see rows_source).
+void emit_sum(std::ostringstream& o, const LoopKernel& k, const RowStep& st, size_t i, bool vec, bool wide,
+              bool prefetch) {
   const std::string s = "s" + std::to_string(i);
+  const std::string ahead = prefetch ? prefetch_next(k, "        ") : "";
   o << "  for (int r = 0; r < R; ++r) " << s << "[r] = 0.0f;\n";
   o << "  for (int64_t seg = 0; seg < N; seg += 4096) {\n";
   o << "    const int64_t end = N < seg + 4096 ? N : seg + 4096;\n";
@@ -100,9 +128,20 @@ void emit_sum(std::ostringstream& o, const LoopKernel& k, const RowStep& st, siz
     return;
   }
   o << "    VecF::R acc[R];\n    for (int r = 0; r < R; ++r) acc[r] = VecF::set(0.0f);\n";
-  o << "    int64_t k = seg;\n    for (; k + 8 <= end; k += 8) {\n#pragma GCC unroll 4\n";
+  o << "    int64_t k = seg;\n";
+  std::string v;
+  if (wide) {  // 16 lanes: the low 8 added first, as the 8-lane steps add elements k..k+7 first
+    o << "    for (; k + 16 <= end; k += 16) {\n#pragma GCC unroll 4\n      for (int r = 0; r < R; ++r) {\n";
+    o << ahead;
+    v = emit_body(o, k, st, Mode::Wide, "        ");
+    if (st.store) o << "        VecW::store(out + r * N + k, " << v << ");\n";
+    o << "        acc[r] = VecF::add(acc[r], _mm512_castps512_ps256(" << v << "));\n";
+    o << "        acc[r] = VecF::add(acc[r], _mm512_extractf32x8_ps(" << v << ", 1));\n      }\n    }\n";
+  }
+  o << "    for (; k + 8 <= end; k += 8) {\n#pragma GCC unroll 4\n";
   o << "      for (int r = 0; r < R; ++r) {\n";
-  std::string v = emit_body(o, k, st, Mode::Vec, "        ");
+  if (!ahead.empty()) o << "        if (k % 16 == 0) {\n" << ahead << "        }\n";
+  v = emit_body(o, k, st, Mode::Vec, "        ");
   if (st.store) o << "        VecF::store(out + r * N + k, " << v << ");\n";
   o << "        acc[r] = VecF::add(acc[r], " << v << ");\n      }\n    }\n";
   o << "    if (k < end) {  // the tail: lanes past it add +0\n      const int64_t m = end - k;\n";
@@ -140,7 +179,7 @@ void emit_scalar(std::ostringstream& o, const LoopKernel& k, const RowStep& st, 
 }
 
 // The output row, or the quiet NaN throughout where a guarded scalar is NaN.
-void emit_store(std::ostringstream& o, const LoopKernel& k, const RowStep& st, bool vec) {
+void emit_store(std::ostringstream& o, const LoopKernel& k, const RowStep& st, bool vec, bool wide) {
   o << "  for (int r = 0; r < R; ++r) {\n";
   if (!k.nan_guard.empty()) {
     o << "    if (";
@@ -149,6 +188,11 @@ void emit_store(std::ostringstream& o, const LoopKernel& k, const RowStep& st, b
     o << "      continue;\n    }\n";
   }
   o << "    int64_t k = 0;\n";
+  if (wide) {
+    o << "    for (; k + 16 <= N; k += 16) {\n";
+    std::string v = emit_body(o, k, st, Mode::Wide, "      ");
+    o << "      VecW::store(out + r * N + k, " << v << ");\n    }\n";
+  }
   if (vec) {
     o << "    for (; k + 8 <= N; k += 8) {\n";
     std::string v = emit_body(o, k, st, Mode::Vec, "      ");
@@ -166,24 +210,31 @@ void emit_store(std::ostringstream& o, const LoopKernel& k, const RowStep& st, b
 
 }  // namespace
 
-std::string rows_source(const LoopKernel& k, bool vec) {
+std::string rows_source(const LoopKernel& k, bool vec, bool wide) {
   validate(k);
   if (k.dtype != DType::F32 || k.row_n == 0) throw Error("jit: row kernels are float32 rows");
   std::ostringstream o;
   o << "namespace {\nconstexpr int64_t N = " << k.row_n << ";\n";
-  o << "inline float bits(uint32_t u) {\n  float f;\n  memcpy(&f, &u, sizeof f);\n  return f;\n}\n\n";
-  o << "// R rows: in[j] is input j at the first of them.\ntemplate <int R>\n";
+  o << "inline float bits(uint32_t u) {\n  float f;\n  memcpy(&f, &u, sizeof f);\n  return f;\n}\n";
+  if (vec)
+    o << "inline void prefetch(const float* p, int64_t i) {\n"
+         "  _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(p) + uintptr_t(i) * 4), _MM_HINT_T0);\n}\n";
+  o << "\n// R rows: in[j] is input j at the first of them.\ntemplate <int R>\n";
   o << "inline void rows(const float* const* in, float* out) {\n";
   for (size_t i = 0; i < k.steps.size(); ++i)
     if (k.steps[i].kind != Kind::Store) o << "  float s" << i << "[R];\n";
+  size_t ahead = k.steps.size();  // the sum with the most statements reads the next rows ahead
+  for (size_t i = 0; i < k.steps.size(); ++i)
+    if (vec && k.steps[i].kind == Kind::Sum && (ahead == k.steps.size() || k.steps[i].body.size() > k.steps[ahead].body.size()))
+      ahead = i;
   for (size_t i = 0; i < k.steps.size(); ++i) {
     const RowStep& st = k.steps[i];
     o << "  {  // step " << i << "\n";
     switch (st.kind) {
-      case Kind::Sum: emit_sum(o, k, st, i, vec); break;
+      case Kind::Sum: emit_sum(o, k, st, i, vec, wide, i == ahead); break;
       case Kind::Max: emit_max(o, k, st, i, vec); break;
       case Kind::Scalar: emit_scalar(o, k, st, i); break;
-      case Kind::Store: emit_store(o, k, st, vec); break;
+      case Kind::Store: emit_store(o, k, st, vec, wide); break;
     }
     o << "  }\n";
   }
@@ -201,7 +252,7 @@ std::string rows_pointers(const LoopKernel& k, const std::string& row, const std
 }
 
 std::string render_rows_cpp(const LoopKernel& k, Isa isa, const std::string& symbol) {
-  const bool vec = isa != Isa::Scalar;
+  const bool vec = isa != Isa::Scalar, wide = isa == Isa::Avx512;
   std::ostringstream o;
   o << "// Generated by Synoros: " << k.text() << "\n";
   o << "#include <algorithm>\n#include <cmath>\n#include <cstdint>\n#include <cstring>\n";
@@ -210,9 +261,10 @@ std::string render_rows_cpp(const LoopKernel& k, Isa isa, const std::string& sym
     o << "#include \"kernels/cpu/vec_math.hpp\"\n#include \"kernels/cpu/vec_avx2.hpp\"\n";
     o << "using VecF = synoros::kernels::avx2::VecF;\nnamespace vmath = synoros::kernels::vmath;\n";
   }
+  if (wide) o << "#include \"kernels/cpu/vec_avx512.hpp\"\nusing VecW = synoros::kernels::avx512::VecF;\n";
   o << "namespace fn = synoros::fn;\n";
   o << "#define SYNOROS_KEEP(v) __asm__(\"\" : \"+v\"(v))\n\n";
-  o << rows_source(k, vec);
+  o << rows_source(k, vec, wide);
   o << "extern \"C\" void " << symbol << "(const char* const* ext, char* out_, int64_t n) {\n";
   o << "  float* out = reinterpret_cast<float*>(out_);\n  const float* in[" << k.inputs.size() << "] = {};\n";
   o << "  int64_t r = 0;\n  auto at = [&](int64_t row) {\n" << rows_pointers(k, "row", "    ") << "  };\n";
