@@ -145,9 +145,9 @@ INSTANTIATE_TEST_SUITE_P(Isa, JitOps,
                          ::testing::Values(kernels::Isa::Scalar, kernels::Isa::Avx2, kernels::Isa::Avx512),
                          [](const auto& p) { return std::string(kernels::isa_name(p.param)); });
 
-// Row kernels (loop_ir.hpp's row form) for softmax, layer norm with and without weight and bias,
-// and its gradient with and without weight give the hand-written row kernels' bits on every
-// instruction set: rows of 7 (a tail only), 771 (GPT-2's width and a tail) and 5000 (two
+// Row kernels (loop_ir.hpp's row form) for softmax, log-softmax, their gradients, layer norm with
+// and without weight and bias, and its gradient with and without weight give the hand-written row
+// kernels' bits on every instruction set: rows of 7 (a tail only), 771 (GPT-2's width and a tail) and 5000 (two
 // segments of the canonical sum); 37 rows are groups of four, a remainder and two chunks of the
 // launch; ordinary values, and rows with NaN, infinities and signed zeros.
 class JitRows : public ::testing::TestWithParam<kernels::Isa> {};
@@ -166,7 +166,10 @@ TEST_P(JitRows, RowKernelsGiveTheInterpretersBits) {
       ValueId x = g.input(DType::F32, s, "x"), go = g.input(DType::F32, s, "g");
       ValueId w = g.input(DType::F32, {n}, "w"), b = g.input(DType::F32, {n}, "b");
       const attr::Eps eps{1e-5};
-      std::vector<ValueId> outs{g.add(Op::Softmax, {x}, attr::Axis{-1}), g.add(Op::LayerNorm, {x}, eps),
+      const attr::Axis last{-1};
+      std::vector<ValueId> outs{g.add(Op::Softmax, {x}, last), g.add(Op::LogSoftmax, {x}, last),
+                                g.add(Op::SoftmaxGrad, {x, go}, last), g.add(Op::LogSoftmaxGrad, {x, go}, last),
+                                g.add(Op::LayerNorm, {x}, eps),
                                 g.add(Op::LayerNorm, {x, w, b}, eps), g.add(Op::LayerNormGrad, {x, go}, eps),
                                 g.add(Op::LayerNormGrad, {x, go, w}, eps)};
       CompileOptions manual;

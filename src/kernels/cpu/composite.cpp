@@ -42,7 +42,8 @@ void fill_nan(float* y, int64_t n, int64_t st) {
 // element is skipped here and makes the sum NaN), e = exp(x - m) with scalar_ops.hpp's exp, and
 // s = the sum of e as the reductions sum a row: element t into lane t % 8 of its 4096-element
 // segment, lanes combined pairwise, segments added in order. Softmax: e / s; log-softmax:
-// (x - m) - log(s). A contiguous row takes the AVX2 build of the same steps.
+// (x - m) - log(s) with scalar_ops.hpp's log. A contiguous row takes the AVX2 build of the same
+// steps.
 void softmax_line_f32(const LineArgs& a, const float* x, float* y, int64_t st, bool log_out) {
   const int64_t n = a.n;
   float m, s;
@@ -65,7 +66,7 @@ void softmax_line_f32(const LineArgs& a, const float* x, float* y, int64_t st, b
   }
   if (std::isnan(s)) return fill_nan(y, n, st);
   if (log_out) {
-    const float ls = std::log(s);
+    const float ls = fn::Log::f(s);
     for (int64_t k = 0; k < n; ++k) y[k * st] = x[k * st] - m - ls;
   } else if (st == 1 && a.avx2) {
     avx2::divide_row(y, n, s);
@@ -89,8 +90,20 @@ void softmax_line(const LineArgs& a, const T* x, T* y, int64_t st, bool log_out)
   }
 }
 
+// Softmax's gradient: s = the sum of y g, dx = y (g - s); log-softmax's: s = the sum of g,
+// dx = g - exp(y) s. Float sums take the canonical order, float exp scalar_ops.hpp's, and a float
+// row whose s is NaN is the one quiet NaN (the row's every element is NaN then anyway; this fixes
+// its sign, which y (g - s) with two NaN operands would leave to the compiler).
 template <class T>
 void softmax_grad_line(const LineArgs& a, const T* yv, const T* g, T* dx, int64_t st, bool log_in) {
+  if constexpr (std::is_same_v<T, float>) {
+    const float s = log_in ? canonical_sum(a.n, [&](int64_t k) { return g[k * st]; })
+                           : canonical_sum(a.n, [&](int64_t k) { return yv[k * st] * g[k * st]; });
+    if (std::isnan(s)) return fill_nan(dx, a.n, st);
+    for (int64_t k = 0; k < a.n; ++k)
+      dx[k * st] = log_in ? g[k * st] - fn::Exp::f(yv[k * st]) * s : yv[k * st] * (g[k * st] - s);
+    return;
+  }
   T s = 0;
   if (log_in) {
     for (int64_t k = 0; k < a.n; ++k) s += g[k * st];
@@ -263,11 +276,11 @@ void line_launch(const void* p, ThreadPool& pool) {
   pool.run((a.outer * a.inner + kLinesPerChunk - 1) / kLinesPerChunk, line_chunk, p);
 }
 
-// A line launch as a row kernel (loop_ir.hpp): the steps of softmax_line_f32 and
-// layernorm_lines_f32 above, statement for statement, in their order. Null where the launch is not
-// a float softmax or layer norm (or its gradient) over contiguous rows.
+// A line launch as a row kernel (loop_ir.hpp): the steps of softmax_line_f32, softmax_grad_line
+// and layernorm_lines_f32 above, statement for statement, in their order. Null where the launch
+// is not float or its rows are not contiguous.
 const jit::LoopKernel* row_kernel(const LineArgs& a, PlanStorage& storage) {
-  if (a.f64 || a.inner != 1 || (a.op != 0 && a.op != 4 && a.op != 5)) return nullptr;
+  if (a.f64 || a.inner != 1) return nullptr;
   using Src = jit::LoopInput::Src;
   using Kind = jit::RowStep::Kind;
   auto k = std::make_unique<jit::LoopKernel>();
@@ -300,13 +313,33 @@ const jit::LoopKernel* row_kernel(const LineArgs& a, PlanStorage& storage) {
     return int(k->steps.size()) - 1;
   };
   const int x = mem[0];
-  if (a.op == 0) {  // m = max x; s = sum of e = exp(x - m), e stored; y = e / s
+  if (a.op <= 1) {  // m = max x; s = sum of e = exp(x - m); y = e / s (e stored) or (x - m) - log s
+    const bool log_out = a.op == 1;
     const int m = scalar(step(Kind::Max, {}, x));
     Body e;
-    const int sum = step(Kind::Sum, e, e(Op::Exp, e(Op::Sub, x, m)), true);
+    const int sum = step(Kind::Sum, e, e(Op::Exp, e(Op::Sub, x, m)), !log_out);
     Body y;
-    const int out = input({0, Src::Out}), s = scalar(sum);
-    step(Kind::Store, y, y(Op::Div, out, s));
+    if (log_out) {
+      Body ls;
+      const int l = scalar(step(Kind::Scalar, ls, ls(Op::Log, scalar(sum))));
+      step(Kind::Store, y, y(Op::Sub, y(Op::Sub, x, m), l));
+    } else {
+      const int out = input({0, Src::Out}), s = scalar(sum);
+      step(Kind::Store, y, y(Op::Div, out, s));
+    }
+    k->nan_guard = {sum};
+    return storage.own(std::move(k));
+  }
+  if (a.op <= 3) {  // the gradients: x is y, mem[1] the upstream g
+    const int g = mem[1];
+    Body t, dx;
+    const int sum = a.op == 2 ? step(Kind::Sum, t, t(Op::Mul, x, g)) : step(Kind::Sum, t, g);
+    const int s = scalar(sum);
+    if (a.op == 2) {  // s = sum y g; dx = y (g - s)
+      step(Kind::Store, dx, dx(Op::Mul, x, dx(Op::Sub, g, s)));
+    } else {  // s = sum g; dx = g - exp(y) s
+      step(Kind::Store, dx, dx(Op::Sub, g, dx(Op::Mul, dx(Op::Exp, x), s)));
+    }
     k->nan_guard = {sum};
     return storage.own(std::move(k));
   }
