@@ -29,6 +29,18 @@ struct VecF {
   static R max(R a, R b) { return _mm256_max_ps(a, b); }
   static R clamp_abs(R x, float c) { return max(set(-c), min(set(c), x)); }
   static R keep_nan(R x, R y) { return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q)); }
+  // Lane masks (all ones where true) and selection, for the generated kernels' comparisons:
+  // ordered comparisons are false for a NaN operand, ne and unord true.
+  using M = __m256;
+  static M lt(R a, R b) { return _mm256_cmp_ps(a, b, _CMP_LT_OQ); }
+  static M le(R a, R b) { return _mm256_cmp_ps(a, b, _CMP_LE_OQ); }
+  static M eq(R a, R b) { return _mm256_cmp_ps(a, b, _CMP_EQ_OQ); }
+  static M ne(R a, R b) { return _mm256_cmp_ps(a, b, _CMP_NEQ_UQ); }
+  static M unord(R a, R b) { return _mm256_cmp_ps(a, b, _CMP_UNORD_Q); }
+  static M either(M a, M b) { return _mm256_or_ps(a, b); }
+  static R select(M m, R t, R f) { return _mm256_blendv_ps(f, t, m); }
+  static R flip_sign(R x) { return _mm256_xor_ps(x, set(-0.0f)); }
+  static R clear_sign(R x) { return _mm256_andnot_ps(set(-0.0f), x); }
   static R pow2(__m256i n) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n, _mm256_set1_epi32(127)), 23));
   }

@@ -28,6 +28,18 @@ struct VecF {
   // NaN x gives c).
   static R clamp_abs(R x, float c) { return _mm512_range_ps(x, set(c), 2); }
   static R keep_nan(R x, R y) { return _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x); }
+  // Lane masks and selection, for the generated kernels' comparisons: ordered comparisons are
+  // false for a NaN operand, ne and unord true.
+  using M = __mmask16;
+  static M lt(R a, R b) { return _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ); }
+  static M le(R a, R b) { return _mm512_cmp_ps_mask(a, b, _CMP_LE_OQ); }
+  static M eq(R a, R b) { return _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ); }
+  static M ne(R a, R b) { return _mm512_cmp_ps_mask(a, b, _CMP_NEQ_UQ); }
+  static M unord(R a, R b) { return _mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q); }
+  static M either(M a, M b) { return M(a | b); }
+  static R select(M m, R t, R f) { return _mm512_mask_blend_ps(m, f, t); }
+  static R flip_sign(R x) { return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(x), _mm512_set1_epi32(int(0x80000000u)))); }
+  static R clear_sign(R x) { return _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(0x7fffffff))); }
   static R ldexp(R e, R n) { return _mm512_scalef_ps(e, n); }
   static R ldexp_small(R e, R m, R) { return _mm512_scalef_ps(e, m); }
   static R recip_unless_lt(R x, float c, R b) {

@@ -9,7 +9,8 @@
 namespace synoros::kernels::jit {
 
 // The vector form of an op, where the engine has one: the same IEEE operation (+, -, *, /,
-// relu's max(0, x)) or vec_math.hpp's polynomial, which gives fn::Enum::f's bits in every lane.
+// relu's max(0, x)), a selection or sign operation, or vec_math.hpp's polynomial, which gives
+// fn::Enum::f's bits in every lane.
 inline const char* vector_form(Op op) {
   switch (op) {
     case Op::Add: return "VecF::add(%0, %1)";
@@ -22,6 +23,15 @@ inline const char* vector_form(Op op) {
     case Op::Tanh: return "vmath::tanh<VecF>(%0)";
     case Op::Gelu: return "vmath::gelu<VecF>(%0)";
     case Op::GeluTanh: return "vmath::gelu_tanh<VecF>(%0)";
+    // Selections, exact like their scalar definitions (scalar_ops.hpp), NaN cases included.
+    case Op::Neg: return "VecF::flip_sign(%0)";
+    case Op::Abs: return "VecF::clear_sign(%0)";
+    case Op::Max: return "VecF::select(VecF::either(VecF::lt(%0, %1), VecF::unord(%1, %1)), %1, %0)";
+    case Op::Min: return "VecF::select(VecF::either(VecF::lt(%1, %0), VecF::unord(%1, %1)), %1, %0)";
+    case Op::CmpLt: return "VecF::select(VecF::lt(%0, %1), VecF::set(1.0f), VecF::set(0.0f))";
+    case Op::CmpEq: return "VecF::select(VecF::eq(%0, %1), VecF::set(1.0f), VecF::set(0.0f))";
+    case Op::ReluGrad: return "VecF::select(VecF::le(%1, VecF::set(0.0f)), VecF::set(0.0f), %0)";
+    case Op::Where: return "VecF::select(VecF::ne(%0, VecF::set(0.0f)), %1, %2)";
     default: return nullptr;
   }
 }
