@@ -103,4 +103,17 @@ typename V::R gelu_tanh(typename V::R x) {
   return V::mul(V::mul(V::set(0.5f), x), V::add(V::set(1.0f), tanh<V>(inner)));
 }
 
+// fn::GeluTanhGrad(g, x): g (right / 2 + x/2 (1 - t^2) b (1 + 3k x^2)), t = tanh(b (x + k x^3)),
+// in the scalar source's order.
+template <class V>
+typename V::R gelu_tanh_grad(typename V::R g, typename V::R x) {
+  const auto x_sq = V::mul(x, x);
+  const auto beta = V::set(fn::kGeluBeta<float>), one = V::set(1.0f), half = V::set(0.5f);
+  const auto t = tanh<V>(V::mul(beta, V::add(x, V::mul(V::set(fn::kGeluKappa<float>), V::mul(x_sq, x)))));
+  const auto left = V::mul(half, x), right = V::add(one, t);
+  const auto inner_d = V::mul(beta, V::add(one, V::mul(V::set(3.0f * fn::kGeluKappa<float>), x_sq)));
+  const auto d_right = V::mul(V::mul(left, V::sub(one, V::mul(t, t))), inner_d);
+  return V::mul(g, V::add(V::mul(half, right), d_right));
+}
+
 }  // namespace synoros::kernels::vmath

@@ -21,7 +21,7 @@ size_t statements(const LoopKernel& k) {
   return n;
 }
 // Bumped whenever the renderer changes what it writes for a kernel: cached choices then lapse.
-constexpr const char* kRendererVersion = "2";
+constexpr const char* kRendererVersion = "3";
 }  // namespace
 
 GroupRecompile recompile_site(const JitSite& site) {

@@ -23,6 +23,7 @@ inline const char* vector_form(Op op) {
     case Op::Tanh: return "vmath::tanh<VecF>(%0)";
     case Op::Gelu: return "vmath::gelu<VecF>(%0)";
     case Op::GeluTanh: return "vmath::gelu_tanh<VecF>(%0)";
+    case Op::GeluTanhGrad: return "vmath::gelu_tanh_grad<VecF>(%0, %1)";
     // Selections, exact like their scalar definitions (scalar_ops.hpp), NaN cases included.
     case Op::Neg: return "VecF::flip_sign(%0)";
     case Op::Abs: return "VecF::clear_sign(%0)";
