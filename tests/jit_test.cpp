@@ -147,9 +147,10 @@ INSTANTIATE_TEST_SUITE_P(Isa, JitOps,
 
 // Row kernels (loop_ir.hpp's row form) for softmax, log-softmax, their gradients, layer norm with
 // and without weight and bias, and its gradient with and without weight give the hand-written row
-// kernels' bits on every instruction set: rows of 7 (a tail only), 771 (GPT-2's width and a tail) and 5000 (two
-// segments of the canonical sum); 37 rows are groups of four, a remainder and two chunks of the
-// launch; ordinary values, and rows with NaN, infinities and signed zeros.
+// kernels' bits on every instruction set: rows of 7 (a tail only), 779 (16-lane steps, an 8-lane
+// step and a tail) and 5000 (two segments of the canonical sum); 37 rows are groups of four, a
+// remainder and two chunks of the launch; ordinary values, and special values (NaN, infinities,
+// signed zeros) in every input.
 class JitRows : public ::testing::TestWithParam<kernels::Isa> {};
 
 TEST_P(JitRows, RowKernelsGiveTheInterpretersBits) {
@@ -157,7 +158,7 @@ TEST_P(JitRows, RowKernelsGiveTheInterpretersBits) {
   if (int(isa) > int(kernels::best_isa())) GTEST_SKIP() << "this CPU lacks " << kernels::isa_name(isa);
   testing::IsaScope at_isa(isa);
   JitScope jit;
-  for (int64_t n : {7, 771, 5000}) {
+  for (int64_t n : {7, 779, 5000}) {
     for (bool special : {false, true}) {
       const std::string what = std::string(kernels::isa_name(isa)) + " n=" + std::to_string(n) +
                                (special ? " special" : "");
@@ -177,9 +178,9 @@ TEST_P(JitRows, RowKernelsGiveTheInterpretersBits) {
       Plan plan(g, outs, manual), ref(g, outs, manual);
       for (Plan* p : {&plan, &ref}) {
         p->set_input(x, special ? testing::special_tensor(s, 7, 97) : testing::random_tensor({DType::F32, s, -4, 4}, 7));
-        p->set_input(go, testing::random_tensor({DType::F32, s}, 8));
-        p->set_input(w, testing::random_tensor({DType::F32, {n}}, 9));
-        p->set_input(b, testing::random_tensor({DType::F32, {n}}, 10));
+        p->set_input(go, special ? testing::special_tensor(s, 8, 89) : testing::random_tensor({DType::F32, s}, 8));
+        p->set_input(w, special ? testing::special_tensor({n}, 9, 83) : testing::random_tensor({DType::F32, {n}}, 9));
+        p->set_input(b, special ? testing::special_tensor({n}, 10, 79) : testing::random_tensor({DType::F32, {n}}, 10));
         p->run();
       }
       RecompileReport r = plan.recompile();
@@ -225,8 +226,20 @@ TEST(Jit, RowKernelsReadOnlyWhatIsDefined) {
   // A scalar step reading the row.
   EXPECT_THROW(kernels::jit::validate(kernel({x}, {{Kind::Scalar, false, {exp_x}, 0}, {Kind::Store, false, {}, -1}})),
                Error);
-  // No store at the end.
+  // No store at the end; two stores.
   EXPECT_THROW(kernels::jit::validate(kernel({x}, {{Kind::Sum, false, {exp_x}, 0}})), Error);
+  EXPECT_THROW(kernels::jit::validate(kernel({x}, {{Kind::Store, false, {}, -1}, {Kind::Store, false, {}, -1}})), Error);
+  // A memory input after another kind (the caller passes memory inputs first).
+  EXPECT_THROW(kernels::jit::validate(kernel({{0, Src::Const, 0, -1, 2.0f}, x},
+                                             {{Kind::Store, false, {{Op::Mul, 2, {-1, -2, 0}}}, 0}})),
+               Error);
+  // A run kernel with row steps.
+  LoopKernel run;
+  run.inputs = {{1}};
+  run.body = {exp_x};
+  EXPECT_NO_THROW(kernels::jit::validate(run));
+  run.nan_guard = {0};
+  EXPECT_THROW(kernels::jit::validate(run), Error);
 }
 
 // A chain of transcendentals over long runs.
@@ -547,6 +560,25 @@ TEST(JitCuda, EveryGroupOfTheGptStepCompilesWithNvrtc) {
     EXPECT_NE(b.ptx.find(".entry synoros_run"), std::string::npos) << k->text();
   }
   EXPECT_GE(rows, 2 * c.layers + 1);
+}
+
+// The softmax family's row kernels (a maximum, a scalar log, a stored sum) compile with NVRTC too.
+TEST(JitCuda, SoftmaxRowKernelsCompileWithNvrtc) {
+  std::string why;
+  if (!kernels::jit::nvrtc_available(&why)) GTEST_SKIP() << why;
+  Graph g;
+  ValueId x = g.input(DType::F32, {4, 37}, "x"), go = g.input(DType::F32, {4, 37}, "g");
+  const attr::Axis last{-1};
+  std::vector<ValueId> outs{g.add(Op::Softmax, {x}, last), g.add(Op::LogSoftmax, {x}, last),
+                            g.add(Op::SoftmaxGrad, {x, go}, last), g.add(Op::LogSoftmaxGrad, {x, go}, last)};
+  Plan plan(g, outs);
+  std::vector<const kernels::jit::LoopKernel*> kernels = plan.loop_kernels();
+  ASSERT_EQ(kernels.size(), outs.size());
+  for (const kernels::jit::LoopKernel* k : kernels) {
+    EXPECT_GT(k->row_n, 0) << k->text();
+    kernels::jit::CudaBinary b = kernels::jit::nvrtc_compile(kernels::jit::render_cuda(*k, "synoros_run"), "sm_90");
+    EXPECT_TRUE(b.ok) << k->text() << "\n" << b.log;
+  }
 }
 
 }  // namespace

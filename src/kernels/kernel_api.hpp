@@ -8,15 +8,11 @@
 #include <string>
 #include <vector>
 
+#include "kernels/jit/loop_ir.hpp"
 #include "synoros/runtime.hpp"
 #include "passes/views.hpp"
 
 namespace synoros::kernels {
-
-namespace jit {
-struct LoopKernel;
-using RunFn = void (*)(const char* const* ext, char* out, int64_t n);  // as in loop_ir.hpp
-}  // namespace jit
 
 // A launch whose work Recompile may hand to a generated kernel: a fused elementwise group
 // (fused.cpp) or a row kernel (composite.cpp). `args` is its lowering's argument block, `ops` how

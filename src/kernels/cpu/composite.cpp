@@ -233,13 +233,17 @@ void layernorm_grad_line(const LineArgs& a, const T* x, const T* g, T* dx) {
   }
 }
 
-// Lines [l0, l1) through the generated row kernel: its memory inputs are the launch's inputs in
-// order, each at line l0.
+// Input j of a launch with a row kernel at line l: its memory inputs are the launch's inputs in
+// order (row_kernel builds them so), each with its row stride (0: a per-column weight).
+const float* input_at_line(const LineArgs& a, int j, int64_t l) {
+  return static_cast<const float*>(a.in[j]) + l * a.loop->inputs[size_t(j)].row_stride;
+}
+
+// Lines [l0, l1) through the generated row kernel.
 void generated_lines(const LineArgs& a, int64_t l0, int64_t l1) {
   const char* ext[3] = {};
-  for (int j = 0; j < a.n_in; ++j)
-    ext[j] = static_cast<const char*>(a.in[j]) + l0 * a.loop->inputs[size_t(j)].row_stride * int64_t(sizeof(float));
-  a.jit(ext, static_cast<char*>(a.out) + l0 * a.n * int64_t(sizeof(float)), l1 - l0);
+  for (int j = 0; j < a.n_in; ++j) ext[j] = reinterpret_cast<const char*>(input_at_line(a, j, l0));
+  a.jit(ext, reinterpret_cast<char*>(static_cast<float*>(a.out) + l0 * a.n), l1 - l0);
 }
 
 template <class T>
@@ -280,7 +284,7 @@ void line_launch(const void* p, ThreadPool& pool) {
 // and layernorm_lines_f32 above, statement for statement, in their order. Null where the launch
 // is not float or its rows are not contiguous.
 const jit::LoopKernel* row_kernel(const LineArgs& a, PlanStorage& storage) {
-  if (a.f64 || a.inner != 1) return nullptr;
+  if (a.f64 || a.inner != 1 || a.n == 0) return nullptr;
   using Src = jit::LoopInput::Src;
   using Kind = jit::RowStep::Kind;
   auto k = std::make_unique<jit::LoopKernel>();
@@ -388,8 +392,7 @@ const LineArgs& lines_of(const void* p) { return *static_cast<const LineArgs*>(p
 void lines_eval(const void* p, int64_t begin, int64_t end, void* dst) {
   LineArgs c = lines_of(p);
   const int64_t r0 = begin / c.n;
-  for (int j = 0; j < c.n_in; ++j)
-    c.in[j] = static_cast<const float*>(c.in[j]) + r0 * c.loop->inputs[size_t(j)].row_stride;
+  for (int j = 0; j < c.n_in; ++j) c.in[j] = input_at_line(c, j, r0);
   c.outer = end / c.n - r0;
   c.out = dst;
   for (int64_t ch = 0; ch * kLinesPerChunk < c.outer; ++ch) line_chunk(&c, ch);

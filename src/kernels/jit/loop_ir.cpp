@@ -39,11 +39,18 @@ void validate_body(const std::vector<LoopStmt>& body, size_t n_inputs, const std
 void validate(const LoopKernel& k) {
   if (k.row_n == 0) {
     if (k.body.empty()) throw Error("jit: a loop kernel needs at least one statement");
+    if (!k.steps.empty() || !k.nan_guard.empty()) throw Error("jit: a run kernel has no row steps");
     validate_body(k.body, k.inputs.size(), "a loop kernel", [&](size_t in) { return k.inputs[in].src == Src::Memory; });
     return;
   }
   if (k.row_n < 0 || k.steps.empty() || k.steps.back().kind != Kind::Store || !k.body.empty())
     throw Error("jit: a row kernel needs a positive row length and steps ending in a store");
+  if (k.dtype != DType::F32) throw Error("jit: row kernels are float32");
+  for (size_t i = 0; i + 1 < k.steps.size(); ++i)
+    if (k.steps[i].kind == Kind::Store) throw Error("jit: a row kernel stores its row once, in its last step");
+  for (size_t j = 1; j < k.inputs.size(); ++j)
+    if (k.inputs[j].src == Src::Memory && k.inputs[j - 1].src != Src::Memory)
+      throw Error("jit: a row kernel's memory inputs come first");
   bool stored = false;
   for (size_t i = 0; i < k.steps.size(); ++i) {
     const RowStep& st = k.steps[i];

@@ -64,9 +64,10 @@ struct RowStep {
 };
 
 // A run kernel (row_n == 0): for i in [0, n): out[i] = body[last](inputs at i).
-// A row kernel (row_n > 0): n rows of row_n elements, the output's rows consecutive; each row runs
-// `steps` in order, and a row where the scalar of any step in `nan_guard` is NaN is written as the
-// one quiet NaN throughout (the row kernels' rule). All values are of one dtype.
+// A row kernel (row_n > 0, float32): n rows of row_n elements, the output's rows consecutive; each
+// row runs `steps` in order, the last (and only) store last, and a row where the scalar of any
+// step in `nan_guard` is NaN is written as the one quiet NaN throughout (the row kernels' rule).
+// Its memory inputs come first. All values are of one dtype.
 struct LoopKernel {
   DType dtype = DType::F32;
   std::vector<LoopInput> inputs;

@@ -4,7 +4,6 @@
 #include <cstring>
 #include <vector>
 
-#include "kernels/cpu/cpu_kernels.hpp"
 #include "kernels/jit/compiler.hpp"
 #include "kernels/jit/render.hpp"
 #include "kernels/providers.hpp"
@@ -33,6 +32,7 @@ GroupRecompile recompile_site(const JitSite& site) {
   void* args = site.args;
   const int64_t total = ops.elements(args);
   if (total == 0) return r;  // nothing to compute
+  // "jit-group": the prefix of the first sites' keys, kept so that recorded choices stay valid.
   const std::string key = tuning_key("jit-group " + r.kernel + " n=" + std::to_string(total) + " walk=" + ops.walk(args),
                                      strict_kernels());
   // Two candidates: the interpreter (the reference) and the generated kernel, which must give

@@ -10,6 +10,8 @@
 
 namespace synoros::kernels::jit {
 
+// The outcome for one site (named for the fused groups that were the first sites; row launches
+// report the same way).
 struct GroupRecompile {
   std::string kernel;   // the loop kernel's text
   std::string outcome;  // "generated", "interpreter" (it was faster), "rejected: ...", "failed: ..."

@@ -92,7 +92,6 @@ std::string emit_body(std::ostringstream& o, const LoopKernel& k, const RowStep&
   return value_name(st.value);
 }
 
-// The canonical sum of the step's value into s<i>[r] for the R rows.
 // Reads ahead: each memory row and the output row of the next R rows at element k (one cache line
 // per 16 elements), while this step computes; a prefetch never faults past the buffer's end.
 std::string prefetch_next(const LoopKernel& k, const std::string& ind) {
@@ -103,7 +102,8 @@ std::string prefetch_next(const LoopKernel& k, const std::string& ind) {
   return o;
 }
 
-// prefetch: the step reads ahead (the sum with the most work, see rows_source).
+// The canonical sum of the step's value into s<i>[r] for the R rows; prefetch: the step reads
+// ahead (the sum with the most work, see rows_source).
 void emit_sum(std::ostringstream& o, const LoopKernel& k, const RowStep& st, size_t i, bool vec, bool wide,
               bool prefetch) {
   const std::string s = "s" + std::to_string(i);
