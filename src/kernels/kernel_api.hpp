@@ -16,15 +16,10 @@ namespace synoros::kernels {
 
 // A launch whose work Recompile may hand to a generated kernel: a fused elementwise group
 // (fused.cpp) or a row kernel (composite.cpp). `args` is its lowering's argument block, `ops` how
-// to read and run it.
+// to run it either way.
 struct JitSite {
   struct Ops {
-    const jit::LoopKernel* (*kernel)(const void* args);  // null: no loop kernel replaces it
-    int64_t (*elements)(const void* args);               // the output's elements
-    int64_t (*granule)(const void* args);                // evals cover multiples of it (a row)
-    std::string (*walk)(const void* args);  // how the runtime walks the output (runs of another
-                                            // length or shape may favour another kernel)
-    void (*prepare)(const void* args);      // once before evals (refreshes tiled broadcast rows)
+    void (*prepare)(const void* args);  // once before evals (refreshes tiled broadcast rows)
     // Output elements [begin, end) into dst (nothing written to the output), by the generated
     // run where one is set, else by the interpreter.
     void (*eval)(const void* args, int64_t begin, int64_t end, void* dst);
@@ -33,8 +28,12 @@ struct JitSite {
   };
   ValueId node;
   void* args;
+  const jit::LoopKernel* kernel;  // null: no loop kernel replaces it
+  int64_t elements;               // the output's
+  int64_t granule;                // evals cover multiples of it (1, or a row)
+  std::string walk;  // how the runtime walks the output (runs of another length or shape may
+                     // favour another kernel)
   const Ops* ops;
-  const jit::LoopKernel* kernel() const { return ops->kernel(args); }
 };
 
 // Plan-owned storage for launch arguments, and each launch's scratch frame. A plan lowers

@@ -55,7 +55,7 @@ RecompileReport Plan::recompile(const RecompileOptions& opts) {
   for (const kernels::JitSite& site : impl_->storage->jit_sites()) {
     const ValueId node = site.node;
     auto it = launch_of.find(node);
-    if (it == launch_of.end() || !site.kernel()) continue;  // folded, or not a loop
+    if (it == launch_of.end() || !site.kernel) continue;  // folded, or not a loop
     size_t k = it->second;
     if (!opts.launch_ns.empty() && (opts.launch_ns[k] < opts.min_ns || opts.launch_ns[k] < opts.min_share * sum))
       continue;
@@ -73,7 +73,7 @@ RecompileReport Plan::recompile(const RecompileOptions& opts) {
       // Too close to the machine's limit to gain: no compile, no timing; the interpreter runs it
       // (also where an earlier Recompile had installed generated code).
       site.ops->set_run(site.args, nullptr);
-      g.kernel = site.kernel()->text();
+      g.kernel = site.kernel->text();
       std::ostringstream why;
       why << std::fixed << std::setprecision(0) << "skipped: " << opts.launch_ns[k] << " ns against a roofline of "
           << floor_ns << " ns";
@@ -84,7 +84,7 @@ RecompileReport Plan::recompile(const RecompileOptions& opts) {
         g = kernels::jit::recompile_site(site);
       } catch (const std::exception& e) {  // never worse than the interpreter
         site.ops->set_run(site.args, nullptr);
-        g.kernel = site.kernel()->text();
+        g.kernel = site.kernel->text();
         g.outcome = std::string("failed: ") + e.what();
       }
     }
@@ -112,7 +112,7 @@ std::vector<const kernels::jit::LoopKernel*> Plan::loop_kernels() const {
   for (const Launch& l : launches_) launched[l.node] = true;
   std::vector<const kernels::jit::LoopKernel*> out;
   for (const kernels::JitSite& site : impl_->storage->jit_sites()) {
-    const kernels::jit::LoopKernel* k = site.kernel();
+    const kernels::jit::LoopKernel* k = site.kernel;
     if (k && launched.count(site.node)) out.push_back(k);
   }
   return out;

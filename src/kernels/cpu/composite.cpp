@@ -399,10 +399,6 @@ void lines_eval(const void* p, int64_t begin, int64_t end, void* dst) {
 }
 
 const JitSite::Ops kLinesSite = {
-    [](const void* p) { return lines_of(p).loop; },
-    [](const void* p) { return lines_of(p).outer * lines_of(p).inner * lines_of(p).n; },
-    [](const void* p) { return lines_of(p).n; },
-    [](const void*) { return "rows" + std::to_string(kLinesPerChunk); },
     [](const void*) {},
     lines_eval,
     [](void* p, jit::RunFn run) { static_cast<LineArgs*>(p)->jit = run; },
@@ -427,7 +423,9 @@ Launch lower_lines(LowerCtx& c, int op, int axis) {
   a->avx2 = active_isa() != Isa::Scalar;
   a->jit = nullptr;
   a->loop = row_kernel(*a, c.storage);
-  if (a->loop) c.storage.register_jit_site({c.id, a, &kLinesSite});
+  if (a->loop)
+    c.storage.register_jit_site(
+        {c.id, a, a->loop, a->outer * a->n, a->n, "rows" + std::to_string(kLinesPerChunk), &kLinesSite});
   return {line_launch, a, c.id};
 }
 

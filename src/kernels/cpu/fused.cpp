@@ -189,20 +189,11 @@ void group_eval(const void* group_args, int64_t begin, int64_t end, void* dst) {
 void group_prepare(const void* group_args) { refresh_tiles(*static_cast<const GroupArgs*>(group_args)); }
 
 namespace {
-const GroupArgs& group_of(const void* p) { return *static_cast<const GroupArgs*>(p); }
 const JitSite::Ops kGroupSite = {
-    [](const void* p) { return group_of(p).loop; },
-    [](const void* p) { return group_of(p).total; },
-    [](const void*) { return int64_t(1); },
-    [](const void* p) {
-      const GroupArgs& a = group_of(p);
-      return "r" + std::to_string(a.rank) + (a.tile_n > 0 ? "t" + std::to_string(a.tile_n) : "") + "i" +
-             std::to_string(a.shape[a.rank - 1]);
-    },
     group_prepare,
     group_eval,
     [](void* p, jit::RunFn run) { static_cast<GroupArgs*>(p)->jit = run; },
-    [](const void* p) { return group_of(p).jit; },
+    [](const void* p) { return static_cast<const GroupArgs*>(p)->jit; },
 };
 }  // namespace
 
@@ -432,7 +423,9 @@ Launch lower_group(const Graph& g, const std::vector<ValueId>& members,
   }
   a->loop = loop_kernel(g, members, *a, read_direct, storage);
   a->jit = nullptr;
-  storage.register_jit_site({members.back(), a, &kGroupSite});
+  const std::string walk = "r" + std::to_string(a->rank) + (a->tile_n > 0 ? "t" + std::to_string(a->tile_n) : "") +
+                           "i" + std::to_string(a->shape[a->rank - 1]);
+  storage.register_jit_site({members.back(), a, a->loop, a->total, 1, walk, &kGroupSite});
   fold_stages(g, members, externals, *a);
   return {group_launch, a, members.back()};
 }

@@ -25,20 +25,20 @@ constexpr const char* kRendererVersion = "3";
 
 GroupRecompile recompile_site(const JitSite& site) {
   GroupRecompile r;
-  const LoopKernel* k = site.kernel();
+  const LoopKernel* k = site.kernel;
   if (!k) return r;
   r.kernel = k->text();
   const JitSite::Ops& ops = *site.ops;
   void* args = site.args;
-  const int64_t total = ops.elements(args);
+  const int64_t total = site.elements;
   if (total == 0) return r;  // nothing to compute
   // "jit-group": the prefix of the first sites' keys, kept so that recorded choices stay valid.
-  const std::string key = tuning_key("jit-group " + r.kernel + " n=" + std::to_string(total) + " walk=" + ops.walk(args),
+  const std::string key = tuning_key("jit-group " + r.kernel + " n=" + std::to_string(total) + " walk=" + site.walk,
                                      strict_kernels());
   // Two candidates: the interpreter (the reference) and the generated kernel, which must give
   // the interpreter's bits on the probe elements; it is compiled only when the choice is
   // measured or the cache picked it.
-  const int64_t g = ops.granule(args);
+  const int64_t g = site.granule;
   const int64_t n = std::max(g, std::min<int64_t>(total, kProbeElements) / g * g);
   std::vector<float> ref(static_cast<size_t>(n)), gen(static_cast<size_t>(n));
   RunFn run = nullptr;

@@ -59,11 +59,7 @@ void vector_step(std::ostringstream& o, const LoopKernel& k, int U, bool tail) {
       if (const char* form = vector_form(s.op)) {
         o << ind << "VecF::R " << v << " = " << substitute(form, s, nm) << ";\n";
       } else {  // no vector form: lane by lane through the scalar definition
-        o << ind << "VecF::R " << v << ";\n" << ind << "{\n" << ind << "  alignas(64) float a[3][L], r[L];\n";
-        for (int j = 0; j < s.nargs; ++j) o << ind << "  VecF::store(a[" << j << "], " << nm(s.arg[j]) << ");\n";
-        o << ind << "  for (int64_t l = 0; l < L; ++l) r[l] = fn::" << fn_name(s.op) << "::f(";
-        for (int j = 0; j < s.nargs; ++j) o << (j ? ", " : "") << "a[" << j << "][l]";
-        o << ");\n" << ind << "  " << v << " = VecF::load(r);\n" << ind << "}\n";
+        lane_by_lane(o, s, "VecF", v, ind, nm);
       }
       o << ind << "SYNOROS_KEEP(" << v << ");\n";
     }

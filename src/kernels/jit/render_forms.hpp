@@ -1,6 +1,7 @@
 // What the C++ renderers share: an op's vector form, argument substitution, C types.
 #pragma once
 
+#include <ostream>
 #include <string>
 
 #include "kernels/jit/loop_ir.hpp"
@@ -49,6 +50,19 @@ std::string substitute(const char* form, const LoopStmt& s, const Name& name) {
     }
   }
   return out;
+}
+
+// Statement s of vector type V (its `kLanes` lanes) for an op without a vector form: lane by lane
+// through the scalar definition fn::Enum::f, value v, arguments named by name(arg).
+template <class Name>
+void lane_by_lane(std::ostream& o, const LoopStmt& s, const std::string& V, const std::string& v,
+                  const std::string& ind, const Name& name) {
+  const std::string L = V + "::kLanes";
+  o << ind << V << "::R " << v << ";\n" << ind << "{\n" << ind << "  alignas(64) float a[3][" << L << "], t[" << L << "];\n";
+  for (int j = 0; j < s.nargs; ++j) o << ind << "  " << V << "::store(a[" << j << "], " << name(s.arg[j]) << ");\n";
+  o << ind << "  for (int64_t l = 0; l < " << L << "; ++l) t[l] = fn::" << fn_name(s.op) << "::f(";
+  for (int j = 0; j < s.nargs; ++j) o << (j ? ", " : "") << "a[" << j << "][l]";
+  o << ");\n" << ind << "  " << v << " = " << V << "::load(t);\n" << ind << "}\n";
 }
 
 inline const char* ctype(DType t) {

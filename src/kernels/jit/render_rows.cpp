@@ -61,7 +61,6 @@ std::string input_expr(const LoopKernel& k, size_t j, Mode m) {
 std::string emit_body(std::ostringstream& o, const LoopKernel& k, const RowStep& st, Mode m, const std::string& ind) {
   const bool vec = m != Mode::Scalar;
   const std::string T = vec ? vec_type(m) + "::R" : "float";
-  const int lanes = m == Mode::Wide ? 16 : 8;
   std::vector<bool> used(k.inputs.size(), false);
   for (const LoopStmt& s : st.body)
     for (int j = 0; j < s.nargs; ++j)
@@ -76,12 +75,7 @@ std::string emit_body(std::ostringstream& o, const LoopKernel& k, const RowStep&
     if (vec && form) {
       o << ind << T << " " << v << " = " << substitute(form_at(form, m).c_str(), s, value_name) << ";\n";
     } else if (vec) {  // no vector form: lane by lane through the scalar definition
-      const std::string L = std::to_string(lanes), V = vec_type(m);
-      o << ind << T << " " << v << ";\n" << ind << "{\n" << ind << "  alignas(64) float a[3][" << L << "], t[" << L << "];\n";
-      for (int j = 0; j < s.nargs; ++j) o << ind << "  " << V << "::store(a[" << j << "], " << value_name(s.arg[j]) << ");\n";
-      o << ind << "  for (int l = 0; l < " << L << "; ++l) t[l] = fn::" << fn_name(s.op) << "::f(";
-      for (int j = 0; j < s.nargs; ++j) o << (j ? ", " : "") << "a[" << j << "][l]";
-      o << ");\n" << ind << "  " << v << " = " << V << "::load(t);\n" << ind << "}\n";
+      lane_by_lane(o, s, vec_type(m), v, ind, value_name);
     } else {
       o << ind << "float " << v << " = fn::" << fn_name(s.op) << "::f(";
       for (int j = 0; j < s.nargs; ++j) o << (j ? ", " : "") << value_name(s.arg[j]);
@@ -212,7 +206,7 @@ void emit_store(std::ostringstream& o, const LoopKernel& k, const RowStep& st, b
 
 std::string rows_source(const LoopKernel& k, bool vec, bool wide) {
   validate(k);
-  if (k.dtype != DType::F32 || k.row_n == 0) throw Error("jit: row kernels are float32 rows");
+  if (k.row_n == 0) throw Error("jit: a run kernel is no row kernel");
   std::ostringstream o;
   o << "namespace {\nconstexpr int64_t N = " << k.row_n << ";\n";
   o << "inline float bits(uint32_t u) {\n  float f;\n  memcpy(&f, &u, sizeof f);\n  return f;\n}\n";
