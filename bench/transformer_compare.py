@@ -5,7 +5,9 @@ models in PyTorch eager, in one run, at 1 and 2 threads.
 Prefill and the training step print achieved GFLOP/s and the share of the measured one-core FMA
 peak (times the thread count); decoding prints the bytes a step must read (every weight but the
 position table, and the keys and values of the context in use) per second against the measured
-one-core DRAM bandwidth. Ratios are PyTorch time / engine time (above 1: the engine is faster).
+one-core DRAM bandwidth, both as `synoros peak` measures it: a streaming copy (bytes read and
+written) and a streaming read (what a decoding step does), over buffers twice the last-level
+cache. Ratios are PyTorch time / engine time (above 1: the engine is faster).
 Each side runs in --processes fresh processes, alternating; medians are reported.
 PyTorch: scripts/install_peers.sh's PyTorch 2.x environment (.peers/bin/python) when it exists,
 eager and torch.compile (prefill and training); otherwise Debian's /usr/bin/python3 (1.13, eager);
@@ -108,6 +110,7 @@ def main():
             if kind == "decode":
                 gbps = decode_bytes(preset, a, b) / e / 1e9
                 row.update(engine_gbps=gbps, share_of_bandwidth=gbps / peak["gbps"],
+                           share_of_read_bandwidth=gbps / peak["read_gbps"],
                            engine_tokens_per_s=b / e, torch_tokens_per_s=b / p)
             elif kind == "lora":
                 C, r = int(preset), a  # the base GEMM forward and for dX, the adapter's six small GEMMs
@@ -118,13 +121,15 @@ def main():
                 g = flops / e / 1e9
                 row.update(engine_gflops=g, share_of_peak=g / (peak["gflops"] * th))
             results.append(row)
-    print(f"machine: {peak['isa']}, one core {peak['gflops']:.1f} GFLOP/s, {peak['gbps']:.1f} GB/s; "
+    print(f"machine: {peak['isa']}, one core {peak['gflops']:.1f} GFLOP/s, {peak['gbps']:.1f} GB/s copying and "
+          f"{peak['read_gbps']:.1f} GB/s reading from DRAM; "
           f"PyTorch {version} eager{' and torch.compile' if args.compile else ''}; "
           f"medians of {args.processes} processes per side")
     print(f"{'row':44} {'thr':>3} {'engine':>10} {'PyTorch':>10} {'ratio':>6}  limit")
     for r in results:
         lim = (f"{r['engine_gflops']:.1f} GFLOP/s = {100 * r['share_of_peak']:.0f}% of peak" if "engine_gflops" in r else
-               f"{r['engine_gbps']:.1f} GB/s = {100 * r['share_of_bandwidth']:.0f}% of bandwidth, "
+               f"{r['engine_gbps']:.1f} GB/s = {100 * r['share_of_bandwidth']:.0f}% of copy bandwidth, "
+               f"{100 * r['share_of_read_bandwidth']:.0f}% of read bandwidth, "
                f"{r['engine_tokens_per_s']:.1f} vs {r['torch_tokens_per_s']:.1f} tokens/s")
         comp = (f"  torch.compile {1e3 * r['compile_s']:.1f}ms = {r['ratio_compile']:.2f}x" if "compile_s" in r else "")
         print(f"{r['name']:44} {r['threads']:3d} {1e3 * r['engine_s']:8.1f}ms {1e3 * r['torch_s']:8.1f}ms "

@@ -94,8 +94,9 @@ struct CompileOptions {
 // What one core of this machine can do, measured (synoros/profile.hpp: measure_peak).
 struct MachinePeak {
   double gflops = 0;  // one core, f32 FMA, the active instruction set
-  double gbps = 0;    // one core, streaming read + write
+  double gbps = 0;    // one core, streaming copy from DRAM: bytes read + written per second
   std::string isa;
+  double read_gbps = 0;  // one core, streaming read from DRAM (what decoding's weights and caches take)
 };
 
 // Recompile: fused elementwise groups replaced by kernels generated for them (a loop kernel

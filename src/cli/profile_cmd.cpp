@@ -161,7 +161,8 @@ int profile_model(const Args& a) {
 
 int peak(const Args&) {
   MachinePeak p = measure_peak();
-  std::cout << "{\"gflops\": " << p.gflops << ", \"gbps\": " << p.gbps << ", \"isa\": \"" << p.isa << "\"}\n";
+  std::cout << "{\"gflops\": " << p.gflops << ", \"gbps\": " << p.gbps << ", \"read_gbps\": " << p.read_gbps
+            << ", \"isa\": \"" << p.isa << "\"}\n";
   return 0;
 }
 
