@@ -171,7 +171,7 @@ T row_max(const AttnArgs& a, const T* s, int64_t n) {
 template <class T>
 T exp_sum(const AttnArgs& a, T* s, int64_t n, T m) {
   if constexpr (std::is_same_v<T, float>) {
-    if (vector_rows<T>(a)) return avx2::softmax_exp_sum(s, s, n, m);
+    if (vector_rows<T>(a)) return softmax_exp_sum_vec(s, s, n, m);
   }
   return canonical_sum(n, [&](int64_t c) { return s[c] = fn::Exp::f(T(s[c] - m)); });
 }
@@ -193,6 +193,74 @@ T online_step(const AttnArgs& a, T* s, int64_t n, T& m, T& l) {
   l = l * alpha + bs;
   m = mn;
   return alpha;
+}
+
+// online_step for rows 0 .. rows - 1 of S (kBlock apart); alpha (when not null) gets each row's
+// factor. Float rows on a vector build take their exp-sums four at a time (one row's sum is a
+// chain of dependent adds) and their factors' exps as one line of the exp op's kernel: each
+// row's operations are online_step's, so the bits are the same.
+template <class T>
+void online_steps(const AttnArgs& a, T* S, int64_t rows, int64_t n, T* m, T* l, T* alpha) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (vector_rows<T>(a)) {
+      float mn[kBlock], al[kBlock], bs[kBlock], d[kBlock], e[kBlock];
+      int64_t live[kBlock], nl = 0;
+      for (int64_t r = 0; r < rows; ++r) {
+        mn[r] = std::max(m[r], row_max(a, S + r * kBlock, n));
+        if (mn[r] == -INFINITY) {  // nothing finite yet: online_step's own path
+          const float f = online_step(a, S + r * kBlock, n, m[r], l[r]);
+          if (alpha) alpha[r] = f;
+          continue;
+        }
+        d[nl] = m[r] - mn[r];
+        live[nl++] = r;
+      }
+      if (const LineFn ex = pick_line(Op::Exp, DType::F32)) {  // its bits are fn::Exp's
+        const void* in[1] = {d};
+        const int64_t st[1] = {1};
+        ex(e, in, st, nl);
+      } else {
+        for (int64_t j = 0; j < nl; ++j) e[j] = fn::Exp::f(d[j]);
+      }
+      int64_t i = 0;
+      for (; i + 4 <= nl; i += 4) {
+        float* x[4];
+        float m4[4], s4[4];
+        for (int j = 0; j < 4; ++j) x[j] = S + live[i + j] * kBlock, m4[j] = mn[live[i + j]];
+        softmax_exp_sum4_vec(x, x, n, m4, s4);
+        for (int j = 0; j < 4; ++j) bs[live[i + j]] = s4[j];
+      }
+      for (; i < nl; ++i) bs[live[i]] = exp_sum(a, S + live[i] * kBlock, n, mn[live[i]]);
+      for (int64_t j = 0; j < nl; ++j) {
+        const int64_t r = live[j];
+        al[r] = m[r] == mn[r] ? 1.0f : e[j];
+        l[r] = l[r] * al[r] + bs[r];
+        m[r] = mn[r];
+        if (alpha) alpha[r] = al[r];
+      }
+      return;
+    }
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    const T f = online_step(a, S + r * kBlock, n, m[r], l[r]);
+    if (alpha) alpha[r] = f;
+  }
+}
+
+// S's rows r = exp(S's row r - m[r]) for rows 0 .. rows - 1 (kBlock apart): exp_sum's values
+// (its sums unused), four float rows at a time on a vector build.
+template <class T>
+void exp_rows(const AttnArgs& a, T* S, int64_t rows, int64_t n, const T* m) {
+  int64_t r = 0;
+  if constexpr (std::is_same_v<T, float>) {
+    if (vector_rows<T>(a))
+      for (; r + 4 <= rows; r += 4) {
+        float* x[4] = {S + r * kBlock, S + (r + 1) * kBlock, S + (r + 2) * kBlock, S + (r + 3) * kBlock};
+        float sums[4];
+        softmax_exp_sum4_vec(x, x, n, m + r, sums);
+      }
+  }
+  for (; r < rows; ++r) exp_sum(a, S + r * kBlock, n, m[r]);
 }
 
 template <class T>
@@ -237,7 +305,7 @@ void split_pass(const AttnArgs& a, const T* q, const T* k, const T* v, int64_t i
     if (ahead) prefetch(k + item + f0 * D, fn);
     scores(a, q, k, i0, rows, j0, cols, w.s, w.gemm);
     if (ahead) prefetch(v + item + f0 * D, fn);
-    for (int64_t r = 0; r < rows; ++r) alpha[r] = online_step(a, w.s + r * kBlock, cols, m[r], l[r]);
+    online_steps(a, w.s, rows, cols, m, l, alpha);
     block_gemm<T>(a, rows, D, cols, w.s, kBlock, 1, v + j0 * D, D, 1, w.c, D, false, w.gemm);
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t d = 0; d < D; ++d) o[r * D + d] = o[r * D + d] * alpha[r] + w.c[r * D + d];
@@ -358,7 +426,7 @@ void stats_task(const AttnArgs& a, int64_t task) {
   for (int64_t kb = 0; kb <= last; ++kb) {
     const int64_t j0 = kb * kBlock, cols = std::min(kBlock, a.Tk - j0);
     scores(a, x.q, x.k, i0, rows, j0, cols, w.s, w.gemm);
-    for (int64_t r = 0; r < rows; ++r) online_step(a, w.s + r * kBlock, cols, m[r], l[r]);
+    online_steps<T>(a, w.s, rows, cols, m, l, nullptr);
   }
   for (int64_t r = 0; r < rows; ++r) {
     x.lse[i0 + r] = m[r] + fn::Log::f(l[r]);
@@ -373,7 +441,7 @@ void probs_and_dscores(const AttnArgs& a, const GradView<T>& x, int64_t i0, int6
                        Scratch<T>& w) {
   const int64_t D = a.D;
   scores(a, x.q, x.k, i0, rows, j0, cols, w.s, w.gemm);
-  for (int64_t r = 0; r < rows; ++r) exp_sum(a, w.s + r * kBlock, cols, x.lse[i0 + r]);
+  exp_rows(a, w.s, rows, cols, x.lse + i0);
   block_gemm<T>(a, rows, cols, D, x.g + i0 * D, D, 1, x.v + j0 * D, 1, D, w.dp, kBlock, false, w.gemm);
   for (int64_t r = 0; r < rows; ++r) {
     T *p = w.s + r * kBlock, *ds = w.dp + r * kBlock;

@@ -49,7 +49,7 @@ void softmax_line_f32(const LineArgs& a, const float* x, float* y, int64_t st, b
   float m, s;
   if (st == 1 && a.avx2) {
     m = avx2::row_max(x, n);
-    s = avx2::softmax_exp_sum(x, log_out ? nullptr : y, n, m);  // y may be x: log-softmax reads x again
+    s = softmax_exp_sum_vec(x, log_out ? nullptr : y, n, m);  // y may be x: log-softmax reads x again
   } else {
     m = -INFINITY;
     for (int64_t k = 0; k < n; ++k) m = std::max(m, x[k * st]);
@@ -462,7 +462,7 @@ bool xent_ignored(const XentArgs& a, int64_t r) { return a.has_ignore && index_a
 void xent_row_f32(const XentArgs& a, const float* x, float* e, float& m, float& s) {
   if (a.avx2) {
     m = avx2::row_max(x, a.C);
-    s = avx2::softmax_exp_sum(x, e, a.C, m);
+    s = softmax_exp_sum_vec(x, e, a.C, m);
     return;
   }
   m = -INFINITY;

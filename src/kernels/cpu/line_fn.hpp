@@ -51,6 +51,17 @@ void layernorm_grad_apply(const float* x, const float* g, const float* w, float*
 void layernorm_grad_apply_param(const float* x, const float* g, const float* w, float* dx, int64_t n, float mean,
                                 float r, float mg, float mgx, float* dw, float* db);
 }  // namespace avx2
+namespace avx512 {
+float softmax_exp_sum(const float* x, float* y, int64_t n, float m);
+void softmax_exp_sum4(const float* const* x, float* const* y, int64_t n, const float* m, float* out);
+}
+// avx2::softmax_exp_sum in the widest build the active instruction set has (AVX-512's takes
+// sixteen exps at a time and adds them in AVX2's order: the same bits).
+float softmax_exp_sum_vec(const float* x, float* y, int64_t n, float m);
+// The same for four rows (row j: x[j] to y[j] with its own m[j], its sum to out[j]): one row's sum
+// is a chain of dependent adds, so AVX-512 keeps four rows' chains in flight. Each row's bits
+// are softmax_exp_sum_vec's.
+void softmax_exp_sum4_vec(const float* const* x, float* const* y, int64_t n, const float* m, float* out);
 // The active ISA's line kernel for an elementwise op, or nullptr.
 LineFn pick_line(Op op, DType t);
 

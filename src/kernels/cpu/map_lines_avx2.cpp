@@ -5,11 +5,21 @@
 #include <cmath>
 #include <cstdint>
 #include "kernels/cpu/line_fn.hpp"
+#include "kernels/kernel_api.hpp"
 #include "ir/scalar_ops.hpp"
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
 #include "kernels/cpu/vec_math.hpp"  // its templates built for AVX2
 #include "kernels/cpu/vec_avx2.hpp"
+namespace synoros::kernels {
+float softmax_exp_sum_vec(const float* x, float* y, int64_t n, float m) {
+  return active_isa() == Isa::Avx512 ? avx512::softmax_exp_sum(x, y, n, m) : avx2::softmax_exp_sum(x, y, n, m);
+}
+void softmax_exp_sum4_vec(const float* const* x, float* const* y, int64_t n, const float* m, float* out) {
+  if (active_isa() == Isa::Avx512) return avx512::softmax_exp_sum4(x, y, n, m, out);
+  for (int j = 0; j < 4; ++j) out[j] = avx2::softmax_exp_sum(x[j], y[j], n, m[j]);
+}
+}  // namespace synoros::kernels
 namespace synoros::kernels::avx2 {
 // composite.cpp's canonical softmax of one contiguous row: the same bits as its scalar loop.
 float softmax_exp_sum(const float* x, float* y, int64_t n, float m) {  // y null: the sum alone
