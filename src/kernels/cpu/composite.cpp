@@ -42,7 +42,7 @@ void fill_nan(float* y, int64_t n, int64_t st) {
 // element is skipped here and makes the sum NaN), e = exp(x - m) with scalar_ops.hpp's exp, and
 // s = the sum of e as the reductions sum a row: element t into lane t % 8 of its 4096-element
 // segment, lanes combined pairwise, segments added in order. Softmax: e / s; log-softmax:
-// (x - m) - log(s) with scalar_ops.hpp's log. A contiguous row takes the AVX2 build of the same
+// (x - m) - log(s) with scalar_ops.hpp's log. A contiguous row takes the vector builds of the same
 // steps.
 void softmax_line_f32(const LineArgs& a, const float* x, float* y, int64_t st, bool log_out) {
   const int64_t n = a.n;
