@@ -645,55 +645,31 @@ __attribute__((target("avx2,fma"))) void small_gemm_avx2(const GemmShape& s, con
 // AVX-512: 32 columns per block in two zmm registers (masked at the edge), up to 8 rows. W is
 // the number of registers per row (1 or 2): one instantiation per width, so every accumulator is
 // indexed by a constant and GCC keeps all of them in registers (one body for both widths had it
-// store half of them to the stack on every k).
-// small_block512 for a block of exactly 16 W columns: the same chains with unmasked loads.
-template <int R, int W>
-__attribute__((target("avx512f,avx512vl,fma"))) void small_block512_full(int64_t K, const float* A, int64_t a_rs,
-                                                                         int64_t a_cs, const float* B, int64_t ldb,
-                                                                         float* C, int64_t c_rs, bool accumulate) {
-  __m512 c[R][W];
-#pragma GCC unroll 8
-  for (int i = 0; i < R; ++i)
-#pragma GCC unroll 2
-    for (int w = 0; w < W; ++w) c[i][w] = accumulate ? _mm512_loadu_ps(C + i * c_rs + 16 * w) : _mm512_setzero_ps();
-  for (int64_t k = 0; k < K; ++k) {
-    __m512 b[W];
-#pragma GCC unroll 2
-    for (int w = 0; w < W; ++w) b[w] = _mm512_loadu_ps(B + k * ldb + 16 * w);
-#pragma GCC unroll 8
-    for (int i = 0; i < R; ++i) {
-      __m512 a = _mm512_set1_ps(A[i * a_rs + k * a_cs]);
-#pragma GCC unroll 2
-      for (int w = 0; w < W; ++w) c[i][w] = _mm512_fmadd_ps(a, b[w], c[i][w]);
-    }
-  }
-#pragma GCC unroll 8
-  for (int i = 0; i < R; ++i)
-#pragma GCC unroll 2
-    for (int w = 0; w < W; ++w) _mm512_storeu_ps(C + i * c_rs + 16 * w, c[i][w]);
-}
-
-template <int R, int W>
-__attribute__((target("avx512f,avx512vl,fma"))) void small_block512(
+// store half of them to the stack on every k). Full: exactly 16 W columns, plain loads and
+// stores (the masked ones kept the masks on the stack and reloaded them at every k).
+template <int R, int W, bool Full>
+__attribute__((target("avx512f,avx512vl,fma"))) void small_block512_t(
     int64_t K, const float* A, int64_t a_rs, int64_t a_cs, const float* B, int64_t ldb, float* C,
     int64_t c_rs, int64_t cols, bool accumulate) {
-  if (cols == 16 * W) {  // a full block: plain loads and stores (the masked ones kept the masks
-    // on the stack and reloaded them at every k)
-    small_block512_full<R, W>(K, A, a_rs, a_cs, B, ldb, C, c_rs, accumulate);
-    return;
-  }
-  __mmask16 m[2] = {__mmask16(cols >= 16 ? 0xFFFF : (1u << cols) - 1),
-                    __mmask16(cols >= 32 ? 0xFFFF : cols <= 16 ? 0 : (1u << (cols - 16)) - 1)};
+  const __mmask16 m[2] = {__mmask16(cols >= 16 ? 0xFFFF : (1u << cols) - 1),
+                          __mmask16(cols >= 32 ? 0xFFFF : cols <= 16 ? 0 : (1u << (cols - 16)) - 1)};
   __m512 c[R][W];
 #pragma GCC unroll 8
   for (int i = 0; i < R; ++i)
 #pragma GCC unroll 2
-    for (int w = 0; w < W; ++w)  // zero, or the chains stored in C to continue
-      c[i][w] = accumulate ? _mm512_maskz_loadu_ps(m[w], C + i * c_rs + 16 * w) : _mm512_setzero_ps();
+    for (int w = 0; w < W; ++w) {  // zero, or the chains stored in C to continue
+      const float* p = C + i * c_rs + 16 * w;
+      if (!accumulate) c[i][w] = _mm512_setzero_ps();
+      else if constexpr (Full) c[i][w] = _mm512_loadu_ps(p);
+      else c[i][w] = _mm512_maskz_loadu_ps(m[w], p);
+    }
   for (int64_t k = 0; k < K; ++k) {
     __m512 b[W];
 #pragma GCC unroll 2
-    for (int w = 0; w < W; ++w) b[w] = _mm512_maskz_loadu_ps(m[w], B + k * ldb + 16 * w);
+    for (int w = 0; w < W; ++w) {
+      if constexpr (Full) b[w] = _mm512_loadu_ps(B + k * ldb + 16 * w);
+      else b[w] = _mm512_maskz_loadu_ps(m[w], B + k * ldb + 16 * w);
+    }
 #pragma GCC unroll 8
     for (int i = 0; i < R; ++i) {
       __m512 a = _mm512_set1_ps(A[i * a_rs + k * a_cs]);
@@ -704,7 +680,16 @@ __attribute__((target("avx512f,avx512vl,fma"))) void small_block512(
 #pragma GCC unroll 8
   for (int i = 0; i < R; ++i)
 #pragma GCC unroll 2
-    for (int w = 0; w < W; ++w) _mm512_mask_storeu_ps(C + i * c_rs + 16 * w, m[w], c[i][w]);
+    for (int w = 0; w < W; ++w) {
+      if constexpr (Full) _mm512_storeu_ps(C + i * c_rs + 16 * w, c[i][w]);
+      else _mm512_mask_storeu_ps(C + i * c_rs + 16 * w, m[w], c[i][w]);
+    }
+}
+template <int R, int W>
+void small_block512(int64_t K, const float* A, int64_t a_rs, int64_t a_cs, const float* B, int64_t ldb, float* C,
+                    int64_t c_rs, int64_t cols, bool accumulate) {
+  if (cols == 16 * W) return small_block512_t<R, W, true>(K, A, a_rs, a_cs, B, ldb, C, c_rs, cols, accumulate);
+  small_block512_t<R, W, false>(K, A, a_rs, a_cs, B, ldb, C, c_rs, cols, accumulate);
 }
 
 template <int R>
