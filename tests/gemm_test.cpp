@@ -55,7 +55,8 @@ const std::vector<std::array<int64_t, 3>> kShapes = {
     {1, 1, 1}, {8, 32, 16}, {13, 31, 7}, {14, 32, 256}, {15, 33, 257}, {29, 65, 600},
     {64, 64, 64}, {127, 127, 127}, {1, 300, 513}, {1, 1000, 77}, {300, 1, 513}, {45, 97, 1030},
     {40, 1, 24}, {64, 1, 47}, {5, 700, 77}, {8, 1000, 40},  // a few rows of A streaming B (B transposed too),
-    {3, 300, 50}, {8, 130, 33}, {6, 520, 19}, {2, 1000, 24}};  // with tails of k and of outputs
+    {3, 300, 50}, {8, 130, 33}, {6, 520, 19}, {2, 1000, 24},  // with tails of k and of outputs,
+    {4, 300, 77}, {7, 700, 45}};  // and bands of 64 k with a tail
 
 TEST(Gemm, EveryProviderMatchesTheFloat64Reference) {
   for (const auto& prov : gemm_providers())

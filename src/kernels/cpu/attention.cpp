@@ -55,7 +55,7 @@ constexpr int64_t kSplitRows = 4;  // at most this many queries: the forward's s
 struct AttnArgs {
   int64_t batch, Tq, Tk, D;
   bool causal, f64;
-  int isa;  // 0 scalar, 1 AVX2, 2 AVX-512: the block products; the row steps take AVX2 from 1 up
+  int isa;  // 0 scalar, 1 AVX2, 2 AVX-512: the block products; the row steps take the vector builds from 1 up
   double scale;
   const void *q, *k, *v, *o, *g;
   const int64_t* offset;  // causal: query i sees keys 0 .. offset + i (null: offset 0)

@@ -415,8 +415,9 @@ __attribute__((target("avx2,fma"))) void row_times_transposed_chunk(const void* 
 }
 
 // One or a few rows of A times a large B with contiguous rows (decoding): B is streamed once in
-// place, row by row across the task's columns in blocks of kFewK rows (streams the prefetcher
-// follows), each 64-column block used by every row of A while it sits in L1. Each row's chains
+// place, row by row across the task's columns in bands of kFewK rows (kFewBandK with AVX-512 and
+// several rows; streams the prefetcher follows), each 64-column block used by every row of A
+// while it sits in L1. Each row's chains
 // continue from C between k blocks, so every output is still one FMA chain in ascending k.
 constexpr int64_t kFewRows = 8, kFewK = 16;
 constexpr int64_t kFewPrefetch = 16;  // blocks of B fetched ahead (their rows are short streams)
@@ -424,8 +425,10 @@ constexpr int64_t kFewPrefetch = 16;  // blocks of B fetched ahead (their rows a
 // stored to C a quarter as often, and each row of the band is a longer run in one page. The
 // block kFewAhead blocks on is fetched a row per k step, between the FMAs, rather than in one
 // burst before them (a burst of 64 fetches stalls the loads behind it). On an AVX-512 Xeon, eight
-// rows times 768 x 3072 from memory: 15-19 GB/s in bands of 16 with bursts, 22-25 with these.
+// rows times sixteen 768 x 3072 weights in turn (150 MB, partly in that VM's 300 MiB cache):
+// 19.0 GB/s in bands of 16 with bursts, 23.5 with these.
 constexpr int64_t kFewBandK = 64, kFewAhead = 8;
+static_assert(kFewRows == 8, "rows_times_transposed_chunk instantiates 2 .. 8 rows");
 
 // R rows of A times 64 columns of B over K rows with AVX-512: each B vector loaded once serves R
 // rows (4R chains), where row_block64 loads it once per row. The same chains, in the same
@@ -536,10 +539,9 @@ __attribute__((target("avx512f,avx512vl,avx2,fma"))) void rows_transposed16(cons
 #pragma GCC unroll 8
   for (int m = 0; m < M; ++m) acc[m] = j.accumulate ? _mm512_loadu_ps(j.C + m * s.c_rs + n) : _mm512_setzero_ps();
   const float* b = j.B + n * s.b_cs;
-  const float* next = b + 16 * s.b_cs;
   for (int64_t k0 = 0, t = 0; k0 < K8; k0 += 8, ++t) {
-    if (fetch) {  // step t: rows 8 (t % 2) .. + 7 of the next sixteen, the line at k 16 (t / 2)
-      const float* f = next + (t % 2) * 8 * s.b_cs + t / 2 * 16;
+    if (fetch) {  // step t: rows 8 (t % 2) .. + 7 of the next sixteen (inside B), the line at k 16 (t / 2)
+      const float* f = b + (16 + (t % 2) * 8) * s.b_cs + t / 2 * 16;
 #pragma GCC unroll 8
       for (int i = 0; i < 8; ++i) _mm_prefetch(reinterpret_cast<const char*>(f + i * s.b_cs), _MM_HINT_T1);
     }
@@ -586,7 +588,8 @@ __attribute__((target("avx512f,avx512vl,avx2,fma"))) void rows_times_transposed_
       case 5: rows_transposed16<5>(j, n, fetch); break;
       case 6: rows_transposed16<6>(j, n, fetch); break;
       case 7: rows_transposed16<7>(j, n, fetch); break;
-      default: rows_transposed16<8>(j, n, fetch); break;
+      case 8: rows_transposed16<8>(j, n, fetch); break;
+      default: break;  // sgemm sends only 2 .. kFewRows rows here
     }
   }
   for (; n + 8 <= n1; n += 8) {

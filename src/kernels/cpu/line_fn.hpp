@@ -58,7 +58,7 @@ void softmax_exp_sum4(const float* const* x, float* const* y, int64_t n, const f
 // avx2::softmax_exp_sum in the widest build the active instruction set has (AVX-512's takes
 // sixteen exps at a time and adds them in AVX2's order: the same bits).
 float softmax_exp_sum_vec(const float* x, float* y, int64_t n, float m);
-// The same for four rows (row j: x[j] to y[j], never null, with its own m[j], its sum to out[j]): one row's sum
+// The same for four rows (row j: x[j] to y[j] (null: the sum alone), its own m[j], its sum to out[j]): one row's sum
 // is a chain of dependent adds, so AVX-512 keeps four rows' chains in flight. Each row's bits
 // are softmax_exp_sum_vec's.
 void softmax_exp_sum4_vec(const float* const* x, float* const* y, int64_t n, const float* m, float* out);
