@@ -752,8 +752,33 @@ void pack_b_panel_transposed(const GemmShape& s, const float* B, int64_t q, int6
     for (int64_t kk = 0; kk < kc; ++kk) std::fill(dst + kk * nr + cols, dst + (kk + 1) * nr, 0.f);
 }
 
+// B with contiguous rows is packed by bands of kPackRows of its rows across all panels, each row
+// read once from end to end (panel by panel, every row was read 128 bytes at a time, far apart:
+// short runs the prefetcher does not follow, and a weight comes from memory).
+constexpr int64_t kPackRows = 8;
+bool b_by_rows(const GemmJob& j) { return j.s->b_cs == 1; }
+int64_t b_pack_tasks(const GemmJob& j) { return b_by_rows(j) ? ceil_div(j.kc, kPackRows) : j.np; }
+void pack_b_rows(const GemmJob& j, int64_t band) {
+  const GemmShape& s = *j.s;
+  const int64_t full = s.N / j.nr, cols = s.N - full * j.nr;
+  for (int64_t kk = band * kPackRows; kk < std::min(j.kc, (band + 1) * kPackRows); ++kk) {
+    const float* src = j.B + (j.k0 + kk) * s.b_rs;
+    float* d = j.pb + kk * j.nr;
+    if (j.nr == kNR512)  // a fixed size: inlined moves
+      for (int64_t q = 0; q < full; ++q) std::memcpy(d + q * j.kc * kNR512, src + q * kNR512, sizeof(float) * kNR512);
+    else
+      for (int64_t q = 0; q < full; ++q) std::memcpy(d + q * j.kc * j.nr, src + q * j.nr, sizeof(float) * size_t(j.nr));
+    if (cols > 0) {
+      float* e = d + full * j.kc * j.nr;
+      std::memcpy(e, src + full * j.nr, sizeof(float) * size_t(cols));
+      std::fill(e + cols, e + j.nr, 0.f);
+    }
+  }
+}
+
 void pack_chunk(const void* p, int64_t i) {
   const GemmJob& j = *static_cast<const GemmJob*>(p);
+  if (i >= j.mp && b_by_rows(j)) return pack_b_rows(j, i - j.mp);
   if (i < j.mp) {
     if (!(j.a_rows && (i + 1) * j.mr <= j.s->M)) pack_a_panel(*j.s, j.A, i, j.k0, j.kc, j.mr, j.pa + i * j.kc * j.mr);
   } else if (j.isa >= 1 && j.s->b_rs == 1 && j.s->b_cs != 1) {
@@ -961,11 +986,11 @@ void sgemm(const GemmShape& s, const float* A, const float* B, float* C, float* 
   for (j.k0 = 0; j.k0 < s.K; j.k0 += kc_even) {
     j.kc = std::min(kc_even, s.K - j.k0);
     if (tiny) {
-      for (int64_t i = 0; i < j.mp + j.np; ++i) pack_chunk(&j, i);
+      for (int64_t i = 0; i < j.mp + b_pack_tasks(j); ++i) pack_chunk(&j, i);
       for (int64_t ch = 0; ch < gemm_chunks(j); ++ch) compute_chunk(&j, ch);
       continue;
     }
-    pool.run(j.mp + j.np, pack_chunk, &j);
+    pool.run(j.mp + b_pack_tasks(j), pack_chunk, &j);
     pool.run(gemm_chunks(j), compute_chunk, &j);
   }
 }
