@@ -61,6 +61,8 @@ TEST(Profiler, MeasuresAPlausiblePeak) {
   MachinePeak p = measure_peak();
   EXPECT_GT(p.gflops, 0.5);  // any CPU that runs this does better than half a GFLOP/s
   EXPECT_GT(p.gbps, 0.5);
+  EXPECT_GT(p.read_gbps, 0.5);  // the streaming read is measured too
+  EXPECT_FALSE(p.isa.empty());
 }
 
 }  // namespace

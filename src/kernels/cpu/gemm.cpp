@@ -78,6 +78,7 @@ void pack_a_panel(const GemmShape& s, const float* A, int64_t p, int64_t k0, int
   }
 }
 
+// One B panel from a B with strided columns, element by element (contiguous rows: pack_b_rows).
 void pack_b_panel(const GemmShape& s, const float* B, int64_t q, int64_t k0, int64_t kc, int64_t nr,
                   float* dst) {
   int64_t n0 = q * nr, cols = std::min(nr, s.N - n0);
@@ -85,11 +86,6 @@ void pack_b_panel(const GemmShape& s, const float* B, int64_t q, int64_t k0, int
     int64_t k = k0 + kk;
     float* d = dst + kk * nr;
     const float* src = B + k * s.b_rs + n0 * s.b_cs;
-    if (s.b_cs == 1 && cols == nr) {
-      if (nr == kNR512) std::memcpy(d, src, sizeof(float) * kNR512);  // a fixed size: inlined moves
-      else std::memcpy(d, src, sizeof(float) * size_t(nr));
-      continue;
-    }
     int64_t j = 0;
     for (; j < cols; ++j) d[j] = src[j * s.b_cs];
     for (; j < nr; ++j) d[j] = 0.f;
