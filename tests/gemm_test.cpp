@@ -3,6 +3,7 @@
 // unpacked paths and every instruction set give one FMA chain per output, so the same bits.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -149,6 +150,42 @@ TEST(Gemm, CanonicalPathsAndInstructionSetsGiveTheSameBits) {
         }
       }
     }
+  set_isa(saved);
+}
+
+// A B packed ahead (a weight a plan keeps packed) gives the bits of B packed by the call, on every
+// instruction set, with and without accumulation; shapes that take another path never pack B.
+TEST(Gemm, BPackedAheadGivesTheBitsOfBPackedPerCall) {
+  Isa saved = active_isa();
+  ThreadPool pool(3);
+  const std::vector<std::array<int64_t, 3>> shapes = {
+      {128, 384, 384}, {29, 65, 600}, {45, 97, 1030}, {127, 127, 127}, {9, 33, 257}, {300, 1, 513}};
+  for (const auto& [M, N, K] : shapes)
+    for (int t = 0; t < 4; ++t) {
+      Problem p = make_problem(M, N, K, t & 1, t & 2, uint64_t(3 * M + N + K + t));
+      for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
+        if (int(isa) > int(best_isa())) continue;
+        ASSERT_TRUE(sgemm_packs_b(p.s, int(isa), 2)) << M << "x" << N << "x" << K;
+        Buffer packed(sgemm_packed_b_floats(p.s, int(isa)) * sizeof(float));
+        sgemm_pack_b(p.s, p.B.data(), static_cast<float*>(packed.data()), int(isa), pool);
+        for (bool acc : {false, true}) {
+          Buffer scratch(gemm_scratch_floats(p.s) * sizeof(float));
+          std::vector<float> C = p.C0, D = p.C0;
+          sgemm(p.s, p.A.data(), p.B.data(), C.data(), static_cast<float*>(scratch.data()), int(isa), pool, 2, acc);
+          sgemm(p.s, p.A.data(), p.B.data(), D.data(), static_cast<float*>(scratch.data()), int(isa), pool, 2, acc,
+                static_cast<const float*>(packed.data()));
+          EXPECT_EQ(C, D) << "M=" << M << " N=" << N << " K=" << K << " transposed=" << t
+                          << " isa=" << isa_name(isa) << " accumulate=" << acc;
+        }
+      }
+    }
+  // One row, a few rows and tiny products read B where it lies.
+  const GemmShape row{1, 512, 512, 512, 1, 512, 1, 512}, few{8, 512, 512, 512, 1, 512, 1, 512},
+      tiny{4, 4, 4, 4, 1, 4, 1, 4};
+  EXPECT_FALSE(sgemm_packs_b(row, 2));
+  EXPECT_FALSE(sgemm_packs_b(few, 1));
+  EXPECT_FALSE(sgemm_packs_b(tiny, 1));
+  EXPECT_TRUE(sgemm_packs_b(tiny, 1, 2));
   set_isa(saved);
 }
 

@@ -6,6 +6,8 @@
 #include <cstring>
 #include <random>
 
+#include "kernels/kernel_api.hpp"
+#include "synoros/config.hpp"
 #include "test_util.hpp"
 
 namespace synoros {
@@ -242,6 +244,71 @@ TEST(PinnedWeights, FollowEveryChangeOfTheParameter) {
   p.run();
   fresh.run();
   EXPECT_EQ(0, std::memcmp(p.read(y).buffer->data(), fresh.read(y).buffer->data(), after.bytes()));
+}
+
+// Place: a weight read by a blocked product is kept packed once two calls have seen it unchanged
+// (a training step's weights change every call and never are), with the bits of packing per call,
+// repacked when the weight or the instruction set changes, and not kept when over the memory limit.
+TEST(PackedWeights, AreKeptFromTheSecondCallAndFollowEveryChange) {
+  auto w = std::make_shared<HostTensor>(testing::random_tensor({DType::F32, {384, 200}}, 5));
+  Graph g;
+  ValueId x = g.input(DType::F32, {64, 384}, "x");
+  ValueId y = g.einsum("mk,kn->mn", {x, g.param(w, "w")});
+  HostTensor xv = testing::random_tensor({DType::F32, {64, 384}}, 6);
+  auto fresh = [&] {
+    config::ScopedOverride off("SYNOROS_NO_WEIGHT_PACKS", "1");
+    Plan f(g, {y});
+    f.set_input(x, xv);
+    f.run();
+    return f.read(y);
+  };
+  auto same = [](const HostTensor& a, const HostTensor& b) {
+    return a.bytes() == b.bytes() && std::memcmp(a.buffer->data(), b.buffer->data(), a.bytes()) == 0;
+  };
+  const size_t weight_bytes = size_t(w->bytes());
+  Plan p(g, {y});
+  p.set_input(x, xv);
+  p.run();
+  const size_t after_first = live_buffer_bytes();
+  EXPECT_TRUE(same(p.read(y), fresh()));
+  p.run();  // the same version again: packed now
+  const size_t after_second = live_buffer_bytes();
+  EXPECT_GE(after_second, after_first + weight_bytes);
+  EXPECT_TRUE(same(p.read(y), fresh()));
+  p.run();  // read from the packed copy, nothing new
+  EXPECT_EQ(live_buffer_bytes(), after_second);
+  EXPECT_TRUE(same(p.read(y), fresh()));
+
+  w->set(11, -2.0);  // a change through the API: the copy is stale
+  HostTensor changed = fresh();
+  const size_t held = live_buffer_bytes();
+  p.run();
+  EXPECT_TRUE(same(p.read(y), changed));
+  p.run();  // repacked into the same memory
+  EXPECT_EQ(live_buffer_bytes(), held);
+  EXPECT_TRUE(same(p.read(y), changed));
+
+  const kernels::Isa saved = kernels::active_isa();
+  if (saved == kernels::Isa::Avx512) {  // another panel width: repacked for it
+    kernels::set_isa(kernels::Isa::Avx2);
+    p.run();
+    EXPECT_TRUE(same(p.read(y), changed));
+    kernels::set_isa(saved);
+  }
+  p.run();
+  EXPECT_TRUE(same(p.read(y), changed));
+
+  // Over the memory limit the plan packs per call instead.
+  Plan q(g, {y});
+  q.set_input(x, xv);
+  q.run();
+  const size_t limit = memory_limit();
+  set_memory_limit(live_buffer_bytes() + weight_bytes / 2);
+  q.run();
+  q.run();
+  EXPECT_LT(live_buffer_bytes(), memory_limit());
+  set_memory_limit(limit);
+  EXPECT_TRUE(same(q.read(y), changed));
 }
 }  // namespace
 }  // namespace synoros

@@ -25,6 +25,8 @@ const std::vector<Variable>& variables() {
       {"SYNOROS_STRICT", Kind::Flag, "0|1", "0", "canonical-order kernels even where SYNOROS_FAST=1 asks for fast mode"},
       {"SYNOROS_NO_FUSION", Kind::Flag, "0|1", "0", "switch fusion off (one launch per op)"},
       {"SYNOROS_NO_PLAN", Kind::Flag, "0|1", "0", "switch memory planning off (a buffer per value)"},
+      {"SYNOROS_NO_WEIGHT_PACKS", Kind::Flag, "0|1", "0",
+       "keep no packed copy of weights that do not change between calls (products pack them per call)"},
       {"SYNOROS_MAX_PLAN_BYTES", Kind::Bytes, "bytes, with an optional K, M or G suffix",
        "3/4 of physical memory", "largest arena one plan may use"},
       {"SYNOROS_MAX_MEMORY_BYTES", Kind::Bytes, "bytes, with an optional K, M or G suffix",

@@ -44,7 +44,14 @@ class EngineGemm : public GemmProvider {
     return gemm_scratch_floats(s, active_isa() == Isa::Scalar ? 0 : mode_);
   }
   void run(const GemmCall& c, ThreadPool& pool) const override {
-    sgemm(c.shape, c.A, c.B, c.C, c.scratch, int(active_isa()), pool, mode_, c.accumulate);
+    sgemm(c.shape, c.A, c.B, c.C, c.scratch, int(active_isa()), pool, mode_, c.accumulate, c.packed_b);
+  }
+  size_t packed_b_floats(const GemmShape& s) const override {
+    const int isa = int(active_isa());
+    return sgemm_packs_b(s, isa, mode_) ? sgemm_packed_b_floats(s, isa) : 0;
+  }
+  void pack_b(const GemmShape& s, const float* B, float* dst, ThreadPool& pool) const override {
+    sgemm_pack_b(s, B, dst, int(active_isa()), pool);
   }
 
  private:

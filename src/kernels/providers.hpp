@@ -22,6 +22,7 @@ struct GemmCall {
   float* C;
   float* scratch;  // scratch_floats(shape) floats
   bool accumulate = false;  // continue the chains stored in C (C += A B in canonical order)
+  const float* packed_b = nullptr;  // B as pack_b laid it out for this shape (null: B as given)
 };
 
 class GemmProvider {
@@ -35,6 +36,11 @@ class GemmProvider {
   virtual bool supports(const GemmShape& s) const = 0;
   virtual size_t scratch_floats(const GemmShape& s) const = 0;
   virtual void run(const GemmCall& call, ThreadPool& pool) const = 0;
+  // A provider that lays B out in a layout of its own for this shape returns its floats here
+  // (0: none), and pack_b writes it; run then reads a call's packed_b instead of packing B again.
+  // A plan keeps a weight packed this way while the weight does not change.
+  virtual size_t packed_b_floats(const GemmShape&) const { return 0; }
+  virtual void pack_b(const GemmShape&, const float* /*B*/, float* /*dst*/, ThreadPool&) const {}
 };
 
 // What a candidate's check found on the probe: "" when it passed, else "name: why"; and its

@@ -6,6 +6,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdlib>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "kernels/cpu/window_einsum.hpp"
 #include "kernels/onednn_conv.hpp"
 #include "kernels/providers.hpp"
+#include "synoros/config.hpp"
 
 namespace synoros::kernels {
 
@@ -204,7 +206,52 @@ struct GemmArgs {
   float* pinned = nullptr;
   int64_t pin_rs = 0, pin_cs = 0;
   mutable uint64_t pin_seen = ~uint64_t(0);
+  // A parameter B the provider packs per call (see PackedWeight); null when none.
+  struct PackedWeight* packs = nullptr;
+  mutable const float* packed_b = nullptr;  // this call's packed B, or null
 };
+
+// A parameter B kept in the provider's packed layout, so that a weight that does not change
+// between calls (inference, a frozen base under LoRA, accumulated micro-steps) is not packed again
+// by every call. The copy is made by the second call that sees the same version of the weight
+// (a weight that changes every step, as in training, never gets one) and is repacked when the
+// version or the instruction set moves. Its memory counts against the engine's limit; when that
+// refuses it, the product packs per call as before. The packed panels hold the same floats, so
+// the bits do not change.
+struct PackedWeight {
+  const Buffer* src = nullptr;
+  uint64_t seen = ~uint64_t(0);    // the version the last call saw
+  uint64_t packed = ~uint64_t(0);  // the version `data` holds
+  int isa = -1;
+  bool refused = false;
+  std::unique_ptr<Buffer> data;
+};
+
+const float* packed_weight(const GemmArgs& g, ThreadPool& pool) {
+  PackedWeight& w = *g.packs;
+  const uint64_t v = w.src->version();
+  const int isa = int(active_isa());
+  const size_t floats = g.provider->packed_b_floats(g.shape);
+  if (floats == 0) return nullptr;
+  if (w.data && w.packed == v && w.isa == isa && w.data->bytes() >= floats * 4)
+    return static_cast<const float*>(w.data->data());
+  const bool again = w.seen == v;
+  w.seen = v;
+  if (!again || w.refused) return nullptr;
+  if (!w.data || w.data->bytes() < floats * 4) {
+    w.data.reset();
+    try {
+      w.data = std::make_unique<Buffer>(floats * 4);
+    } catch (const Error&) {  // over the memory limit: pack per call
+      w.refused = true;
+      return nullptr;
+    }
+  }
+  g.provider->pack_b(g.shape, static_cast<const float*>(g.B), static_cast<float*>(w.data->data()), pool);
+  w.packed = v;
+  w.isa = isa;
+  return static_cast<const float*>(w.data->data());
+}
 
 constexpr int64_t kRow = 6;
 
@@ -233,7 +280,7 @@ void gemm_batch_task(const void* p, int64_t bi) {
   while (reinterpret_cast<uintptr_t>(sp) % 64) ++sp;
   const int64_t* off = g.boff + bi * kRow;
   g.provider->run({g.shape, static_cast<const float*>(g.A) + off[0], static_cast<const float*>(g.B) + off[1],
-                   static_cast<float*>(g.C) + off[2], sp, false},
+                   static_cast<float*>(g.C) + off[2], sp, false, g.packed_b},
                   inline_pool);
 }
 
@@ -244,6 +291,7 @@ void gemm_launch(const void* p, ThreadPool& pool) {
       for (int64_t k = 0; k < g.shape.K; ++k) g.pinned[k * g.shape.N + n] = g.pin_from[k * g.pin_rs + n * g.pin_cs];
     g.pin_seen = g.pin_src->version();
   }
+  if (g.packs) g.packed_b = packed_weight(g, pool);
   if (g.batch_tasks && pool.size() > 1 && g.rows >= pool.size()) {
     pool.run(g.rows, gemm_batch_task, p);
     if (g.post.fn) g.post.fn(g.post.args, pool);
@@ -265,7 +313,7 @@ void gemm_launch(const void* p, ThreadPool& pool) {
             static_cast<double*>(g.C) + off[2], off[5] != 0);
     } else {
       g.provider->run({g.shape, static_cast<const float*>(g.A) + off[0], static_cast<const float*>(g.B) + off[1],
-                       static_cast<float*>(g.C) + off[2], g.scratch, off[5] != 0},
+                       static_cast<float*>(g.C) + off[2], g.scratch, off[5] != 0, g.packed_b},
                       pool);
     }
   }
@@ -517,6 +565,10 @@ Launch lower_einsum(LowerCtx& c) {
     }
     Selection sel = select_gemm(g->shape, strict_kernels());
     g->provider = sel.provider;
+    if (B.param && !g->pin_src && !B.gather && b_fixed && !config::flag("SYNOROS_NO_WEIGHT_PACKS")) {
+      g->packs = c.storage.own(std::make_unique<PackedWeight>());
+      g->packs->src = B.param;
+    }
     g->batch_tasks = g->rows >= 2 && kslices == 1 && !A.gather && !B.gather &&
                      g->shape.M * g->shape.N * g->shape.K <= (int64_t(1) << 21);
     g->scratch = static_cast<float*>(c.storage.scratch(sel.provider->scratch_floats(g->shape) * 4 + 64));
