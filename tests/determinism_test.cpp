@@ -416,6 +416,69 @@ TEST(Determinism, AttentionSplitTasksGiveTheBitsOfTheFullForward) {
   });
   set_num_threads(saved);
 }
+
+// The gradient reads the log-sum-exp its forward kept when the forward ran earlier in the plan,
+// and computes it in the forward's order otherwise (its forward in another plan, o an input): the
+// same bits either way. Causal and not, one query block or several, more than one split of keys,
+// a few queries at an offset (the forward's split tasks), special values, float64.
+TEST(Determinism, AttentionGradGivesTheSameBitsWithTheForwardsLogSumExp) {
+  struct Case {
+    bool causal;
+    int64_t Tq, Tk, offset;  // offset < 0: none
+    DType dt = DType::F32;
+    bool special = false;
+  };
+  for (const Case& c : {Case{false, 70, 600, -1}, Case{true, 300, 300, -1}, Case{true, 3, 700, 520},
+                        Case{true, 130, 130, -1, DType::F32, true}, Case{false, 40, 300, -1, DType::F64}}) {
+    const Shape qs{2, c.Tq, 24}, ks{2, c.Tk, 24};
+    const HostTensor q = c.special ? testing::special_tensor(qs, 21, 97)
+                                   : testing::random_tensor({c.dt, qs, -3, 3}, 21);
+    const HostTensor k = testing::random_tensor({c.dt, ks, -3, 3}, 22), v = testing::random_tensor({c.dt, ks}, 23);
+    const HostTensor go = testing::random_tensor({c.dt, qs}, 24);
+    HostTensor off(DType::I64, {1});
+    off.set(0, double(std::max<int64_t>(c.offset, 0)));
+    const attr::Attention at{c.causal, 0.3};
+    // The forward and its gradient in one plan; then the gradient alone, o an input.
+    std::vector<uint8_t> o_bytes, together, alone;
+    std::string kernel_together, kernel_alone;
+    for (bool with_forward : {true, false}) {
+      Graph g;
+      ValueId qi = g.input(c.dt, qs, "q"), ki = g.input(c.dt, ks, "k"), vi = g.input(c.dt, ks, "v");
+      ValueId gi = g.input(c.dt, qs, "g");
+      std::vector<ValueId> in{qi, ki, vi};
+      if (c.offset >= 0) in.push_back(g.input(DType::I64, {1}, "offset"));
+      ValueId o = with_forward ? g.add(Op::Attention, in, at) : g.input(c.dt, qs, "o");
+      std::vector<ValueId> gin{qi, ki, vi, o, gi};
+      if (c.offset >= 0) gin.push_back(in[3]);
+      ValueId grad = g.add(Op::AttentionGrad, gin, at);
+      Plan p(g, with_forward ? std::vector<ValueId>{o, grad} : std::vector<ValueId>{grad});
+      p.set_input(qi, q);
+      p.set_input(ki, k);
+      p.set_input(vi, v);
+      p.set_input(gi, go);
+      if (c.offset >= 0) p.set_input(in[3], off);
+      if (!with_forward) {
+        HostTensor ov(c.dt, qs);
+        std::memcpy(ov.buffer->data(), o_bytes.data(), o_bytes.size());
+        p.set_input(o, ov);
+      }
+      p.run();
+      p.run();  // a second run reads the lse the forward wrote in it
+      for (const LaunchInfo& li : p.launch_info())
+        if (li.kernel.rfind("attention-grad", 0) == 0) (with_forward ? kernel_together : kernel_alone) = li.kernel;
+      if (with_forward) {
+        o_bytes = output_bytes(p, {o});
+        together = output_bytes(p, {grad});
+      } else {
+        alone = output_bytes(p, {grad});
+      }
+    }
+    EXPECT_EQ(kernel_together, "attention-grad+lse") << "Tq=" << c.Tq << " Tk=" << c.Tk;
+    EXPECT_EQ(kernel_alone, "attention-grad") << "Tq=" << c.Tq << " Tk=" << c.Tk;
+    EXPECT_EQ(together, alone) << "causal=" << c.causal << " Tq=" << c.Tq << " Tk=" << c.Tk << " offset=" << c.offset
+                               << " special=" << c.special << " f64=" << (c.dt == DType::F64);
+  }
+}
 }  // namespace
 }  // namespace synoros
 

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/jit/loop_ir.hpp"
@@ -75,6 +76,14 @@ class PlanStorage {
     return base_ + off;
   }
   size_t scratch_bytes() const { return peak_; }
+  // Memory a launch fills for a later launch of the same plan, by the node that fills it
+  // (attention's log-sum-exp of each row, which its gradient then need not compute again).
+  void share(ValueId node, void* p) { shared_.push_back({node, p}); }
+  void* shared(ValueId node) const {
+    for (auto it = shared_.rbegin(); it != shared_.rend(); ++it)
+      if (it->first == node) return it->second;
+    return nullptr;
+  }
   // The launches lowered into this plan that Recompile may replace with generated kernels.
   void register_jit_site(const JitSite& s) { jit_sites_.push_back(s); }
   const std::vector<JitSite>& jit_sites() const { return jit_sites_; }
@@ -83,6 +92,7 @@ class PlanStorage {
   std::vector<JitSite> jit_sites_;
   std::vector<std::unique_ptr<Buffer>> blocks_;
   std::vector<std::shared_ptr<void>> owned_;
+  std::vector<std::pair<ValueId, void*>> shared_;
   bool sizing_ = false;
   char* base_ = nullptr;
   size_t frame_ = 0, peak_ = 0, persistent_ = 0;

@@ -61,6 +61,8 @@ struct AttnArgs {
   const int64_t* offset;  // causal: query i sees keys 0 .. offset + i (null: offset 0)
   void* out;
   void* stats;  // the gradient's lse and D, batch * Tq each
+  void* lse;    // forward: each row's log-sum-exp, batch * Tq, for the gradient (null: not kept);
+                // gradient: the forward's, when it ran earlier in the plan (null: computed here)
   void* partial;  // split tasks: per (batch item, split), Tq rows of o_s then m_s and l_s (null: none)
   void* dstore;   // backward: dS blocks of `round` batch items, kBlock x kBlock each (null: recompute)
   int64_t round = 0, item0 = 0;  // batch items per round of phases 2 and 3, and this round's first
@@ -312,20 +314,35 @@ void split_pass(const AttnArgs& a, const T* q, const T* k, const T* v, int64_t i
   }
 }
 
-// Folds a later split's state (ms, ls, os) into a row's (m, l, o).
+// Folds a later split's (ms, ls) into a row's (m, l); false when the split adds nothing, else
+// a and as are the factors of the row's and the split's accumulations.
 template <class T>
-void fold_split(int64_t D, T& m, T& l, T* o, T ms, T ls, const T* os) {
+bool fold_stats(T& m, T& l, T ms, T ls, T& a, T& as) {
   const T inf = std::numeric_limits<T>::infinity();
   if (ms == -inf) {  // the split saw no finite score: p = 0 there, and a NaN makes the row NaN
     if (std::isnan(ls)) l = std::numeric_limits<T>::quiet_NaN();
-    return;
+    return false;
   }
   const T mn = std::max(m, ms);
-  const T a = m == mn ? T(1) : m == -inf ? T(0) : fn::Exp::f(T(m - mn));
-  const T as = ms == mn ? T(1) : fn::Exp::f(T(ms - mn));
+  a = m == mn ? T(1) : m == -inf ? T(0) : fn::Exp::f(T(m - mn));
+  as = ms == mn ? T(1) : fn::Exp::f(T(ms - mn));
   l = l * a + ls * as;
-  for (int64_t d = 0; d < D; ++d) o[d] = o[d] * a + os[d] * as;
   m = mn;
+  return true;
+}
+// Folds a later split's state (ms, ls, os) into a row's (m, l, o).
+template <class T>
+void fold_split(int64_t D, T& m, T& l, T* o, T ms, T ls, const T* os) {
+  T a, as;
+  if (!fold_stats(m, l, ms, ls, a, as)) return;
+  for (int64_t d = 0; d < D; ++d) o[d] = o[d] * a + os[d] * as;
+}
+// A row's log-sum-exp from its final (m, l), kept by the forward for the gradient.
+template <class T>
+void keep_lse(const AttnArgs& a, int64_t b, int64_t i0, int64_t rows, const T* m, const T* l) {
+  if (!a.lse) return;
+  T* lse = static_cast<T*>(a.lse) + b * a.Tq + i0;
+  for (int64_t r = 0; r < rows; ++r) lse[r] = m[r] + fn::Log::f(l[r]);
 }
 
 template <class T>
@@ -360,6 +377,7 @@ void forward_task(const AttnArgs& a, int64_t task) {
     split_pass(a, q, k, v, i0, rows, s * per, last_block_of_split(s, last), w.acc, ms, ls, w, b + 1 < a.batch);
     for (int64_t r = 0; r < rows; ++r) fold_split(D, m[r], l[r], o + r * D, ms[r], ls[r], w.acc + r * D);
   }
+  keep_lse(a, b, i0, rows, m, l);
   finish_rows(a, o, l, rows);
 }
 
@@ -394,45 +412,61 @@ void fold_task(const AttnArgs& a, int64_t b) {
     const T* p = partial_state<T>(a, b, s);
     for (int64_t r = 0; r < rows; ++r) fold_split(D, m[r], l[r], o + r * D, p[rows * D + r], p[rows * D + rows + r], p + r * D);
   }
+  keep_lse(a, b, 0, rows, m, l);
   finish_rows(a, o, l, rows);
 }
 
 // ---- backward
 template <class T>
 struct GradView {
-  const T *q, *k, *v, *o, *g;
-  T *dq, *dk, *dv, *lse, *dsum;
+  const T *q, *k, *v, *o, *g, *lse;
+  T *dq, *dk, *dv, *dsum;
 };
 template <class T>
 GradView<T> grad_view(const AttnArgs& a, int64_t b) {
   const int64_t D = a.D, qo = b * a.Tq * D, ko = b * a.Tk * D;
   T* out = static_cast<T*>(a.out) + b * (a.Tq + 2 * a.Tk) * D;
   T* st = static_cast<T*>(a.stats) + b * a.Tq;
-  return {at<T>(a.q, qo), at<T>(a.k, ko), at<T>(a.v, ko), at<T>(a.o, qo), at<T>(a.g, qo),
-          out,            out + a.Tq * D, out + (a.Tq + a.Tk) * D, st,   st + a.batch * a.Tq};
+  const T* lse = a.lse ? at<T>(a.lse, b * a.Tq) : st;
+  return {at<T>(a.q, qo), at<T>(a.k, ko), at<T>(a.v, ko), at<T>(a.o, qo),          at<T>(a.g, qo), lse,
+          out,            out + a.Tq * D, out + (a.Tq + a.Tk) * D, st + a.batch * a.Tq};
 }
 
-// Phase 1, one task per (batch, query block): lse and D of its rows.
+// Phase 1, one task per (batch, query block): D of its rows, and their lse unless the forward
+// kept it. The lse is computed in the forward's order (each split of kSplit keys from a fresh
+// state, the splits folded in ascending order), so it has the forward's bits either way.
 template <class T>
 void stats_task(const AttnArgs& a, int64_t task) {
   const auto [b, i0, rows] = query_block(a, task);
   const int64_t D = a.D;
   const GradView<T> x = grad_view<T>(a, b);
-  Scratch<T> w(D);
-  T m[kBlock], l[kBlock];
-  std::fill(m, m + rows, -std::numeric_limits<T>::infinity());
-  std::fill(l, l + rows, T(0));
-  const int64_t last = last_key_block(a, i0, rows);
-  for (int64_t kb = 0; kb <= last; ++kb) {
-    const int64_t j0 = kb * kBlock, cols = std::min(kBlock, a.Tk - j0);
-    scores(a, x.q, x.k, i0, rows, j0, cols, w.s, w.gemm);
-    online_steps<T>(a, w.s, rows, cols, m, l, nullptr);
-  }
   for (int64_t r = 0; r < rows; ++r) {
-    x.lse[i0 + r] = m[r] + fn::Log::f(l[r]);
     const T *gr = x.g + (i0 + r) * D, *orow = x.o + (i0 + r) * D;
     x.dsum[i0 + r] = canonical_sum(D, [&](int64_t d) { return T(gr[d] * orow[d]); });
   }
+  if (a.lse) return;
+  Scratch<T> w(D);
+  T m[kBlock], l[kBlock], ms[kBlock], ls[kBlock];
+  std::fill(m, m + rows, -std::numeric_limits<T>::infinity());
+  std::fill(l, l + rows, T(0));
+  const int64_t last = last_key_block(a, i0, rows), per = kSplit / kBlock;
+  for (int64_t s = 0; s <= last_split(a, i0, rows); ++s) {
+    T *sm = s == 0 ? m : ms, *sl = s == 0 ? l : ls;
+    std::fill(sm, sm + rows, -std::numeric_limits<T>::infinity());
+    std::fill(sl, sl + rows, T(0));
+    for (int64_t kb = s * per; kb <= last_block_of_split(s, last); ++kb) {
+      const int64_t j0 = kb * kBlock, cols = std::min(kBlock, a.Tk - j0);
+      scores(a, x.q, x.k, i0, rows, j0, cols, w.s, w.gemm);
+      online_steps<T>(a, w.s, rows, cols, sm, sl, nullptr);
+    }
+    if (s > 0)
+      for (int64_t r = 0; r < rows; ++r) {
+        T f, fs;
+        fold_stats(m[r], l[r], ms[r], ls[r], f, fs);
+      }
+  }
+  T* lse = static_cast<T*>(a.stats) + b * a.Tq + i0;
+  for (int64_t r = 0; r < rows; ++r) lse[r] = m[r] + fn::Log::f(l[r]);
 }
 
 // P = exp(S - lse) and dS = P (g v^T - D) for one pair of blocks: P in w.s, dS in w.dp.
@@ -564,21 +598,31 @@ Launch lower_attention(LowerCtx& c) {
   c.kernel = "attention";
   const size_t tensors = c.node.op == Op::Attention ? 3 : 5;
   a->offset = c.in.size() > tensors ? static_cast<const int64_t*>(c.in[tensors]) : nullptr;
-  a->partial = a->dstore = nullptr;
+  a->partial = a->dstore = a->lse = nullptr;
   if (c.node.op == Op::Attention) {
     if (split_tasks(a->Tq, a->Tk))
       a->partial = c.storage.scratch(size_t(a->batch * splits(a->Tk) * a->Tq * (a->D + 2)) * dtype_size(c.node.dtype));
+    // The rows' log-sum-exp, for a gradient later in the plan (outside the arena: it lives from
+    // this launch to that one).
+    a->lse = c.storage.persistent(size_t(a->batch * a->Tq) * dtype_size(c.node.dtype));
+    c.storage.share(c.id, a->lse);
     return {forward_launch, a, c.id};
   }
   a->o = c.in[3];
   a->g = c.in[4];
+  // The forward that made o, lowered earlier in this plan with the same operands, kept the lse.
+  const Node& fwd = c.g.node(c.node.in[3]);
+  bool same = fwd.op == Op::Attention && fwd.dtype == c.node.dtype && fwd.in.size() + 2 == c.node.in.size() &&
+              fwd.attr<attr::Attention>().causal == a->causal && fwd.attr<attr::Attention>().scale == a->scale;
+  for (size_t i = 0; same && i < fwd.in.size(); ++i) same = fwd.in[i] == c.node.in[i < 3 ? i : i + 2];
+  if (same) a->lse = c.storage.shared(c.node.in[3]);
   a->stats = c.storage.scratch(size_t(2 * a->batch * a->Tq) * dtype_size(c.node.dtype));
   // dS stored for as many batch items as the limit holds (all of them at most), else recomputed.
   const size_t item_bytes = size_t(blocks(a->Tq) * blocks(a->Tk) * kBlock * kBlock) * dtype_size(c.node.dtype);
   const int64_t fit = item_bytes ? std::min<int64_t>(int64_t(attention_store_limit / item_bytes), a->batch) : 0;
   a->dstore = fit > 0 ? c.storage.scratch(size_t(fit) * item_bytes) : nullptr;
   a->round = fit > 0 ? fit : a->batch;
-  c.kernel = "attention-grad";
+  c.kernel = a->lse ? "attention-grad+lse" : "attention-grad";  // +lse: the forward's
   return {backward_launch, a, c.id};
 }
 
