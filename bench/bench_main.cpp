@@ -93,7 +93,7 @@ BENCHMARK(TinyMLP_SgdModules)->Name("TinyMLP/SgdStepModules");
 Tensor eltwise_chain(const Tensor& x) { return ((((x * 1.5 + 0.5).relu() * x).sigmoid() - 0.25) * 2.0).tanh(); }
 
 void time_step(benchmark::State& state, CompiledStep& step, const std::vector<std::pair<DType, Shape>>& specs,
-               int64_t bytes);
+               int64_t bytes, const std::vector<Tensor>& changed = {});
 // A compiled step, timed as users get it (Recompile on the second run: generated kernels where
 // they win; SYNOROS_NO_JIT=1 turns them off) or, with `interpreter`, with generated kernels off.
 void run_fused(benchmark::State& state, const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& f,
@@ -103,15 +103,20 @@ void run_fused(benchmark::State& state, const std::function<std::vector<Tensor>(
   CompiledStep step = compile(f, specs);
   time_step(state, step, specs, bytes);
 }
-// Times a compiled step on random inputs of `specs`.
+// Times a compiled step on random inputs of `specs`. `changed`: weights an optimizer would
+// change between steps, marked changed before each (a plan keeps a weight packed only while it
+// does not change, so a training step packs its weights every time).
 void time_step(benchmark::State& state, CompiledStep& step, const std::vector<std::pair<DType, Shape>>& specs,
-               int64_t bytes) {
+               int64_t bytes, const std::vector<Tensor>& changed) {
   for (size_t i = 0; i < specs.size(); ++i) {
     HostTensor x = Tensor::randn(specs[i].second, 3 + i).value();
     std::memcpy(step.input_ptr(i), x.buffer->data(), x.bytes());
   }
   warm(step);
+  std::vector<std::shared_ptr<Buffer>> weights;  // the parameters' own storage
+  for (const Tensor& w : changed) weights.push_back(w.value().buffer);
   for (auto _ : state) {
+    for (auto& w : weights) w->mark_modified();
     step.run();
     benchmark::DoNotOptimize(step.output_ptr(0));
   }
@@ -265,7 +270,7 @@ void GptBlockTrain(benchmark::State& state) {
   nn::GptBlock blk(block_config(), 1);
   CompiledStep step = nn::compile_block_grad(blk, 1, kBlockT);
   const Shape s{1, kBlockT, kBlockC};
-  time_step(state, step, {{DType::F32, s}, {DType::F32, s}}, 3 * kBlockT * kBlockC * 4);
+  time_step(state, step, {{DType::F32, s}, {DType::F32, s}}, 3 * kBlockT * kBlockC * 4, blk.parameters());
   state.counters["FLOPS"] = benchmark::Counter(double(state.iterations()) * block_flops(true), benchmark::Counter::kIsRate);
 }
 BENCHMARK(GptBlockTrain)->Name("GptBlockTrain")->UseRealTime()->Unit(benchmark::kMillisecond);
@@ -474,8 +479,7 @@ void GptTrain(benchmark::State& state, const char* preset) {
   CompiledStep step = compile_gpt_grad(m, B);
   step({gpt_tokens(B, T, c.vocab, 1), gpt_tokens(B, T, c.vocab, 2)});
   step({gpt_tokens(B, T, c.vocab, 1), gpt_tokens(B, T, c.vocab, 2)});  // the second run recompiles
-  // An optimizer changes every weight between steps: marked changed here too, so the step packs
-  // them afresh as in training (a plan keeps a weight packed only while it does not change).
+  // An optimizer changes every weight between steps: marked changed here too (see time_step).
   std::vector<std::shared_ptr<Buffer>> weights;  // the parameters' own storage
   for (const Tensor& p : m.parameters()) weights.push_back(p.value().buffer);
   for (auto _ : state) {
