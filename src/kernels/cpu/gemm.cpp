@@ -110,8 +110,8 @@ void micro_scalar(int64_t kc, const float* a, const float* b, float* c, int64_t 
 // packed panel ([kc][14]) or, with Rows, from A's own rows (a[i * lda + k]): a row-major A needs
 // no packing (its 16 x 16 transposes had cost 6% of a 512^3 product).
 // R < 14: the first R rows only (an edge panel, still packed 14 wide), so its FMAs are all
-// useful work. pf (optional): lines to fetch into L2, one every `every` k steps, between the FMAs.
-template <bool Rows, int R = kMR512>
+// useful work. Fetch: pf's lines are fetched into L2, one every `every` k steps, between the FMAs.
+template <bool Rows, int R = kMR512, bool Fetch = false>
 __attribute__((target("avx512f,fma"))) void micro_avx512_t(int64_t kc, const float* a, int64_t lda, const float* b,
                                                             float* c, int64_t ldc, bool load,
                                                             const char* pf = nullptr, int64_t every = 1) {
@@ -129,7 +129,7 @@ __attribute__((target("avx512f,fma"))) void micro_avx512_t(int64_t kc, const flo
   int64_t left = every;
   for (int64_t k = 0; k < kc; ++k) {
     __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
-    if (pf && --left == 0) {
+    if (Fetch && --left == 0) {
       _mm_prefetch(pf, _MM_HINT_T1);
       pf += 64;
       left = every;
@@ -795,8 +795,10 @@ void pack_chunk(const void* p, int64_t i) {
 // pf, every: lines the AVX-512 tile fetches as it goes (see compute_chunk).
 void run_micro(const GemmJob& j, const float* a, const float* b, float* c, int64_t ldc, bool load,
                int64_t lda = 0, const char* pf = nullptr, int64_t every = 1) {
-  if (lda) micro_avx512_t<true>(j.kc, a, lda, b, c, ldc, load, pf, every);
-  else if (j.isa >= 2) micro_avx512_t<false>(j.kc, a, 0, b, c, ldc, load, pf, every);
+  if (lda && pf) micro_avx512_t<true, kMR512, true>(j.kc, a, lda, b, c, ldc, load, pf, every);
+  else if (lda) micro_avx512_t<true>(j.kc, a, lda, b, c, ldc, load);
+  else if (j.isa >= 2 && pf) micro_avx512_t<false, kMR512, true>(j.kc, a, 0, b, c, ldc, load, pf, every);
+  else if (j.isa >= 2) micro_avx512_t<false>(j.kc, a, 0, b, c, ldc, load);
   else if (j.isa == 1) micro_avx2(j.kc, a, b, c, ldc, load);
   else micro_scalar(j.kc, a, b, c, ldc, load);
 }
