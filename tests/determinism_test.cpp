@@ -429,7 +429,8 @@ TEST(Determinism, AttentionGradGivesTheSameBitsWithTheForwardsLogSumExp) {
     bool special = false;
   };
   for (const Case& c : {Case{false, 70, 600, -1}, Case{true, 300, 300, -1}, Case{true, 3, 700, 520},
-                        Case{true, 130, 130, -1, DType::F32, true}, Case{false, 40, 300, -1, DType::F64}}) {
+                        Case{true, 130, 130, -1, DType::F32, true}, Case{false, 70, 600, -1, DType::F32, true},
+                        Case{true, 300, 300, -1, DType::F32, true}, Case{false, 40, 300, -1, DType::F64}}) {
     const Shape qs{2, c.Tq, 24}, ks{2, c.Tk, 24};
     const HostTensor q = c.special ? testing::special_tensor(qs, 21, 97)
                                    : testing::random_tensor({c.dt, qs, -3, 3}, 21);

@@ -25,9 +25,10 @@
 // second pass folds them in the same order, so the bits are those of a task that walks the splits
 // itself, and the same whatever the thread count.
 //
-// Backward: phase 1 recomputes m and l by one online softmax over all the keys (no splits: the
-// backward's own definition, deterministic like the rest) for lse = m + log(l), and the row sums
-// D = sum(g o) (in the reductions' lane order); phase 2 owns each key block: for the query blocks
+// Backward: phase 1 computes the row sums D = sum(g o) (in the reductions' lane order) and takes
+// lse = m + log(l) from the forward, which keeps it when it ran earlier in the plan, or else
+// recomputes m and l in the forward's order (fresh per split, the splits folded in ascending
+// order), so lse has the forward's bits either way; phase 2 owns each key block: for the query blocks
 // in ascending order, P = exp(s - lse), dv += P^T g, dS = P (g v^T - D), dk += dS^T q; phase 3 owns
 // each query block: dq += dS k over the key blocks in ascending order. dq and dk are then scaled.
 // Phase 2 stores each dS block when the plan's scratch holds a batch item's blocks

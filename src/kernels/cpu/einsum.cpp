@@ -216,14 +216,14 @@ struct GemmArgs {
 // by every call. The copy is made by the second call that sees the same version of the weight
 // (a weight that changes every step, as in training, never gets one) and is repacked when the
 // version or the instruction set moves. Its memory counts against the engine's limit; when that
-// refuses it, the product packs per call as before. The packed panels hold the same floats, so
-// the bits do not change.
+// refuses it, the product packs per call as before. Borrowed weights get no copy. The packed
+// panels hold the same floats, so the bits do not change.
 struct PackedWeight {
   const Buffer* src = nullptr;
   uint64_t seen = ~uint64_t(0);    // the version the last call saw
   uint64_t packed = ~uint64_t(0);  // the version `data` holds
   int isa = -1;
-  bool refused = false;
+  uint64_t refused = ~uint64_t(0);  // the version the memory limit refused a copy of
   std::unique_ptr<Buffer> data;
 };
 
@@ -237,13 +237,13 @@ const float* packed_weight(const GemmArgs& g, ThreadPool& pool) {
     return static_cast<const float*>(w.data->data());
   const bool again = w.seen == v;
   w.seen = v;
-  if (!again || w.refused) return nullptr;
+  if (!again || w.refused == v) return nullptr;
   if (!w.data || w.data->bytes() < floats * 4) {
     w.data.reset();
     try {
       w.data = std::make_unique<Buffer>(floats * 4);
-    } catch (const Error&) {  // over the memory limit: pack per call
-      w.refused = true;
+    } catch (const Error&) {  // over the memory limit: pack per call (tried again at the next version)
+      w.refused = v;
       return nullptr;
     }
   }
@@ -565,7 +565,10 @@ Launch lower_einsum(LowerCtx& c) {
     }
     Selection sel = select_gemm(g->shape, strict_kernels());
     g->provider = sel.provider;
-    if (B.param && !g->pin_src && !B.gather && b_fixed && !config::flag("SYNOROS_NO_WEIGHT_PACKS")) {
+    // Not for borrowed memory (a NumPy array, a PyTorch tensor): its owner can change it in place
+    // without moving the version.
+    if (B.param && !B.param->borrowed() && !g->pin_src && !B.gather && b_fixed &&
+        !config::flag("SYNOROS_NO_WEIGHT_PACKS")) {
       g->packs = c.storage.own(std::make_unique<PackedWeight>());
       g->packs->src = B.param;
     }

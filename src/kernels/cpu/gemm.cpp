@@ -110,11 +110,13 @@ void micro_scalar(int64_t kc, const float* a, const float* b, float* c, int64_t 
 // packed panel ([kc][14]) or, with Rows, from A's own rows (a[i * lda + k]): a row-major A needs
 // no packing (its 16 x 16 transposes had cost 6% of a 512^3 product).
 // R < 14: the first R rows only (an edge panel, still packed 14 wide), so its FMAs are all
-// useful work. Fetch: pf's lines are fetched into L2, one every `every` k steps, between the FMAs.
+// useful work. Fetch: `lines` lines from pf are fetched into L2, one every `every` k steps,
+// between the FMAs.
 template <bool Rows, int R = kMR512, bool Fetch = false>
 __attribute__((target("avx512f,fma"))) void micro_avx512_t(int64_t kc, const float* a, int64_t lda, const float* b,
                                                             float* c, int64_t ldc, bool load,
-                                                            const char* pf = nullptr, int64_t every = 1) {
+                                                            const char* pf = nullptr, int64_t every = 1,
+                                                            int64_t lines = 0) {
   __m512 c0[R], c1[R];
   if (load) {
 #pragma GCC unroll 14
@@ -130,9 +132,12 @@ __attribute__((target("avx512f,fma"))) void micro_avx512_t(int64_t kc, const flo
   for (int64_t k = 0; k < kc; ++k) {
     __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
     if (Fetch && --left == 0) {
-      _mm_prefetch(pf, _MM_HINT_T1);
-      pf += 64;
       left = every;
+      if (lines > 0) {
+        _mm_prefetch(pf, _MM_HINT_T1);
+        pf += 64;
+        --lines;
+      }
     }
 #pragma GCC unroll 14
     for (int i = 0; i < R; ++i) {
@@ -792,12 +797,12 @@ void pack_chunk(const void* p, int64_t i) {
   }
 }
 
-// pf, every: lines the AVX-512 tile fetches as it goes (see compute_chunk).
+// pf, every, lines: what the AVX-512 tile fetches as it goes (see compute_chunk; none when pf is null).
 void run_micro(const GemmJob& j, const float* a, const float* b, float* c, int64_t ldc, bool load,
-               int64_t lda = 0, const char* pf = nullptr, int64_t every = 1) {
-  if (lda && pf) micro_avx512_t<true, kMR512, true>(j.kc, a, lda, b, c, ldc, load, pf, every);
+               int64_t lda = 0, const char* pf = nullptr, int64_t every = 1, int64_t lines = 0) {
+  if (lda && pf) micro_avx512_t<true, kMR512, true>(j.kc, a, lda, b, c, ldc, load, pf, every, lines);
   else if (lda) micro_avx512_t<true>(j.kc, a, lda, b, c, ldc, load);
-  else if (j.isa >= 2 && pf) micro_avx512_t<false, kMR512, true>(j.kc, a, 0, b, c, ldc, load, pf, every);
+  else if (j.isa >= 2 && pf) micro_avx512_t<false, kMR512, true>(j.kc, a, 0, b, c, ldc, load, pf, every, lines);
   else if (j.isa >= 2) micro_avx512_t<false>(j.kc, a, 0, b, c, ldc, load);
   else if (j.isa == 1) micro_avx2(j.kc, a, b, c, ldc, load);
   else micro_scalar(j.kc, a, b, c, ldc, load);
@@ -807,7 +812,8 @@ void run_micro(const GemmJob& j, const float* a, const float* b, float* c, int64
 // tile resumes from C: the stored float is the chain's value, so the bits are those of one
 // unbroken chain (and independent of the tile shape and of the order tiles are computed in).
 // Full tiles are read and written in place; edge tiles go through a zero-padded copy.
-void compute_tile(const GemmJob& j, int64_t pa, int64_t q, const char* pf = nullptr, int64_t every = 1) {
+void compute_tile(const GemmJob& j, int64_t pa, int64_t q, const char* pf = nullptr, int64_t every = 1,
+                  int64_t lines = 0) {
   const GemmShape& s = *j.s;
   int64_t m0 = pa * j.mr, rows = std::min(j.mr, s.M - m0);
   bool load = j.k0 > 0 || j.accumulate;
@@ -817,7 +823,7 @@ void compute_tile(const GemmJob& j, int64_t pa, int64_t q, const char* pf = null
   int64_t n0 = q * j.nr, cols = std::min(j.nr, s.N - n0);
   const float* b = j.pb + q * j.kc * j.nr;
   float* c = j.C + m0 * s.c_rs + n0;
-  if (rows == j.mr && cols == j.nr) return run_micro(j, a, b, c, s.c_rs, load, lda, pf, every);
+  if (rows == j.mr && cols == j.nr) return run_micro(j, a, b, c, s.c_rs, load, lda, pf, every, lines);
   if (j.isa >= 2 && cols == j.nr) return micro_avx512_edge(rows, j.kc, a, b, c, s.c_rs, load);  // rows only, in place
   alignas(64) float acc[kMR512 * kNR512];
   std::memset(acc, 0, sizeof(float) * size_t(j.mr * j.nr));
@@ -851,8 +857,10 @@ void compute_chunk(const void* p, int64_t chunk) {
     const char* next = j.b_ahead && full > 0 && q + 1 < j.np
                            ? reinterpret_cast<const char*>(j.pb + (q + 1) * j.kc * j.nr)
                            : nullptr;
-    for (int64_t i = i0; i < i1; ++i)
-      compute_tile(j, i, q, next ? next + (i - i0) * per * 64 : nullptr, every);
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t first = (i - i0) * per, n = std::min(per, lines - first);  // this tile's share
+      compute_tile(j, i, q, next && n > 0 ? next + first * 64 : nullptr, every, n);
+    }
   }
 }
 }  // namespace
