@@ -603,10 +603,14 @@ Launch lower_attention(LowerCtx& c) {
   if (c.node.op == Op::Attention) {
     if (split_tasks(a->Tq, a->Tk))
       a->partial = c.storage.scratch(size_t(a->batch * splits(a->Tk) * a->Tq * (a->D + 2)) * dtype_size(c.node.dtype));
-    // The rows' log-sum-exp, for a gradient later in the plan (outside the arena: it lives from
-    // this launch to that one).
-    a->lse = c.storage.persistent(size_t(a->batch * a->Tq) * dtype_size(c.node.dtype));
-    c.storage.share(c.id, a->lse);
+    // The rows' log-sum-exp, for a gradient of this node in the graph (outside the arena: it
+    // lives from this launch to that one).
+    bool read = false;
+    for (const Node& n : c.g.nodes()) read = read || (n.op == Op::AttentionGrad && n.in.size() > 3 && n.in[3] == c.id);
+    if (read) {
+      a->lse = c.storage.persistent(size_t(a->batch * a->Tq) * dtype_size(c.node.dtype));
+      c.storage.share(c.id, a->lse);
+    }
     return {forward_launch, a, c.id};
   }
   a->o = c.in[3];
