@@ -126,8 +126,8 @@ def main():
     ap.add_argument("--json", default="python_results.json")
     args = ap.parse_args()
     synoros.set_num_threads(1)
-    gflops, gbps = synoros.measure_peak()
-    print(f"machine: one core {gflops:.1f} GFLOP/s FMA peak, {gbps:.1f} GB/s")
+    gflops, gbps, read_gbps = synoros.measure_peak()
+    print(f"machine: one core {gflops:.1f} GFLOP/s FMA peak, {gbps:.1f} GB/s copying, {read_gbps:.1f} GB/s reading")
 
     t = synoros.randn(8, 16, seed=1)
     g = {"t": t, "synoros": synoros}

@@ -121,8 +121,8 @@ void bind_runtime(nb::module_& m) {
       nb::gil_scoped_release no_gil;
       p = measure_peak();
     }
-    return nb::make_tuple(p.gflops, p.gbps);
-  }, "One core's peak FMA rate (GFLOP/s) and memory bandwidth (GB/s), measured now.");
+    return nb::make_tuple(p.gflops, p.gbps, p.read_gbps);
+  }, "One core's peak FMA rate (GFLOP/s), its DRAM bandwidth copying and reading (GB/s), measured now.");
   bind_synth(m);
 }
 

@@ -170,3 +170,8 @@ def test_operator_search_on_a_gpt_trains_and_times_a_projection_operator(tmp_pat
     assert "transformer.h.0.attn.c_attn.op.w0" in names and "transformer.h.0.attn.c_proj.weight" in names
     with pytest.raises(synoros.Error, match="malformed"):
         synoros.trials.LmEvaluation.from_json("{}")
+
+
+def test_measure_peak_gives_the_fma_rate_and_both_bandwidths():
+    gflops, copy_gbps, read_gbps = synoros.measure_peak()
+    assert gflops > 1 and copy_gbps > 0.1 and read_gbps > 0.1
