@@ -94,6 +94,15 @@ Tensor eltwise_chain(const Tensor& x) { return ((((x * 1.5 + 0.5).relu() * x).si
 
 void time_step(benchmark::State& state, CompiledStep& step, const std::vector<std::pair<DType, Shape>>& specs,
                int64_t bytes, const std::vector<Tensor>& changed = {});
+// The storage of leaves (parameters), and marking it changed, as an optimizer's update would.
+std::vector<std::shared_ptr<Buffer>> storage_of(const std::vector<Tensor>& leaves) {
+  std::vector<std::shared_ptr<Buffer>> out;
+  for (const Tensor& t : leaves) out.push_back(t.value().buffer);
+  return out;
+}
+void mark_changed(const std::vector<std::shared_ptr<Buffer>>& storage) {
+  for (const auto& b : storage) b->mark_modified();
+}
 // A compiled step, timed as users get it (Recompile on the second run: generated kernels where
 // they win; SYNOROS_NO_JIT=1 turns them off) or, with `interpreter`, with generated kernels off.
 void run_fused(benchmark::State& state, const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& f,
@@ -113,10 +122,9 @@ void time_step(benchmark::State& state, CompiledStep& step, const std::vector<st
     std::memcpy(step.input_ptr(i), x.buffer->data(), x.bytes());
   }
   warm(step);
-  std::vector<std::shared_ptr<Buffer>> weights;  // the parameters' own storage
-  for (const Tensor& w : changed) weights.push_back(w.value().buffer);
+  const auto weights = storage_of(changed);
   for (auto _ : state) {
-    for (auto& w : weights) w->mark_modified();
+    mark_changed(weights);
     step.run();
     benchmark::DoNotOptimize(step.output_ptr(0));
   }
@@ -480,10 +488,9 @@ void GptTrain(benchmark::State& state, const char* preset) {
   step({gpt_tokens(B, T, c.vocab, 1), gpt_tokens(B, T, c.vocab, 2)});
   step({gpt_tokens(B, T, c.vocab, 1), gpt_tokens(B, T, c.vocab, 2)});  // the second run recompiles
   // An optimizer changes every weight between steps: marked changed here too (see time_step).
-  std::vector<std::shared_ptr<Buffer>> weights;  // the parameters' own storage
-  for (const Tensor& p : m.parameters()) weights.push_back(p.value().buffer);
+  const auto weights = storage_of(m.parameters());
   for (auto _ : state) {
-    for (auto& w : weights) w->mark_modified();
+    mark_changed(weights);
     step.run();
     benchmark::DoNotOptimize(step.output_ptr(0));
   }

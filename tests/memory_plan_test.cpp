@@ -325,6 +325,34 @@ TEST(PackedWeights, AreKeptFromTheSecondCallAndFollowEveryChange) {
   EXPECT_GE(live_buffer_bytes(), before_refusal + weight_bytes);
   EXPECT_TRUE(same(q.read(y), fresh()));
 }
+
+// Borrowed memory (a NumPy array, a PyTorch tensor) gets no packed copy: its owner can change it
+// without the engine seeing, and the plan then reads the change.
+TEST(PackedWeights, BorrowedWeightsAreReadWhereTheyLie) {
+  const HostTensor src = testing::random_tensor({DType::F32, {384, 200}}, 7);
+  auto owner = std::make_shared<std::vector<float>>(size_t(src.numel()) + 16);
+  float* p = owner->data();
+  while (reinterpret_cast<uintptr_t>(p) % 64) ++p;
+  std::memcpy(p, src.buffer->data(), src.bytes());
+  auto w = std::make_shared<HostTensor>();
+  w->dtype = DType::F32;
+  w->shape = {384, 200};
+  w->buffer = std::make_shared<Buffer>(p, src.bytes(), owner);
+  Graph g;
+  ValueId x = g.input(DType::F32, {64, 384}, "x");
+  ValueId y = g.einsum("mk,kn->mn", {x, g.param(w, "w")});
+  Plan plan(g, {y});
+  plan.set_input(x, testing::random_tensor({DType::F32, {64, 384}}, 8));
+  plan.run();
+  const size_t after_first = live_buffer_bytes();
+  plan.run();
+  plan.run();
+  EXPECT_EQ(live_buffer_bytes(), after_first);
+  const HostTensor before = plan.read(y);
+  p[3] = 100.0f;  // the owner writes in place, no version moves
+  plan.run();
+  EXPECT_NE(0, std::memcmp(plan.read(y).buffer->data(), before.buffer->data(), before.bytes()));
+}
 }  // namespace
 }  // namespace synoros
 

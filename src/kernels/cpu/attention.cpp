@@ -618,7 +618,7 @@ Launch lower_attention(LowerCtx& c) {
   // The forward that made o, lowered earlier in this plan with the same operands, kept the lse.
   const Node& fwd = c.g.node(c.node.in[3]);
   bool same = fwd.op == Op::Attention && fwd.dtype == c.node.dtype && fwd.in.size() + 2 == c.node.in.size() &&
-              fwd.attr<attr::Attention>().causal == a->causal && fwd.attr<attr::Attention>().scale == a->scale;
+              fwd.attr<attr::Attention>() == c.node.attr<attr::Attention>();
   for (size_t i = 0; same && i < fwd.in.size(); ++i) same = fwd.in[i] == c.node.in[i < 3 ? i : i + 2];
   if (same) a->lse = c.storage.shared(c.node.in[3]);
   a->stats = c.storage.scratch(size_t(2 * a->batch * a->Tq) * dtype_size(c.node.dtype));
