@@ -747,7 +747,6 @@ struct GemmJob {
   int isa;
   bool accumulate;  // C holds chains to continue
   bool a_rows;      // full A panels read in place by the AVX-512 kernel (row-major A), not packed
-  bool b_ahead = false;  // pb is B packed before the call (sgemm_pack_b), not by this call
 };
 
 // A B panel from B stored transposed (k contiguous, B(k, n) = B[k + n b_cs]): transpose_rows (8 x 8
@@ -847,15 +846,17 @@ void compute_chunk(const void* p, int64_t chunk) {
   const int64_t groups = ceil_div(j.np, kGroupPanels), bp = block_panels(j);
   const int64_t i0 = (chunk / groups) * bp, q0 = (chunk % groups) * kGroupPanels;
   const int64_t i1 = std::min(j.mp, i0 + bp), q1 = std::min(j.np, q0 + kGroupPanels);
-  // B packed ahead of the call comes from memory: while the block's A panels pass over panel q,
-  // the next B panel is fetched into L2, each full tile a share of its lines spread over its k
-  // steps (128 x 384 x 1152 with B from memory: 163 to 215 GFLOP/s; without the fetches, no
-  // faster than packing per call). B packed by the call is still in L2: no fetches.
+  // While the block's A panels pass over panel q, the next B panel is fetched into L2, each full
+  // tile a share of its lines spread over its k steps. B packed ahead of the call comes from
+  // memory (128 x 384 x 1152: 163 to 215 GFLOP/s; without the fetches, no faster than packing per
+  // call), and B packed by this call outgrows L2 when wide (a K block of 768 x 3072 is 3 MiB:
+  // 147 to 163 GFLOP/s at 512 rows); where it fits, the fetches find it there and cost next to
+  // nothing (512 x 768 x 768: within the noise, +3% on average).
   const int64_t full = std::min(i1, j.s->M / j.mr) - i0;  // tiles of all mr rows (an edge tile fetches nothing)
   const int64_t lines = j.kc * j.nr * int64_t(sizeof(float)) / 64, per = ceil_div(lines, std::max<int64_t>(full, 1));
   const int64_t every = std::max<int64_t>(1, j.kc / per);
   for (int64_t q = q0; q < q1; ++q) {
-    const char* next = j.b_ahead && full > 0 && q + 1 < j.np
+    const char* next = full > 0 && q + 1 < j.np
                            ? reinterpret_cast<const char*>(j.pb + (q + 1) * j.kc * j.nr)
                            : nullptr;
     for (int64_t i = i0; i < i1; ++i) {
@@ -1043,7 +1044,7 @@ void sgemm(const GemmShape& s, const float* A, const float* B, float* C, float* 
   const int64_t kc = k_block(s);
   for (j.k0 = 0; j.k0 < s.K; j.k0 += kc) {
     j.kc = std::min(kc, s.K - j.k0);
-    if (packed_b) j.pb = packed_block(const_cast<float*>(packed_b), j), j.b_ahead = true;  // read only
+    if (packed_b) j.pb = packed_block(const_cast<float*>(packed_b), j);  // read only
     const int64_t tasks = j.mp + (packed_b ? 0 : b_pack_tasks(j));
     if (tiny) {
       for (int64_t i = 0; i < tasks; ++i) pack_chunk(&j, i);
