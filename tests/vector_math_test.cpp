@@ -142,5 +142,57 @@ TEST(VectorMath, VectorisedLinesGiveTheScalarBitsOnEveryInput) {
   }
 }
 
+// A softmax row's exps and their sum in the canonical order (lane t % 8, the lanes combined
+// pairwise, segments of 4096), over rows full of what masking writes (-inf, a large negative
+// fill) next to values whose exps are denormal, zero by a hair, NaN or ordinary: every build
+// gives the scalar bits, with the masked lanes skipped rather than computed.
+TEST(VectorMath, SoftmaxExpSumsGiveTheScalarBitsOverMaskedRows) {
+  if (best_isa() == Isa::Scalar) GTEST_SKIP() << "this CPU has no AVX2+FMA: only the scalar sums run";
+  const float kinds[] = {-INFINITY, -1e30f, -104.5f, -104.0f, -103.9f, -100.0f, -87.5f, -3.25f, 0.0f, 1.5f, NAN};
+  auto reference = [](const std::vector<float>& x, float m, std::vector<float>& y) {
+    float total = 0;
+    for (size_t seg = 0; seg < x.size(); seg += 4096) {
+      float l[8] = {};
+      for (size_t k = seg; k < std::min(x.size(), seg + 4096); ++k) l[(k - seg) % 8] += y[k] = fn::Exp::f(x[k] - m);
+      total += ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+    }
+    return total;
+  };
+  auto same = [](float a, float b) {
+    return std::isnan(a) ? std::isnan(b) : std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b);
+  };
+  for (Isa isa : {Isa::Avx2, Isa::Avx512}) {
+    if (int(isa) > int(best_isa())) continue;
+    SCOPED_TRACE(isa_name(isa));
+    set_isa(isa);
+    for (int64_t n : {1, 7, 8, 15, 16, 17, 64, 70, 4099}) {
+      std::vector<float> x[4], want[4], got[4];
+      float m[4], sums[4];
+      for (int j = 0; j < 4; ++j) {
+        x[j].resize(size_t(n)), want[j].resize(size_t(n)), got[j].resize(size_t(n));
+        // Row j: kinds cycling with a stride that moves with j; row 3 is all -inf but for its first lane.
+        for (int64_t k = 0; k < n; ++k)
+          x[j][size_t(k)] = j == 3 && k > 0 ? -INFINITY : kinds[size_t(k * (j + 1) + j) % std::size(kinds)];
+        m[j] = j == 2 ? 0.0f : 1.0f;  // x - m stays at or below the kinds' range
+      }
+      for (int j = 0; j < 4; ++j) {
+        const float ref = reference(x[j], m[j], want[j]);
+        std::vector<float> one(static_cast<size_t>(n));
+        EXPECT_TRUE(same(ref, softmax_exp_sum_vec(x[j].data(), one.data(), n, m[j]))) << "n = " << n << ", row " << j;
+        EXPECT_TRUE(same(ref, softmax_exp_sum_vec(x[j].data(), nullptr, n, m[j]))) << "n = " << n << ", row " << j;
+        for (int64_t k = 0; k < n; ++k) EXPECT_TRUE(same(want[j][size_t(k)], one[size_t(k)])) << "n = " << n << ", k = " << k;
+      }
+      const float* xs[4] = {x[0].data(), x[1].data(), x[2].data(), x[3].data()};
+      float* ys[4] = {got[0].data(), got[1].data(), got[2].data(), got[3].data()};
+      softmax_exp_sum4_vec(xs, ys, n, m, sums);
+      for (int j = 0; j < 4; ++j) {
+        EXPECT_TRUE(same(reference(x[j], m[j], want[j]), sums[j])) << "n = " << n << ", row " << j;
+        for (int64_t k = 0; k < n; ++k) EXPECT_TRUE(same(want[j][size_t(k)], got[j][size_t(k)])) << "n = " << n << ", k = " << k;
+      }
+    }
+  }
+  set_isa(best_isa());
+}
+
 }  // namespace
 }  // namespace synoros::kernels

@@ -49,6 +49,11 @@ struct VecF {
     __m256i n1 = _mm256_srai_epi32(ni, 1);
     return mul(mul(e, pow2(n1)), pow2(_mm256_sub_epi32(ni, n1)));
   }
+  // Lanes where x < c scale by 2^0 (nothing underflows), then come out +0.
+  static R ldexp_unless_below(R e, R n, R x, float c) {
+    const R below = _mm256_cmp_ps(x, set(c), _CMP_LT_OQ);
+    return _mm256_andnot_ps(below, ldexp(e, _mm256_andnot_ps(below, n)));
+  }
   // 2^m from the low bits of mb = m + 1.5 * 2^23: shifted into the exponent field, plus 127's.
   static R ldexp_small(R e, R, R mb) {
     return mul(e, _mm256_castsi256_ps(

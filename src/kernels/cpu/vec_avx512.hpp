@@ -42,6 +42,10 @@ struct VecF {
   static R clear_sign(R x) { return _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(0x7fffffff))); }
   static R ldexp(R e, R n) { return _mm512_scalef_ps(e, n); }
   static R ldexp_small(R e, R m, R) { return _mm512_scalef_ps(e, m); }
+  // A masked-off lane is not computed (no underflow, no assist) and comes out +0.
+  static R ldexp_unless_below(R e, R n, R x, float c) {
+    return _mm512_maskz_scalef_ps(_mm512_cmp_ps_mask(x, set(c), _CMP_NLT_UQ), e, n);
+  }
   static R recip_unless_lt(R x, float c, R b) {
     return _mm512_maskz_div_ps(_mm512_cmp_ps_mask(x, set(c), _CMP_NLT_UQ), set(1.0f), b);
   }
