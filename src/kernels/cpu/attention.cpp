@@ -133,12 +133,15 @@ void block_gemm(const AttnArgs& a, int64_t M, int64_t N, int64_t K, const T* A, 
 }
 
 // S = scale q k^T for queries i0.. (rows) and keys j0.. (cols), rows kBlock apart; a key after its
-// query (causal) scores -inf.
+// query (causal) scores -inf. kt (when not null): keys j0.. already transposed, D rows of kBlock
+// (the same products, without transposing the block again).
 template <class T>
 void scores(const AttnArgs& a, const T* q, const T* k, int64_t i0, int64_t rows, int64_t j0, int64_t cols, T* S,
-            T* tmp) {
+            T* tmp, const T* kt = nullptr) {
   const int64_t D = a.D;
-  if (rows == 1) {  // one query (decoding): k times q, the keys read in place rather than transposed
+  if (kt) {
+    block_gemm<T>(a, rows, cols, D, q + i0 * D, D, 1, kt, kBlock, 1, S, kBlock, false, tmp);
+  } else if (rows == 1) {  // one query (decoding): k times q, the keys read in place rather than transposed
     block_gemm<T>(a, cols, 1, D, k + j0 * D, D, 1, q + i0 * D, 1, 1, S, 1, false, tmp);
   } else {
     block_gemm<T>(a, rows, cols, D, q + i0 * D, D, 1, k + j0 * D, 1, D, S, kBlock, false, tmp);
@@ -470,16 +473,21 @@ void stats_task(const AttnArgs& a, int64_t task) {
   for (int64_t r = 0; r < rows; ++r) lse[r] = m[r] + fn::Log::f(l[r]);
 }
 
-// P = exp(S - lse) and dS = P (g v^T - D) for one pair of blocks: P in w.s, dS in w.dp.
+// P = exp(S - lse) and dS = P (g v^T - D) for one pair of blocks: P in w.s, dS in dp (rows kBlock
+// apart). kt, vt (when not null): the key and value blocks transposed, D rows of kBlock each.
 template <class T>
 void probs_and_dscores(const AttnArgs& a, const GradView<T>& x, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
-                       Scratch<T>& w) {
+                       Scratch<T>& w, T* dp, const T* kt = nullptr, const T* vt = nullptr) {
   const int64_t D = a.D;
-  scores(a, x.q, x.k, i0, rows, j0, cols, w.s, w.gemm);
+  scores(a, x.q, x.k, i0, rows, j0, cols, w.s, w.gemm, kt);
   exp_rows(a, w.s, rows, cols, x.lse + i0);
-  block_gemm<T>(a, rows, cols, D, x.g + i0 * D, D, 1, x.v + j0 * D, 1, D, w.dp, kBlock, false, w.gemm);
+  if (vt) {
+    block_gemm<T>(a, rows, cols, D, x.g + i0 * D, D, 1, vt, kBlock, 1, dp, kBlock, false, w.gemm);
+  } else {
+    block_gemm<T>(a, rows, cols, D, x.g + i0 * D, D, 1, x.v + j0 * D, 1, D, dp, kBlock, false, w.gemm);
+  }
   for (int64_t r = 0; r < rows; ++r) {
-    T *p = w.s + r * kBlock, *ds = w.dp + r * kBlock;
+    T *p = w.s + r * kBlock, *ds = dp + r * kBlock;
     const T dsum = x.dsum[i0 + r];
     for (int64_t c = 0; c < cols; ++c) ds[c] = p[c] * (ds[c] - dsum);
   }
@@ -489,6 +497,16 @@ template <class T>
 void scale_rows(const AttnArgs& a, T* x, int64_t n) {
   const T scale = T(a.scale);
   for (int64_t i = 0; i < n; ++i) x[i] *= scale;
+}
+
+// rows x D (rows of D) to D x rows (rows of kBlock).
+template <class T>
+void transpose_block(const AttnArgs& a, const T* from, int64_t rows, T* to) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (a.isa >= 1) return transpose_rows(from, a.D, rows, a.D, to, kBlock);
+  }
+  for (int64_t j = 0; j < rows; ++j)
+    for (int64_t d = 0; d < a.D; ++d) to[d * kBlock + j] = from[j * a.D + d];
 }
 
 // The stored dS block of (batch item b, query block qb, key block kb), rows kBlock apart.
@@ -506,6 +524,11 @@ void key_task(const AttnArgs& a, int64_t task) {
   const GradView<T> x = grad_view<T>(a, b);
   Scratch<T> w(D);
   T *dk = x.dk + j0 * D, *dv = x.dv + j0 * D;
+  // The task's key and value blocks, transposed once for all its query blocks (into the space of
+  // the forward's output block and of the GEMM's own transposition, unused here).
+  T *kt = w.c, *vt = w.gemm;
+  transpose_block(a, x.k + j0 * D, cols, kt);
+  transpose_block(a, x.v + j0 * D, cols, vt);
   bool first = true;
   // The first query block with a query that sees key j0 (i + offset >= j0); none past the last query.
   const int64_t qb0 = !a.causal                       ? 0
@@ -513,11 +536,10 @@ void key_task(const AttnArgs& a, int64_t task) {
                                                   : std::max<int64_t>(0, floor_div(j0 - offset(a), kBlock));
   for (int64_t qb = qb0; qb < blocks(a.Tq); ++qb, first = false) {
     const int64_t i0 = qb * kBlock, rows = std::min(kBlock, a.Tq - i0);
-    probs_and_dscores(a, x, i0, rows, j0, cols, w);
-    if (a.dstore)
-      for (int64_t r = 0; r < rows; ++r) std::copy(w.dp + r * kBlock, w.dp + r * kBlock + cols, stored_dscores<T>(a, b, qb, kb) + r * kBlock);
-    block_gemm<T>(a, cols, D, rows, w.s, 1, kBlock, x.g + i0 * D, D, 1, dv, D, !first, w.gemm);
-    block_gemm<T>(a, cols, D, rows, w.dp, 1, kBlock, x.q + i0 * D, D, 1, dk, D, !first, w.gemm);
+    T* dp = a.dstore ? stored_dscores<T>(a, b, qb, kb) : w.dp;  // dS straight into the store
+    probs_and_dscores(a, x, i0, rows, j0, cols, w, dp, kt, vt);
+    block_gemm<T>(a, cols, D, rows, w.s, 1, kBlock, x.g + i0 * D, D, 1, dv, D, !first, nullptr);
+    block_gemm<T>(a, cols, D, rows, dp, 1, kBlock, x.q + i0 * D, D, 1, dk, D, !first, nullptr);
   }
   if (first) std::fill(dk, dk + cols * D, T(0)), std::fill(dv, dv + cols * D, T(0));
   scale_rows(a, dk, cols * D);
@@ -541,7 +563,7 @@ void query_task(const AttnArgs& a, int64_t task) {
     if (a.dstore) {
       ds = stored_dscores<T>(a, b, i0 / kBlock, kb);
     } else {
-      probs_and_dscores(a, x, i0, rows, j0, cols, w);
+      probs_and_dscores(a, x, i0, rows, j0, cols, w, w.dp);
     }
     block_gemm<T>(a, rows, D, cols, ds, kBlock, 1, x.k + j0 * D, D, 1, dq, D, kb > 0, w.gemm);
   }
