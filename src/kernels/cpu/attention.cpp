@@ -64,7 +64,7 @@ struct AttnArgs {
   void* stats;  // the gradient's lse and D, batch * Tq each
   void* lse;    // forward: each row's log-sum-exp, batch * Tq, for the gradient (null: not kept);
                 // gradient: the forward's, when it ran earlier in the plan (null: computed here)
-  void* kt;       // forward over several query blocks: the keys transposed, D x Tk per batch item (null: none)
+  void* kt;       // forward over several query blocks: the key blocks transposed (D x kBlock each) (null: none)
   void* partial;  // split tasks: per (batch item, split), Tq rows of o_s then m_s and l_s (null: none)
   void* dstore;   // backward: dS blocks of `round` batch items, kBlock x kBlock each (null: recompute)
   int64_t round = 0, item0 = 0;  // batch items per round of phases 2 and 3, and this round's first
@@ -134,14 +134,14 @@ void block_gemm(const AttnArgs& a, int64_t M, int64_t N, int64_t K, const T* A, 
 }
 
 // S = scale q k^T for queries i0.. (rows) and keys j0.. (cols), rows kBlock apart; a key after its
-// query (causal) scores -inf. kt (when not null): keys j0.. already transposed, D rows ldt apart
+// query (causal) scores -inf. kt (when not null): keys j0.. already transposed, D rows of kBlock
 // (the same products, without transposing the block again).
 template <class T>
 void scores(const AttnArgs& a, const T* q, const T* k, int64_t i0, int64_t rows, int64_t j0, int64_t cols, T* S,
-            T* tmp, const T* kt = nullptr, int64_t ldt = kBlock) {
+            T* tmp, const T* kt = nullptr) {
   const int64_t D = a.D;
   if (kt) {
-    block_gemm<T>(a, rows, cols, D, q + i0 * D, D, 1, kt, ldt, 1, S, kBlock, false, tmp);
+    block_gemm<T>(a, rows, cols, D, q + i0 * D, D, 1, kt, kBlock, 1, S, kBlock, false, tmp);
   } else if (rows == 1) {  // one query (decoding): k times q, the keys read in place rather than transposed
     block_gemm<T>(a, cols, 1, D, k + j0 * D, D, 1, q + i0 * D, 1, 1, S, 1, false, tmp);
   } else {
@@ -293,7 +293,7 @@ void prefetch(const T* p, int64_t n) {
 
 // One split's online softmax for queries i0 .. i0 + rows - 1 over key blocks kb0 .. kb1, from a
 // fresh state: o (rows x D), m and l. next_item: another batch item's keys and values follow. kt:
-// the batch item's keys transposed (D x Tk), or null.
+// the batch item's key blocks transposed (D x kBlock each, one after another), or null.
 template <class T, bool Acc>
 void split_pass(const AttnArgs& a, const T* q, const T* k, const T* v, int64_t i0, int64_t rows, int64_t kb0,
                 int64_t kb1, T* o, T* m, T* l, Scratch<T, Acc>& w, bool next_item, const T* kt = nullptr) {
@@ -311,7 +311,7 @@ void split_pass(const AttnArgs& a, const T* q, const T* k, const T* v, int64_t i
     const bool same = kb < last_key_block(a, i0, rows), ahead = rows <= kSplitRows && (same || next_item);
     const int64_t f0 = same ? j0 + kBlock : 0, fn = std::min(kBlock, a.Tk - f0) * D, item = same ? 0 : a.Tk * D;
     if (ahead) prefetch(k + item + f0 * D, fn);
-    scores(a, q, k, i0, rows, j0, cols, w.s, w.gemm, kt ? kt + j0 : nullptr, a.Tk);
+    scores(a, q, k, i0, rows, j0, cols, w.s, w.gemm, kt ? kt + kb * kBlock * D : nullptr);
     if (ahead) prefetch(v + item + f0 * D, fn);
     online_steps(a, w.s, rows, cols, m, l, alpha);
     block_gemm<T>(a, rows, D, cols, w.s, kBlock, 1, v + j0 * D, D, 1, w.c, D, false, w.gemm);
@@ -378,7 +378,7 @@ void forward_task(const AttnArgs& a, int64_t task) {
   Scratch<T, true> w(D);
   T m[kBlock], l[kBlock], ms[kBlock], ls[kBlock];
   const int64_t last = last_key_block(a, i0, rows), per = kSplit / kBlock;
-  const T* kt = a.kt ? at<T>(a.kt, b * a.Tk * D) : nullptr;
+  const T* kt = a.kt ? at<T>(a.kt, b * blocks(a.Tk) * kBlock * D) : nullptr;
   split_pass(a, q, k, v, i0, rows, 0, std::min(last, per - 1), o, m, l, w, b + 1 < a.batch, kt);
   for (int64_t s = 1; s <= last_split(a, i0, rows); ++s) {
     split_pass(a, q, k, v, i0, rows, s * per, last_block_of_split(s, last), w.acc, ms, ls, w, b + 1 < a.batch, kt);
@@ -581,17 +581,15 @@ void task(const void* p, int64_t t) {
   a.f64 ? F64(a, t) : F32(a, t);
 }
 
-// The keys of batch item b transposed, for forward tasks over several query blocks: each key block is
-// transposed once rather than once per query block that reads it.
+// The key blocks of batch item b transposed, for forward tasks over several query blocks: each
+// key block is transposed once rather than once per query block that reads it (the same layout,
+// D rows of kBlock per block, as the gradient's key tasks).
 template <class T>
 void transpose_keys(const AttnArgs& a, int64_t b) {
-  const T* k = at<T>(a.k, b * a.Tk * a.D);
-  T* kt = static_cast<T*>(a.kt) + b * a.Tk * a.D;
-  if constexpr (std::is_same_v<T, float>) {
-    if (a.isa >= 1) return transpose_rows(k, a.D, a.Tk, a.D, kt, a.Tk);
-  }
-  for (int64_t j = 0; j < a.Tk; ++j)
-    for (int64_t d = 0; d < a.D; ++d) kt[d * a.Tk + j] = k[j * a.D + d];
+  T* kt = static_cast<T*>(a.kt) + b * blocks(a.Tk) * kBlock * a.D;
+  for (int64_t kb = 0; kb < blocks(a.Tk); ++kb)
+    transpose_block(a, at<T>(a.k, (b * a.Tk + kb * kBlock) * a.D), std::min(kBlock, a.Tk - kb * kBlock),
+                    kt + kb * kBlock * a.D);
 }
 
 void forward_launch(const void* p, ThreadPool& pool) {
@@ -643,7 +641,7 @@ Launch lower_attention(LowerCtx& c) {
     if (split_tasks(a->Tq, a->Tk))
       a->partial = c.storage.scratch(size_t(a->batch * splits(a->Tk) * a->Tq * (a->D + 2)) * dtype_size(c.node.dtype));
     else if (a->Tq > kBlock)  // several query blocks read each key block
-      a->kt = c.storage.scratch(size_t(a->batch * a->Tk * a->D) * dtype_size(c.node.dtype));
+      a->kt = c.storage.scratch(size_t(a->batch * blocks(a->Tk) * kBlock * a->D) * dtype_size(c.node.dtype));
     // The rows' log-sum-exp, for a gradient of this node in the graph (outside the arena: it
     // lives from this launch to that one).
     bool read = false;
