@@ -343,7 +343,7 @@ TEST(Determinism, AttentionGradStoredScoresGiveTheRecomputedBits) {
       return std::make_pair(output_bytes(p, {grad}), p.scratch_bytes());
     };
     const size_t item = size_t((c.Tq + 63) / 64 * ((c.Tk + 63) / 64)) * 64 * 64 * dtype_size(c.dt);
-    const auto [recomputed, scratch0] = run(0);
+    const std::vector<uint8_t> recomputed = run(0).first;
     for (size_t limit : {item, 5 * item / 2, 4 * item, 6 * item, saved}) {  // rounds of 1, 2, 4 (then 2) and 6
       const auto [stored, scratch] = run(limit);
       EXPECT_EQ(stored, recomputed) << "causal=" << c.causal << " Tq=" << c.Tq << " limit=" << limit;
@@ -351,7 +351,6 @@ TEST(Determinism, AttentionGradStoredScoresGiveTheRecomputedBits) {
       // scratch, its keys transposed, is live at another time).
       const size_t stats = size_t(2 * 6 * c.Tq) * dtype_size(c.dt);
       EXPECT_GE(scratch, stats + std::min(limit, 6 * item) / item * item) << "the blocks are stored";
-      EXPECT_GT(scratch, scratch0) << "the blocks are stored";
     }
   }
   kernels::attention_store_limit = saved;
