@@ -71,6 +71,15 @@ void pack_a_panel(const GemmShape& s, const float* A, int64_t p, int64_t k0, int
       for (int64_t i = 0; i < mr; ++i) dst[i] = src[i][kk];
     return;
   }
+  if (s.a_rs == 1) {  // A stored transposed (a weight gradient's X^T): each packed column is a run of A
+    const float* col = A + m0 + k0 * s.a_cs;
+    for (int64_t kk = 0; kk < kc; ++kk, dst += mr, col += s.a_cs) {
+      int64_t i = 0;
+      for (; i < rows; ++i) dst[i] = col[i];
+      for (; i < mr; ++i) dst[i] = 0.f;
+    }
+    return;
+  }
   for (int64_t kk = 0; kk < kc; ++kk, dst += mr) {
     int64_t i = 0;
     for (; i < rows; ++i) dst[i] = src[i][kk * s.a_cs];
