@@ -144,11 +144,13 @@ TEST(VectorMath, VectorisedLinesGiveTheScalarBitsOnEveryInput) {
 
 // A softmax row's exps and their sum in the canonical order (lane t % 8, the lanes combined
 // pairwise, segments of 4096), over rows full of what masking writes (-inf, a large negative
-// fill) next to values whose exps are denormal, zero by a hair, NaN or ordinary: every build
-// gives the scalar bits, with the masked lanes skipped rather than computed.
+// fill) next to values at and around exp's clamp, whose exps are denormal, zero by a hair or
+// ordinary: every build gives the scalar bits (exp skips computing the lanes below its clamp).
+// A NaN score makes its row's sum NaN.
 TEST(VectorMath, SoftmaxExpSumsGiveTheScalarBitsOverMaskedRows) {
   if (best_isa() == Isa::Scalar) GTEST_SKIP() << "this CPU has no AVX2+FMA: only the scalar sums run";
-  const float kinds[] = {-INFINITY, -1e30f, -104.5f, -104.0f, -103.9f, -100.0f, -87.5f, -3.25f, 0.0f, 1.5f, NAN};
+  const float kinds[] = {-INFINITY, -1e30f, std::nextafter(-104.0f, -INFINITY), -104.5f, -104.0f,
+                         std::nextafter(-104.0f, 0.0f), -103.9f, -100.0f, -87.5f, -3.25f, 0.0f, 1.5f};
   auto reference = [](const std::vector<float>& x, float m, std::vector<float>& y) {
     float total = 0;
     for (size_t seg = 0; seg < x.size(); seg += 4096) {
@@ -170,13 +172,17 @@ TEST(VectorMath, SoftmaxExpSumsGiveTheScalarBitsOverMaskedRows) {
       float m[4], sums[4];
       for (int j = 0; j < 4; ++j) {
         x[j].resize(size_t(n)), want[j].resize(size_t(n)), got[j].resize(size_t(n));
-        // Row j: kinds cycling with a stride that moves with j; row 3 is all -inf but for its first lane.
+        // Rows 0-2: the kinds cycling with a stride that moves with the row, minus m = 0, 1, -0.5
+        // (the sums are finite and compared bit for bit). Row 3: -inf but for its first lane, and
+        // a NaN in its middle lane.
         for (int64_t k = 0; k < n; ++k)
-          x[j][size_t(k)] = j == 3 && k > 0 ? -INFINITY : kinds[size_t(k * (j + 1) + j) % std::size(kinds)];
-        m[j] = j == 2 ? 0.0f : 1.0f;  // x - m stays at or below the kinds' range
+          x[j][size_t(k)] = j < 3 ? kinds[size_t(k * (j + 1) + j) % std::size(kinds)] : k == 0 ? 0.5f : -INFINITY;
+        if (j == 3 && n > 1) x[j][size_t(n / 2)] = NAN;
+        m[j] = j == 1 ? 1.0f : j == 2 ? -0.5f : 0.0f;
       }
       for (int j = 0; j < 4; ++j) {
         const float ref = reference(x[j], m[j], want[j]);
+        EXPECT_EQ(std::isnan(ref), j == 3 && n > 1) << "n = " << n << ", row " << j;
         std::vector<float> one(static_cast<size_t>(n));
         EXPECT_TRUE(same(ref, softmax_exp_sum_vec(x[j].data(), one.data(), n, m[j]))) << "n = " << n << ", row " << j;
         EXPECT_TRUE(same(ref, softmax_exp_sum_vec(x[j].data(), nullptr, n, m[j]))) << "n = " << n << ", row " << j;

@@ -23,14 +23,16 @@
 // single-query decoding step spread its long key range over threads: with at most kSplitRows
 // queries and several splits, one task per (batch item, split) computes the partial states and a
 // second pass folds them in the same order, so the bits are those of a task that walks the splits
-// itself, and the same whatever the thread count.
+// itself, and the same whatever the thread count. A forward over several query blocks first
+// transposes every key block once into its scratch (the size of K), which each task reads.
 //
 // Backward: phase 1 computes the row sums D = sum(g o) (in the reductions' lane order) and takes
 // lse = m + log(l) from the forward, which keeps it when it ran earlier in the plan, or else
 // recomputes m and l in the forward's order (fresh per split, the splits folded in ascending
-// order), so lse has the forward's bits either way; phase 2 owns each key block: for the query blocks
-// in ascending order, P = exp(s - lse), dv += P^T g, dS = P (g v^T - D), dk += dS^T q; phase 3 owns
-// each query block: dq += dS k over the key blocks in ascending order. dq and dk are then scaled.
+// order), so lse has the forward's bits either way; phase 2 owns each key block (its key and
+// value blocks transposed once): for the query blocks in ascending order, P = exp(s - lse),
+// dv += P^T g, dS = P (g v^T - D), dk += dS^T q; phase 3 owns each query block: dq += dS k over
+// the key blocks in ascending order. dq and dk are then scaled.
 // Phase 2 stores each dS block when the plan's scratch holds a batch item's blocks
 // (attention_store_limit), and phases 2 and 3 then run over rounds of as many batch items as it
 // holds; phase 3 reads dS instead of computing S and g v^T again. The stored blocks are the ones
@@ -93,8 +95,9 @@ int64_t last_key_block(const AttnArgs& a, int64_t i0, int64_t rows) {
   return std::min(blocks(a.Tk) - 1, floor_div(i0 + rows - 1 + offset(a), kBlock));
 }
 
-// A task's scratch: two score blocks, an output block and the GEMM's transposition space; on the
-// task's stack for heads up to kStackD wide (so running a plan allocates nothing), else on the heap.
+// A task's scratch: two score blocks, an output block and the GEMM's transposition space (which
+// the gradient's key tasks use for their transposed key and value blocks instead); on the task's
+// stack for heads up to kStackD wide (so running a plan allocates nothing), else on the heap.
 constexpr int64_t kStackD = 128;
 template <class T, bool Acc = false>  // Acc: a second output block (the forward's later splits)
 class Scratch {
@@ -141,7 +144,7 @@ void scores(const AttnArgs& a, const T* q, const T* k, int64_t i0, int64_t rows,
             T* tmp, const T* kt = nullptr) {
   const int64_t D = a.D;
   if (kt) {
-    block_gemm<T>(a, rows, cols, D, q + i0 * D, D, 1, kt, kBlock, 1, S, kBlock, false, tmp);
+    block_gemm<T>(a, rows, cols, D, q + i0 * D, D, 1, kt, kBlock, 1, S, kBlock, false, nullptr);
   } else if (rows == 1) {  // one query (decoding): k times q, the keys read in place rather than transposed
     block_gemm<T>(a, cols, 1, D, k + j0 * D, D, 1, q + i0 * D, 1, 1, S, 1, false, tmp);
   } else {
@@ -280,6 +283,11 @@ template <class T>
 const T* at(const void* p, int64_t off) {
   return static_cast<const T*>(p) + off;
 }
+// Batch item b's transposed key blocks in the forward's scratch (AttnArgs::kt), D x kBlock each.
+template <class T>
+T* transposed_keys(const AttnArgs& a, int64_t b) {
+  return static_cast<T*>(a.kt) + b * blocks(a.Tk) * kBlock * a.D;
+}
 
 // ---- forward
 // Brings n elements from p toward the core, line by line in address order, with the weakest
@@ -378,7 +386,7 @@ void forward_task(const AttnArgs& a, int64_t task) {
   Scratch<T, true> w(D);
   T m[kBlock], l[kBlock], ms[kBlock], ls[kBlock];
   const int64_t last = last_key_block(a, i0, rows), per = kSplit / kBlock;
-  const T* kt = a.kt ? at<T>(a.kt, b * blocks(a.Tk) * kBlock * D) : nullptr;
+  const T* kt = a.kt ? transposed_keys<T>(a, b) : nullptr;
   split_pass(a, q, k, v, i0, rows, 0, std::min(last, per - 1), o, m, l, w, b + 1 < a.batch, kt);
   for (int64_t s = 1; s <= last_split(a, i0, rows); ++s) {
     split_pass(a, q, k, v, i0, rows, s * per, last_block_of_split(s, last), w.acc, ms, ls, w, b + 1 < a.batch, kt);
@@ -482,10 +490,10 @@ template <class T>
 void probs_and_dscores(const AttnArgs& a, const GradView<T>& x, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
                        Scratch<T>& w, T* dp, const T* kt = nullptr, const T* vt = nullptr) {
   const int64_t D = a.D;
-  scores(a, x.q, x.k, i0, rows, j0, cols, w.s, w.gemm, kt);
+  scores(a, x.q, x.k, i0, rows, j0, cols, w.s, kt ? nullptr : w.gemm, kt);  // (vt may live in w.gemm)
   exp_rows(a, w.s, rows, cols, x.lse + i0);
   if (vt) {
-    block_gemm<T>(a, rows, cols, D, x.g + i0 * D, D, 1, vt, kBlock, 1, dp, kBlock, false, w.gemm);
+    block_gemm<T>(a, rows, cols, D, x.g + i0 * D, D, 1, vt, kBlock, 1, dp, kBlock, false, nullptr);
   } else {
     block_gemm<T>(a, rows, cols, D, x.g + i0 * D, D, 1, x.v + j0 * D, 1, D, dp, kBlock, false, w.gemm);
   }
@@ -527,16 +535,18 @@ void key_task(const AttnArgs& a, int64_t task) {
   const GradView<T> x = grad_view<T>(a, b);
   Scratch<T> w(D);
   T *dk = x.dk + j0 * D, *dv = x.dv + j0 * D;
-  // The task's key and value blocks, transposed once for all its query blocks (into the space of
-  // the forward's output block and of the GEMM's own transposition, unused here).
-  T *kt = w.c, *vt = w.gemm;
-  transpose_block(a, x.k + j0 * D, cols, kt);
-  transpose_block(a, x.v + j0 * D, cols, vt);
   bool first = true;
   // The first query block with a query that sees key j0 (i + offset >= j0); none past the last query.
   const int64_t qb0 = !a.causal                       ? 0
                       : j0 > a.Tq - 1 + offset(a) ? blocks(a.Tq)
                                                   : std::max<int64_t>(0, floor_div(j0 - offset(a), kBlock));
+  // The task's key and value blocks, transposed once for all its query blocks (into the space of
+  // the forward's output block and of the GEMM's own transposition, unused here).
+  T *kt = w.c, *vt = w.gemm;
+  if (qb0 < blocks(a.Tq)) {
+    transpose_block(a, x.k + j0 * D, cols, kt);
+    transpose_block(a, x.v + j0 * D, cols, vt);
+  }
   for (int64_t qb = qb0; qb < blocks(a.Tq); ++qb, first = false) {
     const int64_t i0 = qb * kBlock, rows = std::min(kBlock, a.Tq - i0);
     T* dp = a.dstore ? stored_dscores<T>(a, b, qb, kb) : w.dp;  // dS straight into the store
@@ -585,11 +595,10 @@ void task(const void* p, int64_t t) {
 // key block is transposed once rather than once per query block that reads it (the same layout,
 // D rows of kBlock per block, as the gradient's key tasks).
 template <class T>
-void transpose_keys(const AttnArgs& a, int64_t b) {
-  T* kt = static_cast<T*>(a.kt) + b * blocks(a.Tk) * kBlock * a.D;
-  for (int64_t kb = 0; kb < blocks(a.Tk); ++kb)
-    transpose_block(a, at<T>(a.k, (b * a.Tk + kb * kBlock) * a.D), std::min(kBlock, a.Tk - kb * kBlock),
-                    kt + kb * kBlock * a.D);
+void transpose_keys(const AttnArgs& a, int64_t task) {  // one task per (batch item, key block)
+  const int64_t b = task / blocks(a.Tk), kb = task % blocks(a.Tk);
+  transpose_block(a, at<T>(a.k, (b * a.Tk + kb * kBlock) * a.D), std::min(kBlock, a.Tk - kb * kBlock),
+                  transposed_keys<T>(a, b) + kb * kBlock * a.D);
 }
 
 void forward_launch(const void* p, ThreadPool& pool) {
@@ -599,7 +608,7 @@ void forward_launch(const void* p, ThreadPool& pool) {
     pool.run(a.batch, task<fold_task<float>, fold_task<double>>, p);
     return;
   }
-  if (a.kt) pool.run(a.batch, task<transpose_keys<float>, transpose_keys<double>>, p);
+  if (a.kt) pool.run(a.batch * blocks(a.Tk), task<transpose_keys<float>, transpose_keys<double>>, p);
   pool.run(a.batch * blocks(a.Tq), task<forward_task<float>, forward_task<double>>, p);
 }
 

@@ -57,6 +57,15 @@ __attribute__((target("avx512f"))) int64_t pack_a_panel_avx512(const float* cons
 void pack_a_panel(const GemmShape& s, const float* A, int64_t p, int64_t k0, int64_t kc, int64_t mr,
                   float* dst) {
   int64_t m0 = p * mr, rows = std::min(mr, s.M - m0);
+  if (s.a_rs == 1 && s.a_cs != 1) {  // A stored transposed (a weight gradient's X^T): each packed column is a run of A
+    const float* col = A + m0 + k0 * s.a_cs;
+    for (int64_t kk = 0; kk < kc; ++kk, dst += mr, col += s.a_cs) {
+      int64_t i = 0;
+      for (; i < rows; ++i) dst[i] = col[i];
+      for (; i < mr; ++i) dst[i] = 0.f;
+    }
+    return;
+  }
   const float* src[kMaxMR];
   for (int64_t i = 0; i < rows; ++i) src[i] = A + (m0 + i) * s.a_rs + k0 * s.a_cs;
   if (s.a_cs == 1 && rows == mr) {
@@ -69,15 +78,6 @@ void pack_a_panel(const GemmShape& s, const float* A, int64_t p, int64_t k0, int
     // Along k, writing each packed column contiguously: mr read streams, one write stream.
     for (int64_t kk = 0; kk < kc; ++kk, dst += mr)
       for (int64_t i = 0; i < mr; ++i) dst[i] = src[i][kk];
-    return;
-  }
-  if (s.a_rs == 1) {  // A stored transposed (a weight gradient's X^T): each packed column is a run of A
-    const float* col = A + m0 + k0 * s.a_cs;
-    for (int64_t kk = 0; kk < kc; ++kk, dst += mr, col += s.a_cs) {
-      int64_t i = 0;
-      for (; i < rows; ++i) dst[i] = col[i];
-      for (; i < mr; ++i) dst[i] = 0.f;
-    }
     return;
   }
   for (int64_t kk = 0; kk < kc; ++kk, dst += mr) {

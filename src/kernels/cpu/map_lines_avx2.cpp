@@ -30,13 +30,13 @@ float softmax_exp_sum(const float* x, float* y, int64_t n, float m) {  // y null
     __m256 lanes = _mm256_setzero_ps();
     int64_t k = seg;
     for (; k + 8 <= end; k += 8) {
-      __m256 e = vmath::exp_flushed<VecF>(VecF::sub(VecF::load(x + k), mv));
+      __m256 e = vmath::exp<VecF>(VecF::sub(VecF::load(x + k), mv));
       if (y) VecF::store(y + k, e);
       lanes = VecF::add(lanes, e);
     }
     if (k < end) {  // the tail: lanes past it add +0
       const int64_t r = end - k;
-      __m256 e = vmath::exp_flushed<VecF>(VecF::sub(VecF::load_n(x + k, r), mv));
+      __m256 e = vmath::exp<VecF>(VecF::sub(VecF::load_n(x + k, r), mv));
       if (y) VecF::store_n(y + k, e, r);
       lanes = VecF::add(lanes, _mm256_and_ps(e, _mm256_castsi256_ps(VecF::edge(r))));
     }

@@ -38,7 +38,7 @@ void exp_sums(const float* const* x, float* const* y, int64_t n, const float* m,
     for (; k + 16 <= end; k += 16) {
 #pragma GCC unroll 4
       for (int j = 0; j < R; ++j) {
-        const __m512 e = vmath::exp_flushed<VecF>(VecF::sub(VecF::load(x[j] + k), mv[j]));
+        const __m512 e = vmath::exp<VecF>(VecF::sub(VecF::load(x[j] + k), mv[j]));
         if (y[j]) VecF::store(y[j] + k, e);
         lanes[j] = _mm256_add_ps(lanes[j], _mm512_castps512_ps256(e));
         lanes[j] = _mm256_add_ps(lanes[j], _mm512_extractf32x8_ps(e, 1));
@@ -48,7 +48,7 @@ void exp_sums(const float* const* x, float* const* y, int64_t n, const float* m,
       const int64_t r = end - k;
       const __mmask16 keep = __mmask16((1u << r) - 1);
       for (int j = 0; j < R; ++j) {
-        const __m512 e = _mm512_maskz_mov_ps(keep, vmath::exp_flushed<VecF>(VecF::sub(VecF::load_n(x[j] + k, r), mv[j])));
+        const __m512 e = _mm512_maskz_mov_ps(keep, vmath::exp<VecF>(VecF::sub(VecF::load_n(x[j] + k, r), mv[j])));
         if (y[j]) VecF::store_n(y[j] + k, e, r);
         lanes[j] = _mm256_add_ps(lanes[j], _mm512_castps512_ps256(e));
         if (r > 8) lanes[j] = _mm256_add_ps(lanes[j], _mm512_extractf32x8_ps(e, 1));

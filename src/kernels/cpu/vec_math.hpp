@@ -13,10 +13,11 @@
 // bits stay those of the formula: ldexp(e, n) = e * 2^(n>>1) * 2^(n - (n>>1)) for an integral
 // float n in [-150, 128] (two multiplies, so only the second can round); ldexp_small(e, m, mb) =
 // e * 2^m for an integral float m in [-126, 127] given mb = m + 1.5 * 2^23 (one multiply); and
-// recip_unless_lt(x, c, b) = x < c ? 0 : 1 / b; ldexp_unless_below(e, n, x, c) = x < c ? +0 :
-// ldexp(e, n), without computing ldexp where x < c. AVX-512 does each of them in one instruction
-// (vscalefps multiplies by 2^floor(n) with one rounding, which is the formula's rounding here;
-// a zero-masked vdivps), AVX2 with the integer bit tricks.
+// recip_unless_lt(x, c, b) = x < c ? 0 : 1 / b; and ldexp_unless_below(e, n, x, c) = x < c ? +0
+// : ldexp(e, n), without computing ldexp where x < c. AVX-512 does the first three in one
+// instruction each (vscalefps multiplies by 2^floor(n) with one rounding, which is the formula's
+// rounding here; a zero-masked vdivps) and the last as a compare and a zero-masked vscalefps,
+// AVX2 with the integer bit tricks.
 #pragma once
 
 #include "ir/scalar_ops.hpp"
@@ -31,8 +32,12 @@ typename V::R poly(typename V::R z, float c0, C... cs) {
   return p;
 }
 
-// Flush: see exp_flushed.
-template <class V, bool Flush = false>
+// exp clamps its argument at -104, where the result is +0, and computing that +0 underflows,
+// which costs an Intel core a microcode assist per instruction. Masked softmax scores (-inf, or
+// a large negative fill) hit it all the time: a causal 64 x 64 block of exps took 14 us against
+// 1.2 us unmasked. So lanes below -104 get that +0 from ldexp_unless_below without the scaling
+// being computed; every lane keeps the formula's bits (a NaN compares false and is computed).
+template <class V>
 typename V::R exp(typename V::R x) {
   using R = typename V::R;
   R xc = V::max(V::set(-104.0f), V::min(V::set(89.0f), x));
@@ -42,18 +47,7 @@ typename V::R exp(typename V::R x) {
   R p = poly<V>(r, 1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f,
                  5.0000001201e-1f);
   R e = V::add(V::fma(p, V::mul(r, r), r), V::set(1.0f));
-  if constexpr (Flush) return V::ldexp_unless_below(e, n, x, -104.0f);
-  return V::ldexp(e, n);
-}
-
-// exp as the engine computes it: exp clamps its argument at -104, where the result is +0, and
-// computing that +0 underflows, which costs an Intel core a microcode assist per instruction.
-// Masked softmax scores (-inf, or a large negative fill) hit it all the time: a causal 64 x 64
-// block of exps took 14 us against 1.2 us unmasked. Lanes below -104 are given that +0 without
-// computing the underflow, so every lane has exp's bits (a NaN compares false and is computed).
-template <class V>
-typename V::R exp_flushed(typename V::R x) {
-  return exp<V, true>(x);
+  return V::ldexp_unless_below(e, n, x, -104.0f);
 }
 
 template <class V>

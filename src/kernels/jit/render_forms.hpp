@@ -19,7 +19,7 @@ inline const char* vector_form(Op op) {
     case Op::Mul: return "VecF::mul(%0, %1)";
     case Op::Div: return "VecF::div(%0, %1)";
     case Op::Relu: return "VecF::max(VecF::set(0.0f), %0)";
-    case Op::Exp: return "vmath::exp_flushed<VecF>(%0)";
+    case Op::Exp: return "vmath::exp<VecF>(%0)";
     case Op::Sigmoid: return "vmath::sigmoid<VecF>(%0)";
     case Op::Tanh: return "vmath::tanh<VecF>(%0)";
     case Op::Gelu: return "vmath::gelu<VecF>(%0)";
