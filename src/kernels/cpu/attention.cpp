@@ -455,7 +455,11 @@ void stats_task(const AttnArgs& a, int64_t task) {
   const auto [b, i0, rows] = query_block(a, task);
   const int64_t D = a.D;
   const GradView<T> x = grad_view<T>(a, b);
-  for (int64_t r = 0; r < rows; ++r) {
+  bool done = false;
+  if constexpr (std::is_same_v<T, float>) {
+    if (vector_rows<T>(a)) avx2::row_dots(x.g + i0 * D, x.o + i0 * D, D, rows, x.dsum + i0), done = true;
+  }
+  for (int64_t r = 0; r < rows && !done; ++r) {
     const T *gr = x.g + (i0 + r) * D, *orow = x.o + (i0 + r) * D;
     x.dsum[i0 + r] = canonical_sum(D, [&](int64_t d) { return T(gr[d] * orow[d]); });
   }

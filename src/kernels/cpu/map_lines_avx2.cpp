@@ -97,6 +97,13 @@ void canonical_sums(int64_t n, F term, float* out) {
 }
 
 template <int R>
+void dots_rows(const float* a, const float* b, int64_t n, float* out) {
+  canonical_sums<R>(
+      n, [&](int j, int64_t k, int64_t c) { return VecF::mul(load_upto(a + j * n + k, c), load_upto(b + j * n + k, c)); },
+      out);
+}
+
+template <int R>
 void stats_rows(const float* x, int64_t n, float eps, float* mean, float* r) {
   canonical_sums<R>(n, [&](int j, int64_t k, int64_t c) { return load_upto(x + j * n + k, c); }, mean);
   __m256 mv[R];
@@ -138,6 +145,12 @@ void grad_sums_rows(const float* x, const float* g, const float* w, int64_t n, c
   }
 }
 }  // namespace
+
+void row_dots(const float* a, const float* b, int64_t n, int64_t rows, float* out) {
+  int64_t j = 0;
+  for (; j + 4 <= rows; j += 4) dots_rows<4>(a + j * n, b + j * n, n, out + j);
+  for (; j < rows; ++j) dots_rows<1>(a + j * n, b + j * n, n, out + j);
+}
 
 void layernorm_stats(const float* x, int64_t n, int64_t rows, float eps, float* mean, float* r) {
   int64_t j = 0;
