@@ -59,25 +59,25 @@ same lenet0 resumed
 
 # A rank that hangs: the others give up after SYNOROS_DIST_TIMEOUT seconds, naming it. The
 # deadlines below are long enough that healthy ranks on a loaded machine (tests run side by side
-# on two cores) always answer within them.
+# on two cores) always answer within them (deadlines of 8 and 10 s failed once in a full run).
 start=$(date +%s)
-if SYNOROS_FAULT=hang:2:3 SYNOROS_DIST_TIMEOUT=10 timeout 300 "$mpirun" -np 3 "$synoros" train "${lenet[@]}" \
+if SYNOROS_FAULT=hang:2:3 SYNOROS_DIST_TIMEOUT=30 timeout 300 "$mpirun" -np 3 "$synoros" train "${lenet[@]}" \
   --out "$dir/hung" > "$dir/hung.log" 2>&1; then
   fail "the job went on after a rank hung"
 fi
 [ $(($(date +%s) - start)) -lt 120 ] || fail "the job took too long to stop after a rank hung"
-grep -q "gave up waiting for .*rank 2 after 10 s" "$dir/hung.log" || { cat "$dir/hung.log"; fail "no error named the silent rank"; }
+grep -q "gave up waiting for .*rank 2 after 30 s" "$dir/hung.log" || { cat "$dir/hung.log"; fail "no error named the silent rank"; }
 
 # At the end of an epoch the others wait for rank 0's evaluation and checkpoint however long they
 # take; a rank that hangs there is still found.
-SYNOROS_FAULT=slow:0:10 SYNOROS_DIST_TIMEOUT=8 run slow 2 "${lenet[@]}"
+SYNOROS_FAULT=slow:0:10 SYNOROS_DIST_TIMEOUT=20 run slow 2 "${lenet[@]}"
 grep -q "SYNOROS_FAULT: rank 0 slow after step 10" "$dir/slow.log" || { cat "$dir/slow.log"; fail "the slow hook did not fire"; }
 same lenet0 slow
-if SYNOROS_FAULT=hang:1:10 SYNOROS_DIST_TIMEOUT=8 timeout 300 "$mpirun" -np 2 "$synoros" train "${lenet[@]}" \
+if SYNOROS_FAULT=hang:1:10 SYNOROS_DIST_TIMEOUT=20 timeout 300 "$mpirun" -np 2 "$synoros" train "${lenet[@]}" \
   --out "$dir/hung_epoch" > "$dir/hung_epoch.log" 2>&1; then
   fail "the job went on after a rank hung at the end of an epoch"
 fi
-grep -q "rank 0 gave up meeting the other ranks after 8 s" "$dir/hung_epoch.log" ||
+grep -q "rank 0 gave up meeting the other ranks after 20 s" "$dir/hung_epoch.log" ||
   { cat "$dir/hung_epoch.log"; fail "no error after a rank hung at the end of an epoch"; }
 
 # More ranks than micro-shards, and fast mode, are refused with the reason.
