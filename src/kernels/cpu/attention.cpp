@@ -156,7 +156,12 @@ void scores(const AttnArgs& a, const T* q, const T* k, int64_t i0, int64_t rows,
     T* s = S + r * kBlock;
     // Keys j0 + c with c < seen are at or before the query's position.
     const int64_t seen = a.causal ? std::clamp<int64_t>(i0 + r + off - j0 + 1, 0, cols) : cols;
-    for (int64_t c = 0; c < seen; ++c) s[c] *= scale;
+    if constexpr (std::is_same_v<T, float>) {
+      if (vector_rows<T>(a)) avx2::scale_row(s, seen, scale);
+      else for (int64_t c = 0; c < seen; ++c) s[c] *= scale;
+    } else {
+      for (int64_t c = 0; c < seen; ++c) s[c] *= scale;
+    }
     std::fill(s + seen, s + cols, -std::numeric_limits<T>::infinity());
   }
 }
@@ -273,10 +278,15 @@ void exp_rows(const AttnArgs& a, T* S, int64_t rows, int64_t n, const T* m) {
   for (; r < rows; ++r) exp_sum(a, S + r * kBlock, n, m[r]);
 }
 
+// Every NaN as the one quiet NaN; branch-free, so the compiler vectorises it (a branch per
+// element was half of a forward task's own samples).
 template <class T>
 void canonical_nans(T* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i)
-    if (std::isnan(x[i])) x[i] = std::numeric_limits<T>::quiet_NaN();
+  const T qnan = std::numeric_limits<T>::quiet_NaN();
+  for (int64_t i = 0; i < n; ++i) {
+    const T v = x[i];
+    x[i] = v != v ? qnan : v;
+  }
 }
 
 template <class T>
@@ -323,8 +333,15 @@ void split_pass(const AttnArgs& a, const T* q, const T* k, const T* v, int64_t i
     if (ahead) prefetch(v + item + f0 * D, fn);
     online_steps(a, w.s, rows, cols, m, l, alpha);
     block_gemm<T>(a, rows, D, cols, w.s, kBlock, 1, v + j0 * D, D, 1, w.c, D, false, w.gemm);
-    for (int64_t r = 0; r < rows; ++r)
+    for (int64_t r = 0; r < rows; ++r) {
+      if constexpr (std::is_same_v<T, float>) {
+        if (vector_rows<T>(a)) {
+          avx2::scale_add_row(o + r * D, w.c + r * D, D, alpha[r]);
+          continue;
+        }
+      }
       for (int64_t d = 0; d < D; ++d) o[r * D + d] = o[r * D + d] * alpha[r] + w.c[r * D + d];
+    }
   }
 }
 
@@ -361,8 +378,15 @@ void keep_lse(const AttnArgs& a, int64_t b, int64_t i0, int64_t rows, const T* m
 
 template <class T>
 void finish_rows(const AttnArgs& a, T* o, const T* l, int64_t rows) {
-  for (int64_t r = 0; r < rows; ++r)
+  for (int64_t r = 0; r < rows; ++r) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (vector_rows<T>(a)) {
+        avx2::divide_row(o + r * a.D, a.D, l[r]);
+        continue;
+      }
+    }
     for (int64_t d = 0; d < a.D; ++d) o[r * a.D + d] /= l[r];
+  }
   canonical_nans(o, rows * a.D);
 }
 
@@ -511,6 +535,9 @@ void probs_and_dscores(const AttnArgs& a, const GradView<T>& x, int64_t i0, int6
 template <class T>
 void scale_rows(const AttnArgs& a, T* x, int64_t n) {
   const T scale = T(a.scale);
+  if constexpr (std::is_same_v<T, float>) {
+    if (vector_rows<T>(a)) return avx2::scale_row(x, n, scale);
+  }
   for (int64_t i = 0; i < n; ++i) x[i] *= scale;
 }
 

@@ -34,6 +34,9 @@ namespace avx2 {
 float row_max(const float* x, int64_t n);
 float softmax_exp_sum(const float* x, float* y, int64_t n, float m);
 void divide_row(float* y, int64_t n, float s);
+// y *= s, and y = y a + x (a product and a sum, each rounded): attention's scaling and rescaling.
+void scale_row(float* y, int64_t n, float s);
+void scale_add_row(float* y, const float* x, int64_t n, float a);
 // The canonical float layernorm's steps (composite.cpp): the mean and 1/sqrt(var + eps) of
 // `rows` consecutive rows of n, y = ((x - mean) r) w + b of one row (w and b null: without them),
 // the gradient's two means (of gw = g w and of gw xh) for `rows` rows, and dx of one row.

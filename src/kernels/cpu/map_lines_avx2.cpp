@@ -66,6 +66,20 @@ void divide_row(float* y, int64_t n, float s) {
   for (; k < n; ++k) y[k] /= s;
 }
 
+void scale_row(float* y, int64_t n, float s) {
+  const __m256 sv = VecF::set(s);
+  int64_t k = 0;
+  for (; k + 8 <= n; k += 8) VecF::store(y + k, VecF::mul(VecF::load(y + k), sv));
+  for (; k < n; ++k) y[k] *= s;
+}
+
+void scale_add_row(float* y, const float* x, int64_t n, float a) {
+  const __m256 av = VecF::set(a);
+  int64_t k = 0;
+  for (; k + 8 <= n; k += 8) VecF::store(y + k, VecF::add(VecF::mul(VecF::load(y + k), av), VecF::load(x + k)));
+  for (; k < n; ++k) y[k] = y[k] * a + x[k];
+}
+
 namespace {
 // Elements k..k+r of p (r <= 8; lanes past r read as zero).
 __m256 load_upto(const float* p, int64_t r) { return r == 8 ? VecF::load(p) : VecF::load_n(p, r); }
