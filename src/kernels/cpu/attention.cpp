@@ -136,6 +136,12 @@ void block_gemm(const AttnArgs& a, int64_t M, int64_t N, int64_t K, const T* A, 
   }
 }
 
+// Whether float rows take the AVX2 row helpers.
+template <class T>
+bool vector_rows(const AttnArgs& a) {
+  return std::is_same_v<T, float> && a.isa >= 1;
+}
+
 // S = scale q k^T for queries i0.. (rows) and keys j0.. (cols), rows kBlock apart; a key after its
 // query (causal) scores -inf. kt (when not null): keys j0.. already transposed, D rows of kBlock
 // (the same products, without transposing the block again).
@@ -164,11 +170,6 @@ void scores(const AttnArgs& a, const T* q, const T* k, int64_t i0, int64_t rows,
     }
     std::fill(s + seen, s + cols, -std::numeric_limits<T>::infinity());
   }
-}
-
-template <class T>
-bool vector_rows(const AttnArgs& a) {
-  return std::is_same_v<T, float> && a.isa >= 1;
 }
 
 // The row's maximum, NaN skipped.
