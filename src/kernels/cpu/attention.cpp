@@ -142,6 +142,16 @@ bool vector_rows(const AttnArgs& a) {
   return std::is_same_v<T, float> && a.isa >= 1;
 }
 
+// x *= scale, n elements (scores, and the gradients dq and dk).
+template <class T>
+void scale_rows(const AttnArgs& a, T* x, int64_t n) {
+  const T scale = T(a.scale);
+  if constexpr (std::is_same_v<T, float>) {
+    if (vector_rows<T>(a)) return avx2::scale_row(x, n, scale);
+  }
+  for (int64_t i = 0; i < n; ++i) x[i] *= scale;
+}
+
 // S = scale q k^T for queries i0.. (rows) and keys j0.. (cols), rows kBlock apart; a key after its
 // query (causal) scores -inf. kt (when not null): keys j0.. already transposed, D rows of kBlock
 // (the same products, without transposing the block again).
@@ -156,18 +166,12 @@ void scores(const AttnArgs& a, const T* q, const T* k, int64_t i0, int64_t rows,
   } else {
     block_gemm<T>(a, rows, cols, D, q + i0 * D, D, 1, k + j0 * D, 1, D, S, kBlock, false, tmp);
   }
-  const T scale = T(a.scale);
   const int64_t off = offset(a);
   for (int64_t r = 0; r < rows; ++r) {
     T* s = S + r * kBlock;
     // Keys j0 + c with c < seen are at or before the query's position.
     const int64_t seen = a.causal ? std::clamp<int64_t>(i0 + r + off - j0 + 1, 0, cols) : cols;
-    if constexpr (std::is_same_v<T, float>) {
-      if (vector_rows<T>(a)) avx2::scale_row(s, seen, scale);
-      else for (int64_t c = 0; c < seen; ++c) s[c] *= scale;
-    } else {
-      for (int64_t c = 0; c < seen; ++c) s[c] *= scale;
-    }
+    scale_rows(a, s, seen);
     std::fill(s + seen, s + cols, -std::numeric_limits<T>::infinity());
   }
 }
@@ -531,15 +535,6 @@ void probs_and_dscores(const AttnArgs& a, const GradView<T>& x, int64_t i0, int6
     const T dsum = x.dsum[i0 + r];
     for (int64_t c = 0; c < cols; ++c) ds[c] = p[c] * (ds[c] - dsum);
   }
-}
-
-template <class T>
-void scale_rows(const AttnArgs& a, T* x, int64_t n) {
-  const T scale = T(a.scale);
-  if constexpr (std::is_same_v<T, float>) {
-    if (vector_rows<T>(a)) return avx2::scale_row(x, n, scale);
-  }
-  for (int64_t i = 0; i < n; ++i) x[i] *= scale;
 }
 
 // rows x D (rows of D) to D x rows (rows of kBlock).
