@@ -58,7 +58,8 @@ const std::vector<std::array<int64_t, 3>> kShapes = {
     {64, 64, 64}, {127, 127, 127}, {1, 300, 513}, {1, 1000, 77}, {300, 1, 513}, {45, 97, 1030},
     {40, 1, 24}, {64, 1, 47}, {5, 700, 77}, {8, 1000, 40},  // a few rows of A streaming B (B transposed too),
     {3, 300, 50}, {8, 130, 33}, {6, 520, 19}, {2, 1000, 24},  // with tails of k and of outputs,
-    {4, 300, 77}, {7, 700, 45}};  // and bands of 64 k with a tail
+    {4, 300, 77}, {7, 700, 45},  // and bands of 64 k with a tail;
+    {333, 70, 256}};  // an A too tall for B streamed through one panel (the panels packed first)
 
 TEST(Gemm, EveryProviderMatchesTheFloat64Reference) {
   for (const auto& prov : gemm_providers())
@@ -113,7 +114,8 @@ TEST(Gemm, EveryProviderIgnoresTheThreadCount) {
   for (const auto& prov : gemm_providers())
     for (const auto& [M, N, K, tb] : std::vector<std::array<int64_t, 4>>{
              {64, 600, 64, 0}, {200, 300, 129, 0}, {9, 1030, 40, 0}, {6, 1030, 40, 0}, {6, 1030, 40, 1},
-             {1, 1030, 77, 0}, {1, 1030, 77, 1}, {3, 2100, 50, 1}}) {
+             {1, 1030, 77, 0}, {1, 1030, 77, 1}, {3, 2100, 50, 1}, {333, 300, 256, 0}, {333, 300, 256, 1},
+             {100, 1030, 300, 1}}) {
       Problem p = make_problem(M, N, K, false, tb, uint64_t(M + N + K));
       if (!prov->supports(p.s)) continue;
       std::vector<float> first;
@@ -130,14 +132,16 @@ TEST(Gemm, EveryProviderIgnoresTheThreadCount) {
 
 TEST(Gemm, CanonicalPathsAndInstructionSetsGiveTheSameBits) {
   Isa saved = active_isa();
-  ThreadPool pool(3);
+  ThreadPool one(1), three(3);  // one thread streams all of B's panels through one buffer
   for (const auto& [M, N, K] : kShapes)
     for (int t = 0; t < 4; ++t) {
       Problem p = make_problem(M, N, K, t & 1, t & 2, uint64_t(7 * M + N + K + t));
       std::vector<float> first;
       for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
         if (int(isa) > int(best_isa())) continue;
-        for (int mode : {1, 2}) {
+        for (int run = 0; run < 3; ++run) {  // the small path, the packed path on three threads and on one
+          const int mode = run == 0 ? 1 : 2;
+          ThreadPool& pool = run == 2 ? one : three;
           std::vector<float> C = p.C0;
           Buffer scratch(gemm_scratch_floats(p.s) * sizeof(float));
           sgemm(p.s, p.A.data(), p.B.data(), C.data(), static_cast<float*>(scratch.data()), int(isa), pool, mode, true);
@@ -147,7 +151,7 @@ TEST(Gemm, CanonicalPathsAndInstructionSetsGiveTheSameBits) {
           C.insert(C.end(), D.begin(), D.end());
           if (first.empty()) first = C;
           EXPECT_EQ(C, first) << "M=" << M << " N=" << N << " K=" << K << " isa=" << isa_name(isa)
-                              << " mode=" << mode;
+                              << " mode=" << mode << " threads=" << pool.size();
         }
       }
     }

@@ -115,17 +115,28 @@ void micro_scalar(int64_t kc, const float* a, const float* b, float* c, int64_t 
     for (int64_t j = 0; j < kGemmNR; ++j) c[i * ldc + j] = acc[i * kGemmNR + j];
 }
 
+// What a tile fetches into L2 between its FMAs (none when row is null): `events` times, one every
+// `every` k steps, the two lines (128 bytes) at row + done * 128; after `run` of them the source's
+// next row, `stride` bytes on. A packed panel is one row; a B read from its own rows is one per k.
+struct Fetch {
+  const char* row = nullptr;
+  int64_t every = 1, events = 0, run = 1, stride = 0, done = 0;
+};
+
 // AVX-512: a 14 x 32 tile in 28 zmm accumulators; A broadcast straight from memory, from the
 // packed panel ([kc][14]) or, with Rows, from A's own rows (a[i * lda + k]): a row-major A needs
 // no packing (its 16 x 16 transposes had cost 6% of a 512^3 product).
 // R < 14: the first R rows only (an edge panel, still packed 14 wide), so its FMAs are all
-// useful work. Fetch: `lines` lines from pf are fetched into L2, one every `every` k steps,
-// between the FMAs.
-template <bool Rows, int R = kMR512, bool Fetch = false>
+// useful work. With Fetches, the lines f names are fetched between the FMAs.
+template <bool Rows, int R = kMR512, bool Fetches = false>
 __attribute__((target("avx512f,fma"))) void micro_avx512_t(int64_t kc, const float* a, int64_t lda, const float* b,
                                                             float* c, int64_t ldc, bool load,
-                                                            const char* pf = nullptr, int64_t every = 1,
-                                                            int64_t lines = 0) {
+                                                            const Fetch* f = nullptr) {
+  // The fetch state in registers, read field by field (a copy of the struct read back 16 bytes at
+  // a time from 8-byte stores misses store forwarding, which waits for the last tile's C stores).
+  const char* row = Fetches ? f->row : nullptr;
+  const int64_t every = Fetches ? f->every : 1, run = Fetches ? f->run : 1, stride = Fetches ? f->stride : 0;
+  int64_t events = Fetches ? f->events : 0, done = Fetches ? f->done : 0;
   __m512 c0[R], c1[R];
   if (load) {
 #pragma GCC unroll 14
@@ -140,12 +151,14 @@ __attribute__((target("avx512f,fma"))) void micro_avx512_t(int64_t kc, const flo
   int64_t left = every;
   for (int64_t k = 0; k < kc; ++k) {
     __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
-    if (Fetch && --left == 0) {
+    if (Fetches && --left == 0) {
       left = every;
-      if (lines > 0) {
-        _mm_prefetch(pf, _MM_HINT_T1);
-        pf += 64;
-        --lines;
+      if (events > 0) {
+        const char* p = row + done * 128;
+        _mm_prefetch(p, _MM_HINT_T1);
+        _mm_prefetch(p + 64, _MM_HINT_T1);
+        --events;
+        if (++done == run) done = 0, row += stride;
       }
     }
 #pragma GCC unroll 14
@@ -805,23 +818,22 @@ void pack_chunk(const void* p, int64_t i) {
   }
 }
 
-// pf, every, lines: what the AVX-512 tile fetches as it goes (see compute_chunk; none when pf is null).
+// f: what the AVX-512 tile fetches as it goes (see Fetch; nothing when f.row is null).
 void run_micro(const GemmJob& j, const float* a, const float* b, float* c, int64_t ldc, bool load,
-               int64_t lda = 0, const char* pf = nullptr, int64_t every = 1, int64_t lines = 0) {
-  if (lda && pf) micro_avx512_t<true, kMR512, true>(j.kc, a, lda, b, c, ldc, load, pf, every, lines);
+               int64_t lda = 0, const Fetch& f = {}) {
+  if (lda && f.row) micro_avx512_t<true, kMR512, true>(j.kc, a, lda, b, c, ldc, load, &f);
   else if (lda) micro_avx512_t<true>(j.kc, a, lda, b, c, ldc, load);
-  else if (j.isa >= 2 && pf) micro_avx512_t<false, kMR512, true>(j.kc, a, 0, b, c, ldc, load, pf, every, lines);
+  else if (j.isa >= 2 && f.row) micro_avx512_t<false, kMR512, true>(j.kc, a, 0, b, c, ldc, load, &f);
   else if (j.isa >= 2) micro_avx512_t<false>(j.kc, a, 0, b, c, ldc, load);
   else if (j.isa == 1) micro_avx2(j.kc, a, b, c, ldc, load);
   else micro_scalar(j.kc, a, b, c, ldc, load);
 }
 
-// One tile of C (A panel pa times B panel q) for one K block. After the first K block each
-// tile resumes from C: the stored float is the chain's value, so the bits are those of one
-// unbroken chain (and independent of the tile shape and of the order tiles are computed in).
+// One tile of C (A panel pa times B panel q, packed at b) for one K block. After the first K
+// block each tile resumes from C: the stored float is the chain's value, so the bits are those of
+// one unbroken chain (and independent of the tile shape and of the order tiles are computed in).
 // Full tiles are read and written in place; edge tiles go through a zero-padded copy.
-void compute_tile(const GemmJob& j, int64_t pa, int64_t q, const char* pf = nullptr, int64_t every = 1,
-                  int64_t lines = 0) {
+void compute_tile(const GemmJob& j, int64_t pa, int64_t q, const float* b, const Fetch& f = {}) {
   const GemmShape& s = *j.s;
   int64_t m0 = pa * j.mr, rows = std::min(j.mr, s.M - m0);
   bool load = j.k0 > 0 || j.accumulate;
@@ -829,9 +841,8 @@ void compute_tile(const GemmJob& j, int64_t pa, int64_t q, const char* pf = null
   int64_t lda = 0;  // > 0: the panel is read from A's rows in place (see pack_chunk)
   if (j.a_rows && rows == j.mr) a = j.A + m0 * s.a_rs + j.k0, lda = s.a_rs;
   int64_t n0 = q * j.nr, cols = std::min(j.nr, s.N - n0);
-  const float* b = j.pb + q * j.kc * j.nr;
   float* c = j.C + m0 * s.c_rs + n0;
-  if (rows == j.mr && cols == j.nr) return run_micro(j, a, b, c, s.c_rs, load, lda, pf, every, lines);
+  if (rows == j.mr && cols == j.nr) return run_micro(j, a, b, c, s.c_rs, load, lda, f);
   if (j.isa >= 2 && cols == j.nr) return micro_avx512_edge(rows, j.kc, a, b, c, s.c_rs, load);  // rows only, in place
   alignas(64) float acc[kMR512 * kNR512];
   std::memset(acc, 0, sizeof(float) * size_t(j.mr * j.nr));
@@ -839,6 +850,25 @@ void compute_tile(const GemmJob& j, int64_t pa, int64_t q, const char* pf = null
     for (int64_t i = 0; i < rows; ++i) std::memcpy(acc + i * j.nr, c + i * s.c_rs, sizeof(float) * size_t(cols));
   run_micro(j, a, b, acc, j.nr, true, lda);
   for (int64_t i = 0; i < rows; ++i) std::memcpy(c + i * s.c_rs, acc + i * j.nr, sizeof(float) * size_t(cols));
+}
+
+// The tiles [i0, i1) of A panels times B panel q (packed at b), fetching the lines of `next`
+// (events of two lines, see Fetch) into L2 as they go: each full tile takes its share, spread
+// over its k steps (an edge tile fetches nothing).
+void tiles_fetching(const GemmJob& j, int64_t i0, int64_t i1, int64_t q, const float* b, Fetch next) {
+  const int64_t full = std::min(i1, j.s->M / j.mr) - i0;
+  const int64_t total = next.events, per = ceil_div(total, std::max<int64_t>(full, 1));
+  next.every = std::max<int64_t>(1, j.kc / std::max<int64_t>(per, 1));
+  for (int64_t i = i0; i < i1; ++i) {
+    const int64_t first = (i - i0) * per;
+    Fetch f;
+    if (next.row && first < total) {
+      f.row = next.row + first / next.run * next.stride;
+      f.every = next.every, f.events = std::min(per, total - first), f.run = next.run, f.stride = next.stride;
+      f.done = first % next.run;
+    }
+    compute_tile(j, i, q, b, f);
+  }
 }
 
 // Chunks of the K block's work: a block of A panels (at most kBlockRows rows, which stay in L2)
@@ -855,23 +885,84 @@ void compute_chunk(const void* p, int64_t chunk) {
   const int64_t groups = ceil_div(j.np, kGroupPanels), bp = block_panels(j);
   const int64_t i0 = (chunk / groups) * bp, q0 = (chunk % groups) * kGroupPanels;
   const int64_t i1 = std::min(j.mp, i0 + bp), q1 = std::min(j.np, q0 + kGroupPanels);
-  // While the block's A panels pass over panel q, the next B panel is fetched into L2, each full
-  // tile a share of its lines spread over its k steps. B packed ahead of the call comes from
-  // memory (128 x 384 x 1152: 163 to 215 GFLOP/s; without the fetches, no faster than packing per
-  // call), and B packed by this call outgrows L2 when wide (a K block of 768 x 3072 is 3 MiB:
-  // 147 to 163 GFLOP/s at 512 rows); where it fits, the fetches find it there and cost next to
-  // nothing (512 x 768 x 768: within the noise, +3% on average).
-  const int64_t full = std::min(i1, j.s->M / j.mr) - i0;  // tiles of all mr rows (an edge tile fetches nothing)
-  const int64_t lines = j.kc * j.nr * int64_t(sizeof(float)) / 64, per = ceil_div(lines, std::max<int64_t>(full, 1));
-  const int64_t every = std::max<int64_t>(1, j.kc / per);
+  // While the block's A panels pass over panel q, the next B panel is fetched into L2. B packed
+  // ahead of the call comes from memory (128 x 384 x 1152: 163 to 215 GFLOP/s; without the
+  // fetches, no faster than packing per call), and B packed by this call outgrows L2 when wide (a
+  // K block of 768 x 3072 is 3 MiB: 147 to 163 GFLOP/s at 512 rows); where it fits, the fetches
+  // find it there and cost next to nothing (512 x 768 x 768: within the noise, +3% on average).
   for (int64_t q = q0; q < q1; ++q) {
-    const char* next = full > 0 && q + 1 < j.np
-                           ? reinterpret_cast<const char*>(j.pb + (q + 1) * j.kc * j.nr)
-                           : nullptr;
-    for (int64_t i = i0; i < i1; ++i) {
-      const int64_t first = (i - i0) * per, n = std::min(per, lines - first);  // this tile's share
-      compute_tile(j, i, q, next && n > 0 ? next + first * 64 : nullptr, every, n);
+    Fetch next;
+    if (q + 1 < j.np) {
+      next.row = reinterpret_cast<const char*>(j.pb + (q + 1) * j.kc * j.nr);
+      next.events = next.run = j.kc * j.nr * int64_t(sizeof(float)) / 128;
     }
+    tiles_fetching(j, i0, i1, q, j.pb + q * j.kc * j.nr, next);
+  }
+}
+
+// Packs B panel q of the K block into dst, whatever B's layout.
+void pack_b_panel_any(const GemmJob& j, int64_t q, float* dst) {
+  const GemmShape& s = *j.s;
+  if (s.b_cs == 1) {
+    const int64_t n0 = q * j.nr, cols = std::min(j.nr, s.N - n0);
+    const float* src = j.B + j.k0 * s.b_rs + n0;
+    for (int64_t kk = 0; kk < j.kc; ++kk, src += s.b_rs, dst += j.nr) {
+      if (cols == kNR512) {
+        std::memcpy(dst, src, sizeof(float) * kNR512);
+      } else {
+        std::memcpy(dst, src, sizeof(float) * size_t(cols));
+        std::fill(dst + cols, dst + j.nr, 0.f);
+      }
+    }
+  } else if (j.isa >= 1 && s.b_rs == 1) {
+    pack_b_panel_transposed(s, j.B, q, j.k0, j.kc, j.nr, dst);
+  } else {
+    pack_b_panel(s, j.B, q, j.k0, j.kc, j.nr, dst);
+  }
+}
+
+// The lines of B panel q's source, as a Fetch: a row per k of 32 columns, or (B stored
+// transposed) a run of the K block per column.
+Fetch panel_source(const GemmJob& j, int64_t q) {
+  const GemmShape& s = *j.s;
+  Fetch f;
+  if (q >= j.np || (s.b_cs != 1 && s.b_rs != 1)) return f;
+  const int64_t n0 = q * j.nr, cols = std::min(j.nr, s.N - n0);
+  f.row = reinterpret_cast<const char*>(j.B + j.k0 * s.b_rs + n0 * s.b_cs);
+  if (s.b_cs == 1) {
+    f.run = 1, f.stride = s.b_rs * int64_t(sizeof(float)), f.events = j.kc;
+  } else {
+    f.run = ceil_div(j.kc * int64_t(sizeof(float)), 128), f.stride = s.b_cs * int64_t(sizeof(float));
+    f.events = f.run * cols;
+  }
+  return f;
+}
+
+// B streamed through one packed panel (a product whose A panels all stay in L2, see sgemm): task t
+// packs its panels one at a time into one buffer (its first panel's place in the scratch) and
+// runs every A panel over each, while the next panel's source is fetched into L2. B is read from
+// memory once and the packed panel is written where it stays in cache.
+int64_t stream_panels(const GemmJob& j, int threads) {
+  return threads <= 1 ? j.np : std::max<int64_t>(1, ceil_div(j.np, int64_t(threads) * 4));
+}
+// The streamed order is taken when A's K block is at most 320 KiB. One thread, the forms
+// alternating in one process: 256 x 768 x 3072 from 183 to 199 GFLOP/s, 256 x 3072 x 768 with B
+// transposed (a dX) 174 to 192, 256 x 768 x 16384 with B transposed (a tied head) 148 to 175,
+// 128 x 768 x 3072 151 to 173; two threads 319 to 384 (no pass over B between two barriers). From
+// 384 rows of A on it was no faster or slower (768 x 256 x 3072 with A transposed: 212 to 200).
+constexpr int64_t kStreamFloats = 80 * 1024;
+struct StreamJob {
+  const GemmJob* j;
+  int64_t panels;  // per task
+};
+void stream_chunk(const void* p, int64_t t) {
+  const StreamJob& sj = *static_cast<const StreamJob*>(p);
+  const GemmJob& j = *sj.j;
+  const int64_t q0 = t * sj.panels, q1 = std::min(j.np, q0 + sj.panels);
+  float* buf = j.pb + q0 * j.kc * j.nr;
+  for (int64_t q = q0; q < q1; ++q) {
+    pack_b_panel_any(j, q, buf);
+    tiles_fetching(j, 0, j.mp, q, buf, q + 1 < q1 ? panel_source(j, q + 1) : Fetch{});
   }
 }
 }  // namespace
@@ -1051,6 +1142,8 @@ void sgemm(const GemmShape& s, const float* A, const float* B, float* C, float* 
   j.pb = scratch + j.mp * j.mr * std::min(s.K, kGemmKC);
   const bool tiny = s.M * s.N * s.K < (1 << 15);
   const int64_t kc = k_block(s);
+  const bool stream = !packed_b && !tiny && isa >= 2 && s.M * kc <= kStreamFloats;
+  const StreamJob sj{&j, stream_panels(j, pool.size())};
   for (j.k0 = 0; j.k0 < s.K; j.k0 += kc) {
     j.kc = std::min(kc, s.K - j.k0);
     if (packed_b) j.pb = packed_block(const_cast<float*>(packed_b), j);  // read only
@@ -1058,6 +1151,11 @@ void sgemm(const GemmShape& s, const float* A, const float* B, float* C, float* 
     if (tiny) {
       for (int64_t i = 0; i < tasks; ++i) pack_chunk(&j, i);
       for (int64_t ch = 0; ch < gemm_chunks(j); ++ch) compute_chunk(&j, ch);
+      continue;
+    }
+    if (stream) {
+      if (!(j.a_rows && s.M % j.mr == 0)) pool.run(j.mp, pack_chunk, &j);  // A only (none to pack: read in place)
+      pool.run(ceil_div(j.np, sj.panels), stream_chunk, &sj);
       continue;
     }
     pool.run(tasks, pack_chunk, &j);
