@@ -758,6 +758,14 @@ __attribute__((target("avx512f,avx512vl,fma"))) void small_gemm_avx512(const Gem
 }
 
 
+// Whether A, packed for every K block at once, is small enough (1 MiB) for tasks that run every K
+// block (B packed ahead, or streamed: see sgemm). Two threads, the forms alternating in one
+// process: 128 x 384 x 1152 with B packed ahead from 240 to 283 GFLOP/s, 128 x 1536 x 384 from 279
+// to 303, 256 x 3072 x 768 streamed with B transposed from 253 to 271; one thread within the
+// noise. A of 4 MiB was slower on one thread (256 x 3072 x 768: 170 to 155): packed for every
+// block at once, it leaves the cache before it is read.
+bool a_all_blocks(const GemmShape& s) { return s.M * s.K <= (int64_t(1) << 18); }
+
 struct GemmJob {
   const GemmShape* s;
   const float* A;
@@ -769,7 +777,28 @@ struct GemmJob {
   int isa;
   bool accumulate;  // C holds chains to continue
   bool a_rows;      // full A panels read in place by the AVX-512 kernel (row-major A), not packed
+  // The K blocks each task runs, in order (one, or all of them: see sgemm), each kblock long (the
+  // last one shorter); with all of them, pa holds A packed for every K block one after another
+  // and packed_b (when given) B.
+  int64_t kb0 = 0, kb1 = 1, kblock = 0;
+  bool all_blocks = false;
+  const float* packed_b = nullptr;
 };
+
+// The job of K block kb alone (see GemmJob): its k0 and kc and, when the job runs every K block,
+// its packed A and B.
+GemmJob at_block(const GemmJob& j, int64_t kb) {
+  GemmJob b = j;
+  b.k0 = kb * j.kblock;
+  b.kc = std::min(j.kblock, j.s->K - b.k0);
+  b.kb0 = kb, b.kb1 = kb + 1;
+  if (j.all_blocks) {
+    b.pa = j.pa + kb * j.mp * j.mr * j.kblock;
+    if (j.packed_b) b.pb = const_cast<float*>(j.packed_b) + b.k0 * j.np * j.nr;
+    b.all_blocks = false;
+  }
+  return b;
+}
 
 // A B panel from B stored transposed (k contiguous, B(k, n) = B[k + n b_cs]): transpose_rows (8 x 8
 // blocks in registers) into the panel's rows of nr, the columns past the edge zero. The same panel
@@ -890,13 +919,16 @@ void compute_chunk(const void* p, int64_t chunk) {
   // fetches, no faster than packing per call), and B packed by this call outgrows L2 when wide (a
   // K block of 768 x 3072 is 3 MiB: 147 to 163 GFLOP/s at 512 rows); where it fits, the fetches
   // find it there and cost next to nothing (512 x 768 x 768: within the noise, +3% on average).
-  for (int64_t q = q0; q < q1; ++q) {
-    Fetch next;
-    if (q + 1 < j.np) {
-      next.row = reinterpret_cast<const char*>(j.pb + (q + 1) * j.kc * j.nr);
-      next.events = next.run = j.kc * j.nr * int64_t(sizeof(float)) / 128;
+  for (int64_t kb = j.kb0; kb < j.kb1; ++kb) {
+    const GemmJob jk = at_block(j, kb);
+    for (int64_t q = q0; q < q1; ++q) {
+      Fetch next;
+      if (q + 1 < j.np) {
+        next.row = reinterpret_cast<const char*>(jk.pb + (q + 1) * jk.kc * j.nr);
+        next.events = next.run = jk.kc * j.nr * int64_t(sizeof(float)) / 128;
+      }
+      tiles_fetching(jk, i0, i1, q, jk.pb + q * jk.kc * j.nr, next);
     }
-    tiles_fetching(j, i0, i1, q, j.pb + q * j.kc * j.nr, next);
   }
 }
 
@@ -959,11 +991,22 @@ void stream_chunk(const void* p, int64_t t) {
   const StreamJob& sj = *static_cast<const StreamJob*>(p);
   const GemmJob& j = *sj.j;
   const int64_t q0 = t * sj.panels, q1 = std::min(j.np, q0 + sj.panels);
-  float* buf = j.pb + q0 * j.kc * j.nr;
-  for (int64_t q = q0; q < q1; ++q) {
-    pack_b_panel_any(j, q, buf);
-    tiles_fetching(j, 0, j.mp, q, buf, q + 1 < q1 ? panel_source(j, q + 1) : Fetch{});
+  float* buf = j.pb + q0 * j.kblock * j.nr;
+  for (int64_t kb = j.kb0; kb < j.kb1; ++kb) {
+    const GemmJob jk = at_block(j, kb);
+    for (int64_t q = q0; q < q1; ++q) {
+      pack_b_panel_any(jk, q, buf);
+      // The next panel's source: this K block's next panel, or the next K block's first.
+      Fetch next = q + 1 < q1 ? panel_source(jk, q + 1) : kb + 1 < j.kb1 ? panel_source(at_block(j, kb + 1), q0) : Fetch{};
+      tiles_fetching(jk, 0, j.mp, q, buf, next);
+    }
   }
+}
+// One A panel of one K block (task kb * mp + panel), for the tasks that run every K block.
+void pack_a_block(const void* p, int64_t t) {
+  const GemmJob& j = *static_cast<const GemmJob*>(p);
+  const GemmJob jk = at_block(j, t / j.mp);
+  pack_chunk(&jk, t % j.mp);
 }
 }  // namespace
 
@@ -997,9 +1040,9 @@ __attribute__((target("avx2"))) void transpose_rows(const float* S, int64_t ld, 
 
 size_t gemm_scratch_floats(const GemmShape& s, int mode) {
   int64_t kc = std::min(s.K, kGemmKC);
-  // Enough for either tile shape (6 x 16 or 14 x 32).
+  // Enough for either tile shape (6 x 16 or 14 x 32), A for every K block when a task may run them all.
   int64_t rows = std::max(ceil_div(s.M, kGemmMR) * kGemmMR, ceil_div(s.M, kMR512) * kMR512);
-  int64_t packed = (rows + ceil_div(s.N, kNR512) * kNR512) * kc;
+  int64_t packed = rows * (a_all_blocks(s) ? s.K : kc) + ceil_div(s.N, kNR512) * kNR512 * kc;
   int64_t small = s.b_cs == 1 ? 0 : s.K * s.N;  // the small path transposes a transposed B
   if (mode == 1) return size_t(small) + 16;
   if (mode == 2) return size_t(packed) + 16;
@@ -1139,13 +1182,25 @@ void sgemm(const GemmShape& s, const float* A, const float* B, float* C, float* 
     return sgemm_block(s, A, B, C, scratch, isa, accumulate);
   }
   GemmJob j = packed_job(s, A, B, C, scratch, isa, accumulate);
-  j.pb = scratch + j.mp * j.mr * std::min(s.K, kGemmKC);
   const bool tiny = s.M * s.N * s.K < (1 << 15);
   const int64_t kc = k_block(s);
+  j.kblock = kc;
   const bool stream = !packed_b && !tiny && isa >= 2 && s.M * kc <= kStreamFloats;
   const StreamJob sj{&j, stream_panels(j, pool.size())};
+  if ((stream || packed_b) && !tiny && a_all_blocks(s)) {
+    // Every task runs every K block: one barrier for the product, not two per K block.
+    j.all_blocks = true;
+    j.kb0 = 0, j.kb1 = ceil_div(s.K, kc);
+    j.packed_b = packed_b;
+    j.pb = scratch + j.mp * j.mr * s.K;
+    if (!(j.a_rows && s.M % j.mr == 0)) pool.run(j.mp * j.kb1, pack_a_block, &j);
+    if (stream) return pool.run(ceil_div(j.np, sj.panels), stream_chunk, &sj);
+    return pool.run(gemm_chunks(j), compute_chunk, &j);
+  }
+  j.pb = scratch + j.mp * j.mr * std::min(s.K, kGemmKC);
   for (j.k0 = 0; j.k0 < s.K; j.k0 += kc) {
     j.kc = std::min(kc, s.K - j.k0);
+    j.kb0 = j.k0 / kc, j.kb1 = j.kb0 + 1;
     if (packed_b) j.pb = packed_block(const_cast<float*>(packed_b), j);  // read only
     const int64_t tasks = j.mp + (packed_b ? 0 : b_pack_tasks(j));
     if (tiny) {
