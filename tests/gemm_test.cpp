@@ -59,7 +59,7 @@ const std::vector<std::array<int64_t, 3>> kShapes = {
     {40, 1, 24}, {64, 1, 47}, {5, 700, 77}, {8, 1000, 40},  // a few rows of A streaming B (B transposed too),
     {3, 300, 50}, {8, 130, 33}, {6, 520, 19}, {2, 1000, 24},  // with tails of k and of outputs,
     {4, 300, 77}, {7, 700, 45},  // and bands of 64 k with a tail;
-    {333, 70, 256}};  // an A too tall for B streamed through one panel (the panels packed first)
+    {333, 70, 256}, {333, 70, 512}};  // an A too tall for B streamed through one panel (the panels packed first)
 
 TEST(Gemm, EveryProviderMatchesTheFloat64Reference) {
   for (const auto& prov : gemm_providers())
@@ -162,9 +162,10 @@ TEST(Gemm, CanonicalPathsAndInstructionSetsGiveTheSameBits) {
 // instruction set, with and without accumulation; shapes that take another path never pack B.
 TEST(Gemm, BPackedAheadGivesTheBitsOfBPackedPerCall) {
   Isa saved = active_isa();
-  ThreadPool pool(3);
+  ThreadPool pool(3), one(1);
   const std::vector<std::array<int64_t, 3>> shapes = {
-      {128, 384, 384}, {29, 65, 600}, {45, 97, 1030}, {127, 127, 127}, {9, 33, 257}, {300, 1, 513}};
+      {128, 384, 384}, {29, 65, 600}, {45, 97, 1030}, {127, 127, 127}, {9, 33, 257}, {300, 1, 513},
+      {333, 70, 1030}};  // (an A too large to pack for every K block: the K blocks one at a time)
   for (const auto& [M, N, K] : shapes)
     for (int t = 0; t < 4; ++t) {
       Problem p = make_problem(M, N, K, t & 1, t & 2, uint64_t(3 * M + N + K + t));
@@ -183,6 +184,11 @@ TEST(Gemm, BPackedAheadGivesTheBitsOfBPackedPerCall) {
                 static_cast<const float*>(packed.data()));
           EXPECT_EQ(C, D) << "M=" << M << " N=" << N << " K=" << K << " transposed=" << t
                           << " isa=" << isa_name(isa) << " accumulate=" << acc;
+          std::vector<float> E = p.C0;  // and on one thread, where one task runs every panel
+          sgemm(p.s, p.A.data(), nans.data(), E.data(), static_cast<float*>(scratch.data()), int(isa), one, 2, acc,
+                static_cast<const float*>(packed.data()));
+          EXPECT_EQ(C, E) << "M=" << M << " N=" << N << " K=" << K << " transposed=" << t
+                          << " isa=" << isa_name(isa) << " accumulate=" << acc << " on one thread";
         }
       }
     }

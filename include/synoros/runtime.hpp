@@ -20,8 +20,9 @@ struct Placement;
 }
 
 // A fixed set of workers. Kernels split work into chunks whose boundaries depend only on the
-// problem, or, where no output's arithmetic depends on them (the few-row GEMMs, whose chunks are
-// sets of outputs), on the number of threads too: results are identical for any pool size.
+// problem, or, where no output's arithmetic depends on them (the few-row GEMMs and the streamed
+// blocked GEMM, whose chunks are sets of whole outputs), on the number of threads too: results
+// are identical for any pool size.
 class ThreadPool {
  public:
   explicit ThreadPool(int threads);

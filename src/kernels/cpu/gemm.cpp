@@ -760,10 +760,10 @@ __attribute__((target("avx512f,avx512vl,fma"))) void small_gemm_avx512(const Gem
 
 // Whether A, packed for every K block at once, is small enough (1 MiB) for tasks that run every K
 // block (B packed ahead, or streamed: see sgemm). Two threads, the forms alternating in one
-// process: 128 x 384 x 1152 with B packed ahead from 240 to 283 GFLOP/s, 128 x 1536 x 384 from 279
-// to 303, 256 x 3072 x 768 streamed with B transposed from 253 to 271; one thread within the
-// noise. A of 4 MiB was slower on one thread (256 x 3072 x 768: 170 to 155): packed for every
-// block at once, it leaves the cache before it is read.
+// process (shapes M x K x N): 128 x 384 x 1152 with B packed ahead from 240 to 283 GFLOP/s,
+// 128 x 1536 x 384 from 279 to 303; one thread within the noise. An A of 3 MiB was slower on one
+// thread (256 x 3072 x 768 streamed: 170 to 155): packed for every block at once, it leaves the
+// cache before it is read.
 bool a_all_blocks(const GemmShape& s) { return s.M * s.K <= (int64_t(1) << 18); }
 
 struct GemmJob {
@@ -771,8 +771,8 @@ struct GemmJob {
   const float* A;
   const float* B;
   float* C;
-  float* pa;  // packed A of the current K block, panels of [kc][mr]
-  float* pb;  // packed B of the current K block, panels of [kc][nr]
+  float* pa;  // packed A of the current K block, panels of [kc][mr] (every K block's: see all_blocks)
+  float* pb;  // packed B of the current K block, panels of [kc][nr] (streamed: the tasks' buffers)
   int64_t mp, np, k0, kc, mr, nr;
   int isa;
   bool accumulate;  // C holds chains to continue
@@ -900,8 +900,8 @@ void tiles_fetching(const GemmJob& j, int64_t i0, int64_t i1, int64_t q, const f
   }
 }
 
-// Chunks of the K block's work: a block of A panels (at most kBlockRows rows, which stay in L2)
-// times a group of kGroupPanels B panels. Each B panel stays in L1 while the block's A panels
+// Chunks of the work: a block of A panels (at most kBlockRows rows, which stay in L2) times a
+// group of kGroupPanels B panels, over the job's K blocks in order. Each B panel stays in L1 while the block's A panels
 // stream past it, so the packed B of a wide product (an MLP's 768 x 3072) never has to stream
 // from L3 once per A panel.
 constexpr int64_t kGroupPanels = 4, kBlockRows = 96;
@@ -958,7 +958,7 @@ void pack_b_panel_any(const GemmJob& j, int64_t q, float* dst) {
 Fetch panel_source(const GemmJob& j, int64_t q) {
   const GemmShape& s = *j.s;
   Fetch f;
-  if (q >= j.np || (s.b_cs != 1 && s.b_rs != 1)) return f;
+  if (s.b_cs != 1 && s.b_rs != 1) return f;
   const int64_t n0 = q * j.nr, cols = std::min(j.nr, s.N - n0);
   f.row = reinterpret_cast<const char*>(j.B + j.k0 * s.b_rs + n0 * s.b_cs);
   if (s.b_cs == 1) {
@@ -978,10 +978,11 @@ int64_t stream_panels(const GemmJob& j, int threads) {
   return threads <= 1 ? j.np : std::max<int64_t>(1, ceil_div(j.np, int64_t(threads) * 4));
 }
 // The streamed order is taken when A's K block is at most 320 KiB. One thread, the forms
-// alternating in one process: 256 x 768 x 3072 from 183 to 199 GFLOP/s, 256 x 3072 x 768 with B
+// alternating in one process (shapes M x K x N): 256 x 768 x 3072 from 183 to 199 GFLOP/s, 256 x 3072 x 768 with B
 // transposed (a dX) 174 to 192, 256 x 768 x 16384 with B transposed (a tied head) 148 to 175,
 // 128 x 768 x 3072 151 to 173; two threads 319 to 384 (no pass over B between two barriers). From
-// 384 rows of A on it was no faster or slower (768 x 256 x 3072 with A transposed: 212 to 200).
+// 384 rows of A on it was no faster, and sometimes slower (768 x 256 x 3072 with A transposed:
+// 212 to 200).
 constexpr int64_t kStreamFloats = 80 * 1024;
 struct StreamJob {
   const GemmJob* j;
@@ -1192,7 +1193,7 @@ void sgemm(const GemmShape& s, const float* A, const float* B, float* C, float* 
     j.all_blocks = true;
     j.kb0 = 0, j.kb1 = ceil_div(s.K, kc);
     j.packed_b = packed_b;
-    j.pb = scratch + j.mp * j.mr * s.K;
+    j.pb = scratch + j.mp * j.mr * s.K;  // the streamed panels' buffers (B packed ahead: at_block's)
     if (!(j.a_rows && s.M % j.mr == 0)) pool.run(j.mp * j.kb1, pack_a_block, &j);
     if (stream) return pool.run(ceil_div(j.np, sj.panels), stream_chunk, &sj);
     return pool.run(gemm_chunks(j), compute_chunk, &j);
