@@ -810,6 +810,9 @@ struct GemmJob {
   const float* packed_b = nullptr;
 };
 
+// A B packed ahead holds the K blocks one after another, each its np panels of [kc][nr].
+float* packed_block(float* packed_b, const GemmJob& j) { return packed_b + j.k0 * j.np * j.nr; }
+
 // The job of K block kb alone (see GemmJob): its k0 and kc and, when the job runs every K block,
 // its packed A and B.
 GemmJob at_block(const GemmJob& j, int64_t kb) {
@@ -819,7 +822,7 @@ GemmJob at_block(const GemmJob& j, int64_t kb) {
   b.kb0 = kb, b.kb1 = kb + 1;
   if (j.all_blocks) {
     b.pa = j.pa + kb * j.mp * j.mr * j.kblock;
-    if (j.packed_b) b.pb = const_cast<float*>(j.packed_b) + b.k0 * j.np * j.nr;
+    if (j.packed_b) b.pb = packed_block(const_cast<float*>(j.packed_b), b);
     b.all_blocks = false;
   }
   return b;
@@ -843,6 +846,15 @@ void pack_b_panel_transposed(const GemmShape& s, const float* B, int64_t q, int6
 // read once from end to end (panel by panel, every row was read 128 bytes at a time, far apart:
 // short runs the prefetcher does not follow, and a weight comes from memory).
 constexpr int64_t kPackRows = 8;
+// One k row of a B panel from B's contiguous row: cols values, then zeros up to nr.
+inline void copy_panel_row(float* dst, const float* src, int64_t cols, int64_t nr) {
+  if (cols == kNR512) {  // the full AVX-512 panel: a fixed size, inlined moves
+    std::memcpy(dst, src, sizeof(float) * kNR512);
+    return;
+  }
+  std::memcpy(dst, src, sizeof(float) * size_t(cols));
+  std::fill(dst + cols, dst + nr, 0.f);
+}
 bool b_by_rows(const GemmJob& j) { return j.s->b_cs == 1; }
 int64_t b_pack_tasks(const GemmJob& j) { return b_by_rows(j) ? ceil_div(j.kc, kPackRows) : j.np; }
 void pack_b_rows(const GemmJob& j, int64_t band) {
@@ -851,15 +863,8 @@ void pack_b_rows(const GemmJob& j, int64_t band) {
   for (int64_t kk = band * kPackRows; kk < std::min(j.kc, (band + 1) * kPackRows); ++kk) {
     const float* src = j.B + (j.k0 + kk) * s.b_rs;
     float* d = j.pb + kk * j.nr;
-    if (j.nr == kNR512)  // a fixed size: inlined moves
-      for (int64_t q = 0; q < full; ++q) std::memcpy(d + q * j.kc * kNR512, src + q * kNR512, sizeof(float) * kNR512);
-    else
-      for (int64_t q = 0; q < full; ++q) std::memcpy(d + q * j.kc * j.nr, src + q * j.nr, sizeof(float) * size_t(j.nr));
-    if (cols > 0) {
-      float* e = d + full * j.kc * j.nr;
-      std::memcpy(e, src + full * j.nr, sizeof(float) * size_t(cols));
-      std::fill(e + cols, e + j.nr, 0.f);
-    }
+    for (int64_t q = 0; q < full; ++q) copy_panel_row(d + q * j.kc * j.nr, src + q * j.nr, j.nr, j.nr);
+    if (cols > 0) copy_panel_row(d + full * j.kc * j.nr, src + full * j.nr, cols, j.nr);
   }
 }
 
@@ -966,14 +971,7 @@ void pack_b_panel_any(const GemmJob& j, int64_t q, float* dst) {
   if (s.b_cs == 1) {
     const int64_t n0 = q * j.nr, cols = std::min(j.nr, s.N - n0);
     const float* src = j.B + j.k0 * s.b_rs + n0;
-    for (int64_t kk = 0; kk < j.kc; ++kk, src += s.b_rs, dst += j.nr) {
-      if (cols == kNR512) {
-        std::memcpy(dst, src, sizeof(float) * kNR512);
-      } else {
-        std::memcpy(dst, src, sizeof(float) * size_t(cols));
-        std::fill(dst + cols, dst + j.nr, 0.f);
-      }
-    }
+    for (int64_t kk = 0; kk < j.kc; ++kk, src += s.b_rs, dst += j.nr) copy_panel_row(dst, src, cols, j.nr);
   } else if (j.isa >= 1 && s.b_rs == 1) {
     pack_b_panel_transposed(s, j.B, q, j.k0, j.kc, j.nr, dst);
   } else {
@@ -1160,8 +1158,6 @@ GemmJob packed_job(const GemmShape& s, const float* A, const float* B, float* C,
 // K blocks of equal length (at most kGemmKC): a short last block would pay the tile load/store
 // for little work. Chains resume from C, so blocking never changes the bits.
 int64_t k_block(const GemmShape& s) { return ceil_div(s.K, ceil_div(s.K, kGemmKC)); }
-// A B packed ahead holds the K blocks one after another, each its np panels of [kc][nr].
-float* packed_block(float* packed_b, const GemmJob& j) { return packed_b + j.k0 * j.np * j.nr; }
 }  // namespace
 
 bool sgemm_packs_b(const GemmShape& s, int isa, int mode) {
