@@ -83,7 +83,7 @@ void fuse_groups(const Graph& g, Placement& p, bool enabled) {
   }
 }
 
-void fold_views_into_einsums(const Graph& g, Placement& p) {
+void fold_views_into_readers(const Graph& g, Placement& p) {
   const std::vector<bool>&needed = p.needed, &launched = p.launched, &observable = p.observable;
   std::vector<bool>& fused_away = p.fused_away;
   std::vector<std::vector<AffineView>>& views = p.operand_views;
@@ -97,6 +97,8 @@ void fold_views_into_einsums(const Graph& g, Placement& p) {
     for (ValueId x : in) readers[size_t(x)].push_back(ValueId(i));
   }
   std::vector<bool> blocked(n, false);
+  auto rows_reader = [&](ValueId r) { return g.node(r).op == Op::Attention || g.node(r).op == Op::AttentionGrad; };
+  auto view_reader = [&](ValueId r) { return g.node(r).op == Op::Einsum || rows_reader(r); };
   for (bool changed = true; changed;) {
     changed = false;
     std::vector<bool> only(n, false);  // every reader is an einsum or a folded view
@@ -107,7 +109,7 @@ void fold_views_into_einsums(const Graph& g, Placement& p) {
                        (passes::is_alias(g, nd) || (launched[i] && !fused_away[i]));
       if (!candidate || readers[i].empty()) continue;
       bool ok = true;
-      for (ValueId r : readers[i]) ok = ok && (g.node(r).op == Op::Einsum || only[size_t(r)]);
+      for (ValueId r : readers[i]) ok = ok && (view_reader(r) || only[size_t(r)]);
       // A padded view is gathered by each einsum that reads it (a convolution's input by the
       // forward and the weight-gradient contraction); an einsum reading it as both operands
       // would gather it twice, so that one keeps it materialised.
@@ -116,17 +118,17 @@ void fold_views_into_einsums(const Graph& g, Placement& p) {
         std::function<void(size_t)> walk = [&](size_t v) {
           for (ValueId r : readers[v]) {
             const Node& rn = g.node(r);
-            if (rn.op == Op::Einsum) hits[r] += int(std::count(rn.in.begin(), rn.in.end(), ValueId(v)));
+            if (view_reader(r)) hits[r] += int(std::count(rn.in.begin(), rn.in.end(), ValueId(v)));
             else walk(size_t(r));
           }
         };
         walk(i);
-        for (const auto& [r, k] : hits) ok = ok && k == 1;
+        for (const auto& [r, k] : hits) ok = ok && k == 1 && !rows_reader(r);
       }
       only[i] = ok;
     }
     for (size_t i = 0; i < n && !changed; ++i) {
-      if (!needed[i] || g.node(ValueId(i)).op != Op::Einsum || !launched[i]) continue;
+      if (!needed[i] || !view_reader(ValueId(i)) || !launched[i]) continue;
       views[i].clear();
       for (ValueId x : g.node(ValueId(i)).in) {
         std::vector<ValueId> chain;
@@ -138,6 +140,11 @@ void fold_views_into_einsums(const Graph& g, Placement& p) {
             for (ValueId c : chain) blocked[size_t(c)] = true;  // materialise this chain
             changed = true;
           }
+        }
+        if (!changed && !chain.empty() && rows_reader(ValueId(i)) &&
+            (!av.gates.empty() || !rows_view(av.shape, av.strides))) {
+          for (ValueId c : chain) blocked[size_t(c)] = true;
+          changed = true;
         }
         views[i].push_back(av);
       }

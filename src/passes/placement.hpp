@@ -1,5 +1,5 @@
 // Track and Place as passes over one set of per-node facts. Plan's constructor runs them in
-// order: track, fuse_groups, fold_views_into_einsums, fuse_conv_data_chains,
+// order: track, fuse_groups, fold_views_into_readers, fuse_conv_data_chains,
 // fuse_reduction_prologues, then memory_input for the memory planner.
 #pragma once
 
@@ -30,7 +30,7 @@ struct Placement {
   std::vector<int> group_of;        // per node: the group whose output it is, or -1
   std::vector<bool> is_producer;    // runs inside its group's launch
   std::vector<bool> fused_away;     // computed inside another node's launch
-  std::vector<std::vector<AffineView>> operand_views;  // per einsum: operands read through views
+  std::vector<std::vector<AffineView>> operand_views;  // per einsum or attention: operands read through views
   std::vector<std::vector<ValueId>> chain_of;  // per fold: the convolution data-gradient chain it runs
   std::vector<int> prologue_of;     // per reduction: the group it runs as its prologue, or -1
 
@@ -43,9 +43,10 @@ struct Placement {
 Placement track(const Graph& g, const std::vector<ValueId>& outputs, bool keep_intermediates);
 // Elementwise fusion groups and the producers they run as epilogues of (fusion.hpp).
 void fuse_groups(const Graph& g, Placement& p, bool enabled);
-// Affine view chains whose every reader is an einsum (directly or through further such views)
-// are never materialised: each einsum operand records its base and (offset, strides).
-void fold_views_into_einsums(const Graph& g, Placement& p);
+// Affine view chains whose every reader is an einsum or an attention (directly or through further
+// such views) are never materialised: each operand of such a reader records its base and (offset,
+// strides). An attention reads rows in place (rows_view): a view it cannot is materialised.
+void fold_views_into_readers(const Graph& g, Placement& p);
 // A convolution's data gradient fold(fold(einsum(dY, W))) whose einsum and first fold nobody else
 // reads runs as one launch of the last fold (match_conv_data_grad, conv_match.hpp).
 void fuse_conv_data_chains(const Graph& g, Placement& p);

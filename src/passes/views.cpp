@@ -19,6 +19,22 @@ bool is_alias(const Graph& g, const Node& n) {
   return true;
 }
 
+std::optional<RowsView> rows_view(const Shape& shape, const std::vector<int64_t>& strides) {
+  const size_t r = shape.size();
+  if (r < 2 || strides.size() != r || (shape[r - 1] > 1 && strides[r - 1] != 1)) return std::nullopt;
+  std::vector<std::pair<int64_t, int64_t>> lead;  // (size, stride) of the leading dims, merged
+  for (size_t d = 0; d + 2 < r; ++d) {
+    if (shape[d] == 1) continue;
+    if (!lead.empty() && lead.back().second == strides[d] * shape[d]) lead.back() = {lead.back().first * shape[d], strides[d]};
+    else lead.emplace_back(shape[d], strides[d]);
+  }
+  if (lead.size() > 2) return std::nullopt;
+  RowsView v{strides[r - 2], 1, 0, 0};
+  if (lead.size() == 1) v.outer = lead[0].second;
+  if (lead.size() == 2) v.inner = lead[1].first, v.outer = lead[0].second, v.inner_stride = lead[1].second;
+  return v;
+}
+
 bool reshape_strides(const Shape& shape, const std::vector<int64_t>& strides, const Shape& new_shape,
                      std::vector<int64_t>& out) {
   out.assign(new_shape.size(), 0);

@@ -38,6 +38,17 @@ bool is_alias(const Graph& g, const Node& n);
 // strides, or a gated op when `allow_gates` is off).
 bool apply_view(const Node& n, AffineView& v, bool allow_gates = false);
 
+// A [..., T, D] operand read row by row (attention's q, k, v, o and g): batch item b (the leading
+// dims flattened) starts at (b / inner) * outer + (b % inner) * inner_stride elements, its T rows
+// row_stride apart, each row's D values contiguous.
+struct RowsView {
+  int64_t row_stride, inner, outer, inner_stride;
+  int64_t item(int64_t b) const { return b / inner * outer + b % inner * inner_stride; }
+};
+// (shape, strides) as a RowsView; none when the innermost stride is not 1 or the leading dims do
+// not merge into two (a q of [B, H, T, D] sliced and permuted from [B, T, 3 H D] has two).
+std::optional<RowsView> rows_view(const Shape& shape, const std::vector<int64_t>& strides);
+
 // Strides for viewing (shape, strides) as new_shape without copying, numpy's rule.
 bool reshape_strides(const Shape& shape, const std::vector<int64_t>& strides, const Shape& new_shape,
                      std::vector<int64_t>& out);

@@ -52,7 +52,7 @@ Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
   bool fuse = opts.fuse && !opts.check_finite && !env_flag("SYNOROS_NO_FUSION");
   passes::fuse_groups(graph_, p, fuse);
   if (fuse) {
-    passes::fold_views_into_einsums(graph_, p);
+    passes::fold_views_into_readers(graph_, p);
     passes::fuse_conv_data_chains(graph_, p);
     passes::fuse_reduction_prologues(graph_, p, kernels::reduce_takes_prologue);
   }

@@ -7,6 +7,10 @@
 // instruction set), and one task owns each output block and walks the other blocks in ascending
 // order. So the bits depend neither on the thread count nor on the instruction set.
 //
+// q, k, v, o and g may be views (AttnArgs::lay): each row's D values contiguous, the rows and the
+// batch items at any strides, as the slices and permutes that split a fused projection into heads
+// leave them. Every product reads its operands through those strides, so the bits are the same.
+//
 // Causal attention may place query i at position offset + i (an input read at run time): it sees
 // keys 0 .. offset + i, which is how decoding attends over a key/value cache with the bits of the
 // full forward's row (the extra, masked keys of a block add exact zeros).
@@ -55,8 +59,13 @@ constexpr int64_t kBlock = 64;  // queries and keys per block: part of the defin
 constexpr int64_t kSplit = 4 * kBlock;  // keys per split of the forward: part of the definition too
 constexpr int64_t kSplitRows = 4;  // at most this many queries: the forward's splits run as tasks
 
+enum Operand { kQ, kK, kV, kO, kG };
+
 struct AttnArgs {
   int64_t batch, Tq, Tk, D;
+  // Where each operand's rows lie (Operand order): contiguous, or read in place through the
+  // slice and permute that split a projection into heads.
+  passes::RowsView lay[5];
   bool causal, f64;
   int isa;  // 0 scalar, 1 AVX2, 2 AVX-512: the block products; the row steps take the vector builds from 1 up
   double scale;
@@ -71,6 +80,18 @@ struct AttnArgs {
   void* dstore;   // backward: dS blocks of `round` batch items, kBlock x kBlock each (null: recompute)
   int64_t round = 0, item0 = 0;  // batch items per round of phases 2 and 3, and this round's first
 };
+
+// An operand's rows for one batch item: row i at p + i rs.
+template <class T>
+struct Rows {
+  const T* p;
+  int64_t rs;
+  const T* row(int64_t i) const { return p + i * rs; }
+};
+template <class T>
+Rows<T> rows_of(const AttnArgs& a, const void* p, Operand w, int64_t b) {
+  return {static_cast<const T*>(p) + a.lay[w].item(b), a.lay[w].row_stride};
+}
 
 int64_t blocks(int64_t n) { return (n + kBlock - 1) / kBlock; }
 int64_t splits(int64_t n) { return (n + kSplit - 1) / kSplit; }
@@ -156,15 +177,15 @@ void scale_rows(const AttnArgs& a, T* x, int64_t n) {
 // query (causal) scores -inf. kt (when not null): keys j0.. already transposed, D rows of kBlock
 // (the same products, without transposing the block again).
 template <class T>
-void scores(const AttnArgs& a, const T* q, const T* k, int64_t i0, int64_t rows, int64_t j0, int64_t cols, T* S,
+void scores(const AttnArgs& a, Rows<T> q, Rows<T> k, int64_t i0, int64_t rows, int64_t j0, int64_t cols, T* S,
             T* tmp, const T* kt = nullptr) {
   const int64_t D = a.D;
   if (kt) {
-    block_gemm<T>(a, rows, cols, D, q + i0 * D, D, 1, kt, kBlock, 1, S, kBlock, false, nullptr);
+    block_gemm<T>(a, rows, cols, D, q.row(i0), q.rs, 1, kt, kBlock, 1, S, kBlock, false, nullptr);
   } else if (rows == 1) {  // one query (decoding): k times q, the keys read in place rather than transposed
-    block_gemm<T>(a, cols, 1, D, k + j0 * D, D, 1, q + i0 * D, 1, 1, S, 1, false, tmp);
+    block_gemm<T>(a, cols, 1, D, k.row(j0), k.rs, 1, q.row(i0), 1, 1, S, 1, false, tmp);
   } else {
-    block_gemm<T>(a, rows, cols, D, q + i0 * D, D, 1, k + j0 * D, 1, D, S, kBlock, false, tmp);
+    block_gemm<T>(a, rows, cols, D, q.row(i0), q.rs, 1, k.row(j0), 1, k.rs, S, kBlock, false, tmp);
   }
   const int64_t off = offset(a);
   for (int64_t r = 0; r < rows; ++r) {
@@ -313,13 +334,21 @@ void prefetch(const T* p, int64_t n) {
   const char* c = reinterpret_cast<const char*>(p);
   for (int64_t b = 0; b < n * int64_t(sizeof(T)); b += 64) __builtin_prefetch(c + b, 0, 1);
 }
+// The same for n rows of D values, rs apart.
+template <class T>
+void prefetch_rows(const T* p, int64_t n, int64_t D, int64_t rs) {
+  if (rs == D) return prefetch(p, n * D);
+  for (int64_t i = 0; i < n; ++i) prefetch(p + i * rs, D);
+}
 
 // One split's online softmax for queries i0 .. i0 + rows - 1 over key blocks kb0 .. kb1, from a
-// fresh state: o (rows x D), m and l. next_item: another batch item's keys and values follow. kt:
-// the batch item's key blocks transposed (D x kBlock each, one after another), or null.
+// fresh state: o (rows x D), m and l. next_k, next_v: the next batch item's keys and values (null:
+// none follows). kt: the batch item's key blocks transposed (D x kBlock each, one after another),
+// or null.
 template <class T, bool Acc>
-void split_pass(const AttnArgs& a, const T* q, const T* k, const T* v, int64_t i0, int64_t rows, int64_t kb0,
-                int64_t kb1, T* o, T* m, T* l, Scratch<T, Acc>& w, bool next_item, const T* kt = nullptr) {
+void split_pass(const AttnArgs& a, Rows<T> q, Rows<T> k, Rows<T> v, int64_t i0, int64_t rows, int64_t kb0,
+                int64_t kb1, T* o, T* m, T* l, Scratch<T, Acc>& w, const T* next_k, const T* next_v,
+                const T* kt = nullptr) {
   const int64_t D = a.D;
   T alpha[kBlock];
   std::fill(m, m + rows, -std::numeric_limits<T>::infinity());
@@ -331,13 +360,13 @@ void split_pass(const AttnArgs& a, const T* q, const T* k, const T* v, int64_t i
     // next split's first, or the next batch item's) is fetched while this one is computed, in
     // address order (a few query rows read the keys k-major, short streams that the hardware
     // prefetcher follows poorly).
-    const bool same = kb < last_key_block(a, i0, rows), ahead = rows <= kSplitRows && (same || next_item);
-    const int64_t f0 = same ? j0 + kBlock : 0, fn = std::min(kBlock, a.Tk - f0) * D, item = same ? 0 : a.Tk * D;
-    if (ahead) prefetch(k + item + f0 * D, fn);
+    const bool same = kb < last_key_block(a, i0, rows), ahead = rows <= kSplitRows && (same || next_k);
+    const int64_t f0 = same ? j0 + kBlock : 0, fn = std::min(kBlock, a.Tk - f0);
+    if (ahead) prefetch_rows(same ? k.row(f0) : next_k, fn, D, k.rs);
     scores(a, q, k, i0, rows, j0, cols, w.s, w.gemm, kt ? kt + kb * kBlock * D : nullptr);
-    if (ahead) prefetch(v + item + f0 * D, fn);
+    if (ahead) prefetch_rows(same ? v.row(f0) : next_v, fn, D, v.rs);
     online_steps(a, w.s, rows, cols, m, l, alpha);
-    block_gemm<T>(a, rows, D, cols, w.s, kBlock, 1, v + j0 * D, D, 1, w.c, D, false, w.gemm);
+    block_gemm<T>(a, rows, D, cols, w.s, kBlock, 1, v.row(j0), v.rs, 1, w.c, D, false, w.gemm);
     for (int64_t r = 0; r < rows; ++r) {
       if constexpr (std::is_same_v<T, float>) {
         if (vector_rows<T>(a)) {
@@ -405,20 +434,28 @@ int64_t last_block_of_split(int64_t s, int64_t last_block) {
   return std::min(last_block, (s + 1) * (kSplit / kBlock) - 1);
 }
 
+// The keys and values of batch item b + 1 (nulls after the last one).
+template <class T>
+std::pair<const T*, const T*> next_item(const AttnArgs& a, int64_t b) {
+  if (b + 1 >= a.batch) return {nullptr, nullptr};
+  return {rows_of<T>(a, a.k, kK, b + 1).p, rows_of<T>(a, a.v, kV, b + 1).p};
+}
+
 // One task per (batch, query block): walks the splits in ascending order.
 template <class T>
 void forward_task(const AttnArgs& a, int64_t task) {
   const auto [b, i0, rows] = query_block(a, task);
   const int64_t D = a.D;
-  const T *q = at<T>(a.q, b * a.Tq * D), *k = at<T>(a.k, b * a.Tk * D), *v = at<T>(a.v, b * a.Tk * D);
+  const Rows<T> q = rows_of<T>(a, a.q, kQ, b), k = rows_of<T>(a, a.k, kK, b), v = rows_of<T>(a, a.v, kV, b);
+  const auto [next_k, next_v] = next_item<T>(a, b);
   T* o = static_cast<T*>(a.out) + (b * a.Tq + i0) * D;
   Scratch<T, true> w(D);
   T m[kBlock], l[kBlock], ms[kBlock], ls[kBlock];
   const int64_t last = last_key_block(a, i0, rows), per = kSplit / kBlock;
   const T* kt = a.kt ? transposed_keys<T>(a, b) : nullptr;
-  split_pass(a, q, k, v, i0, rows, 0, std::min(last, per - 1), o, m, l, w, b + 1 < a.batch, kt);
+  split_pass(a, q, k, v, i0, rows, 0, std::min(last, per - 1), o, m, l, w, next_k, next_v, kt);
   for (int64_t s = 1; s <= last_split(a, i0, rows); ++s) {
-    split_pass(a, q, k, v, i0, rows, s * per, last_block_of_split(s, last), w.acc, ms, ls, w, b + 1 < a.batch, kt);
+    split_pass(a, q, k, v, i0, rows, s * per, last_block_of_split(s, last), w.acc, ms, ls, w, next_k, next_v, kt);
     for (int64_t r = 0; r < rows; ++r) fold_split(D, m[r], l[r], o + r * D, ms[r], ls[r], w.acc + r * D);
   }
   keep_lse(a, b, i0, rows, m, l);
@@ -435,12 +472,13 @@ template <class T>
 void split_task(const AttnArgs& a, int64_t task) {
   const int64_t ns = splits(a.Tk), b = task / ns, s = task % ns, D = a.D, rows = a.Tq;
   if (s > last_split(a, 0, rows)) return;
-  const T *q = at<T>(a.q, b * a.Tq * D), *k = at<T>(a.k, b * a.Tk * D), *v = at<T>(a.v, b * a.Tk * D);
+  const Rows<T> q = rows_of<T>(a, a.q, kQ, b), k = rows_of<T>(a, a.k, kK, b), v = rows_of<T>(a, a.v, kV, b);
+  const auto [next_k, next_v] = next_item<T>(a, b);
   Scratch<T> w(D);
   T* p = partial_state<T>(a, b, s);
   const int64_t per = kSplit / kBlock;
   split_pass(a, q, k, v, 0, rows, s * per, last_block_of_split(s, last_key_block(a, 0, rows)), p,
-             p + rows * D, p + rows * D + rows, w, b + 1 < a.batch);
+             p + rows * D, p + rows * D + rows, w, next_k, next_v);
 }
 // Then one task per batch item folds its splits in ascending order.
 template <class T>
@@ -463,17 +501,26 @@ void fold_task(const AttnArgs& a, int64_t b) {
 // ---- backward
 template <class T>
 struct GradView {
-  const T *q, *k, *v, *o, *g, *lse;
+  Rows<T> q, k, v, o, g;
+  const T* lse;
   T *dq, *dk, *dv, *dsum;
 };
 template <class T>
 GradView<T> grad_view(const AttnArgs& a, int64_t b) {
-  const int64_t D = a.D, qo = b * a.Tq * D, ko = b * a.Tk * D;
+  const int64_t D = a.D;
   T* out = static_cast<T*>(a.out) + b * (a.Tq + 2 * a.Tk) * D;
   T* st = static_cast<T*>(a.stats) + b * a.Tq;
   const T* lse = a.lse ? at<T>(a.lse, b * a.Tq) : st;
-  return {at<T>(a.q, qo), at<T>(a.k, ko), at<T>(a.v, ko), at<T>(a.o, qo),          at<T>(a.g, qo), lse,
-          out,            out + a.Tq * D, out + (a.Tq + a.Tk) * D, st + a.batch * a.Tq};
+  return {rows_of<T>(a, a.q, kQ, b),
+          rows_of<T>(a, a.k, kK, b),
+          rows_of<T>(a, a.v, kV, b),
+          rows_of<T>(a, a.o, kO, b),
+          rows_of<T>(a, a.g, kG, b),
+          lse,
+          out,
+          out + a.Tq * D,
+          out + (a.Tq + a.Tk) * D,
+          st + a.batch * a.Tq};
 }
 
 // Phase 1, one task per (batch, query block): D of its rows, and their lse unless the forward
@@ -486,10 +533,10 @@ void stats_task(const AttnArgs& a, int64_t task) {
   const GradView<T> x = grad_view<T>(a, b);
   bool done = false;
   if constexpr (std::is_same_v<T, float>) {
-    if (vector_rows<T>(a)) avx2::row_dots(x.g + i0 * D, x.o + i0 * D, D, rows, x.dsum + i0), done = true;
+    if (vector_rows<T>(a)) avx2::row_dots(x.g.row(i0), x.g.rs, x.o.row(i0), x.o.rs, D, rows, x.dsum + i0), done = true;
   }
   for (int64_t r = 0; r < rows && !done; ++r) {
-    const T *gr = x.g + (i0 + r) * D, *orow = x.o + (i0 + r) * D;
+    const T *gr = x.g.row(i0 + r), *orow = x.o.row(i0 + r);
     x.dsum[i0 + r] = canonical_sum(D, [&](int64_t d) { return T(gr[d] * orow[d]); });
   }
   if (a.lse) return;
@@ -526,9 +573,9 @@ void probs_and_dscores(const AttnArgs& a, const GradView<T>& x, int64_t i0, int6
   scores(a, x.q, x.k, i0, rows, j0, cols, w.s, kt ? nullptr : w.gemm, kt);  // (vt may live in w.gemm)
   exp_rows(a, w.s, rows, cols, x.lse + i0);
   if (vt) {
-    block_gemm<T>(a, rows, cols, D, x.g + i0 * D, D, 1, vt, kBlock, 1, dp, kBlock, false, nullptr);
+    block_gemm<T>(a, rows, cols, D, x.g.row(i0), x.g.rs, 1, vt, kBlock, 1, dp, kBlock, false, nullptr);
   } else {
-    block_gemm<T>(a, rows, cols, D, x.g + i0 * D, D, 1, x.v + j0 * D, 1, D, dp, kBlock, false, w.gemm);
+    block_gemm<T>(a, rows, cols, D, x.g.row(i0), x.g.rs, 1, x.v.row(j0), 1, x.v.rs, dp, kBlock, false, w.gemm);
   }
   for (int64_t r = 0; r < rows; ++r) {
     T *p = w.s + r * kBlock, *ds = dp + r * kBlock;
@@ -537,14 +584,14 @@ void probs_and_dscores(const AttnArgs& a, const GradView<T>& x, int64_t i0, int6
   }
 }
 
-// rows x D (rows of D) to D x rows (rows of kBlock).
+// rows x D (rows of `from` rs apart) to D x rows (rows of kBlock).
 template <class T>
-void transpose_block(const AttnArgs& a, const T* from, int64_t rows, T* to) {
+void transpose_block(const AttnArgs& a, const T* from, int64_t rs, int64_t rows, T* to) {
   if constexpr (std::is_same_v<T, float>) {
-    if (a.isa >= 1) return transpose_rows(from, a.D, rows, a.D, to, kBlock);
+    if (a.isa >= 1) return transpose_rows(from, rs, rows, a.D, to, kBlock);
   }
   for (int64_t j = 0; j < rows; ++j)
-    for (int64_t d = 0; d < a.D; ++d) to[d * kBlock + j] = from[j * a.D + d];
+    for (int64_t d = 0; d < a.D; ++d) to[d * kBlock + j] = from[j * rs + d];
 }
 
 // The stored dS block of (batch item b, query block qb, key block kb), rows kBlock apart.
@@ -571,15 +618,15 @@ void key_task(const AttnArgs& a, int64_t task) {
   // the forward's output block and of the GEMM's own transposition, unused here).
   T *kt = w.c, *vt = w.gemm;
   if (qb0 < blocks(a.Tq)) {
-    transpose_block(a, x.k + j0 * D, cols, kt);
-    transpose_block(a, x.v + j0 * D, cols, vt);
+    transpose_block(a, x.k.row(j0), x.k.rs, cols, kt);
+    transpose_block(a, x.v.row(j0), x.v.rs, cols, vt);
   }
   for (int64_t qb = qb0; qb < blocks(a.Tq); ++qb, first = false) {
     const int64_t i0 = qb * kBlock, rows = std::min(kBlock, a.Tq - i0);
     T* dp = a.dstore ? stored_dscores<T>(a, b, qb, kb) : w.dp;  // dS straight into the store
     probs_and_dscores(a, x, i0, rows, j0, cols, w, dp, kt, vt);
-    block_gemm<T>(a, cols, D, rows, w.s, 1, kBlock, x.g + i0 * D, D, 1, dv, D, !first, nullptr);
-    block_gemm<T>(a, cols, D, rows, dp, 1, kBlock, x.q + i0 * D, D, 1, dk, D, !first, nullptr);
+    block_gemm<T>(a, cols, D, rows, w.s, 1, kBlock, x.g.row(i0), x.g.rs, 1, dv, D, !first, nullptr);
+    block_gemm<T>(a, cols, D, rows, dp, 1, kBlock, x.q.row(i0), x.q.rs, 1, dk, D, !first, nullptr);
   }
   if (first) std::fill(dk, dk + cols * D, T(0)), std::fill(dv, dv + cols * D, T(0));
   scale_rows(a, dk, cols * D);
@@ -605,7 +652,7 @@ void query_task(const AttnArgs& a, int64_t task) {
     } else {
       probs_and_dscores(a, x, i0, rows, j0, cols, w, w.dp);
     }
-    block_gemm<T>(a, rows, D, cols, ds, kBlock, 1, x.k + j0 * D, D, 1, dq, D, kb > 0, w.gemm);
+    block_gemm<T>(a, rows, D, cols, ds, kBlock, 1, x.k.row(j0), x.k.rs, 1, dq, D, kb > 0, w.gemm);
   }
   if (last < 0) std::fill(dq, dq + rows * D, T(0));
   scale_rows(a, dq, rows * D);
@@ -624,7 +671,8 @@ void task(const void* p, int64_t t) {
 template <class T>
 void transpose_keys(const AttnArgs& a, int64_t task) {  // one task per (batch item, key block)
   const int64_t b = task / blocks(a.Tk), kb = task % blocks(a.Tk);
-  transpose_block(a, at<T>(a.k, (b * a.Tk + kb * kBlock) * a.D), std::min(kBlock, a.Tk - kb * kBlock),
+  const Rows<T> k = rows_of<T>(a, a.k, kK, b);
+  transpose_block(a, k.row(kb * kBlock), k.rs, std::min(kBlock, a.Tk - kb * kBlock),
                   transposed_keys<T>(a, b) + kb * kBlock * a.D);
 }
 
@@ -671,6 +719,11 @@ Launch lower_attention(LowerCtx& c) {
   a->out = c.out;
   c.kernel = "attention";
   const size_t tensors = c.node.op == Op::Attention ? 3 : 5;
+  for (size_t w = 0; w < tensors; ++w) {  // the placement folds only views rows_view takes
+    const std::optional<passes::RowsView> v = passes::rows_view(c.in_shape(w), c.in_stride(w));
+    if (!v) throw Error("attention: an operand's rows are not contiguous");
+    a->lay[w] = *v;
+  }
   a->offset = c.in.size() > tensors ? static_cast<const int64_t*>(c.in[tensors]) : nullptr;
   a->partial = a->dstore = a->lse = a->kt = nullptr;
   if (c.node.op == Op::Attention) {

@@ -53,9 +53,9 @@ void layernorm_grad_apply(const float* x, const float* g, const float* w, float*
 // the same bits as the two calls.
 void layernorm_grad_apply_param(const float* x, const float* g, const float* w, float* dx, int64_t n, float mean,
                                 float r, float mg, float mgx, float* dw, float* db);
-// out[j] = canonical_sum of the rounded products a[j n + k] b[j n + k] over k < n, for `rows`
-// consecutive rows of n (attention's row sums of g o).
-void row_dots(const float* a, const float* b, int64_t n, int64_t rows, float* out);
+// out[j] = canonical_sum of the rounded products a[j a_rs + k] b[j b_rs + k] over k < n, for
+// `rows` rows (attention's row sums of g o).
+void row_dots(const float* a, int64_t a_rs, const float* b, int64_t b_rs, int64_t n, int64_t rows, float* out);
 }  // namespace avx2
 namespace avx512 {
 float softmax_exp_sum(const float* x, float* y, int64_t n, float m);

@@ -111,9 +111,10 @@ void canonical_sums(int64_t n, F term, float* out) {
 }
 
 template <int R>
-void dots_rows(const float* a, const float* b, int64_t n, float* out) {
+void dots_rows(const float* a, int64_t a_rs, const float* b, int64_t b_rs, int64_t n, float* out) {
   canonical_sums<R>(
-      n, [&](int j, int64_t k, int64_t c) { return VecF::mul(load_upto(a + j * n + k, c), load_upto(b + j * n + k, c)); },
+      n,
+      [&](int j, int64_t k, int64_t c) { return VecF::mul(load_upto(a + j * a_rs + k, c), load_upto(b + j * b_rs + k, c)); },
       out);
 }
 
@@ -160,10 +161,10 @@ void grad_sums_rows(const float* x, const float* g, const float* w, int64_t n, c
 }
 }  // namespace
 
-void row_dots(const float* a, const float* b, int64_t n, int64_t rows, float* out) {
+void row_dots(const float* a, int64_t a_rs, const float* b, int64_t b_rs, int64_t n, int64_t rows, float* out) {
   int64_t j = 0;
-  for (; j + 4 <= rows; j += 4) dots_rows<4>(a + j * n, b + j * n, n, out + j);
-  for (; j < rows; ++j) dots_rows<1>(a + j * n, b + j * n, n, out + j);
+  for (; j + 4 <= rows; j += 4) dots_rows<4>(a + j * a_rs, a_rs, b + j * b_rs, b_rs, n, out + j);
+  for (; j < rows; ++j) dots_rows<1>(a + j * a_rs, a_rs, b + j * b_rs, b_rs, n, out + j);
 }
 
 void layernorm_stats(const float* x, int64_t n, int64_t rows, float eps, float* mean, float* r) {
