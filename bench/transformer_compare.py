@@ -7,7 +7,10 @@ peak (times the thread count); decoding prints the bytes a step must read (every
 position table, and the keys and values of the context in use) per second against the measured
 one-core DRAM bandwidth, both as `synoros peak` measures it: a streaming copy (bytes read and
 written) and a streaming read (what a decoding step does), over buffers twice the last-level
-cache. Ratios are PyTorch time / engine time (above 1: the engine is faster).
+cache. The peak and the bandwidths are measured again right before each engine row (a virtual
+machine's speed can change within minutes), and each run's share is taken against its own
+measurement; the medians are reported. Ratios are PyTorch time / engine time (above 1: the
+engine is faster).
 Each side runs in --processes fresh processes, alternating; medians are reported.
 PyTorch: scripts/install_peers.sh's PyTorch 2.x environment (.peers/bin/python) when it exists,
 eager and torch.compile (prefill and training); otherwise Debian's /usr/bin/python3 (1.13, eager);
@@ -51,13 +54,19 @@ def decode_bytes(preset, used, B):
     return 4.0 * (params(preset) - T * C + 2 * L * B * used * C)
 
 
-def engine_run(bench, threads, min_time):
+def measure_peak(bench):
+    return json.loads(subprocess.run([os.path.join(os.path.dirname(bench), "synoros"), "peak"],
+                                     check=True, capture_output=True, text=True).stdout)
+
+
+def engine_run(bench, threads, min_time, name):
+    """One row's time in seconds, and the peak measured right before it."""
+    peak = measure_peak(bench)
     env = dict(os.environ, SYNOROS_NUM_THREADS=str(threads))
-    flt = "^(" + "|".join(r[0] for r in ROWS) + ")(/real_time)?$"
-    res = subprocess.run([bench, "--benchmark_format=json", f"--benchmark_filter={flt}",
+    res = subprocess.run([bench, "--benchmark_format=json", f"--benchmark_filter=^{name}(/real_time)?$",
                           f"--benchmark_min_time={min_time}"], env=env, check=True, capture_output=True, text=True)
-    return {b["name"].replace("/real_time", ""): b["real_time"] * {"ns": 1e-9, "us": 1e-6, "ms": 1e-3}[b["time_unit"]]
-            for b in json.loads(res.stdout)["benchmarks"]}
+    b = json.loads(res.stdout)["benchmarks"][0]
+    return b["real_time"] * {"ns": 1e-9, "us": 1e-6, "ms": 1e-3}[b["time_unit"]], peak
 
 
 def torch_run(python, threads, min_time, compiled=False):
@@ -87,14 +96,15 @@ def main():
     if args.only:
         import re
         ROWS[:] = [r for r in ROWS if re.search(args.only, r[0])]
-    peak = json.loads(subprocess.run([os.path.join(os.path.dirname(args.bench), "synoros"), "peak"],
-                                     check=True, capture_output=True, text=True).stdout)
-    results, version = [], "?"
+    results, version, peaks = [], "?", []
     for th in args.threads:
-        eng, tor, com = ({r[0]: [] for r in ROWS} for _ in range(3))
+        eng, tor, com, pk = ({r[0]: [] for r in ROWS} for _ in range(4))
         for _ in range(args.processes):
-            for name, t in engine_run(args.bench, th, args.min_time).items():
+            for name, *_ in ROWS:
+                t, peak = engine_run(args.bench, th, args.min_time, name)
                 eng[name].append(t)
+                pk[name].append(peak)
+                peaks.append(peak)
             version, times = torch_run(args.python, th, args.min_time)
             for name, t in times.items():
                 tor[name].append(t)
@@ -107,22 +117,25 @@ def main():
             row = {"name": name, "threads": th, "engine_s": e, "torch_s": p, "ratio": p / e}
             if com[name]:
                 row.update(compile_s=statistics.median(com[name]), ratio_compile=statistics.median(com[name]) / e)
+            # Each run's share against the peak measured right before it, then the median.
+            share = lambda work, key, per_thread: statistics.median(
+                work / t / 1e9 / (q[key] * (th if per_thread else 1)) for t, q in zip(eng[name], pk[name]))
             if kind == "decode":
-                gbps = decode_bytes(preset, a, b) / e / 1e9
-                row.update(engine_gbps=gbps, share_of_bandwidth=gbps / peak["gbps"],
-                           share_of_read_bandwidth=gbps / peak["read_gbps"],
+                work = decode_bytes(preset, a, b)
+                row.update(engine_gbps=work / e / 1e9, share_of_bandwidth=share(work, "gbps", False),
+                           share_of_read_bandwidth=share(work, "read_gbps", False),
                            engine_tokens_per_s=b / e, torch_tokens_per_s=b / p)
-            elif kind == "lora":
-                C, r = int(preset), a  # the base GEMM forward and for dX, the adapter's six small GEMMs
-                g = (2.0 * b * C * C * 2 + 6 * 2.0 * b * C * r) / e / 1e9
-                row.update(engine_gflops=g, share_of_peak=g / (peak["gflops"] * th))
             else:
-                flops = forward_flops(preset, a, b) * (3 if kind == "train" else 1)
-                g = flops / e / 1e9
-                row.update(engine_gflops=g, share_of_peak=g / (peak["gflops"] * th))
+                if kind == "lora":
+                    C, r = int(preset), a  # the base GEMM forward and for dX, the adapter's six small GEMMs
+                    work = 2.0 * b * C * C * 2 + 6 * 2.0 * b * C * r
+                else:
+                    work = forward_flops(preset, a, b) * (3 if kind == "train" else 1)
+                row.update(engine_gflops=work / e / 1e9, share_of_peak=share(work, "gflops", True))
             results.append(row)
-    print(f"machine: {peak['isa']}, one core {peak['gflops']:.1f} GFLOP/s, {peak['gbps']:.1f} GB/s copying and "
-          f"{peak['read_gbps']:.1f} GB/s reading from DRAM; "
+    span = lambda key: f"{min(q[key] for q in peaks):.1f}-{max(q[key] for q in peaks):.1f}"
+    print(f"machine: {peaks[0]['isa']}, one core {span('gflops')} GFLOP/s, {span('gbps')} GB/s copying and "
+          f"{span('read_gbps')} GB/s reading from DRAM (measured before each engine row); "
           f"PyTorch {version} eager{' and torch.compile' if args.compile else ''}; "
           f"medians of {args.processes} processes per side")
     print(f"{'row':44} {'thr':>3} {'engine':>10} {'PyTorch':>10} {'ratio':>6}  limit")
@@ -135,7 +148,7 @@ def main():
         print(f"{r['name']:44} {r['threads']:3d} {1e3 * r['engine_s']:8.1f}ms {1e3 * r['torch_s']:8.1f}ms "
               f"{r['ratio']:5.2f}x  {lim}{comp}")
     with open(args.json, "w") as f:
-        json.dump({"peak": peak, "torch": version, "rows": results}, f, indent=1)
+        json.dump({"peaks": peaks, "torch": version, "rows": results}, f, indent=1)
 
 
 if __name__ == "__main__":
