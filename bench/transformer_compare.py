@@ -96,6 +96,8 @@ def main():
     if args.only:
         import re
         ROWS[:] = [r for r in ROWS if re.search(args.only, r[0])]
+        if not ROWS:
+            raise SystemExit(f"no row matches --only {args.only!r}")
     results, version, peaks = [], "?", []
     for th in args.threads:
         eng, tor, com, pk = ({r[0]: [] for r in ROWS} for _ in range(4))
@@ -140,8 +142,8 @@ def main():
           f"medians of {args.processes} processes per side")
     print(f"{'row':44} {'thr':>3} {'engine':>10} {'PyTorch':>10} {'ratio':>6}  limit")
     for r in results:
-        lim = (f"{r['engine_gflops']:.1f} GFLOP/s = {100 * r['share_of_peak']:.0f}% of peak" if "engine_gflops" in r else
-               f"{r['engine_gbps']:.1f} GB/s = {100 * r['share_of_bandwidth']:.0f}% of copy bandwidth, "
+        lim = (f"{r['engine_gflops']:.1f} GFLOP/s, {100 * r['share_of_peak']:.0f}% of peak" if "engine_gflops" in r else
+               f"{r['engine_gbps']:.1f} GB/s, {100 * r['share_of_bandwidth']:.0f}% of copy bandwidth, "
                f"{100 * r['share_of_read_bandwidth']:.0f}% of read bandwidth, "
                f"{r['engine_tokens_per_s']:.1f} vs {r['torch_tokens_per_s']:.1f} tokens/s")
         comp = (f"  torch.compile {1e3 * r['compile_s']:.1f}ms = {r['ratio_compile']:.2f}x" if "compile_s" in r else "")

@@ -24,7 +24,7 @@ std::vector<uint8_t> output_bytes(Plan& p, const std::vector<ValueId>& outs) {
 
 // Heads [B, H, T, D] of columns [c0, c0 + H D) of x [B, T, W], as the graph's views and on the host.
 ValueId heads_view(Graph& g, ValueId x, int64_t c0, int64_t H, int64_t D) {
-  const Shape& s = g.shape(x);
+  const Shape s = g.shape(x);  // a copy: adding nodes may move the graph's
   ValueId sl = g.add(Op::Slice, {x}, attr::Slice{2, c0, c0 + H * D});
   ValueId r = g.add(Op::Reshape, {sl}, attr::Target{{s[0], s[1], H, D}});
   return g.add(Op::Permute, {r}, attr::Permute{{0, 2, 1, 3}});
@@ -43,20 +43,32 @@ struct Case {
   int64_t B, H, Tq, Tk, D;
   bool causal;
   DType dt;
+  int64_t offset = -1;     // causal at this offset, given as a view (-1: none)
+  bool grad_only = false;  // the gradient alone, o an input (it then computes the lse itself)
 };
 
-// Attention and its gradient with q from xq [B, Tq, H D], k and v from kv [B, Tk, 2 H D] and g
-// from gy [B, Tq, H D] (views, or contiguous copies made on the host): the outputs' bytes and
-// the kernels launched.
+// Restores the thread count however the test ends.
+struct ThreadsScope {
+  int saved = num_threads();
+  ~ThreadsScope() { set_num_threads(saved); }
+};
+
+// Attention and its gradient with q from xq [B, Tq, H D], k and v from kv [B, Tk, 2 H D], g from
+// gy [B, Tq, H D] and (grad_only) o from xo [B, Tq, H D] (views, or contiguous copies made on the
+// host); the offset as the one element of a slice of an i64 [1, 3] (always a view, which the plan
+// must copy out, as an attention reads rows only). The outputs' bytes and the kernels launched.
 std::pair<std::vector<uint8_t>, std::vector<std::string>> run(const Case& c, bool views) {
   const int64_t C = c.H * c.D;
   const HostTensor xq = testing::random_tensor({c.dt, {c.B, c.Tq, C}, -3, 3}, 31);
   const HostTensor kv = testing::random_tensor({c.dt, {c.B, c.Tk, 2 * C}, -3, 3}, 32);
   const HostTensor gy = testing::random_tensor({c.dt, {c.B, c.Tq, C}}, 33);
+  const HostTensor xo = testing::random_tensor({c.dt, {c.B, c.Tq, C}}, 34);
+  HostTensor pos(DType::I64, {1, 3});
+  for (int64_t i = 0; i < 3; ++i) pos.set(i, double(c.offset + i - 1));
   Graph g;
   const attr::Attention at{c.causal, 0.25};
   std::vector<std::pair<ValueId, HostTensor>> inputs;
-  ValueId q, k, v, go;
+  ValueId q, k, v, go, o = kNoValue;
   if (views) {
     ValueId xi = g.input(c.dt, xq.shape, "xq"), kvi = g.input(c.dt, kv.shape, "kv"), gi = g.input(c.dt, gy.shape, "gy");
     inputs = {{xi, xq}, {kvi, kv}, {gi, gy}};
@@ -64,15 +76,36 @@ std::pair<std::vector<uint8_t>, std::vector<std::string>> run(const Case& c, boo
     k = heads_view(g, kvi, 0, c.H, c.D);
     v = heads_view(g, kvi, C, c.H, c.D);
     go = heads_view(g, gi, 0, c.H, c.D);
+    if (c.grad_only) {
+      ValueId oi = g.input(c.dt, xo.shape, "xo");
+      inputs.emplace_back(oi, xo);
+      o = heads_view(g, oi, 0, c.H, c.D);
+    }
   } else {
     const HostTensor hq = heads_host(xq, 0, c.H, c.D), hk = heads_host(kv, 0, c.H, c.D),
                      hv = heads_host(kv, C, c.H, c.D), hg = heads_host(gy, 0, c.H, c.D);
     q = g.input(c.dt, hq.shape, "q"), k = g.input(c.dt, hk.shape, "k"), v = g.input(c.dt, hv.shape, "v");
     go = g.input(c.dt, hg.shape, "g");
     inputs = {{q, hq}, {k, hk}, {v, hv}, {go, hg}};
+    if (c.grad_only) {
+      const HostTensor ho = heads_host(xo, 0, c.H, c.D);
+      o = g.input(c.dt, ho.shape, "o");
+      inputs.emplace_back(o, ho);
+    }
   }
-  ValueId o = g.add(Op::Attention, {q, k, v}, at);
-  std::vector<ValueId> outs{o, g.add(Op::AttentionGrad, {q, k, v, o, go}, at)};
+  std::vector<ValueId> in{q, k, v};
+  ValueId off = kNoValue;
+  if (c.offset >= 0) {
+    ValueId pi = g.input(DType::I64, pos.shape, "pos");
+    inputs.emplace_back(pi, pos);
+    off = g.add(Op::Slice, {pi}, attr::Slice{1, 1, 2});
+    in.push_back(off);
+  }
+  std::vector<ValueId> outs;
+  if (!c.grad_only) o = g.add(Op::Attention, in, at), outs.push_back(o);
+  std::vector<ValueId> gin{q, k, v, o, go};
+  if (off != kNoValue) gin.push_back(off);
+  outs.push_back(g.add(Op::AttentionGrad, gin, at));
   Plan p(g, outs);
   for (const auto& [id, t] : inputs) p.set_input(id, t);
   p.run();
@@ -81,22 +114,15 @@ std::pair<std::vector<uint8_t>, std::vector<std::string>> run(const Case& c, boo
   return {output_bytes(p, outs), kernels};
 }
 
-// Causal and not, several query and key blocks with short last ones, a few queries over many keys
-// (the forward's split tasks, which fetch the next batch item's keys through its view), float64;
-// every instruction set and 1 and 3 threads.
-TEST(AttentionViews, ReadsHeadsInPlaceWithTheBitsOfContiguousOperands) {
-  const Case cases[] = {{2, 3, 130, 130, 24, true, DType::F32},
-                        {2, 3, 70, 130, 24, false, DType::F32},
-                        {3, 2, 3, 600, 16, false, DType::F32},
-                        {2, 2, 65, 65, 8, true, DType::F64}};
-  const int saved = num_threads();
+// Every case on every instruction set at 1 and 3 threads against scalar contiguous operands.
+void check(const std::vector<Case>& cases) {
+  ThreadsScope restore;
   for (const Case& c : cases) {
     set_num_threads(1);
     std::vector<uint8_t> ref;
     {
       testing::IsaScope scalar(kernels::Isa::Scalar);
-      auto [bytes, kernels] = run(c, false);
-      ref = bytes;
+      ref = run(c, false).first;
     }
     for (kernels::Isa isa : {kernels::Isa::Scalar, kernels::Isa::Avx2, kernels::Isa::Avx512}) {
       if (int(isa) > int(kernels::best_isa())) continue;
@@ -104,15 +130,42 @@ TEST(AttentionViews, ReadsHeadsInPlaceWithTheBitsOfContiguousOperands) {
       for (int threads : {1, 3}) {
         set_num_threads(threads);
         auto [bytes, kernels] = run(c, true);
-        EXPECT_EQ(bytes, ref) << kernels::isa_name(isa) << " threads=" << threads << " Tq=" << c.Tq << " Tk=" << c.Tk;
-        // Two launches: the views are folded into both readers, nothing is copied.
-        ASSERT_EQ(kernels.size(), 2u) << kernels::isa_name(isa) << " Tq=" << c.Tq;
-        EXPECT_EQ(kernels[0], "attention");
-        EXPECT_EQ(kernels[1].rfind("attention-grad", 0), 0u) << kernels[1];
+        const std::string where = std::string(kernels::isa_name(isa)) + " threads=" + std::to_string(threads) +
+                                  " Tq=" + std::to_string(c.Tq) + " Tk=" + std::to_string(c.Tk);
+        EXPECT_EQ(bytes, ref) << where;
+        // The views are folded into the attention launches, nothing is copied but the offset.
+        std::vector<std::string> expected;
+        if (c.offset >= 0) expected.push_back("slice");
+        if (!c.grad_only) expected.push_back("attention");
+        for (const std::string& kname : kernels)
+          if (kname.rfind("attention-grad", 0) == 0) expected.push_back(kname);
+        EXPECT_EQ(kernels, expected) << where;
+        EXPECT_EQ(kernels.size(), size_t(1 + !c.grad_only + (c.offset >= 0))) << where;
       }
     }
   }
-  set_num_threads(saved);
+}
+
+// Causal and not, several query and key blocks with short last ones, a few queries over many keys
+// (the forward's split tasks), float64.
+TEST(AttentionViews, ReadsHeadsInPlaceWithTheBitsOfContiguousOperands) {
+  check({{2, 3, 130, 130, 24, true, DType::F32},
+         {2, 3, 70, 130, 24, false, DType::F32},
+         {3, 2, 3, 600, 16, false, DType::F32},
+         {2, 2, 65, 65, 8, true, DType::F64}});
+}
+
+// One query at an offset (a decoding step: keys read in place, not transposed) and the gradient
+// alone with o a view (its own lse), both with dS stored and recomputed.
+TEST(AttentionViews, DecodingStepsAndTheGradientAloneReadViews) {
+  const size_t saved = kernels::attention_store_limit;
+  for (size_t limit : {saved, size_t(0)}) {
+    kernels::attention_store_limit = limit;
+    check({{2, 3, 1, 300, 16, true, DType::F32, 200},
+           {2, 2, 130, 70, 24, false, DType::F32, -1, true},
+           {1, 2, 70, 130, 8, true, DType::F32, 40, true}});
+  }
+  kernels::attention_store_limit = saved;
 }
 
 // A view whose rows are not contiguous (keys read as the transpose of [B, H, D, T]) is copied

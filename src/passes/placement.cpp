@@ -101,7 +101,7 @@ void fold_views_into_readers(const Graph& g, Placement& p) {
   auto view_reader = [&](ValueId r) { return g.node(r).op == Op::Einsum || rows_reader(r); };
   for (bool changed = true; changed;) {
     changed = false;
-    std::vector<bool> only(n, false);  // every reader is an einsum or a folded view
+    std::vector<bool> only(n, false);  // every reader is an einsum, an attention or a folded view
     for (size_t i = n; i-- > 0;) {
       const Node& nd = g.node(ValueId(i));
       bool view_op = is_affine_view_op(nd.op) || is_gated_view_op(nd.op);
@@ -114,7 +114,7 @@ void fold_views_into_readers(const Graph& g, Placement& p) {
       // forward and the weight-gradient contraction); an einsum reading it as both operands
       // would gather it twice, so that one keeps it materialised.
       if (is_gated_view_op(nd.op) && ok) {
-        std::map<ValueId, int> hits;  // einsum -> operand paths reaching this view
+        std::map<ValueId, int> hits;  // reader -> operand paths reaching this view
         std::function<void(size_t)> walk = [&](size_t v) {
           for (ValueId r : readers[v]) {
             const Node& rn = g.node(r);
@@ -130,7 +130,10 @@ void fold_views_into_readers(const Graph& g, Placement& p) {
     for (size_t i = 0; i < n && !changed; ++i) {
       if (!needed[i] || !view_reader(ValueId(i)) || !launched[i]) continue;
       views[i].clear();
-      for (ValueId x : g.node(ValueId(i)).in) {
+      const Node& rn = g.node(ValueId(i));
+      const size_t rows_operands = rn.op == Op::Attention ? 3 : 5;  // q, k, v [, o, g]; an offset may follow
+      for (size_t k = 0; k < rn.in.size(); ++k) {
+        const ValueId x = rn.in[k];
         std::vector<ValueId> chain;
         ValueId cur = x;
         while (only[size_t(cur)]) chain.push_back(cur), cur = g.node(cur).in[0];
@@ -142,7 +145,7 @@ void fold_views_into_readers(const Graph& g, Placement& p) {
           }
         }
         if (!changed && !chain.empty() && rows_reader(ValueId(i)) &&
-            (!av.gates.empty() || !rows_view(av.shape, av.strides))) {
+            (k >= rows_operands || !av.gates.empty() || !rows_view(av.shape, av.strides))) {
           for (ValueId c : chain) blocked[size_t(c)] = true;
           changed = true;
         }
@@ -153,7 +156,7 @@ void fold_views_into_readers(const Graph& g, Placement& p) {
     for (size_t i = 0; i < n; ++i)
       if (only[i] && !passes::is_alias(g, g.node(ValueId(i)))) fused_away[i] = true;
   }
-  // Einsums reading nothing folded keep plain operands.
+  // Readers with nothing folded keep plain operands.
   for (size_t i = 0; i < n; ++i) {
     bool any = false;
     for (size_t k = 0; k < views[i].size(); ++k) any = any || views[i][k].base != g.node(ValueId(i)).in[k];

@@ -41,7 +41,7 @@ kernels::LowerCtx PlanLowering::context(ValueId v, void* out, kernels::PlanStora
     }
     const passes::AffineView& av = views[k];
     ctx.in_param.push_back(param_buffer(g, av.base));
-    ctx.in.push_back(static_cast<char*>(ptrs[size_t(av.base)]) + av.offset * int64_t(dtype_size(vn.dtype)));
+    ctx.in.push_back(static_cast<char*>(ptrs[size_t(av.base)]) + av.offset * int64_t(dtype_size(g.dtype(av.base))));
     ctx.in_strides.push_back(av.strides);
     ctx.in_gates.push_back(av.gates);
     ctx.in_base_shapes.push_back(g.shape(av.base));

@@ -721,7 +721,7 @@ Launch lower_attention(LowerCtx& c) {
   const size_t tensors = c.node.op == Op::Attention ? 3 : 5;
   for (size_t w = 0; w < tensors; ++w) {  // the placement folds only views rows_view takes
     const std::optional<passes::RowsView> v = passes::rows_view(c.in_shape(w), c.in_stride(w));
-    if (!v) throw Error("attention: an operand's rows are not contiguous");
+    if (!v) throw Error("attention: an operand's rows are not contiguous or its leading dims do not merge into two");
     a->lay[w] = *v;
   }
   a->offset = c.in.size() > tensors ? static_cast<const int64_t*>(c.in[tensors]) : nullptr;
