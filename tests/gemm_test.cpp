@@ -59,7 +59,8 @@ const std::vector<std::array<int64_t, 3>> kShapes = {
     {40, 1, 24}, {64, 1, 47}, {5, 700, 77}, {8, 1000, 40},  // a few rows of A streaming B (B transposed too),
     {3, 300, 50}, {8, 130, 33}, {6, 520, 19}, {2, 1000, 24},  // with tails of k and of outputs,
     {4, 300, 77}, {7, 700, 45},  // and bands of 64 k with a tail;
-    {333, 70, 256}, {333, 70, 512}};  // an A too tall for B streamed through one panel (the panels packed first)
+    {333, 70, 256}, {333, 70, 512},  // an A too tall for B streamed through one panel (the panels packed first)
+    {128, 40, 300}, {17, 70, 300}};  // last panels of 2 and 3 rows, shared evenly with the panel before
 
 TEST(Gemm, EveryProviderMatchesTheFloat64Reference) {
   for (const auto& prov : gemm_providers())
