@@ -14,8 +14,8 @@ constexpr int64_t kMaxMR = 16;
 constexpr int64_t kMR512 = 14, kNR512 = 32;  // the AVX-512 tile
 
 // Packed layouts of one K block [k0, k0 + kc): A panel p holds rows [p*MR, p*MR+MR) as
-// [kc][MR]; B panel q holds columns [q*NR, q*NR+NR) as [kc][NR]. Out-of-range rows and columns
-// are zero.
+// [kc][MR] (the two last may share their rows evenly, see panel_rows); B panel q holds columns
+// [q*NR, q*NR+NR) as [kc][NR]. Out-of-range rows and columns are zero.
 // GCC 12's AVX-512 shuffle intrinsics start from _mm512_undefined_ps(), which its
 // -Wmaybe-uninitialized and -Wuninitialized report as a use of an uninitialised value (a false
 // positive).
