@@ -199,6 +199,36 @@ TEST(AttentionViews, ViewWithStridedRowsIsMaterialised) {
   EXPECT_EQ(n, 2u);  // the permute, then the attention
 }
 
+// A zero-padded view (values padded along the sequence, a gated view) is copied too.
+TEST(AttentionViews, PaddedViewIsMaterialised) {
+  const int64_t B = 2, H = 2, T = 70, D = 16, pad = 3;
+  const HostTensor q = testing::random_tensor({DType::F32, {B, H, T, D}, -3, 3}, 51);
+  const HostTensor k = testing::random_tensor({DType::F32, {B, H, T, D}, -3, 3}, 52);
+  const HostTensor vs = testing::random_tensor({DType::F32, {B, H, T - pad, D}}, 53);
+  HostTensor v(DType::F32, {B, H, T, D});  // vs with `pad` rows of zeros first
+  for (int64_t bh = 0; bh < B * H; ++bh)
+    for (int64_t t = pad; t < T; ++t)
+      for (int64_t d = 0; d < D; ++d) v.set((bh * T + t) * D + d, vs.get((bh * (T - pad) + t - pad) * D + d));
+  auto run_with = [&](bool padded) {
+    Graph g;
+    ValueId qi = g.input(DType::F32, q.shape, "q"), ki = g.input(DType::F32, k.shape, "k");
+    ValueId vi = g.input(DType::F32, padded ? vs.shape : v.shape, "v");
+    ValueId vv = padded ? g.add(Op::Pad, {vi}, attr::Pad{2, pad, 0}) : vi;
+    ValueId o = g.add(Op::Attention, {qi, ki, vv}, attr::Attention{true, 0.25});
+    Plan p(g, {o});
+    p.set_input(qi, q);
+    p.set_input(ki, k);
+    p.set_input(vi, padded ? vs : v);
+    p.run();
+    return std::make_pair(output_bytes(p, {o}), p.launch_info().size());
+  };
+  const auto [ref, n_ref] = run_with(false);
+  const auto [bytes, n] = run_with(true);
+  EXPECT_EQ(bytes, ref);
+  EXPECT_EQ(n_ref, 1u);
+  EXPECT_EQ(n, 2u);  // the pad, then the attention
+}
+
 // The row layout the attention reads: leading dims merged where their strides allow, at most two
 // left; the innermost stride 1.
 TEST(AttentionViews, RowsViewMergesLeadingDims) {

@@ -123,7 +123,7 @@ void fold_views_into_readers(const Graph& g, Placement& p) {
           }
         };
         walk(i);
-        for (const auto& [r, k] : hits) ok = ok && k == 1 && !rows_reader(r);
+        for (const auto& [r, k] : hits) ok = ok && k == 1;
       }
       only[i] = ok;
     }
@@ -146,7 +146,7 @@ void fold_views_into_readers(const Graph& g, Placement& p) {
         }
         if (!changed && !chain.empty() && rows_reader(ValueId(i)) &&
             (k >= rows_operands || !av.gates.empty() || !rows_view(av.shape, av.strides))) {
-          for (ValueId c : chain) blocked[size_t(c)] = true;
+          for (ValueId c : chain) blocked[size_t(c)] = true;  // what an attention cannot read in place
           changed = true;
         }
         views[i].push_back(av);
