@@ -127,5 +127,128 @@ TEST(EagerStep, AConstantOldGradientIsNotBakedIntoTheStep) {
   EXPECT_EQ(p.grad().item(), 4.0);
 }
 
+TEST(EagerStep, ReplayNeedsTheSameInputsConstantsAndParameters) {
+  // Each variant has the recorded step's shapes and ops; only what it reads differs, and must
+  // keep it from replaying the recorded plan.
+  nn::Linear a(3, 2, true, 1), b(3, 2, true, 2);
+  Tensor x = Tensor::randn({4, 3}, 1), z = Tensor::randn({4, 2}, 2);
+  auto grad_of = [&](int variant, bool fresh) {
+    for (Tensor* p : {&a.weight, &a.bias, &b.weight, &b.bias}) p->zero_grad();
+    if (fresh) clear_backward_cache();
+    Tensor y = variant == 3 ? b(x) : a(x);
+    Tensor d = variant == 2 ? z - y : y - z;  // the inputs swapped
+    Tensor loss = (d * (variant == 1 ? 3.0 : 2.0)).relu().sum();
+    loss.backward();
+    return (variant == 3 ? b.weight : a.weight).grad().value();
+  };
+  for (int variant : {1, 2, 3}) {
+    SCOPED_TRACE("variant " + std::to_string(variant));
+    grad_of(0, true);  // recorded
+    size_t before = backward_replays();
+    HostTensor replayed_or_not = grad_of(variant, false);
+    EXPECT_EQ(backward_replays(), before);
+    HostTensor full = grad_of(variant, true);
+    testing::expect_same_bits(replayed_or_not, full, "the weight's gradient");
+  }
+  grad_of(0, true);
+  size_t before = backward_replays();
+  grad_of(0, false);
+  EXPECT_EQ(backward_replays(), before + 1);  // the recorded step itself does replay
+}
+
+TEST(EagerStep, AValueReadBeforeItsParameterChangedIsRefusedOnReplayToo) {
+  nn::Linear lin(3, 2, true, 5);
+  Tensor x = Tensor::randn({4, 3}, 3);
+  for (int k = 0; k < 2; ++k) {
+    lin.weight.zero_grad(), lin.bias.zero_grad();
+    Tensor y = lin(x);
+    y.value();  // read: realized, its graph kept for the gradient
+    if (k == 1) lin.weight.assign(Tensor::zeros({2, 3}));
+    Tensor loss = y.pow(2.0).mean();
+    if (k == 0) {
+      loss.backward();  // recorded
+      continue;
+    }
+    try {
+      loss.backward();
+      ADD_FAILURE() << "backward() used a value computed from a parameter changed since";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("modified in place"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// The eager optimizer step: the update compiled on the first step and replayed on the next gives
+// the bits of the recording path (forced here by an outer AssignBatch), through learning-rate
+// changes, a gradient left out, clipping switched on, and lazy gradients (which are recorded).
+struct OptimRun {
+  std::vector<HostTensor> params;
+  std::vector<std::vector<HostTensor>> state;
+  int64_t replayed = 0;
+};
+
+OptimRun optimize(const std::string& kind, bool record) {
+  std::vector<Tensor> params{Tensor::randn({4, 3}, 1), Tensor::randn({3}, 2), Tensor::randn({2, 5}, 3)};
+  for (Tensor& p : params) p.requires_grad();
+  std::unique_ptr<optim::Optimizer> opt;
+  if (kind == "adamw") opt = std::make_unique<optim::AdamW>(params, 1e-2, 0.9, 0.99, 1e-8, 0.05);
+  else if (kind == "nesterov") opt = std::make_unique<optim::SGD>(params, 5e-2, 0.9, 1e-3, true);
+  else opt = std::make_unique<optim::SGD>(params, 5e-2, 0.8, 0.0, false, 0.25);
+  OptimRun r;
+  for (int step = 0; step < 9; ++step) {
+    std::vector<Tensor> grads;
+    for (size_t i = 0; i < params.size(); ++i) grads.push_back(Tensor::randn(params[i].shape(), uint64_t(50 + 7 * step + i)));
+    if (step == 3 || step == 4) grads[1] = Tensor();          // a parameter without a gradient
+    if (step == 6) grads[0] = grads[0] * 2.0;                  // a lazy gradient: recorded
+    if (step == 7) opt->set_clip_norm(1.5);                    // clipping from here on
+    opt->set_lr(0.05 / (1 + step));
+    if (record) {
+      AssignBatch outer;
+      opt->step(grads);
+      outer.close();
+    } else {
+      opt->step(grads);
+    }
+    std::vector<HostTensor> st;
+    for (const auto& [name, t] : opt->state()) st.push_back(t.value());
+    r.state.push_back(st);
+  }
+  for (const Tensor& p : params) r.params.push_back(p.value());
+  r.replayed = opt->replayed_steps();
+  return r;
+}
+
+TEST(EagerStep, ReplayedUpdateGivesTheBitsOfTheRecordedOne) {
+  for (const std::string kind : {"sgd", "nesterov", "adamw"}) {
+    SCOPED_TRACE(kind);
+    OptimRun recorded = optimize(kind, true), replayed = optimize(kind, false);
+    EXPECT_EQ(recorded.replayed, 0);
+    // Compiled at steps 0, 3 (a gradient left out), 5 (the other one back) and 7 (clipping);
+    // step 6's lazy gradient is recorded: replayed at 1, 2, 4 and 8.
+    EXPECT_EQ(replayed.replayed, 4);
+    ASSERT_EQ(recorded.state.size(), replayed.state.size());
+    for (size_t s = 0; s < recorded.state.size(); ++s)
+      for (size_t i = 0; i < recorded.state[s].size(); ++i)
+        testing::expect_same_bits(recorded.state[s][i], replayed.state[s][i],
+                                  "state " + std::to_string(i) + " after step " + std::to_string(s));
+    for (size_t i = 0; i < recorded.params.size(); ++i)
+      testing::expect_same_bits(recorded.params[i], replayed.params[i], "parameter " + std::to_string(i));
+  }
+}
+
+TEST(EagerStep, ReplayedUpdateFollowsTheParametersWrittenBetweenSteps) {
+  // The compiled update reads each parameter's storage in place: a value copied in between two
+  // steps (a checkpoint loaded) is what the next step updates.
+  Tensor p = Tensor::zeros({3});
+  p.requires_grad();
+  optim::SGD opt({p}, 0.5);
+  for (int k = 0; k < 2; ++k) opt.step({Tensor::full({3}, 1.0)});
+  EXPECT_EQ(p.to_vector(), (std::vector<float>{-1, -1, -1}));
+  p.assign(Tensor::full({3}, 4.0));
+  opt.step({Tensor::full({3}, 1.0)});
+  EXPECT_EQ(p.to_vector(), (std::vector<float>{3.5, 3.5, 3.5}));
+  EXPECT_EQ(opt.replayed_steps(), 2);
+}
+
 }  // namespace
 }  // namespace synoros

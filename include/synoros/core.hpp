@@ -31,6 +31,8 @@ int64_t numel(const Shape& s);
 // dtype t) fit in 63 bits. Throws Error naming `what` and the shape. Every shape that enters the
 // engine (leaves, graph nodes, host tensors) passes through here, so numel() never wraps.
 void check_shape(const Shape& s, DType t, const std::string& what);
+// The same, naming `kind 'name'` ("input 'x'"), a string built only when the check fails.
+void check_shape(const Shape& s, DType t, const char* kind, const std::string& name);
 std::string shape_str(const Shape& s);
 // Row-major strides in elements.
 std::vector<int64_t> contiguous_strides(const Shape& s);

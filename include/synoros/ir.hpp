@@ -264,6 +264,12 @@ class Graph {
 
   // Appends a node after checking it; returns its id.
   ValueId add(Op op, std::vector<ValueId> in, Attrs attrs = {}, DType cast_to = DType::F32);
+  // Appends a node that add() checked and filled in before, on inputs of the same dtypes and
+  // shapes (a recorded tensor lowered to a tape): its attributes, dtype and shape are taken as
+  // given, only its inputs are checked to be in the graph.
+  ValueId add_checked(Op op, std::vector<ValueId> in, Attrs attrs, DType dtype, Shape shape);
+  // Drops every node (a scratch graph reused: its storage is kept).
+  void clear() { nodes_.clear(); }
 
   // Builders for the common ops (used by autodiff, tests and the front end).
   ValueId unary(Op op, ValueId a) { return add(op, {a}); }

@@ -3,6 +3,8 @@
 // bias corrections) are scalar leaves the plan reads, rewritten by tick() before each step.
 #pragma once
 
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "synoros/tensor.hpp"
@@ -33,6 +35,9 @@ class Optimizer {
   // Optimizer state in PyTorch's naming ("<index>.momentum_buffer", "<index>.exp_avg", ...).
   virtual std::vector<std::pair<std::string, Tensor>> state() const = 0;
   const std::vector<Tensor>& params() const { return params_; }
+  // How many eager step() calls ran the update compiled on an earlier one (an eager loop's
+  // steps after its first); the rest recorded it.
+  int64_t replayed_steps() const { return replayed_; }
 
  protected:
   virtual void update(size_t i, Tensor p, const Tensor& g) = 0;
@@ -43,7 +48,13 @@ class Optimizer {
   double lr_value_;
   double clip_ = 0;
   int64_t t_ = 0;
-  bool traced_tick_ = false;
+
+ private:
+  // An eager loop's update, compiled on its first step and replayed on the next (optim.cpp).
+  struct EagerUpdate;
+  std::shared_ptr<EagerUpdate> eager_;
+  int64_t replayed_ = 0;
+  bool replay_update(const std::vector<Tensor>& grads);
 };
 
 // SGD with momentum, dampening, Nesterov and (coupled) weight decay: torch.optim.SGD.

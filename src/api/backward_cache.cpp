@@ -1,6 +1,7 @@
 // The eager backward's step cache: an eager loop's backward() replays the plan recorded for a
 // structurally equal forward graph.
 #include <algorithm>
+#include <cstring>
 #include <deque>
 #include <mutex>
 
@@ -31,7 +32,7 @@ struct Entry {
 };
 struct Cache {
   std::mutex mu;
-  std::deque<std::pair<uint64_t, std::shared_ptr<const Entry>>> entries;  // newest last
+  std::deque<std::shared_ptr<const Entry>> entries;  // newest last
   size_t replays = 0;
 };
 constexpr size_t kEntries = 32;
@@ -52,7 +53,6 @@ bool replayable(const TensorImpl& loss, const std::vector<std::shared_ptr<Tensor
   }
   return true;
 }
-uint64_t key(const Graph& forward, ValueId loss) { return forward.structural_hash() * 1000003u + uint64_t(loss); }
 
 void set_results(TensorImpl& loss, const std::vector<std::shared_ptr<TensorImpl>>& grads,
                  std::vector<HostTensor>& values) {
@@ -65,29 +65,88 @@ void set_results(TensorImpl& loss, const std::vector<std::shared_ptr<TensorImpl>
     grads[i]->leaf_versions.clear();
   }
 }
+
+// Whether `all` (a DAG in creation order) lowers to `g`, by lower_dag's layout and
+// Graph::structurally_equal's rules, without building the tape: the same ops reading the same
+// positions with the same attributes, dtypes and shapes, the same parameters' storage, the same
+// constants' bytes, fed values where g has inputs. Values realized on a gradient path must
+// still hold (lower_dag refuses them otherwise; the full path then says why).
+bool lowers_to(const std::vector<TensorImpl*>& all, const Graph& g) {
+  if (g.size() != all.size()) return false;
+  auto position = [&](const TensorImpl* x) {
+    auto it = std::lower_bound(all.begin(), all.end(), x->seq,
+                               [](const TensorImpl* a, uint64_t seq) { return a->seq < seq; });
+    return it != all.end() && *it == x ? ValueId(it - all.begin()) : kNoValue;
+  };
+  for (size_t i = 0; i < all.size(); ++i) {
+    const TensorImpl& t = *all[i];
+    const Node& n = g.node(ValueId(i));
+    if (n.dtype != t.dtype || n.shape != t.shape) return false;
+    if (!t.in.empty()) {
+      if (n.op != t.op || n.in.size() != t.in.size() || !(n.attrs == t.attrs)) return false;
+      for (size_t j = 0; j < t.in.size(); ++j)
+        if (n.in[j] != position(t.in[j].get())) return false;
+      for (const auto& [buf, version] : t.leaf_versions)
+        if (buf->version() != version) return false;
+    } else if (!t.value) {
+      return false;  // an argument of a traced step
+    } else if (t.is_const) {
+      if (n.op != Op::Const || std::memcmp(n.data->buffer->data(), t.value->buffer->data(), t.value->bytes()) != 0)
+        return false;
+    } else if (t.requires_grad || t.stateful) {
+      if (n.op != Op::Param || n.data != t.value) return false;
+    } else if (n.op != Op::Input) {
+      return false;
+    }
+  }
+  return true;
+}
 }  // namespace
 
-bool replay_backward(const Lowered& low, const std::vector<ValueId>& wrt, TensorImpl& loss,
-                     const std::vector<std::shared_ptr<TensorImpl>>& params,
-                     const std::vector<std::shared_ptr<TensorImpl>>& old_grads) {
-  if (!replayable(loss, old_grads)) return false;
-  const uint64_t h = key(low.g, low.outputs[0]);
+bool replay_backward(TensorImpl& loss) {
+  if (loss.value) return false;
+  const std::vector<TensorImpl*> all = dag_in_order({loss.shared_from_this()});
+  // What lower_dag would make of it: the fed values and the parameters in order, the parameters
+  // differentiated for (those requiring a gradient) and the activation-checkpoint segments.
+  std::vector<const TensorImpl*> feeds;
+  std::vector<std::shared_ptr<TensorImpl>> params, old_grads;
+  std::vector<ValueId> wrt;
+  std::vector<int32_t> recompute;
+  for (size_t i = 0; i < all.size(); ++i) {
+    TensorImpl* t = all[i];
+    if (t->recompute >= 0) {
+      recompute.resize(i + 1, -1);
+      recompute[i] = t->recompute;
+    }
+    if (!t->in.empty() || !t->value || t->is_const) continue;
+    if (!t->requires_grad && !t->stateful) {
+      feeds.push_back(t);
+    } else if (t->requires_grad) {
+      wrt.push_back(ValueId(i));
+      params.push_back(t->shared_from_this());
+      old_grads.push_back(t->grad);
+    }
+  }
+  if (wrt.empty() || !replayable(loss, old_grads)) return false;
   const std::string config = kernels::kernel_config();
+  const ValueId loss_id = ValueId(all.size() - 1);  // a tensor is created after its inputs
   std::shared_ptr<const Entry> e;
   {
     std::lock_guard<std::mutex> lk(cache().mu);
-    for (const auto& [eh, entry] : cache().entries)
-      if (eh == h && entry->config == config && entry->loss_in_forward == low.outputs[0] &&
-          entry->recompute == low.recompute && entry->wrt == wrt && entry->had_grad.size() == old_grads.size()) {
-        bool same = true;
-        for (size_t i = 0; i < old_grads.size() && same; ++i) same = entry->had_grad[i] == bool(old_grads[i]);
-        if (same && entry->forward.structurally_equal(low.g)) e = entry;
-      }
+    for (auto it = cache().entries.rbegin(); it != cache().entries.rend() && !e; ++it) {
+      const Entry& entry = **it;
+      if (entry.config != config || entry.loss_in_forward != loss_id || entry.recompute != recompute ||
+          entry.wrt != wrt || entry.had_grad.size() != old_grads.size())
+        continue;
+      bool same = true;
+      for (size_t i = 0; i < old_grads.size() && same; ++i) same = entry.had_grad[i] == bool(old_grads[i]);
+      if (same && lowers_to(all, entry.forward)) e = *it;
+    }
   }
   if (!e) return false;
   std::vector<std::pair<ValueId, const HostTensor*>> inputs;
   for (const Binding& b : e->inputs)
-    inputs.push_back({b.id, b.old_grad ? old_grads[b.k]->value.get() : low.feeds[b.k].first->value.get()});
+    inputs.push_back({b.id, b.old_grad ? old_grads[b.k]->value.get() : feeds[b.k]->value.get()});
   std::vector<HostTensor> values = run_plan(*e->plan, inputs, e->outputs);
   {
     std::lock_guard<std::mutex> lk(cache().mu);
@@ -159,7 +218,7 @@ void realize_and_record_backward(const Lowered& low, const Graph& forward, const
   set_results(loss, grads, values);
   if (!bound) return;
   std::lock_guard<std::mutex> lk(cache().mu);
-  cache().entries.emplace_back(key(forward, low.outputs[0]), std::move(e));
+  cache().entries.push_back(std::move(e));
   if (cache().entries.size() > kEntries) cache().entries.pop_front();
 }
 

@@ -4,28 +4,33 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <unordered_set>
 
 #include "api/tensor_impl.hpp"
 #include "kernels/kernel_api.hpp"
 
 namespace synoros {
 
-Lowered lower_dag(const std::vector<std::shared_ptr<TensorImpl>>& roots) {
-  // Everything the roots depend on, laid out in creation order: the program order the user
-  // wrote (forward, then backward in autodiff order), which is also the schedule.
+std::vector<TensorImpl*> dag_in_order(const std::vector<std::shared_ptr<TensorImpl>>& roots) {
   std::vector<TensorImpl*> all;
-  std::unordered_map<const TensorImpl*, bool> seen;
+  std::unordered_set<const TensorImpl*> seen;
   std::vector<TensorImpl*> stack;
   for (const auto& r : roots) stack.push_back(r.get());
   while (!stack.empty()) {
     TensorImpl* t = stack.back();
     stack.pop_back();
-    if (seen[t]) continue;
-    seen[t] = true;
+    if (!seen.insert(t).second) continue;
     all.push_back(t);
     for (const auto& x : t->in) stack.push_back(x.get());
   }
   std::sort(all.begin(), all.end(), [](const TensorImpl* a, const TensorImpl* b) { return a->seq < b->seq; });
+  return all;
+}
+
+Lowered lower_dag(const std::vector<std::shared_ptr<TensorImpl>>& roots) {
+  // Everything the roots depend on, laid out in creation order: the program order the user
+  // wrote (forward, then backward in autodiff order), which is also the schedule.
+  std::vector<TensorImpl*> all = dag_in_order(roots);
   Lowered low;
   for (TensorImpl* t : all) {
     ValueId v;
@@ -49,8 +54,9 @@ Lowered lower_dag(const std::vector<std::shared_ptr<TensorImpl>>& roots) {
           throw Error("tensor: a value read earlier is used again, but a tensor it was computed from has been "
                       "modified in place since (an optimizer step, say); detach() it before the change");
       std::vector<ValueId> in;
+      in.reserve(t->in.size());
       for (const auto& x : t->in) in.push_back(low.ids.at(x.get()));
-      v = low.g.add(t->op, in, t->attrs, t->dtype);
+      v = low.g.add_checked(t->op, std::move(in), t->attrs, t->dtype, t->shape);  // checked when recorded
     }
     low.ids[t] = v;
     if (low.by_id.size() <= size_t(v)) low.by_id.resize(size_t(v) + 1);

@@ -121,9 +121,12 @@ bool grad_enabled() { return g_grad_enabled; }
 void set_grad_enabled(bool on) { g_grad_enabled = on; }
 
 Tensor Tensor::apply(Op op, const std::vector<Tensor>& in, const Attrs& attrs, DType cast_to) {
-  // Shape and dtype come from the op table's own rules, on a scratch graph of the inputs.
-  Graph g;
+  // Shape and dtype come from the op table's own rules, on a scratch graph of the inputs (one
+  // per thread, its storage reused).
+  thread_local Graph g;
+  g.clear();
   std::vector<ValueId> ids;
+  ids.reserve(in.size());
   for (const Tensor& t : in) ids.push_back(g.input(need(t).dtype, need(t).shape, "x"));
   ValueId v = g.add(op, ids, attrs, cast_to);
   // Inputs first: a node's sequence number (its program order) must follow its inputs'.
@@ -427,6 +430,8 @@ double Tensor::item() const {
 void Tensor::backward() const {
   const TensorImpl& L = need(*this);
   if (!L.shape.empty()) throw Error("backward: loss must be a scalar, got shape " + shape_str(L.shape));
+  const bool eager = !trace_state().active;
+  if (eager && replay_backward(*impl_)) return;  // an eager loop's next step
   Lowered low = lower_dag({impl_});
   if (trace_state().active) {
     // While compile() traces, a value recorded under no_grad keeps its inputs (nothing can be
@@ -449,8 +454,6 @@ void Tensor::backward() const {
   if (wrt.empty()) throw Error("backward: no tensor in this graph requires a gradient");
   std::vector<std::shared_ptr<TensorImpl>> old_grads;
   for (const auto& p : params) old_grads.push_back(p->grad);
-  const bool eager = !trace_state().active;
-  if (eager && replay_backward(low, wrt, *impl_, params, old_grads)) return;  // an eager loop's next step
   const Graph forward = eager ? low.g : Graph();  // the key of the step recorded below
   std::vector<ValueId> gids = synoros::grad(low.g, low.outputs[0], wrt, kNoValue, low.recompute);
   std::vector<Tensor> grads = raise(low, gids);

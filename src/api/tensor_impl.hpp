@@ -70,6 +70,8 @@ struct Lowered {
   std::vector<int32_t> recompute;  // per value: its activation-checkpoint segment (-1: none)
 };
 Lowered lower_dag(const std::vector<std::shared_ptr<TensorImpl>>& roots);
+// Every tensor the roots depend on, in creation order (the order lower_dag lays them out in).
+std::vector<TensorImpl*> dag_in_order(const std::vector<std::shared_ptr<TensorImpl>>& roots);
 // Whether a leaf requiring a gradient lies behind `t` (memoised over one walk).
 bool depends_on_grad(const TensorImpl& t, std::unordered_map<const TensorImpl*, bool>& memo);
 // Realizes `ts`; with keep_graph, those on a gradient path keep their inputs (value() reading a
@@ -87,12 +89,10 @@ std::vector<HostTensor> run_plan(Plan& plan, const std::vector<std::pair<ValueId
 // The eager backward's step cache (backward_cache.cpp). An eager training loop records the same
 // forward graph every iteration; the plan its backward() built is kept, keyed by that graph, and
 // replayed: no differentiation, no second lowering, no hash of the whole step.
-// Replays backward() of `loss` (lowered as `low`; `params`: the leaves it differentiates for,
-// `old_grads`: their gradients before it) where a structurally equal step was recorded; false
-// where none was (nothing is changed then).
-bool replay_backward(const Lowered& low, const std::vector<ValueId>& wrt, TensorImpl& loss,
-                     const std::vector<std::shared_ptr<TensorImpl>>& params,
-                     const std::vector<std::shared_ptr<TensorImpl>>& old_grads);
+// Replays backward() of `loss` where a structurally equal step was recorded, and sets the loss's
+// value and its parameters' gradients; false where none was (nothing is changed then). The DAG
+// behind the loss is compared with the recorded tape node by node, without lowering it.
+bool replay_backward(TensorImpl& loss);
 // Realizes the loss and the new gradients `gsums` (lazy) as backward() does, and records the step
 // for replay where it can be replayed (`forward`: low's graph before the gradient was appended).
 void realize_and_record_backward(const Lowered& low, const Graph& forward, const std::vector<ValueId>& wrt,

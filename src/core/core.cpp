@@ -30,6 +30,15 @@ int64_t numel(const Shape& s) {
   return n;
 }
 
+namespace {
+bool shape_fits(const Shape& s, DType t) {
+  int64_t n = 1, bytes = 0;
+  for (int64_t d : s)
+    if (d < 0 || __builtin_mul_overflow(n, d, &n)) return false;
+  return !__builtin_mul_overflow(n, int64_t(dtype_size(t)), &bytes);
+}
+}  // namespace
+
 void check_shape(const Shape& s, DType t, const std::string& what) {
   int64_t n = 1;
   for (int64_t d : s) {
@@ -39,6 +48,10 @@ void check_shape(const Shape& s, DType t, const std::string& what) {
   int64_t bytes = 0;
   if (__builtin_mul_overflow(n, int64_t(dtype_size(t)), &bytes))
     throw Error(what + ": shape " + shape_str(s) + " of " + dtype_name(t) + " needs more than 2^63 bytes");
+}
+
+void check_shape(const Shape& s, DType t, const char* kind, const std::string& name) {
+  if (!shape_fits(s, t)) check_shape(s, t, std::string(kind) + " '" + name + "'");
 }
 
 std::string shape_str(const Shape& s) {

@@ -53,7 +53,7 @@ void throw_wrong_attrs(const Node& n, size_t wanted) {
 }
 
 ValueId Graph::input(DType t, Shape s, std::string name) {
-  check_shape(s, t, "input '" + name + "'");
+  check_shape(s, t, "input", name);
   Node n;
   n.op = Op::Input;
   n.dtype = t;
@@ -122,6 +122,19 @@ ValueId Graph::add(Op op, std::vector<ValueId> in, Attrs attrs, DType cast_to) {
   } catch (const Error& e) {
     throw Error(op_context(*this, op, n.in) + ": " + e.what());
   }
+  nodes_.push_back(std::move(n));
+  return ValueId(nodes_.size() - 1);
+}
+
+ValueId Graph::add_checked(Op op, std::vector<ValueId> in, Attrs attrs, DType dtype, Shape shape) {
+  for (ValueId v : in)
+    if (v < 0 || size_t(v) >= nodes_.size()) throw Error(op_context(*this, op, in) + ": input refers to a value not in this graph");
+  Node n;
+  n.op = op;
+  n.in = std::move(in);
+  n.attrs = std::move(attrs);
+  n.dtype = dtype;
+  n.shape = std::move(shape);
   nodes_.push_back(std::move(n));
   return ValueId(nodes_.size() - 1);
 }

@@ -33,7 +33,9 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   if (s.empty() || s.back() != weight.shape()[1])
     throw Error("linear: input " + shape_str(s) + " does not end in " + std::to_string(weight.shape()[1]) + " features");
   if (s.size() > 8) throw Error("linear: input rank " + std::to_string(s.size()) + " is above 8");
-  Tensor y = einsum(linear_spec(s.size()), {x, weight});
+  // The engine's einsum directly: its labels are distinct and its operands' sizes checked above,
+  // so torch's notation (parsed by einsum()) would give this same op.
+  Tensor y = Tensor::apply(Op::Einsum, {x, weight}, attr::Einsum{linear_spec(s.size())});
   return bias.defined() ? y + bias : y;
 }
 

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "api/tensor_impl.hpp"
+#include "kernels/kernel_api.hpp"
 
 namespace synoros::optim {
 
@@ -49,9 +50,6 @@ void Optimizer::step(std::vector<Tensor> all) {
   if (all.size() != params_.size())
     throw Error("optimizer: " + std::to_string(all.size()) + " gradients for " + std::to_string(params_.size()) +
                 " parameters");
-  bool eager = !trace_state().active;
-  if (eager) tick();
-  AssignBatch batch;  // eager: every update in one plan run
   std::vector<size_t> idx;
   std::vector<Tensor> grads;
   for (size_t i = 0; i < params_.size(); ++i)
@@ -61,6 +59,10 @@ void Optimizer::step(std::vector<Tensor> all) {
                     shape_str(params_[i].shape()));
       idx.push_back(i), grads.push_back(all[i]);
     }
+  const bool eager = !trace_state().active;
+  if (eager) tick();
+  if (eager && trace_state().batches == 0 && replay_update(all)) return;
+  AssignBatch batch;  // eager: every update in one plan run
   if (clip_ > 0 && !grads.empty()) {
     // torch.nn.utils.clip_grad_norm_: scale = min(1, max_norm / (norm + 1e-6)).
     Tensor sq;
@@ -73,6 +75,60 @@ void Optimizer::step(std::vector<Tensor> all) {
   }
   for (size_t j = 0; j < idx.size(); ++j) update(idx[j], params_[idx[j]], grads[j]);
   batch.close();
+}
+
+// An eager loop calls step() with the same kind of gradients every iteration. The first such
+// call compiles the update, as compile() would trace it, into one plan that takes the gradients
+// as arguments and reads the parameters, the optimizer's state and its per-step scalars in place;
+// later calls feed it the gradients and copy its results into the parameters and the state.
+// That is the batched eager update's graph, with the same kernels, so the same bits (tested),
+// without recording, lowering and looking a plan up per call. Gradients that are still lazy, or
+// another kind of them (which are given, their dtypes), a changed clipping norm or kernel
+// configuration take the recording path or compile afresh.
+struct Optimizer::EagerUpdate {
+  std::vector<int> dtypes;  // per parameter: its gradient's dtype, -1 where it has none
+  double clip = 0;
+  std::string config;
+  CompiledStep step;
+};
+
+bool Optimizer::replay_update(const std::vector<Tensor>& all) {
+  std::vector<int> dtypes;
+  std::vector<HostTensor> args;
+  std::vector<std::pair<DType, Shape>> specs;
+  for (const Tensor& g : all) {
+    if (!g.defined()) {
+      dtypes.push_back(-1);
+      continue;
+    }
+    const TensorImpl& t = *g.impl();
+    if (!t.value) return false;  // lazy: recorded with the update
+    dtypes.push_back(int(t.dtype));
+    args.push_back(*t.value);
+    specs.push_back({t.dtype, t.shape});
+  }
+  if (args.empty()) return false;
+  std::string config = kernels::kernel_config();
+  if (eager_ && eager_->dtypes == dtypes && eager_->clip == clip_ && eager_->config == config) {
+    ++replayed_;
+  } else {
+    auto e = std::make_shared<EagerUpdate>();
+    e->dtypes = dtypes;
+    e->clip = clip_;
+    e->config = std::move(config);
+    e->step = compile(
+        [&](const std::vector<Tensor>& a) {
+          std::vector<Tensor> g(all.size());
+          for (size_t i = 0, j = 0; i < all.size(); ++i)
+            if (all[i].defined()) g[i] = a[j++];
+          step(std::move(g));  // traced: records the updates, ticks nothing
+          return std::vector<Tensor>{};
+        },
+        specs);
+    eager_ = std::move(e);
+  }
+  eager_->step(args);
+  return true;
 }
 
 SGD::SGD(std::vector<Tensor> params, double lr, double momentum, double wd, bool nesterov, double dampening)
