@@ -1,5 +1,6 @@
 // Shape and dtype rules. Each throws Error with the cause; Graph::add prefixes op and shapes.
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #include "ir/einsum_spec.hpp"
@@ -248,10 +249,27 @@ void infer_einsum(const Graph& g, Node& n) {
   if (n.in.size() == 2 && in_dtype(g, n, 0) != in_dtype(g, n, 1))
     throw Error(std::string("dtype mismatch: ") + dtype_name(in_dtype(g, n, 0)) + " vs " +
                 dtype_name(in_dtype(g, n, 1)));
-  EinsumSpec e = parse_einsum(n.attr<attr::Einsum>().spec, shapes);
   n.dtype = in_dtype(g, n, 0);
+  // An eager loop records the same few products every step: the last shapes each thread
+  // inferred are kept, with the spec and operand shapes parse_einsum checked them for.
+  struct Inferred {
+    std::string spec;
+    std::vector<Shape> in;
+    Shape out;
+  };
+  thread_local std::array<Inferred, 8> recent;
+  thread_local size_t next = 0;
+  const std::string& spec = n.attr<attr::Einsum>().spec;
+  for (const Inferred& r : recent)
+    if (r.spec == spec && r.in == shapes) {
+      n.shape = r.out;
+      return;
+    }
+  EinsumSpec e = parse_einsum(spec, shapes);
   n.shape.clear();
   for (char c : e.out) n.shape.push_back(e.size[int(c)]);
+  recent[next] = {spec, std::move(shapes), n.shape};
+  next = (next + 1) % recent.size();
 }
 
 void infer_softmax(const Graph& g, Node& n) {

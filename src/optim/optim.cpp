@@ -95,7 +95,8 @@ struct Optimizer::EagerUpdate {
 bool Optimizer::replay_update(const std::vector<Tensor>& all) {
   std::vector<int> dtypes;
   std::vector<HostTensor> args;
-  std::vector<std::pair<DType, Shape>> specs;
+  dtypes.reserve(all.size());
+  args.reserve(all.size());
   for (const Tensor& g : all) {
     if (!g.defined()) {
       dtypes.push_back(-1);
@@ -105,7 +106,6 @@ bool Optimizer::replay_update(const std::vector<Tensor>& all) {
     if (!t.value) return false;  // lazy: recorded with the update
     dtypes.push_back(int(t.dtype));
     args.push_back(*t.value);
-    specs.push_back({t.dtype, t.shape});
   }
   if (args.empty()) return false;
   std::string config = kernels::kernel_config();
@@ -116,6 +116,8 @@ bool Optimizer::replay_update(const std::vector<Tensor>& all) {
     e->dtypes = dtypes;
     e->clip = clip_;
     e->config = std::move(config);
+    std::vector<std::pair<DType, Shape>> specs;
+    for (const HostTensor& a : args) specs.push_back({a.dtype, a.shape});
     e->step = compile(
         [&](const std::vector<Tensor>& a) {
           std::vector<Tensor> g(all.size());
