@@ -2,11 +2,11 @@
 #include "synoros/config.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
-#include <map>
 #include <mutex>
 #include <sstream>
 
@@ -60,34 +60,51 @@ namespace {
 struct State {
   std::mutex mu;
   bool loaded = false;
-  std::map<std::string, std::optional<std::string>> raw;  // unset or empty: nullopt
+  std::vector<std::optional<std::string>> raw;  // per variable, in the table's order; unset or empty: nullopt
 };
 State& state() {
   static State s;
   return s;
 }
 
-const Variable& find(const std::string& name) {
-  for (const Variable& v : variables())
-    if (name == v.name) return v;
-  throw Error("config: unknown variable '" + name + "'");
-}
-
 // The engine's one read of the environment.
 const char* env(const char* name) { return std::getenv(name); }
 
-std::optional<std::string> raw_value(const char* name) {
-  State& s = state();
-  std::lock_guard<std::mutex> lk(s.mu);
+// The variable's place in the table. Kernels ask on every plan lookup with a string literal, so
+// each thread remembers its last answers by the name's address (and checks the name).
+size_t index_of(const char* name) {
+  const std::vector<Variable>& vars = variables();
+  struct Seen {
+    const char* name = nullptr;
+    size_t index = 0;
+  };
+  thread_local std::array<Seen, 16> seen;
+  Seen& slot = seen[(reinterpret_cast<uintptr_t>(name) >> 3) % seen.size()];
+  if (slot.name == name && std::strcmp(vars[slot.index].name, name) == 0) return slot.index;
+  for (size_t i = 0; i < vars.size(); ++i)
+    if (std::strcmp(vars[i].name, name) == 0) {
+      slot = {name, i};
+      return i;
+    }
+  throw Error(std::string("config: unknown variable '") + name + "'");
+}
+
+// The raw value of variable i, under the state's lock (loaded from the environment on first use).
+const std::optional<std::string>& raw_locked(State& s, size_t i) {
   if (!s.loaded) {
     for (const Variable& v : variables()) {
       const char* e = env(v.name);
-      s.raw[v.name] = e && *e ? std::optional<std::string>(e) : std::nullopt;
+      s.raw.push_back(e && *e ? std::optional<std::string>(e) : std::nullopt);
     }
     s.loaded = true;
   }
-  find(name);
-  return s.raw[name];
+  return s.raw[i];
+}
+
+std::optional<std::string> raw_value(size_t i) {
+  State& s = state();
+  std::lock_guard<std::mutex> lk(s.mu);
+  return raw_locked(s, i);
 }
 
 [[noreturn]] void bad(const Variable& v, const std::string& value) {
@@ -136,38 +153,41 @@ void check_value(const Variable& v, const std::string& s) {
   }
 }
 
-const Variable& typed(const char* name, Kind a, Kind b) {
-  const Variable& v = find(name);
-  if (v.kind != a && v.kind != b) throw Error(std::string("config: ") + name + " is not read that way");
-  return v;
+size_t typed(const char* name, Kind a, Kind b) {
+  const size_t i = index_of(name);
+  const Kind k = variables()[i].kind;
+  if (k != a && k != b) throw Error(std::string("config: ") + name + " is not read that way");
+  return i;
 }
 }  // namespace
 
 void check_environment() {
-  for (const Variable& v : variables())
-    if (auto s = raw_value(v.name)) check_value(v, *s);
+  for (size_t i = 0; i < variables().size(); ++i)
+    if (auto s = raw_value(i)) check_value(variables()[i], *s);
 }
 
 bool flag(const char* name, bool fallback) {
-  const Variable& v = typed(name, Kind::Flag, Kind::Flag);
-  auto s = raw_value(name);
+  const size_t i = typed(name, Kind::Flag, Kind::Flag);
+  State& st = state();
+  std::lock_guard<std::mutex> lk(st.mu);
+  const std::optional<std::string>& s = raw_locked(st, i);
   if (!s) return fallback;
-  check_value(v, *s);
+  check_value(variables()[i], *s);
   return *s == "1";
 }
 
 std::optional<int64_t> integer(const char* name) {
-  const Variable& v = typed(name, Kind::Integer, Kind::Bytes);
-  auto s = raw_value(name);
+  const size_t i = typed(name, Kind::Integer, Kind::Bytes);
+  auto s = raw_value(i);
   if (!s) return std::nullopt;
-  return parse_integer(v, *s);
+  return parse_integer(variables()[i], *s);
 }
 
 std::string text(const char* name) {
-  const Variable& v = typed(name, Kind::Choice, Kind::Path);
-  auto s = raw_value(name);
+  const size_t i = typed(name, Kind::Choice, Kind::Path);
+  auto s = raw_value(i);
   if (!s) return "";
-  check_value(v, *s);
+  check_value(variables()[i], *s);
   return *s;
 }
 
@@ -200,14 +220,16 @@ std::string describe_variables() {
 }
 
 ScopedOverride::ScopedOverride(const char* name, const char* value) : name_(name) {
-  saved_ = raw_value(name);  // loads the table first
+  const size_t i = index_of(name);
   std::lock_guard<std::mutex> lk(state().mu);
-  state().raw[name_] = value && *value ? std::optional<std::string>(value) : std::nullopt;
+  saved_ = raw_locked(state(), i);  // loads the table first
+  state().raw[i] = value && *value ? std::optional<std::string>(value) : std::nullopt;
 }
 
 ScopedOverride::~ScopedOverride() {
+  const size_t i = index_of(name_.c_str());
   std::lock_guard<std::mutex> lk(state().mu);
-  state().raw[name_] = saved_;
+  state().raw[i] = saved_;
 }
 
 }  // namespace synoros::config
