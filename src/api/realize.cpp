@@ -13,8 +13,9 @@ namespace synoros {
 
 std::vector<TensorImpl*> dag_in_order(const std::vector<std::shared_ptr<TensorImpl>>& roots) {
   std::vector<TensorImpl*> all;
-  std::unordered_set<const TensorImpl*> seen;
+  std::unordered_set<const TensorImpl*> seen(64);  // an eager step's DAG, without rehashing
   std::vector<TensorImpl*> stack;
+  all.reserve(64), stack.reserve(64);
   for (const auto& r : roots) stack.push_back(r.get());
   while (!stack.empty()) {
     TensorImpl* t = stack.back();
