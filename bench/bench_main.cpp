@@ -89,6 +89,25 @@ void TinyMLP_SgdModules(benchmark::State& state) {
 }
 BENCHMARK(TinyMLP_SgdModules)->Name("TinyMLP/SgdStepModules");
 
+// The same step run eagerly, as a training loop written without compile() runs it: the forward
+// recorded every iteration, backward() replaying the recorded step, the update replayed.
+void TinyMLP_SgdEager(benchmark::State& state) {
+  nn::Sequential model;
+  model.add(std::make_shared<nn::Linear>(16, 32, true, 1));
+  model.add(std::make_shared<nn::ReLU>());
+  model.add(std::make_shared<nn::Linear>(32, 8, true, 2));
+  optim::SGD opt(model.parameters(), 1e-3);
+  Tensor x = Tensor::randn({8, 16}, 1), t = Tensor::randn({8, 8}, 2);
+  for (auto _ : state) {
+    opt.zero_grad();
+    Tensor loss = mse_loss(model(x), t);
+    loss.backward();
+    opt.step();
+    benchmark::DoNotOptimize(loss.impl());
+  }
+}
+BENCHMARK(TinyMLP_SgdEager)->Name("TinyMLP/SgdStepEager");
+
 // y = tanh((sigmoid(relu(x*1.5 + 0.5) * x) - 0.25) * 2) over x[1024, 1024], out of place.
 Tensor eltwise_chain(const Tensor& x) { return ((((x * 1.5 + 0.5).relu() * x).sigmoid() - 0.25) * 2.0).tanh(); }
 
