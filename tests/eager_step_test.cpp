@@ -2,6 +2,8 @@
 // recorded for it, with the bits of the full path (differentiate, lower, plan, run).
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "api/tensor_impl.hpp"
 #include "synoros/synoros.hpp"
 #include "test_util.hpp"
@@ -159,14 +161,16 @@ TEST(EagerStep, ReplayNeedsTheSameInputsConstantsAndParameters) {
 TEST(EagerStep, AValueReadBeforeItsParameterChangedIsRefusedOnReplayToo) {
   nn::Linear lin(3, 2, true, 5);
   Tensor x = Tensor::randn({4, 3}, 3);
-  for (int k = 0; k < 2; ++k) {
+  for (int k = 0; k < 3; ++k) {
     lin.weight.zero_grad(), lin.bias.zero_grad();
     Tensor y = lin(x);
     y.value();  // read: realized, its graph kept for the gradient
-    if (k == 1) lin.weight.assign(Tensor::zeros({2, 3}));
+    if (k == 2) lin.weight.assign(Tensor::zeros({2, 3}));
     Tensor loss = y.pow(2.0).mean();
-    if (k == 0) {
-      loss.backward();  // recorded
+    const size_t before = backward_replays();
+    if (k < 2) {
+      loss.backward();  // recorded, then replayed: the step itself is replayable
+      EXPECT_EQ(backward_replays() - before, size_t(k));
       continue;
     }
     try {
@@ -210,7 +214,11 @@ OptimRun optimize(const std::string& kind, bool record) {
       opt->step(grads);
     }
     std::vector<HostTensor> st;
-    for (const auto& [name, t] : opt->state()) st.push_back(t.value());
+    for (const auto& [name, t] : opt->state()) {  // a copy: the state is rewritten in place
+      HostTensor v = t.value(), c(v.dtype, v.shape);
+      std::memcpy(c.buffer->data(), v.buffer->data(), v.bytes());
+      st.push_back(c);
+    }
     r.state.push_back(st);
   }
   for (const Tensor& p : params) r.params.push_back(p.value());
@@ -234,6 +242,57 @@ TEST(EagerStep, ReplayedUpdateGivesTheBitsOfTheRecordedOne) {
     for (size_t i = 0; i < recorded.params.size(); ++i)
       testing::expect_same_bits(recorded.params[i], replayed.params[i], "parameter " + std::to_string(i));
   }
+}
+
+TEST(EagerStep, AnUpdateIsCompiledAfreshUnderAnotherInstructionSet) {
+  if (kernels::best_isa() == kernels::Isa::Scalar) GTEST_SKIP() << "one instruction set only";
+  Tensor p = Tensor::zeros({5});
+  p.requires_grad();
+  optim::SGD opt({p}, 0.5, 0.9);
+  for (int k = 0; k < 2; ++k) opt.step({Tensor::full({5}, 1.0)});
+  EXPECT_EQ(opt.replayed_steps(), 1);
+  {
+    testing::IsaScope scalar(kernels::Isa::Scalar);
+    for (int k = 0; k < 2; ++k) opt.step({Tensor::full({5}, 1.0)});
+  }
+  EXPECT_EQ(opt.replayed_steps(), 2);  // compiled for the scalar kernels, then replayed once
+}
+
+TEST(EagerStep, AGradientReadWithItsGraphIsRecordedNotReplayed) {
+  // g keeps its graph (it was read while p requires a gradient): a later use recomputes it, and
+  // refuses once p has changed in place, as any other use of such a value does.
+  Tensor p = Tensor::full({3}, 1.0);
+  p.requires_grad();
+  optim::SGD opt({p}, 0.5);
+  Tensor g = p * 2.0;
+  g.value();
+  opt.step({g});
+  EXPECT_EQ(p.to_vector(), (std::vector<float>{0, 0, 0}));
+  try {
+    opt.step({g});
+    ADD_FAILURE() << "step() used a gradient computed from a parameter changed since";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("modified in place"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(opt.replayed_steps(), 0);
+}
+
+TEST(EagerStep, AnOptimizerThatIsNotReplayableRecordsEveryStep) {
+  // A user's optimizer whose update reads a value each step: never compiled into a replay.
+  struct Halving : optim::Optimizer {
+    explicit Halving(std::vector<Tensor> ps) : Optimizer(std::move(ps), 1.0) {}
+    std::vector<std::pair<std::string, Tensor>> state() const override { return {}; }
+    void update(size_t, Tensor p, const Tensor& g) override {
+      const double scale = 1.0 / double(1 << steps());  // read on the host every step
+      p.assign(p - g * scale);
+    }
+  };
+  Tensor p = Tensor::zeros({2});
+  p.requires_grad();
+  Halving opt({p});
+  for (int k = 0; k < 3; ++k) opt.step({Tensor::full({2}, 8.0)});
+  EXPECT_EQ(p.to_vector(), (std::vector<float>{-7, -7}));  // 4 + 2 + 1
+  EXPECT_EQ(opt.replayed_steps(), 0);
 }
 
 TEST(EagerStep, ReplayedUpdateFollowsTheParametersWrittenBetweenSteps) {

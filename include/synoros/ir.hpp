@@ -1,6 +1,7 @@
 // The tape: a flat vector of nodes addressed by integer ValueIds, and the single op table.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -265,11 +266,12 @@ class Graph {
   // Appends a node after checking it; returns its id.
   ValueId add(Op op, std::vector<ValueId> in, Attrs attrs = {}, DType cast_to = DType::F32);
   // Appends a node that add() checked and filled in before, on inputs of the same dtypes and
-  // shapes (a recorded tensor lowered to a tape): its attributes, dtype and shape are taken as
-  // given, only its inputs are checked to be in the graph.
+  // shapes: the engine's own lowering of recorded tensors to a tape, not for building graphs.
+  // Its attributes, dtype and shape are taken as given, only its inputs are checked to be in the
+  // graph.
   ValueId add_checked(Op op, std::vector<ValueId> in, Attrs attrs, DType dtype, Shape shape);
-  // Drops every node (a scratch graph reused: its storage is kept).
-  void clear() { nodes_.clear(); }
+  // Keeps the first n nodes and drops the rest (a scratch graph reused).
+  void truncate(size_t n) { nodes_.resize(std::min(n, nodes_.size())); }
 
   // Builders for the common ops (used by autodiff, tests and the front end).
   ValueId unary(Op op, ValueId a) { return add(op, {a}); }

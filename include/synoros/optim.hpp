@@ -35,12 +35,17 @@ class Optimizer {
   // Optimizer state in PyTorch's naming ("<index>.momentum_buffer", "<index>.exp_avg", ...).
   virtual std::vector<std::pair<std::string, Tensor>> state() const = 0;
   const std::vector<Tensor>& params() const { return params_; }
-  // How many eager step() calls ran the update compiled on an earlier one (an eager loop's
-  // steps after its first); the rest recorded it.
+  // How many eager step() calls ran the update compiled on an earlier call (an eager loop's
+  // steps after its first). The first call, and one whose gradients differ in kind, compile it;
+  // lazy gradients and optimizers that are not replayable record the update instead.
   int64_t replayed_steps() const { return replayed_; }
 
  protected:
   virtual void update(size_t i, Tensor p, const Tensor& g) = 0;
+  // Whether update() records the same graph on every step, reading nothing but its parameters,
+  // gradients and the tensors it holds (state, and per-step scalars rewritten by tick()): then an
+  // eager loop's update is compiled once and replayed. Off unless an optimizer says so.
+  virtual bool replayable() const { return false; }
   static Tensor scalar_leaf(double v);
   static void write_scalar(const Tensor& t, double v);
   std::vector<Tensor> params_;
@@ -66,6 +71,7 @@ class SGD : public Optimizer {
 
  private:
   void update(size_t i, Tensor p, const Tensor& g) override;
+  bool replayable() const override { return true; }
   double momentum_, wd_, dampening_;
   bool nesterov_;
   std::vector<Tensor> buf_;
@@ -81,6 +87,7 @@ class AdamW : public Optimizer {
 
  private:
   void update(size_t i, Tensor p, const Tensor& g) override;
+  bool replayable() const override { return true; }
   double b1_, b2_, eps_, wd_;
   Tensor step_size_, inv_bc2_, decay_;  // lr / (1 - b1^t), 1 / (1 - b2^t), 1 - lr * wd
   std::vector<Tensor> m_, v_;

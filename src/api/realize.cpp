@@ -12,15 +12,23 @@
 namespace synoros {
 
 std::vector<TensorImpl*> dag_in_order(const std::vector<std::shared_ptr<TensorImpl>>& roots) {
+  // An eager step's DAG is a few dozen tensors: they are looked for in `all` itself until
+  // there are more than kSmall, then in a hash set.
+  constexpr size_t kSmall = 64;
   std::vector<TensorImpl*> all;
-  std::unordered_set<const TensorImpl*> seen(64);  // an eager step's DAG, without rehashing
+  std::unordered_set<const TensorImpl*> seen;
   std::vector<TensorImpl*> stack;
-  all.reserve(64), stack.reserve(64);
+  all.reserve(kSmall), stack.reserve(kSmall);
   for (const auto& r : roots) stack.push_back(r.get());
   while (!stack.empty()) {
     TensorImpl* t = stack.back();
     stack.pop_back();
-    if (!seen.insert(t).second) continue;
+    if (all.size() < kSmall) {
+      if (std::find(all.begin(), all.end(), t) != all.end()) continue;
+    } else {
+      if (seen.empty()) seen.insert(all.begin(), all.end());
+      if (!seen.insert(t).second) continue;
+    }
     all.push_back(t);
     for (const auto& x : t->in) stack.push_back(x.get());
   }

@@ -121,22 +121,34 @@ bool grad_enabled() { return g_grad_enabled; }
 void set_grad_enabled(bool on) { g_grad_enabled = on; }
 
 Tensor Tensor::apply(Op op, const std::vector<Tensor>& in, const Attrs& attrs, DType cast_to) {
-  // Shape and dtype come from the op table's own rules, on a scratch graph of the inputs (one
-  // per thread, its storage reused).
+  // Shape and dtype come from the op table's own rules, on a scratch graph of the inputs: one
+  // per thread, whose input nodes are retyped in place (their shapes' storage reused).
   thread_local Graph g;
-  g.clear();
-  std::vector<ValueId> ids;
-  ids.reserve(in.size());
-  for (const Tensor& t : in) ids.push_back(g.input(need(t).dtype, need(t).shape, "x"));
-  ValueId v = g.add(op, ids, attrs, cast_to);
+  const size_t k = in.size();
+  while (g.size() < k) g.input(DType::F32, {}, "x");
+  g.truncate(k);
+  std::vector<ValueId> ids(k);
+  for (size_t i = 0; i < k; ++i) {
+    const TensorImpl& x = need(in[i]);
+    Node& n = g.node_mut(ValueId(i));
+    if (n.op != Op::Input) n = Node{}, n.name = "x";  // the last call's result
+    n.dtype = x.dtype;
+    n.shape = x.shape;
+    ids[i] = ValueId(i);
+  }
+  const ValueId v = g.add(op, std::move(ids), attrs, cast_to);
+  Node& res = g.node_mut(v);
+  Attrs res_attrs = std::move(res.attrs);  // with the op's defaults filled in
+  const DType res_dtype = res.dtype;
+  Shape res_shape = std::move(res.shape);  // taken out before anything below could record
   // Inputs first: a node's sequence number (its program order) must follow its inputs'.
   std::vector<std::shared_ptr<TensorImpl>> inputs;
   for (const Tensor& x : in) inputs.push_back(g_grad_enabled ? x.impl_ptr() : without_grad(x));
   auto t = std::make_shared<TensorImpl>();
   t->op = op;
-  t->attrs = g.node(v).attrs;  // with the op's defaults filled in
-  t->dtype = g.dtype(v);
-  t->shape = g.shape(v);
+  t->attrs = std::move(res_attrs);
+  t->dtype = res_dtype;
+  t->shape = std::move(res_shape);
   t->in = std::move(inputs);
   t->no_grad = !g_grad_enabled;
   t->recompute = g_recompute_segment;

@@ -92,10 +92,12 @@ size_t index_of(const char* name) {
 // The raw value of variable i, under the state's lock (loaded from the environment on first use).
 const std::optional<std::string>& raw_locked(State& s, size_t i) {
   if (!s.loaded) {
+    std::vector<std::optional<std::string>> raw;
     for (const Variable& v : variables()) {
       const char* e = env(v.name);
-      s.raw.push_back(e && *e ? std::optional<std::string>(e) : std::nullopt);
+      raw.push_back(e && *e ? std::optional<std::string>(e) : std::nullopt);
     }
+    s.raw.swap(raw);
     s.loaded = true;
   }
   return s.raw[i];

@@ -82,9 +82,10 @@ void Optimizer::step(std::vector<Tensor> all) {
 // as arguments and reads the parameters, the optimizer's state and its per-step scalars in place;
 // later calls feed it the gradients and copy its results into the parameters and the state.
 // That is the batched eager update's graph, with the same kernels, so the same bits (tested),
-// without recording, lowering and looking a plan up per call. Gradients that are still lazy, or
-// another kind of them (which are given, their dtypes), a changed clipping norm or kernel
-// configuration take the recording path or compile afresh.
+// without recording, lowering and looking a plan up per call. Gradients that are not plain
+// values, and optimizers whose update() does not declare itself replayable, take the recording
+// path; another kind of gradients (which are given, their dtypes), a changed clipping norm or
+// kernel configuration compile afresh.
 struct Optimizer::EagerUpdate {
   std::vector<int> dtypes;  // per parameter: its gradient's dtype, -1 where it has none
   double clip = 0;
@@ -102,16 +103,17 @@ bool Optimizer::replay_update(const std::vector<Tensor>& all) {
       dtypes.push_back(-1);
       continue;
     }
+    // What the recording path would feed as a plain input; anything else (a lazy gradient, one
+    // read with its graph kept, a constant, a parameter or state) is recorded with the update.
     const TensorImpl& t = *g.impl();
-    if (!t.value) return false;  // lazy: recorded with the update
+    if (!t.value || !t.in.empty() || t.is_const || t.requires_grad || t.stateful) return false;
     dtypes.push_back(int(t.dtype));
     args.push_back(*t.value);
   }
-  if (args.empty()) return false;
+  if (args.empty() || !replayable()) return false;
   std::string config = kernels::kernel_config();
-  if (eager_ && eager_->dtypes == dtypes && eager_->clip == clip_ && eager_->config == config) {
-    ++replayed_;
-  } else {
+  const bool replay = eager_ && eager_->dtypes == dtypes && eager_->clip == clip_ && eager_->config == config;
+  if (!replay) {
     auto e = std::make_shared<EagerUpdate>();
     e->dtypes = dtypes;
     e->clip = clip_;
@@ -130,6 +132,7 @@ bool Optimizer::replay_update(const std::vector<Tensor>& all) {
     eager_ = std::move(e);
   }
   eager_->step(args);
+  if (replay) ++replayed_;
   return true;
 }
 
