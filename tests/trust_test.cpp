@@ -43,6 +43,23 @@ TEST(Trust, AllocationsPastTheMemoryLimitAreErrors) {
   set_memory_limit(saved);
 }
 
+TEST(Trust, ASmallBufferAllocatedAgainStartsAtZeroAndIsCountedOnce) {
+  // Small buffers freed by a thread may be handed to its next allocation of the same size:
+  // that one must start at zero like any other, and the live count must not drift.
+  const size_t before = live_buffer_bytes();
+  for (int round = 0; round < 40; ++round) {  // more rounds than the thread keeps buffers
+    std::vector<HostTensor> held;
+    for (int64_t n : {1, 16, 100, 1000}) {
+      HostTensor h(DType::F32, {n});
+      for (int64_t i = 0; i < n; ++i) EXPECT_EQ(h.get(i), 0.0) << "round " << round << ", size " << n;
+      for (int64_t i = 0; i < n; ++i) h.set(i, 1.0 + double(i));
+      held.push_back(h);
+    }
+    EXPECT_GT(live_buffer_bytes(), before);
+  }
+  EXPECT_EQ(live_buffer_bytes(), before);
+}
+
 TEST(Trust, ThreadCountsOutOfRangeAreErrors) {
   int n = num_threads();
   expect_error([] { set_num_threads(0); }, {"threads", "out of range"});

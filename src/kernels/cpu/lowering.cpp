@@ -55,12 +55,19 @@ void set_fast_kernels(bool on) { fast_slot() = on; }
 void set_strict_kernels(bool on) { fast_slot() = !on; }
 
 std::string kernel_config() {
-  const std::string& conv = forced_conv_lowering();
-  std::string replayed = fast_kernels() ? replayed_choices_id() : "";
-  return std::string(isa_name(active_isa())) + (fast_kernels() ? " fast" : "") + (conv.empty() ? "" : " conv=" + conv) +
-         (window_einsum_enabled() ? "" : " nowindow") +
-         (conv_direct_enabled() ? "" : " noconvdirect") + (replayed.empty() ? "" : " replay=" + replayed) +
-         (jit::enabled() ? " jit" : "");
+  // Built with appends into one string: every plan lookup (an eager loop's steps) asks for it.
+  std::string c;
+  c.reserve(64);
+  c += isa_name(active_isa());
+  const bool fast = fast_kernels();
+  if (fast) c += " fast";
+  if (const std::string& conv = forced_conv_lowering(); !conv.empty()) c += " conv=", c += conv;
+  if (!window_einsum_enabled()) c += " nowindow";
+  if (!conv_direct_enabled()) c += " noconvdirect";
+  if (fast)
+    if (std::string replayed = replayed_choices_id(); !replayed.empty()) c += " replay=", c += replayed;
+  if (jit::enabled()) c += " jit";
+  return c;
 }
 Isa best_isa() { return detect_isa(); }
 void set_isa(Isa isa) {
