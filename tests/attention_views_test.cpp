@@ -2,7 +2,9 @@
 // split a projection into heads (no copies launched), with the bits it gives contiguous operands.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstring>
+#include <functional>
 
 #include "kernels/cpu/cpu_kernels.hpp"
 #include "kernels/kernel_api.hpp"
@@ -168,6 +170,33 @@ TEST(AttentionViews, DecodingStepsAndTheGradientAloneReadViews) {
   kernels::attention_store_limit = saved;
 }
 
+// Causal attention over `qkv`, and again with operand `slot` computed by `view` from `source`
+// (a view the attention cannot read in place, equal to qkv[slot]): the same bytes, and one more
+// launch, the copy, before the attention.
+void expect_view_copied_with_same_bits(const std::array<HostTensor, 3>& qkv, size_t slot, const HostTensor& source,
+                                       const std::function<ValueId(Graph&, ValueId)>& view) {
+  auto run_with = [&](bool viewed) {
+    Graph g;
+    std::array<ValueId, 3> in{}, args{};
+    const char* names[3] = {"q", "k", "v"};
+    for (size_t i = 0; i < 3; ++i) {
+      const bool from_view = viewed && i == slot;
+      in[i] = g.input(DType::F32, from_view ? source.shape : qkv[i].shape, names[i]);
+      args[i] = from_view ? view(g, in[i]) : in[i];
+    }
+    ValueId o = g.add(Op::Attention, {args[0], args[1], args[2]}, attr::Attention{true, 0.25});
+    Plan p(g, {o});
+    for (size_t i = 0; i < 3; ++i) p.set_input(in[i], viewed && i == slot ? source : qkv[i]);
+    p.run();
+    return std::make_pair(output_bytes(p, {o}), p.launch_info().size());
+  };
+  const auto [ref, n_ref] = run_with(false);
+  const auto [bytes, n] = run_with(true);
+  EXPECT_EQ(bytes, ref);
+  EXPECT_EQ(n_ref, 1u);
+  EXPECT_EQ(n, 2u);  // the copy, then the attention
+}
+
 // A view whose rows are not contiguous (keys read as the transpose of [B, H, D, T]) is copied
 // before the attention reads it, and the result is the same.
 TEST(AttentionViews, ViewWithStridedRowsIsMaterialised) {
@@ -179,24 +208,8 @@ TEST(AttentionViews, ViewWithStridedRowsIsMaterialised) {
   for (int64_t bh = 0; bh < B * H; ++bh)
     for (int64_t t = 0; t < T; ++t)
       for (int64_t d = 0; d < D; ++d) k.set((bh * T + t) * D + d, kt.get((bh * D + d) * T + t));
-  auto run_with = [&](bool transposed) {
-    Graph g;
-    ValueId qi = g.input(DType::F32, q.shape, "q"), vi = g.input(DType::F32, v.shape, "v");
-    ValueId ki = g.input(DType::F32, transposed ? kt.shape : k.shape, "k");
-    ValueId kk = transposed ? g.add(Op::Permute, {ki}, attr::Permute{{0, 1, 3, 2}}) : ki;
-    ValueId o = g.add(Op::Attention, {qi, kk, vi}, attr::Attention{true, 0.25});
-    Plan p(g, {o});
-    p.set_input(qi, q);
-    p.set_input(ki, transposed ? kt : k);
-    p.set_input(vi, v);
-    p.run();
-    return std::make_pair(output_bytes(p, {o}), p.launch_info().size());
-  };
-  const auto [ref, n_ref] = run_with(false);
-  const auto [bytes, n] = run_with(true);
-  EXPECT_EQ(bytes, ref);
-  EXPECT_EQ(n_ref, 1u);
-  EXPECT_EQ(n, 2u);  // the permute, then the attention
+  expect_view_copied_with_same_bits({q, k, v}, 1, kt,
+                                    [](Graph& g, ValueId x) { return g.add(Op::Permute, {x}, attr::Permute{{0, 1, 3, 2}}); });
 }
 
 // A zero-padded view (values padded along the sequence, a gated view) is copied too.
@@ -209,24 +222,8 @@ TEST(AttentionViews, PaddedViewIsMaterialised) {
   for (int64_t bh = 0; bh < B * H; ++bh)
     for (int64_t t = pad; t < T; ++t)
       for (int64_t d = 0; d < D; ++d) v.set((bh * T + t) * D + d, vs.get((bh * (T - pad) + t - pad) * D + d));
-  auto run_with = [&](bool padded) {
-    Graph g;
-    ValueId qi = g.input(DType::F32, q.shape, "q"), ki = g.input(DType::F32, k.shape, "k");
-    ValueId vi = g.input(DType::F32, padded ? vs.shape : v.shape, "v");
-    ValueId vv = padded ? g.add(Op::Pad, {vi}, attr::Pad{2, pad, 0}) : vi;
-    ValueId o = g.add(Op::Attention, {qi, ki, vv}, attr::Attention{true, 0.25});
-    Plan p(g, {o});
-    p.set_input(qi, q);
-    p.set_input(ki, k);
-    p.set_input(vi, padded ? vs : v);
-    p.run();
-    return std::make_pair(output_bytes(p, {o}), p.launch_info().size());
-  };
-  const auto [ref, n_ref] = run_with(false);
-  const auto [bytes, n] = run_with(true);
-  EXPECT_EQ(bytes, ref);
-  EXPECT_EQ(n_ref, 1u);
-  EXPECT_EQ(n, 2u);  // the pad, then the attention
+  expect_view_copied_with_same_bits({q, k, v}, 2, vs,
+                                    [&](Graph& g, ValueId x) { return g.add(Op::Pad, {x}, attr::Pad{2, pad, 0}); });
 }
 
 // The row layout the attention reads: leading dims merged where their strides allow, at most two
