@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "kernels/cpu/gemm.hpp"
 #include "kernels/kernel_api.hpp"
 #include "kernels/providers.hpp"
 #include "synoros/runtime.hpp"
@@ -201,6 +202,26 @@ TEST(Gemm, BPackedAheadGivesTheBitsOfBPackedPerCall) {
   EXPECT_FALSE(sgemm_packs_b(tiny, 1));
   EXPECT_TRUE(sgemm_packs_b(tiny, 1, 2));
   set_isa(saved);
+}
+
+// A B read with strides laid out as [K][N] rows: the same floats on every instruction set, for
+// shapes with and without whole 8 x 8 tiles, K-contiguous rows (transposed with AVX2) or not.
+TEST(Gemm, LayingOutBAsRowsCopiesEveryElementOnEveryInstructionSet) {
+  for (auto [N, K] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {8, 8}, {32, 16}, {8, 32}, {13, 21}, {70, 9}})
+    for (bool k_contiguous : {true, false}) {
+      const int64_t rs = k_contiguous ? 1 : N + 3, cs = k_contiguous ? K + 2 : 1;
+      std::vector<float> B(size_t((k_contiguous ? N * cs : K * rs)) + 1);
+      for (size_t i = 0; i < B.size(); ++i) B[i] = float(i) * 0.5f - 3.0f;
+      for (int isa = 0; isa <= int(best_isa()); ++isa) {
+        std::vector<float> dst(size_t(N * K), -1.0f);
+        lay_out_kn(B.data(), rs, cs, N, K, dst.data(), isa);
+        for (int64_t k = 0; k < K; ++k)
+          for (int64_t n = 0; n < N; ++n)
+            ASSERT_EQ(dst[size_t(k * N + n)], B[size_t(k * rs + n * cs)])
+                << "N " << N << ", K " << K << ", k-contiguous " << k_contiguous << ", isa " << isa << ", at " << k
+                << ", " << n;
+      }
+    }
 }
 
 }  // namespace

@@ -287,8 +287,7 @@ void gemm_batch_task(const void* p, int64_t bi) {
 void gemm_launch(const void* p, ThreadPool& pool) {
   const GemmArgs& g = *static_cast<const GemmArgs*>(p);
   if (g.pin_src && g.pin_src->version() != g.pin_seen) {
-    for (int64_t n = 0; n < g.shape.N; ++n)
-      for (int64_t k = 0; k < g.shape.K; ++k) g.pinned[k * g.shape.N + n] = g.pin_from[k * g.pin_rs + n * g.pin_cs];
+    lay_out_kn(g.pin_from, g.pin_rs, g.pin_cs, g.shape.N, g.shape.K, g.pinned, int(active_isa()));
     g.pin_seen = g.pin_src->version();
   }
   if (g.packs) g.packed_b = packed_weight(g, pool);

@@ -1086,6 +1086,12 @@ __attribute__((target("avx2"))) void transpose_rows(const float* S, int64_t ld, 
     for (int64_t k = (n < n8 ? k8 : 0); k < K; ++k) dst[k * ldd + n] = S[n * ld + k];
 }
 
+void lay_out_kn(const float* B, int64_t rs, int64_t cs, int64_t N, int64_t K, float* dst, int isa) {
+  if (rs == 1 && isa >= 1) return transpose_rows(B, cs, N, K, dst);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t k = 0; k < K; ++k) dst[k * N + n] = B[k * rs + n * cs];
+}
+
 size_t gemm_scratch_floats(const GemmShape& s, int mode) {
   int64_t kc = std::min(s.K, kGemmKC);
   // Enough for either tile shape (6 x 16 or 14 x 32), A for every K block when a task may run them all.
@@ -1118,12 +1124,7 @@ void sgemm_block(const GemmShape& s, const float* A, const float* B, float* C, f
   int64_t ldb = s.b_rs;
   if (s.b_cs != 1) {
     // B stored transposed: lay it out as [K][N] rows first.
-    if (s.b_rs == 1) {
-      transpose_rows(B, s.b_cs, s.N, s.K, scratch);
-    } else {
-      for (int64_t n = 0; n < s.N; ++n)
-        for (int64_t k = 0; k < s.K; ++k) scratch[k * s.N + n] = B[k * s.b_rs + n * s.b_cs];
-    }
+    lay_out_kn(B, s.b_rs, s.b_cs, s.N, s.K, scratch, isa);
     b = scratch;
     ldb = s.N;
   }

@@ -60,6 +60,9 @@ void sgemm_block(const GemmShape& s, const float* A, const float* B, float* C, f
 // dst[k * ldd + n] = S[n * ld + k] for n < N, k < K (ldd < 0: N), with AVX2 (the caller checks
 // the CPU has it).
 void transpose_rows(const float* S, int64_t ld, int64_t N, int64_t K, float* dst, int64_t ldd = -1);
+// dst[k * N + n] = B[k * rs + n * cs]: a B read with strides laid out as [K][N] rows (transposed
+// with AVX2 where B's rows are K-contiguous and the instruction set has it, else plain loops).
+void lay_out_kn(const float* B, int64_t rs, int64_t cs, int64_t N, int64_t K, float* dst, int isa);
 
 // Double precision, same canonical order, plain loops.
 // accumulate: C holds partial chains (of earlier k) to continue, as the K blocks do internally,
