@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <initializer_list>
 #include <iosfwd>
 #include <memory>
 #include <optional>
@@ -136,6 +137,8 @@ class Tensor {
   // Generic escape hatch: any op of the table with these attrs.
   static Tensor apply(Op op, const std::vector<Tensor>& in, const Attrs& attrs = {},
                       DType cast_to = DType::F32);
+  static Tensor apply(Op op, std::initializer_list<Tensor> in, const Attrs& attrs = {},
+                      DType cast_to = DType::F32);
 
   // Autodiff. Leaves with requires_grad accumulate gradients in grad() on backward().
   Tensor& requires_grad(bool on = true);
@@ -167,6 +170,7 @@ class Tensor {
   const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
 
  private:
+  static Tensor apply_n(Op op, const Tensor* in, size_t k, const Attrs& attrs, DType cast_to);
   std::shared_ptr<TensorImpl> impl_;
 };
 

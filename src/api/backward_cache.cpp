@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "api/tensor_impl.hpp"
+#include "core/thread_scratch.hpp"
 #include "kernels/kernel_api.hpp"
 
 namespace synoros {
@@ -105,13 +106,34 @@ bool lowers_to(const std::vector<TensorImpl*>& all, const Graph& g) {
 
 bool replay_backward(TensorImpl& loss) {
   if (loss.value) return false;
-  const std::vector<TensorImpl*> all = dag_in_order({loss.shared_from_this()});
+  // Scratch reused across calls (an eager loop calls this every step); the references it holds
+  // to tensors are dropped on the way out.
+  struct Scratch {
+    std::vector<TensorImpl*> all;
+    std::vector<const TensorImpl*> feeds;
+    std::vector<std::shared_ptr<TensorImpl>> params, old_grads;
+    std::vector<ValueId> wrt;
+    std::vector<int32_t> recompute;
+    std::vector<std::pair<ValueId, const HostTensor*>> inputs;
+  };
+  Scratch& scratch = thread_scratch<Scratch>();
+  struct Release {
+    Scratch& s;
+    ~Release() {
+      s.params.clear();
+      s.old_grads.clear();
+    }
+  } release{scratch};
+  TensorImpl* root = &loss;
+  dag_in_order(&root, 1, scratch.all);
+  const std::vector<TensorImpl*>& all = scratch.all;
   // What lower_dag would make of it: the fed values and the parameters in order, the parameters
   // differentiated for (those requiring a gradient) and the activation-checkpoint segments.
-  std::vector<const TensorImpl*> feeds;
-  std::vector<std::shared_ptr<TensorImpl>> params, old_grads;
-  std::vector<ValueId> wrt;
-  std::vector<int32_t> recompute;
+  std::vector<const TensorImpl*>& feeds = scratch.feeds;
+  std::vector<std::shared_ptr<TensorImpl>>&params = scratch.params, &old_grads = scratch.old_grads;
+  std::vector<ValueId>& wrt = scratch.wrt;
+  std::vector<int32_t>& recompute = scratch.recompute;
+  feeds.clear(), wrt.clear(), recompute.clear();
   for (size_t i = 0; i < all.size(); ++i) {
     TensorImpl* t = all[i];
     if (t->recompute >= 0) {
@@ -144,7 +166,8 @@ bool replay_backward(TensorImpl& loss) {
     }
   }
   if (!e) return false;
-  std::vector<std::pair<ValueId, const HostTensor*>> inputs;
+  std::vector<std::pair<ValueId, const HostTensor*>>& inputs = scratch.inputs;
+  inputs.clear();
   for (const Binding& b : e->inputs)
     inputs.push_back({b.id, b.old_grad ? old_grads[b.k]->value.get() : feeds[b.k]->value.get()});
   std::vector<HostTensor> values = run_plan(*e->plan, inputs, e->outputs);
@@ -156,7 +179,7 @@ bool replay_backward(TensorImpl& loss) {
   // optimizer's update) lower to the same graph as after the recorded step, and reuse its plan.
   std::vector<std::shared_ptr<TensorImpl>> grads(params.size());
   for (size_t i : e->made) {
-    grads[i] = std::make_shared<TensorImpl>();
+    grads[i] = new_tensor_impl();
     grads[i]->dtype = params[i]->dtype;
     grads[i]->shape = params[i]->shape;
   }

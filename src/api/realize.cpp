@@ -7,19 +7,23 @@
 #include <unordered_set>
 
 #include "api/tensor_impl.hpp"
+#include "core/thread_scratch.hpp"
 #include "kernels/kernel_api.hpp"
 
 namespace synoros {
 
-std::vector<TensorImpl*> dag_in_order(const std::vector<std::shared_ptr<TensorImpl>>& roots) {
+void dag_in_order(TensorImpl* const* roots, size_t n, std::vector<TensorImpl*>& all) {
   // An eager step's DAG is a few dozen tensors: they are looked for in `all` itself until
   // there are more than kSmall, then in a hash set.
   constexpr size_t kSmall = 64;
-  std::vector<TensorImpl*> all;
+  struct Stack {
+    std::vector<TensorImpl*> v;
+  };
+  std::vector<TensorImpl*>& stack = thread_scratch<Stack>().v;
   std::unordered_set<const TensorImpl*> seen;
-  std::vector<TensorImpl*> stack;
+  all.clear(), stack.clear();
   all.reserve(kSmall), stack.reserve(kSmall);
-  for (const auto& r : roots) stack.push_back(r.get());
+  for (size_t i = 0; i < n; ++i) stack.push_back(roots[i]);
   while (!stack.empty()) {
     TensorImpl* t = stack.back();
     stack.pop_back();
@@ -33,6 +37,11 @@ std::vector<TensorImpl*> dag_in_order(const std::vector<std::shared_ptr<TensorIm
     for (const auto& x : t->in) stack.push_back(x.get());
   }
   std::sort(all.begin(), all.end(), [](const TensorImpl* a, const TensorImpl* b) { return a->seq < b->seq; });
+}
+std::vector<TensorImpl*> dag_in_order(const std::vector<std::shared_ptr<TensorImpl>>& roots) {
+  std::vector<TensorImpl*> ptrs, all;
+  for (const auto& r : roots) ptrs.push_back(r.get());
+  dag_in_order(ptrs.data(), ptrs.size(), all);
   return all;
 }
 
@@ -109,7 +118,7 @@ std::vector<Tensor> raise(const Lowered& low, const std::vector<ValueId>& ids) {
   std::function<std::shared_ptr<TensorImpl>(ValueId)> up = [&](ValueId v) {
     if (made[size_t(v)]) return made[size_t(v)];
     const Node& n = low.g.node(v);
-    auto t = std::make_shared<TensorImpl>();
+    auto t = new_tensor_impl();
     t->op = n.op;
     t->attrs = n.attrs;
     t->dtype = n.dtype;
@@ -224,6 +233,7 @@ std::vector<HostTensor> run_plan(Plan& plan, const std::vector<std::pair<ValueId
   for (const auto& [id, value] : inputs) plan.set_input(id, *value);
   plan.run();
   std::vector<HostTensor> values;
+  values.reserve(outputs.size());
   for (ValueId o : outputs) values.push_back(plan.read(o));
   return values;
 }
@@ -352,7 +362,7 @@ CompiledStep compile(const std::function<std::vector<Tensor>(const std::vector<T
   if (ts.active) throw Error("compile: already tracing");
   std::vector<Tensor> args;
   for (size_t i = 0; i < arg_specs.size(); ++i) {
-    auto t = std::make_shared<TensorImpl>();
+    auto t = new_tensor_impl();
     t->dtype = arg_specs[i].first;
     t->shape = arg_specs[i].second;
     t->placeholder = int(i);

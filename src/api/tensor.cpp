@@ -8,13 +8,43 @@
 #include <unordered_map>
 
 #include "api/tensor_impl.hpp"
+#include "core/thread_block_cache.hpp"
+#include "core/thread_scratch.hpp"
 #include "synoros/autodiff.hpp"
 
 namespace synoros {
 
 namespace {
+// TensorImpl blocks (with their shared_ptr control block) freed by a thread, kept for its next
+// tensors (see ThreadBlockCache): an eager step records a few dozen tensors and frees the last
+// step's together.
+void delete_block(void* p) { ::operator delete(p); }
+using ImplBlocks = ThreadBlockCache<128, delete_block>;
+template <class T>
+struct ImplAllocator {
+  using value_type = T;
+  ImplAllocator() = default;
+  template <class U>
+  ImplAllocator(const ImplAllocator<U>&) {}
+  T* allocate(size_t n) {
+    if (void* p = n == 1 ? ImplBlocks::take(sizeof(T)) : nullptr) return static_cast<T*>(p);
+    return static_cast<T*>(::operator new(n * sizeof(T)));
+  }
+  void deallocate(T* p, size_t n) {
+    if (!ImplBlocks::keep(n * sizeof(T), p)) ::operator delete(p);
+  }
+  template <class U>
+  bool operator==(const ImplAllocator<U>&) const {
+    return true;
+  }
+};
+}  // namespace
+
+std::shared_ptr<TensorImpl> new_tensor_impl() { return std::allocate_shared<TensorImpl>(ImplAllocator<TensorImpl>()); }
+
+namespace {
 std::shared_ptr<TensorImpl> leaf(HostTensor v, bool is_const) {
-  auto t = std::make_shared<TensorImpl>();
+  auto t = new_tensor_impl();
   t->dtype = v.dtype;
   t->shape = v.shape;
   t->value = std::make_shared<HostTensor>(std::move(v));
@@ -87,7 +117,20 @@ bool Tensor::realized() const { return need(*this).value != nullptr; }
 bool Tensor::is_leaf() const { return need(*this).in.empty(); }
 
 namespace {
-thread_local bool g_grad_enabled = true;
+// A thread's recording switches (trivially destructible, so that they can be read at any point of
+// the thread's exit) and apply_n's scratch.
+struct Recording {
+  bool grad_enabled = true;
+  int32_t recompute_segment = -1;  // the activation-checkpoint segment being recorded
+};
+Recording& recording() { return thread_scratch<Recording>(); }
+struct ApplyScratch {
+  Graph g;
+  std::vector<ValueId> ids;
+};
+}  // namespace
+
+namespace {
 
 // An input seen with gradient recording off: a leaf requiring a gradient is replaced by an alias
 // of its storage that does not (read in place, so assign()s reach it as they reach the leaf); a
@@ -97,7 +140,7 @@ std::shared_ptr<TensorImpl> without_grad(const Tensor& x) {
   std::unordered_map<const TensorImpl*, bool> memo;
   if (!depends_on_grad(need(x), memo)) return x.impl_ptr();
   if (!x.is_leaf()) return trace_state().active ? x.impl_ptr() : x.detach().impl_ptr();
-  auto a = std::make_shared<TensorImpl>();
+  auto a = new_tensor_impl();
   a->dtype = x.impl()->dtype;
   a->shape = x.impl()->shape;
   a->value = x.impl()->value;
@@ -107,27 +150,33 @@ std::shared_ptr<TensorImpl> without_grad(const Tensor& x) {
 }
 }  // namespace
 
-namespace {
-thread_local int32_t g_recompute_segment = -1;
-}  // namespace
-
-RecomputeScope::RecomputeScope() : prev_(g_recompute_segment) {
+RecomputeScope::RecomputeScope() : prev_(recording().recompute_segment) {
   static std::atomic<int32_t> next{0};
-  g_recompute_segment = next.fetch_add(1, std::memory_order_relaxed);
+  recording().recompute_segment = next.fetch_add(1, std::memory_order_relaxed);
 }
-RecomputeScope::~RecomputeScope() { g_recompute_segment = prev_; }
+RecomputeScope::~RecomputeScope() { recording().recompute_segment = prev_; }
 
-bool grad_enabled() { return g_grad_enabled; }
-void set_grad_enabled(bool on) { g_grad_enabled = on; }
+bool grad_enabled() { return recording().grad_enabled; }
+void set_grad_enabled(bool on) { recording().grad_enabled = on; }
 
 Tensor Tensor::apply(Op op, const std::vector<Tensor>& in, const Attrs& attrs, DType cast_to) {
+  return apply_n(op, in.data(), in.size(), attrs, cast_to);
+}
+Tensor Tensor::apply(Op op, std::initializer_list<Tensor> in, const Attrs& attrs, DType cast_to) {
+  return apply_n(op, in.begin(), in.size(), attrs, cast_to);
+}
+Tensor Tensor::apply_n(Op op, const Tensor* in, size_t k, const Attrs& attrs, DType cast_to) {
   // Shape and dtype come from the op table's own rules, on a scratch graph of the inputs: one
-  // per thread, whose input nodes are retyped in place (their shapes' storage reused).
-  thread_local Graph g;
-  const size_t k = in.size();
+  // per thread, whose input nodes are retyped in place (their shapes' storage reused), as is the
+  // list of input ids the op's node takes.
+  ApplyScratch& sc = thread_scratch<ApplyScratch>();
+  Graph& g = sc.g;
+  std::vector<ValueId>& ids = sc.ids;
+  const Recording& rec = recording();
+  const bool grad = rec.grad_enabled;
   while (g.size() < k) g.input(DType::F32, {}, "x");
   g.truncate(k);
-  std::vector<ValueId> ids(k);
+  ids.resize(k);
   for (size_t i = 0; i < k; ++i) {
     const TensorImpl& x = need(in[i]);
     Node& n = g.node_mut(ValueId(i));
@@ -138,20 +187,22 @@ Tensor Tensor::apply(Op op, const std::vector<Tensor>& in, const Attrs& attrs, D
   }
   const ValueId v = g.add(op, std::move(ids), attrs, cast_to);
   Node& res = g.node_mut(v);
+  ids = std::move(res.in);
   Attrs res_attrs = std::move(res.attrs);  // with the op's defaults filled in
   const DType res_dtype = res.dtype;
   Shape res_shape = std::move(res.shape);  // taken out before anything below could record
   // Inputs first: a node's sequence number (its program order) must follow its inputs'.
   std::vector<std::shared_ptr<TensorImpl>> inputs;
-  for (const Tensor& x : in) inputs.push_back(g_grad_enabled ? x.impl_ptr() : without_grad(x));
-  auto t = std::make_shared<TensorImpl>();
+  inputs.reserve(k);
+  for (size_t i = 0; i < k; ++i) inputs.push_back(grad ? in[i].impl_ptr() : without_grad(in[i]));
+  auto t = new_tensor_impl();
   t->op = op;
   t->attrs = std::move(res_attrs);
   t->dtype = res_dtype;
   t->shape = std::move(res_shape);
   t->in = std::move(inputs);
-  t->no_grad = !g_grad_enabled;
-  t->recompute = g_recompute_segment;
+  t->no_grad = !grad;
+  t->recompute = rec.recompute_segment;
   return Tensor(t);
 }
 

@@ -30,6 +30,9 @@ struct TensorImpl : std::enable_shared_from_this<TensorImpl> {
   std::vector<std::pair<std::shared_ptr<Buffer>, uint64_t>> leaf_versions;
 };
 
+// A new TensorImpl, its block taken from the ones this thread freed where it can.
+std::shared_ptr<TensorImpl> new_tensor_impl();
+
 struct TraceState {
   bool active = false;
   std::vector<std::pair<std::shared_ptr<TensorImpl>, std::shared_ptr<TensorImpl>>> updates;
@@ -72,6 +75,8 @@ struct Lowered {
 Lowered lower_dag(const std::vector<std::shared_ptr<TensorImpl>>& roots);
 // Every tensor the roots depend on, in creation order (the order lower_dag lays them out in).
 std::vector<TensorImpl*> dag_in_order(const std::vector<std::shared_ptr<TensorImpl>>& roots);
+// The same into `all` (its storage reused), from n roots.
+void dag_in_order(TensorImpl* const* roots, size_t n, std::vector<TensorImpl*>& all);
 // Whether a leaf requiring a gradient lies behind `t` (memoised over one walk).
 bool depends_on_grad(const TensorImpl& t, std::unordered_map<const TensorImpl*, bool>& memo);
 // Realizes `ts`; with keep_graph, those on a gradient path keep their inputs (value() reading a

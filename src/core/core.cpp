@@ -10,6 +10,7 @@
 #include <new>
 #include <sstream>
 
+#include "core/thread_block_cache.hpp"
 #include "synoros/config.hpp"
 
 namespace synoros {
@@ -114,55 +115,12 @@ void set_memory_limit(size_t bytes) { limit_slot() = bytes; }
 size_t live_buffer_bytes() { return g_live_bytes.load(std::memory_order_relaxed); }
 
 namespace {
-// Small buffers freed by a thread, kept for that thread's next allocations of the same size: an
-// eager loop allocates the same few values and gradients every step, and an aligned allocation
-// cannot use the C library's own per-thread cache. Plain thread-local storage that no destructor
-// touches; a thread's exit frees what it holds. Off under AddressSanitizer, which must see every
-// buffer freed.
-#if defined(__SANITIZE_ADDRESS__)
-void* recycled_buffer(size_t) { return nullptr; }
-bool recycle_buffer(size_t, void*) { return false; }
-#else
-constexpr size_t kRecycledBytes = 4096, kRecycledSlots = 16;
-struct Recycled {
-  size_t bytes;
-  void* data;
-};
-thread_local Recycled t_recycled[kRecycledSlots];
-thread_local size_t t_recycled_count = 0;
-thread_local bool t_recycling_closed = false;
-struct RecycledRelease {
-  bool armed = false;
-  ~RecycledRelease() {
-    for (size_t i = 0; i < t_recycled_count; ++i) std::free(t_recycled[i].data);
-    t_recycled_count = 0;
-    t_recycling_closed = true;  // buffers freed later in this thread's exit go to the library
-  }
-};
-thread_local RecycledRelease t_recycled_release;
-
-void* recycled_buffer(size_t rounded) {
-  for (size_t i = t_recycled_count; i-- > 0;)
-    if (t_recycled[i].bytes == rounded) {
-      void* p = t_recycled[i].data;
-      t_recycled[i] = t_recycled[--t_recycled_count];
-      return p;
-    }
-  return nullptr;
-}
-
-bool recycle_buffer(size_t rounded, void* p) {
-  if (rounded > kRecycledBytes || t_recycling_closed) return false;
-  t_recycled_release.armed = true;  // constructed, so that the thread's exit frees what is held
-  if (t_recycled_count == kRecycledSlots) {
-    std::free(t_recycled[0].data);  // the oldest goes
-    for (size_t i = 1; i < kRecycledSlots; ++i) t_recycled[i - 1] = t_recycled[i];
-    --t_recycled_count;
-  }
-  t_recycled[t_recycled_count++] = {rounded, p};
-  return true;
-}
-#endif
+// Small buffers freed by a thread, kept for that thread's next buffers of the same size (see
+// ThreadBlockCache).
+constexpr size_t kRecycledBytes = 4096;
+using RecycledBuffers = ThreadBlockCache<16, std::free>;
+void* recycled_buffer(size_t rounded) { return RecycledBuffers::take(rounded); }
+bool recycle_buffer(size_t rounded, void* p) { return rounded <= kRecycledBytes && RecycledBuffers::keep(rounded, p); }
 }  // namespace
 
 Buffer::Buffer(size_t bytes, Device device) : bytes_(bytes), device_(device) {

@@ -3,6 +3,7 @@
 #include <array>
 #include <cmath>
 
+#include "core/thread_scratch.hpp"
 #include "ir/einsum_spec.hpp"
 #include "ir/op_defs.hpp"
 
@@ -241,30 +242,37 @@ void infer_fold(const Graph& g, Node& n) {
 }
 
 void infer_einsum(const Graph& g, Node& n) {
-  std::vector<Shape> shapes;
-  for (size_t i = 0; i < n.in.size(); ++i) {
-    require_float(g, n, i);
-    shapes.push_back(in_shape(g, n, i));
-  }
+  for (size_t i = 0; i < n.in.size(); ++i) require_float(g, n, i);
   if (n.in.size() == 2 && in_dtype(g, n, 0) != in_dtype(g, n, 1))
     throw Error(std::string("dtype mismatch: ") + dtype_name(in_dtype(g, n, 0)) + " vs " +
                 dtype_name(in_dtype(g, n, 1)));
   n.dtype = in_dtype(g, n, 0);
   // An eager loop records the same few products every step: the last shapes each thread
-  // inferred are kept, with the spec and operand shapes parse_einsum checked them for.
+  // inferred are kept, with the spec and operand shapes parse_einsum checked them for (compared
+  // in place, without copying the operands' shapes).
   struct Inferred {
     std::string spec;
     std::vector<Shape> in;
     Shape out;
   };
-  thread_local std::array<Inferred, 8> recent;
-  thread_local size_t next = 0;
+  struct Recent {
+    std::array<Inferred, 8> inferred;
+    size_t next = 0;
+  };
+  Recent& held = thread_scratch<Recent>();
+  std::array<Inferred, 8>& recent = held.inferred;
+  size_t& next = held.next;
   const std::string& spec = n.attr<attr::Einsum>().spec;
-  for (const Inferred& r : recent)
-    if (r.spec == spec && r.in == shapes) {
+  for (const Inferred& r : recent) {
+    bool same = r.spec == spec && r.in.size() == n.in.size();
+    for (size_t i = 0; same && i < n.in.size(); ++i) same = r.in[i] == in_shape(g, n, i);
+    if (same) {
       n.shape = r.out;
       return;
     }
+  }
+  std::vector<Shape> shapes;
+  for (size_t i = 0; i < n.in.size(); ++i) shapes.push_back(in_shape(g, n, i));
   EinsumSpec e = parse_einsum(spec, shapes);
   n.shape.clear();
   for (char c : e.out) n.shape.push_back(e.size[int(c)]);

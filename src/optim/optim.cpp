@@ -42,6 +42,7 @@ void Optimizer::zero_grad() {
 
 void Optimizer::step() {
   std::vector<Tensor> grads;
+  grads.reserve(params_.size());
   for (const Tensor& p : params_) grads.push_back(p.grad());
   step(std::move(grads));
 }
@@ -52,6 +53,7 @@ void Optimizer::step(std::vector<Tensor> all) {
                 " parameters");
   std::vector<size_t> idx;
   std::vector<Tensor> grads;
+  idx.reserve(all.size()), grads.reserve(all.size());
   for (size_t i = 0; i < params_.size(); ++i)
     if (all[i].defined()) {
       if (all[i].shape() != params_[i].shape())

@@ -55,9 +55,9 @@ void set_fast_kernels(bool on) { fast_slot() = on; }
 void set_strict_kernels(bool on) { fast_slot() = !on; }
 
 std::string kernel_config() {
-  // Built with appends into one string: every plan lookup (an eager loop's steps) asks for it.
+  // Built with appends into one string: every plan lookup (an eager loop's steps) asks for it,
+  // and the usual settings ("avx512 jit") fit the string's own storage, without an allocation.
   std::string c;
-  c.reserve(64);
   c += isa_name(active_isa());
   const bool fast = fast_kernels();
   if (fast) c += " fast";
