@@ -4,6 +4,10 @@
 
 #include <Python.h>
 
+#include <array>
+#include <cstddef>
+#include <memory>
+
 #include "synoros/core.hpp"
 
 namespace synoros::py {
@@ -41,6 +45,32 @@ struct BufferView {
     return ok;
   }
   Shape shape() const { return Shape(b.shape, b.shape + b.ndim); }
+};
+
+// n default-constructed values, on the stack for up to Small of them (a call's few arguments and
+// outputs), without a heap allocation per call.
+template <class T, size_t Small = 8>
+class SmallArray {
+ public:
+  explicit SmallArray(size_t n) : n_(n) {
+    if (n > Small) big_ = std::make_unique<T[]>(n);
+    p_ = n > Small ? big_.get() : small_.data();
+  }
+  SmallArray(const SmallArray&) = delete;
+  SmallArray& operator=(const SmallArray&) = delete;
+  T& operator[](size_t i) { return p_[i]; }
+  const T& operator[](size_t i) const { return p_[i]; }
+  size_t size() const { return n_; }
+  T* begin() { return p_; }
+  T* end() { return p_ + n_; }
+  const T* begin() const { return p_; }
+  const T* end() const { return p_ + n_; }
+
+ private:
+  std::array<T, Small> small_;
+  std::unique_ptr<T[]> big_;
+  T* p_;
+  size_t n_;
 };
 
 }  // namespace synoros::py

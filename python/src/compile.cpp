@@ -9,6 +9,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 
 #include "bindings.hpp"
 #include "buffer_view.hpp"
@@ -40,6 +41,8 @@ struct Step {
   CompiledStep step;
   std::vector<std::pair<DType, Shape>> specs;
   std::vector<nb::object> optimizers;  // stepped inside the trace: ticked before each run
+  std::vector<optim::Optimizer*> ticked;  // theirs, held by `optimizers`
+  bool release_gil = true;  // the step's work is large enough to let other threads run meanwhile
   std::mutex mu;                       // one run at a time: the plan has one set of buffers
   std::vector<std::pair<nb::object, nb::object>> out_arrays;  // numpy.empty's shape and dtype per output
 
@@ -57,13 +60,29 @@ struct Step {
       if (nb::isinstance<Tensor>(r)) return std::vector<Tensor>{nb::cast<Tensor>(r)};
       return nb::cast<std::vector<Tensor>>(r);
     }, s->specs);
+    for (const nb::object& o : s->optimizers) s->ticked.push_back(&nb::cast<optim::Optimizer&>(o));
+    s->release_gil = large(s->step.plan().graph());
     return s;
+  }
+
+  // Whether a step's estimated work (the op table's flops and bytes) is worth releasing the GIL
+  // for, as NumPy does for large arrays only: releasing and taking it back costs about as much
+  // as a tiny step's kernels, and holding it for a few microseconds keeps no thread waiting long.
+  static bool large(const Graph& g) {
+    double flops = 0, bytes = 0;
+    for (size_t i = 0; i < g.size(); ++i) {
+      const Node& n = g.node(ValueId(i));
+      const Cost c = op_info(n.op).cost(g, n);
+      flops += c.flops, bytes += c.bytes;
+    }
+    return flops > 1e6 || bytes > double(1 << 20);
   }
 
   // Runs on argument views already checked against specs; new NumPy arrays out. The output
   // arrays are made first; then, without the GIL and under the step's lock (its plan has one set
   // of buffers), inputs go in, the step runs and outputs come out.
-  nb::object run(const std::vector<View>& views) {
+  template <class Views>
+  nb::object run(const Views& views) {
     static nb::object* empty = new nb::object(nb::module_::import_("numpy").attr("empty"));  // never freed:
     size_t n = step.num_outputs();                                                          // outlives exit
     if (out_arrays.size() != n) {  // made on the first run, then reused: a call builds no tuple
@@ -76,20 +95,19 @@ struct Step {
         out_arrays.emplace_back(nb::tuple(dims), (*dtype)(numpy_dtype(dt)));
       }
     }
-    std::vector<nb::object> arrays(n);
-    std::vector<View> outs(n);
+    SmallArray<nb::object> arrays(n);
+    SmallArray<View> outs(n);
     for (size_t i = 0; i < n; ++i) {
       arrays[i] = (*empty)(out_arrays[i].first, out_arrays[i].second);
       if (!outs[i].take(arrays[i].ptr())) throw Error("compiled step: numpy.empty gave no usable buffer");
     }
-    std::vector<optim::Optimizer*> opts;
-    for (const nb::object& o : optimizers) opts.push_back(&nb::cast<optim::Optimizer&>(o));
     {
-      nb::gil_scoped_release no_gil;
+      std::optional<nb::gil_scoped_release> no_gil;
+      if (release_gil) no_gil.emplace();
       std::lock_guard<std::mutex> lock(mu);
       for (size_t i = 0; i < views.size(); ++i)
         if (step.uses_input(i)) std::memcpy(step.input_ptr(i), views[i].b.buf, size_t(views[i].b.len));
-      for (optim::Optimizer* o : opts) o->tick();
+      for (optim::Optimizer* o : ticked) o->tick();
       step.run();
       for (size_t i = 0; i < n; ++i) std::memcpy(outs[i].b.buf, step.output_ptr(i), size_t(outs[i].b.len));
     }
@@ -104,7 +122,7 @@ struct Step {
     size_t n = nb::len(args);
     if (n != specs.size())
       throw Error("compiled step: expects " + std::to_string(specs.size()) + " arguments, got " + std::to_string(n));
-    std::vector<View> views(n);
+    SmallArray<View> views(n);
     for (size_t i = 0; i < n; ++i) {
       nb::object a = args[i];
       if (!views[i].take(a.ptr()))
@@ -134,8 +152,8 @@ struct Function {
   nb::object call(nb::args args) {
     if (!fn.is_valid()) throw Error("compile: this compiled function has been cleared");
     size_t n = args.size();
-    std::vector<View> views(n);
-    std::vector<nb::object> converted(n);
+    SmallArray<View> views(n);
+    SmallArray<nb::object> converted(n);
     for (size_t i = 0; i < n; ++i)
       if (!views[i].take(args[i].ptr())) {
         converted[i] = convert(args[i]);
@@ -160,7 +178,7 @@ struct Function {
   }
 
   // A loop calls with the same signature every time: the last step's, checked in place.
-  bool same_as_last(const std::vector<View>& views) const {
+  bool same_as_last(const SmallArray<View>& views) const {
     if (!last || last_grad != grad_enabled() || views.size() != last->specs.size()) return false;
     for (size_t i = 0; i < views.size(); ++i) {
       const auto& [dtype, shape] = last->specs[i];
@@ -189,7 +207,7 @@ int function_clear(PyObject* self) {
   Function* f = nb::inst_ptr<Function>(self);
   f->fn.reset();
   f->convert.reset();
-  for (auto& [key, step] : f->steps) step->optimizers.clear();
+  for (auto& [key, step] : f->steps) step->ticked.clear(), step->optimizers.clear();
   return 0;
 }
 
@@ -202,7 +220,10 @@ PyType_Slot function_slots[] = {{Py_tp_traverse, reinterpret_cast<void*>(functio
 void bind_compile(nb::module_& m) {
   nb::class_<Step>(m, "CompiledStep", "One traced step (forward, backward, update), replayed on arrays.")
       .def("__call__", &Step::call, nb::arg("args"))
-      .def_prop_ro("specs", [](const Step& s) { return s.specs; });
+      .def_prop_ro("specs", [](const Step& s) { return s.specs; })
+      .def_prop_ro("releases_gil", [](const Step& s) { return s.release_gil; },
+                   "Whether a run lets other Python threads run meanwhile: only for steps whose estimated "
+                   "work (more than 1 MFLOP or 1 MiB) outweighs releasing and taking back the GIL.");
   nb::class_<Function>(m, "CompiledFunction", nb::type_slots(function_slots),
                        "A function traced once per argument signature (dtypes and shapes) and replayed.")
       .def(nb::init<nb::callable, nb::callable>(), nb::arg("fn"), nb::arg("convert"))

@@ -11,12 +11,35 @@
 
 namespace synoros::py {
 
+namespace {
+// Module.forward, as bound below: module(x) calls it.
+PyObject* g_module_forward = nullptr;
+
+// module(x), torch's spelling of module.forward(x), in the type's call slot: a call of one
+// positional argument goes straight to the bound forward (its argument conversion, its errors),
+// without the method lookup and argument repacking of a __call__ defined as a method.
+PyObject* module_call(PyObject* self, PyObject* args, PyObject* kwargs) {
+  if (!kwargs && PyTuple_GET_SIZE(args) == 1) {
+    PyObject* a[2] = {self, PyTuple_GET_ITEM(args, 0)};
+    return PyObject_Vectorcall(g_module_forward, a, 2, nullptr);
+  }
+  PyObject* forward = PyObject_GetAttrString(self, "forward");
+  if (!forward) return nullptr;
+  PyObject* r = PyObject_Call(forward, args, kwargs);
+  Py_DECREF(forward);
+  return r;
+}
+PyType_Slot g_module_slots[] = {{Py_tp_call, reinterpret_cast<void*>(module_call)}, {0, nullptr}};
+}  // namespace
+
 void bind_nn(nb::module_& top) {
   nb::module_ m = top.def_submodule("nn", "The engine's modules");
   using nn::Module;
-  nb::class_<Module>(m, "Module", "A module of the engine (its layers, models and GPT).")
-      .def("forward", &Module::forward, nb::arg("input"))
-      .def("__call__", &Module::forward, nb::arg("input"))
+  auto module = nb::class_<Module>(m, "Module", "A module of the engine (its layers, models and GPT).",
+                                   nb::type_slots(g_module_slots));
+  module.def("forward", &Module::forward, nb::arg("input"));
+  g_module_forward = module.attr("forward").ptr();  // held by the class, which outlives every call
+  module
       .def("named_parameters", [](const Module& mod) { return mod.named_parameters(); })
       .def("named_buffers", [](const Module& mod) { return mod.named_buffers(); })
       .def("parameter_count", &Module::parameter_count)

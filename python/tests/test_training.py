@@ -210,3 +210,53 @@ def test_compiled_function_traces_once_per_signature_and_checks_arguments():
         step([np.ones((3, 16), np.float32)])
     with pytest.raises(synoros.Error, match="expects 1 arguments"):
         step([])
+
+
+def test_compiled_steps_keep_the_gil_for_small_work_and_run_from_several_threads():
+    import threading
+
+    @synoros.compile
+    def small(x):
+        return (x * 2.0).sum()
+
+    @synoros.compile
+    def large(a, b):
+        return (a @ b).sum()
+
+    assert float(small(np.ones((4, 4), np.float32))) == 32.0
+    assert float(large(np.ones((128, 128), np.float32), np.ones((128, 128), np.float32))) == 128.0**3
+    assert [s.releases_gil for s in small.steps.values()] == [False]
+    assert [s.releases_gil for s in large.steps.values()] == [True]
+    results = []
+
+    def worker(k):
+        x = np.full((4, 4), float(k), np.float32)
+        a = np.full((128, 128), float(k), np.float32)
+        for _ in range(50):
+            results.append((float(small(x)), 32.0 * k))
+            results.append((float(large(a, a)), float(k * k) * 128.0**3))
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in (1, 2, 3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results) == 300 and all(got == want for got, want in results)
+
+
+def test_sequential_calls_a_subclass_forward_and_engine_modules_take_one_input():
+    class Doubled(nn.Sequential):
+        def forward(self, x):
+            return super().forward(x) * 2.0
+
+    lin = nn.Linear(3, 2, seed=4)
+    x = synoros.tensor(np.ones((1, 3), np.float32))
+    plain, doubled = nn.Sequential(lin), Doubled(lin)
+    np.testing.assert_array_equal(doubled(x).numpy(), 2.0 * plain(x).numpy())
+    np.testing.assert_array_equal(lin(input=x).numpy(), lin(x).numpy())
+    np.testing.assert_array_equal(lin.forward(x).numpy(), lin(x).numpy())
+    for bad in [(), (x, x), ("x",)]:
+        with pytest.raises(TypeError):
+            lin(*bad)
+    with pytest.raises(synoros.Error, match=r"input \[1,4\] does not end in 3 features"):
+        lin(synoros.tensor(np.ones((1, 4), np.float32)))
