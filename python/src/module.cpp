@@ -3,6 +3,7 @@
 #include <nanobind/stl/vector.h>
 
 #include "bindings.hpp"
+#include "numpy_arrays.hpp"
 
 namespace synoros::py {
 namespace {
@@ -101,6 +102,7 @@ NB_MODULE(_C, m) {
   bind_gpt(m);
   bind_runtime(m);
   bind_trials(m);
+  load_numpy_arrays();
   bind_compile(m);
   bind_distributed(m);
 }

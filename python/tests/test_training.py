@@ -260,3 +260,20 @@ def test_sequential_calls_a_subclass_forward_and_engine_modules_take_one_input()
             lin(*bad)
     with pytest.raises(synoros.Error, match=r"input \[1,4\] does not end in 3 features"):
         lin(synoros.tensor(np.ones((1, 4), np.float32)))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64])
+def test_compiled_outputs_are_plain_writable_arrays_of_their_own(dtype):
+    @synoros.compile
+    def f(x):
+        return x.reshape([2, 3]), x.reshape([1, 6, 1]), x.reshape([6])
+
+    x = np.arange(6, dtype=dtype)
+    first = f(x)
+    second = f(x)
+    for a, shape in zip(first, [(2, 3), (1, 6, 1), (6,)]):
+        assert type(a) is np.ndarray and a.dtype == dtype and a.shape == shape
+        assert a.flags["C_CONTIGUOUS"] and a.flags["OWNDATA"] and a.flags["WRITEABLE"]
+        np.testing.assert_array_equal(a.ravel(), x)
+    first[0][0, 0] = 99  # each call's arrays are new: writing one changes no other
+    assert second[0][0, 0] == 0 and f(x)[0][0, 0] == 0
