@@ -7,6 +7,7 @@
 
 #include "bindings.hpp"
 #include "synoros/gpt.hpp"
+#include "synoros/lora.hpp"
 
 namespace synoros::py {
 
@@ -45,6 +46,43 @@ void bind_gpt(nb::module_& top) {
            nb::rv_policy::take_ownership)
       .def_static("load", &nn::Gpt::load, nb::arg("path"), nb::arg("n_head") = 0,
                   nb::call_guard<nb::gil_scoped_release>());
+
+  nb::class_<nn::LoraConfig>(m, "LoraConfig", "A LoRA adapter's rank, alpha and target modules (PEFT's names).")
+      .def("__init__", [](nn::LoraConfig* self, int64_t r, double alpha, std::vector<std::string> targets) {
+        new (self) nn::LoraConfig{r, alpha, std::move(targets)};
+        self->check();
+      }, nb::arg("r") = 8, nb::arg("lora_alpha") = 16.0,
+         nb::arg("target_modules") = std::vector<std::string>{"c_attn", "c_proj", "c_fc"})
+      .def_ro("r", &nn::LoraConfig::rank)
+      .def_ro("lora_alpha", &nn::LoraConfig::alpha)
+      .def_ro("target_modules", &nn::LoraConfig::targets)
+      .def_prop_ro("scaling", &nn::LoraConfig::scaling)
+      .def("__repr__", [](const nn::LoraConfig& c) {
+        return "LoraConfig(r=" + std::to_string(c.rank) + ", lora_alpha=" + std::to_string(c.alpha) +
+               ", target_modules='" + c.targets_str() + "')";
+      });
+
+  nb::class_<nn::GptLora, nn::Module>(m, "LoRA",
+                                      "Rank-r adapters on a GPT's projections (PEFT's names and scaling): the "
+                                      "model's parameters are frozen, the adapters are this module's parameters, "
+                                      "and calling it (or the model) runs the adapted model.")
+      .def("__init__", [](nn::GptLora* self, nn::Gpt& model, const nn::LoraConfig& c, std::optional<uint64_t> seed) {
+        new (self) nn::GptLora(model, c, seed_arg(seed));
+      }, nb::arg("model"), nb::arg("config") = nn::LoraConfig{}, nb::kw_only(), nb::arg("seed") = nb::none(),
+         nb::keep_alive<1, 2>())
+      .def_prop_ro("config", &nn::GptLora::config)
+      .def_prop_ro("merged", &nn::GptLora::merged)
+      .def("merge", &nn::GptLora::merge, "Folds the adapters into the base weights.")
+      .def("unmerge", &nn::GptLora::unmerge, "Restores the base weights, bit for bit.")
+      .def("save", &nn::GptLora::save, nb::arg("path"), nb::call_guard<nb::gil_scoped_release>(),
+           "The adapters as safetensors with PEFT's names (rank, alpha and targets in the metadata).")
+      .def("save_pretrained", &nn::GptLora::save_pretrained, nb::arg("directory"),
+           nb::arg("base_model_name_or_path") = "", nb::call_guard<nb::gil_scoped_release>(),
+           "PEFT's directory: adapter_model.safetensors and adapter_config.json.")
+      .def("load", &nn::GptLora::load, nb::arg("path"), nb::call_guard<nb::gil_scoped_release>(),
+           "Reads adapters written by save(), save_pretrained() or PEFT; nothing changes unless all fit.")
+      .def_static("read_config", &nn::GptLora::read_config, nb::arg("path"),
+                  "The configuration of saved adapters (the file's metadata or adapter_config.json).");
 
   nb::class_<nn::GptGenerator>(m, "GPTGenerator", "Prefill and KV-cached decoding for a fixed batch.")
       .def(nb::init<nn::Gpt&, int64_t>(), nb::arg("model"), nb::arg("batch") = 1, nb::keep_alive<1, 2>())

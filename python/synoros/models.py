@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from . import _C
-from ._C.models import GPT, GPTConfig, GPTGenerator  # noqa: F401  (re-exported)
+from ._C.models import GPT, GPTConfig, GPTGenerator, LoRA, LoraConfig  # noqa: F401  (re-exported)
 
 
 def _generate(self: GPT, prompts: Sequence[Sequence[int]] | str | bytes, max_new_tokens: int,

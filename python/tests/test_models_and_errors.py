@@ -53,6 +53,56 @@ def test_gpt_loss_trains():
     assert loss.item() < first
 
 
+
+def test_lora_trains_only_its_adapters_and_merges_saves_and_loads(tmp_path):
+    from synoros.models import LoRA, LoraConfig
+
+    cfg = GPTConfig(vocab_size=32, block_size=8, n_embd=16, n_head=2, n_layer=1)
+    m = GPT(cfg, seed=1)
+    base = {k: v.numpy().copy() for k, v in m.state_dict().items()}
+    r = np.random.default_rng(0)
+    seq = r.integers(0, 32, (4, 9))
+    x, y = synoros.tensor(seq[:, :-1]), synoros.tensor(seq[:, 1:])
+    before = m(x).numpy()
+    lora = LoRA(m, LoraConfig(r=2, lora_alpha=4.0, target_modules=["c_attn", "mlp.c_proj"]), seed=2)
+    assert lora.config.r == 2 and lora.config.scaling == 2.0 and not lora.merged
+    names = [n for n, _ in lora.named_parameters()]
+    assert names == ["base_model.model.transformer.h.0.attn.c_attn.lora_A.weight",
+                     "base_model.model.transformer.h.0.attn.c_attn.lora_B.weight",
+                     "base_model.model.transformer.h.0.mlp.c_proj.lora_A.weight",
+                     "base_model.model.transformer.h.0.mlp.c_proj.lora_B.weight"]
+    np.testing.assert_array_equal(lora(x).numpy(), before)  # B starts at zero: nothing changes yet
+    opt = synoros.optim.AdamW(list(lora.parameters()), lr=1e-2)
+    first = None
+    for _ in range(10):
+        opt.zero_grad()
+        loss = m.loss(x, y)
+        loss.backward()
+        opt.step()
+        first = first if first is not None else loss.item()
+    assert loss.item() < first
+    for k, v in m.state_dict().items():  # the base stayed frozen
+        np.testing.assert_array_equal(v.numpy(), base[k], err_msg=k)
+    adapted = lora(x).numpy()
+    lora.merge()
+    assert lora.merged
+    np.testing.assert_allclose(m(x).numpy(), adapted, rtol=1e-4, atol=1e-5)
+    lora.unmerge()
+    for k, v in m.state_dict().items():  # unmerged bit for bit
+        np.testing.assert_array_equal(v.numpy(), base[k], err_msg=k)
+    lora.save(str(tmp_path / "adapter.safetensors"))
+    lora.save_pretrained(str(tmp_path / "peft"))
+    assert (tmp_path / "peft" / "adapter_config.json").exists()
+    assert LoRA.read_config(str(tmp_path / "adapter.safetensors")).target_modules == ["c_attn", "mlp.c_proj"]
+    m2 = GPT(cfg, seed=1)
+    lora2 = LoRA(m2, LoRA.read_config(str(tmp_path / "adapter.safetensors")), seed=7)
+    lora2.load(str(tmp_path / "adapter.safetensors"))
+    np.testing.assert_array_equal(lora2(x).numpy(), adapted)
+    with pytest.raises(synoros.Error, match="rank must be in"):
+        LoraConfig(r=0)
+    with pytest.raises(synoros.Error, match="nope"):
+        LoRA(GPT(cfg, seed=1), LoraConfig(target_modules=["nope"]))
+
 def test_synthesizer_finds_operators_and_exports_them():
     syn = small_synthesizer()
     ops = syn.enumerate(max_operators=20)
