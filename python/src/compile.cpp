@@ -15,6 +15,7 @@
 #include "buffer_view.hpp"
 #include "numpy_arrays.hpp"
 #include "synoros/optim.hpp"
+#include "synoros/profile.hpp"
 
 namespace synoros::py {
 
@@ -230,8 +231,32 @@ PyType_Slot function_slots[] = {{Py_tp_traverse, reinterpret_cast<void*>(functio
 }  // namespace
 
 void bind_compile(nb::module_& m) {
+  nb::class_<Profile>(m, "Profile", "Where a plan's time goes, per launch (a node or a fused group).")
+      .def_ro("total_ns", &Profile::total_ns, "The median time of a whole run.")
+      .def_prop_ro("entries", [](const Profile& p) {
+        nb::list l;
+        for (const ProfileEntry& e : p.entries)
+          l.append(nb::make_tuple(e.label, e.ns, e.flops, e.bytes));
+        return l;
+      }, "Per launch, in launch order: (label, median ns, FLOPs, bytes).")
+      .def_prop_ro("peak", [](const Profile& p) { return nb::make_tuple(p.peak.gflops, p.peak.gbps, p.peak.read_gbps); },
+                   "The machine's measured limits the shares are taken against (GFLOP/s, GB/s copying, reading); "
+                   "zeros when not measured.")
+      .def("table", &Profile::table, "Launches sorted by time with their shares of the run and of the peak.")
+      .def("by_leading_op", &Profile::by_leading_op, "Time summed by each launch's leading op, largest first.")
+      .def("chrome_trace", &Profile::chrome_trace, "One run as Chrome / Perfetto trace events (JSON).");
   nb::class_<Step>(m, "CompiledStep", "One traced step (forward, backward, update), replayed on arrays.")
       .def("__call__", &Step::call, nb::arg("args"))
+      .def("profile", [](Step& s, int iterations, bool measure_limits) {
+        if (iterations < 1) throw Error("profile: iterations must be >= 1, got " + std::to_string(iterations));
+        nb::gil_scoped_release no_gil;
+        std::lock_guard<std::mutex> lock(s.mu);
+        const MachinePeak peak = measure_limits ? measure_peak() : MachinePeak{};
+        return profile(s.step.plan(), iterations, peak);
+      }, nb::arg("iterations") = 10, nb::arg("measure_limits") = true,
+         "Runs the step's plan `iterations` times on the last call's inputs, timing every launch (the "
+         "parameters are not updated). With measure_limits, the machine's peak is measured first (about "
+         "half a second) for the shares of the limit.")
       .def_prop_ro("specs", [](const Step& s) { return s.specs; })
       .def_prop_ro("releases_gil", [](const Step& s) { return s.release_gil; },
                    "Whether a run lets other Python threads run meanwhile: only for steps whose estimated "

@@ -1,4 +1,4 @@
-// Checkpoints (safetensors) and the Fashion-MNIST data set.
+// Checkpoints (safetensors), the Fashion-MNIST data set, and text corpora with their windows.
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
@@ -44,6 +44,56 @@ void bind_io(nb::module_& m) {
   }, nb::arg("root") = "", nb::arg("train") = true, nb::arg("limit") = nb::none(),
      "Fashion-MNIST as (images [N, 1, 28, 28] float32 in [0, 1], labels [N] int64); root '' finds the Debian "
      "package's copy.");
+
+  auto corpus = [](const data::TextCorpus& c) {
+    nb::dict d;
+    d["files"] = c.files;
+    d["fortunes"] = c.fortunes;
+    d["train"] = nb::bytes(reinterpret_cast<const char*>(c.train.data()), c.train.size());
+    d["val"] = nb::bytes(reinterpret_cast<const char*>(c.val.data()), c.val.size());
+    return d;
+  };
+  m.def("load_fortunes", [corpus](const std::string& dir, double val_fraction) {
+    data::TextCorpus c;
+    {
+      nb::gil_scoped_release no_gil;
+      c = data::load_fortunes(dir, val_fraction);
+    }
+    return corpus(c);
+  }, nb::arg("dir") = "", nb::arg("val_fraction") = 0.1);
+  m.def("load_text_file", [corpus](const std::string& path, double val_fraction) {
+    data::TextCorpus c;
+    {
+      nb::gil_scoped_release no_gil;
+      c = data::load_text_file(path, val_fraction);
+    }
+    return corpus(c);
+  }, nb::arg("path"), nb::arg("val_fraction") = 0.1);
+
+  nb::class_<data::TextWindows>(m, "TextWindows",
+                                "Windows of `context` byte tokens over a text: inputs [B, T] and the targets "
+                                "shifted by one, as the engine's language-model trainer draws them.")
+      .def("__init__", [](data::TextWindows* self, nb::bytes tokens, int64_t context, uint64_t seed) {
+        auto t = std::make_shared<std::vector<uint8_t>>(reinterpret_cast<const uint8_t*>(tokens.c_str()),
+                                                        reinterpret_cast<const uint8_t*>(tokens.c_str()) + tokens.size());
+        new (self) data::TextWindows(std::move(t), context, seed);
+      }, nb::arg("tokens"), nb::arg("context"), nb::arg("seed") = 0)
+      .def_prop_ro("context", &data::TextWindows::context)
+      .def("window_start", &data::TextWindows::window_start, nb::arg("step"), nb::arg("row"))
+      .def("random_batch", [](const data::TextWindows& w, uint64_t step, int64_t batch) {
+        HostTensor x(DType::I64, {batch, w.context()}), y(DType::I64, {batch, w.context()});
+        w.fill_random(step, batch, x, y);
+        return std::make_pair(Tensor::from(std::move(x)), Tensor::from(std::move(y)));
+      }, nb::arg("step"), nb::arg("batch"),
+         "Batch `step`'s random windows (int64 inputs and targets [batch, context]); a row's window depends on "
+         "the seed, the step and the row only.")
+      .def_prop_ro("sequential_windows", &data::TextWindows::sequential_windows)
+      .def("sequential_batch", [](const data::TextWindows& w, int64_t b, int64_t batch) {
+        HostTensor x(DType::I64, {batch, w.context()}), y(DType::I64, {batch, w.context()});
+        w.fill_sequential(b, batch, x, y);
+        return std::make_pair(Tensor::from(std::move(x)), Tensor::from(std::move(y)));
+      }, nb::arg("index"), nb::arg("batch"),
+         "Batch `index` of consecutive non-overlapping windows, for evaluation (the last may have fewer rows).");
 }
 
 }  // namespace synoros::py

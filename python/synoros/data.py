@@ -1,4 +1,5 @@
-"""synoros.data: the Fashion-MNIST data set and a seeded, deterministic batch loader."""
+"""synoros.data: the Fashion-MNIST data set, a seeded, deterministic batch loader, and byte-level
+text corpora (fortunes or any file) with the language-model trainer's windows."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Iterator
 import numpy as np
 
 from . import _C
+from ._C import TextWindows  # noqa: F401  (re-exported)
 
 
 class FashionMNIST:
@@ -51,3 +53,30 @@ class DataLoader:
         for b in range(len(self)):
             idx = order[b * self.batch_size:(b + 1) * self.batch_size]
             yield self.dataset.images[idx], self.dataset.labels[idx]
+
+
+class TextCorpus:
+    """A text as byte tokens (vocabulary 256): ``train`` and ``val`` (bytes), the ``files`` read
+    and, for fortunes, how many ``fortunes`` it holds."""
+
+    def __init__(self, d: dict) -> None:
+        self.files: list[str] = d["files"]
+        self.fortunes: int = d["fortunes"]
+        self.train: bytes = d["train"]
+        self.val: bytes = d["val"]
+
+    def __repr__(self) -> str:
+        return (f"TextCorpus({len(self.files)} files, {self.fortunes} fortunes, {len(self.train)} training "
+                f"and {len(self.val)} validation bytes)")
+
+
+def load_fortunes(dir: str = "", val_fraction: float = 0.1) -> TextCorpus:
+    """Every fortune file of ``dir`` ('' : $SYNOROS_FORTUNES_DIR, else Debian's fortunes) in name
+    order; the last ``val_fraction`` of the bytes, from a fortune boundary on, is the validation
+    split."""
+    return TextCorpus(_C.load_fortunes(dir, val_fraction))
+
+
+def load_text_file(path: str, val_fraction: float = 0.1) -> TextCorpus:
+    """Any file's bytes; the last ``val_fraction``, from a line start on, is the validation split."""
+    return TextCorpus(_C.load_text_file(path, val_fraction))
