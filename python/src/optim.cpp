@@ -3,6 +3,8 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <optional>
+
 #include "bindings.hpp"
 #include "synoros/optim.hpp"
 
@@ -21,8 +23,13 @@ void bind_optim(nb::module_& top) {
   nb::module_ m = top.def_submodule("optim", "The engine's optimizers");
   using optim::Optimizer;
   nb::class_<Optimizer>(m, "Optimizer")
-      .def("step", [](nb::object self) {
+      .def("step", [](nb::object self, nb::handle grads) {
         Optimizer& o = nb::cast<Optimizer&>(self);
+        std::optional<std::vector<Tensor>> given;
+        if (!grads.is_none()) {
+          given.emplace();
+          for (nb::handle g : grads) given->push_back(g.is_none() ? Tensor() : nb::cast<Tensor>(g));
+        }
         if (std::vector<nb::object>* traced = traced_optimizers()) {
           // Inside synoros.compile: the update becomes part of the step; the step ticks it.
           bool known = false;
@@ -30,9 +37,14 @@ void bind_optim(nb::module_& top) {
           if (!known) traced->push_back(self);
         }
         nb::gil_scoped_release no_gil;
-        o.step();
-      }, "Applies one update from the parameters' gradients (.grad); inside synoros.compile, the update "
-         "becomes part of the compiled step.")
+        if (given) o.step(std::move(*given));
+        else o.step();
+      }, nb::arg("grads") = nb::none(),
+         "Applies one update from the parameters' gradients (.grad), or from `grads` (one per parameter, in "
+         "order; None: no update of that one), e.g. gradients accumulated over micro-batches; inside "
+         "synoros.compile, the update becomes part of the compiled step.")
+      .def_prop_ro("replayed_steps", &Optimizer::replayed_steps,
+                   "Eager steps that ran the update compiled by an earlier step.")
       .def("zero_grad", &Optimizer::zero_grad)
       .def_prop_rw("lr", &Optimizer::lr, &Optimizer::set_lr)
       .def_prop_ro("steps", &Optimizer::steps)

@@ -277,3 +277,27 @@ def test_compiled_outputs_are_plain_writable_arrays_of_their_own(dtype):
         np.testing.assert_array_equal(a.ravel(), x)
     first[0][0, 0] = 99  # each call's arrays are new: writing one changes no other
     assert second[0][0, 0] == 0 and f(x)[0][0, 0] == 0
+
+
+def test_an_optimizer_steps_with_given_gradients_as_with_its_own():
+    def run(given):
+        lin = nn.Linear(4, 3, seed=2)
+        opt = synoros.optim.AdamW(lin.parameters(), lr=1e-2)
+        x = synoros.tensor(np.arange(8, dtype=np.float32).reshape(2, 4))
+        for _ in range(3):
+            opt.zero_grad()
+            lin(x).sum().backward()
+            if given:
+                w, b = lin.parameters()
+                opt.step([w.grad, None])  # the bias is left as it is
+            else:
+                opt.step()
+        return [p.numpy().copy() for p in lin.parameters()], opt
+
+    (w_given, b_given), opt = run(True)
+    (w_own, _), _ = run(False)
+    np.testing.assert_array_equal(w_given, w_own)
+    np.testing.assert_array_equal(b_given, nn.Linear(4, 3, seed=2).bias.numpy())
+    assert opt.replayed_steps == 2  # the first step compiles the update, the next two replay it
+    with pytest.raises(synoros.Error, match="1 gradients for 2 parameters"):
+        opt.step([None])
