@@ -65,10 +65,8 @@ BENCHMARK(TinyMLP_Sgd)->Name("TinyMLP/SgdStep");
 // optim::SGD and compile(), so that Python's replay can be set against this replay.
 void TinyMLP_SgdModules(benchmark::State& state) {
   nn::TinyTask task(1);
-  nn::Sequential model;
-  model.add(std::make_shared<nn::Linear>(16, 32, true, 1));
-  model.add(std::make_shared<nn::ReLU>());
-  model.add(std::make_shared<nn::Linear>(32, 8, true, 2));
+  std::shared_ptr<nn::Sequential> mlp = nn::tiny_mlp_modules();
+  nn::Sequential& model = *mlp;
   optim::SGD opt(model.parameters(), 1e-3);
   CompiledStep step = compile(
       [&](const std::vector<Tensor>& a) {
@@ -92,10 +90,8 @@ BENCHMARK(TinyMLP_SgdModules)->Name("TinyMLP/SgdStepModules");
 // The same step run eagerly, as a training loop written without compile() runs it: the forward
 // recorded every iteration, backward() replaying the recorded step, the update replayed.
 void TinyMLP_SgdEager(benchmark::State& state) {
-  nn::Sequential model;
-  model.add(std::make_shared<nn::Linear>(16, 32, true, 1));
-  model.add(std::make_shared<nn::ReLU>());
-  model.add(std::make_shared<nn::Linear>(32, 8, true, 2));
+  std::shared_ptr<nn::Sequential> mlp = nn::tiny_mlp_modules();
+  nn::Sequential& model = *mlp;
   optim::SGD opt(model.parameters(), 1e-3);
   Tensor x = Tensor::randn({8, 16}, 1), t = Tensor::randn({8, 8}, 2);
   for (auto _ : state) {

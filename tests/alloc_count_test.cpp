@@ -7,6 +7,7 @@
 #include <new>
 
 #include "api/tensor_impl.hpp"
+#include "synoros/tiny_mlp.hpp"
 #include "test_util.hpp"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -116,10 +117,8 @@ TEST(Allocation, DecodingAllocatesNothingPerToken) {
 // bound catches one more allocation per recorded op.
 TEST(Allocation, AnEagerTrainingStepAllocatesAFewTimesPerOp) {
   if (!SYNOROS_COUNT_ALLOCATIONS) GTEST_SKIP() << "sanitizer builds own operator new";
-  nn::Sequential model;
-  model.add(std::make_shared<nn::Linear>(16, 32, true, 1));
-  model.add(std::make_shared<nn::ReLU>());
-  model.add(std::make_shared<nn::Linear>(32, 8, true, 2));
+  std::shared_ptr<nn::Sequential> mlp = nn::tiny_mlp_modules();
+  nn::Sequential& model = *mlp;
   optim::SGD opt(model.parameters(), 1e-3);
   Tensor x = Tensor::randn({8, 16}, 1), t = Tensor::randn({8, 8}, 2);
   auto step = [&] {

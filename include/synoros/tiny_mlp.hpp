@@ -3,6 +3,7 @@
 
 #include <vector>
 
+#include "synoros/nn.hpp"
 #include "synoros/tensor.hpp"
 
 namespace synoros::nn {
@@ -15,6 +16,10 @@ struct TinyMLP {
   Tensor forward(const Tensor& x) const;
   std::vector<Tensor> params() const { return {w1, b1, w2, b2}; }
 };
+
+// The same network as the engine's modules (Linear seeded 1 and 2, the Python package's
+// spelling of it), for the eager-loop and module benchmarks.
+std::shared_ptr<Sequential> tiny_mlp_modules();
 
 // Compiled steps over (x, target): forward+backward returning {loss, dw1, db1, dw2, db2}, or a
 // full SGD step returning {loss}.

@@ -16,6 +16,18 @@ def small_synthesizer():
     return Synthesizer(Spec.parse(SMALL), Options(max_depth=5, max_reductions=3))
 
 
+def train_losses(m, opt, x, y, steps):
+    """The first and the last loss of `steps` eager training steps of GPT `m` on (x, y)."""
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = m.loss(x, y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses[0], losses[-1]
+
+
 def test_gpt_generates_the_same_tokens_for_the_same_seed():
     cfg = GPTConfig(vocab_size=256, block_size=32, n_embd=32, n_head=2, n_layer=1)
     m = GPT(cfg, seed=3)
@@ -43,14 +55,8 @@ def test_gpt_loss_trains():
     r = np.random.default_rng(0)
     seq = r.integers(0, 32, (4, 9))
     x, y = synoros.tensor(seq[:, :-1]), synoros.tensor(seq[:, 1:])
-    first = None
-    for _ in range(15):
-        opt.zero_grad()
-        loss = m.loss(x, y)
-        loss.backward()
-        opt.step()
-        first = first if first is not None else loss.item()
-    assert loss.item() < first
+    first, last = train_losses(m, opt, x, y, 15)
+    assert last < first
 
 
 
@@ -72,15 +78,8 @@ def test_lora_trains_only_its_adapters_and_merges_saves_and_loads(tmp_path):
                      "base_model.model.transformer.h.0.mlp.c_proj.lora_A.weight",
                      "base_model.model.transformer.h.0.mlp.c_proj.lora_B.weight"]
     np.testing.assert_array_equal(lora(x).numpy(), before)  # B starts at zero: nothing changes yet
-    opt = synoros.optim.AdamW(list(lora.parameters()), lr=1e-2)
-    first = None
-    for _ in range(10):
-        opt.zero_grad()
-        loss = m.loss(x, y)
-        loss.backward()
-        opt.step()
-        first = first if first is not None else loss.item()
-    assert loss.item() < first
+    first, last = train_losses(m, synoros.optim.AdamW(list(lora.parameters()), lr=1e-2), x, y, 10)
+    assert last < first
     for k, v in m.state_dict().items():  # the base stayed frozen
         np.testing.assert_array_equal(v.numpy(), base[k], err_msg=k)
     adapted = lora(x).numpy()

@@ -53,4 +53,12 @@ TinyTask::TinyTask(uint64_t seed) {
   target = Tensor::from(x).matmul(teacher.transpose()).tanh().value();
 }
 
+std::shared_ptr<Sequential> tiny_mlp_modules() {
+  auto m = std::make_shared<Sequential>();
+  m->add(std::make_shared<Linear>(TinyMLP::kIn, TinyMLP::kHidden, true, 1));
+  m->add(std::make_shared<ReLU>());
+  m->add(std::make_shared<Linear>(TinyMLP::kHidden, TinyMLP::kOut, true, 2));
+  return m;
+}
+
 }  // namespace synoros::nn
