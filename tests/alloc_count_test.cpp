@@ -112,9 +112,10 @@ TEST(Allocation, DecodingAllocatesNothingPerToken) {
 }
 
 // An eager training step records its forward every iteration, so it allocates: the tensors'
-// shapes and input lists, the results' buffers. The tensors' own blocks, the backward's and the
-// shape rules' scratch are reused: 48 per step (8 recorded ops) when this was written, so the
-// bound catches one more allocation per recorded op.
+// shapes and input lists, the results' host tensors (counted here: operator new; their aligned
+// data is not). The tensors' own blocks, the backward's and the shape rules' scratch are reused:
+// 48 per step (8 recorded ops) when this was written, so the bound catches one more allocation
+// per recorded op.
 TEST(Allocation, AnEagerTrainingStepAllocatesAFewTimesPerOp) {
   if (!SYNOROS_COUNT_ALLOCATIONS) GTEST_SKIP() << "sanitizer builds own operator new";
   std::shared_ptr<nn::Sequential> mlp = nn::tiny_mlp_modules();

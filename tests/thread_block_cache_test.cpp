@@ -18,7 +18,8 @@ constexpr bool kCaching = false;
 constexpr bool kCaching = true;
 #endif
 
-// The blocks the cache under test frees itself (its evictions and its thread's exit).
+// The blocks the cache under test frees itself (its evictions and its thread's exit). Each test
+// touches it before keeping anything, so that it is destroyed after the cache's release.
 thread_local std::vector<void*> t_freed;
 void record_free(void* p) {
   t_freed.push_back(p);
@@ -28,6 +29,7 @@ using Cache = ThreadBlockCache<3, record_free>;
 
 TEST(ThreadBlockCache, GivesBackABlockOfTheSameSizeOnly) {
   if (!kCaching) GTEST_SKIP() << "AddressSanitizer builds keep no blocks";
+  t_freed.clear();
   void* a = std::malloc(64);
   ASSERT_TRUE(Cache::keep(64, a));
   EXPECT_EQ(Cache::take(128), nullptr);
@@ -74,18 +76,25 @@ TEST(ThreadBlockCache, AThreadsExitFreesWhatItKept) {
 }
 
 // Tensors recorded on one thread and freed on another: their blocks go to the freeing thread's
-// cache and serve its next tensors.
+// cache and serve its next tensors, which hold the right values.
 TEST(ThreadBlockCache, TensorsFreedOnAnotherThreadServeItsNextOnes) {
   std::vector<Tensor> made;
   std::thread([&] {
     Tensor x = Tensor::from({1, 2, 3, 4}, {4});
     for (int i = 0; i < 50; ++i) made.push_back(x * double(i));
   }).join();
+  std::set<const void*> blocks;
+  for (const Tensor& t : made) blocks.insert(t.impl());
   Tensor y = Tensor::from({1, 1, 1, 1}, {4});
   for (int round = 0; round < 3; ++round) {
     made.clear();  // freed here
     for (int i = 0; i < 50; ++i) made.push_back(y + double(i));
     for (int i = 0; i < 50; i += 7) EXPECT_EQ(made[size_t(i)].value().get(2), 1.0 + i) << "round " << round;
+    if (round == 0 && kCaching) {
+      size_t reused = 0;
+      for (const Tensor& t : made) reused += blocks.count(t.impl());
+      EXPECT_GE(reused, 40u) << "the other thread's tensors' blocks serve this thread's next ones";
+    }
   }
 }
 

@@ -83,8 +83,10 @@ struct Step {
   }
 
   // Runs on argument views already checked against specs; new NumPy arrays out. The output
-  // arrays are made first; then, without the GIL and under the step's lock (its plan has one set
-  // of buffers), inputs go in, the step runs and outputs come out.
+  // arrays are made first; then, under the step's lock (its plan has one set of buffers) and
+  // without the GIL where the step is large, inputs go in, the step runs and outputs come out.
+  // A small step's caller waits for the lock holding the GIL: every holder of the lock either
+  // holds the GIL too or releases the lock before taking the GIL back.
   template <class Views>
   nb::object run(const Views& views) {
     static nb::object* empty = new nb::object(nb::module_::import_("numpy").attr("empty"));  // never freed:
@@ -250,8 +252,8 @@ void bind_compile(nb::module_& m) {
       .def("profile", [](Step& s, int iterations, bool measure_limits) {
         if (iterations < 1) throw Error("profile: iterations must be >= 1, got " + std::to_string(iterations));
         nb::gil_scoped_release no_gil;
+        const MachinePeak peak = measure_limits ? measure_peak() : MachinePeak{};  // before the step's lock
         std::lock_guard<std::mutex> lock(s.mu);
-        const MachinePeak peak = measure_limits ? measure_peak() : MachinePeak{};
         return profile(s.step.plan(), iterations, peak);
       }, nb::arg("iterations") = 10, nb::arg("measure_limits") = true,
          "Runs the step's plan `iterations` times on the last call's inputs, timing every launch (the "

@@ -49,8 +49,9 @@ void bind_gpt(nb::module_& top) {
 
   nb::class_<nn::LoraConfig>(m, "LoraConfig", "A LoRA adapter's rank, alpha and target modules (PEFT's names).")
       .def("__init__", [](nn::LoraConfig* self, int64_t r, double alpha, std::vector<std::string> targets) {
-        new (self) nn::LoraConfig{r, alpha, std::move(targets)};
-        self->check();
+        nn::LoraConfig c{r, alpha, std::move(targets)};
+        c.check();  // before the object exists: a refused one leaks nothing
+        new (self) nn::LoraConfig(std::move(c));
       }, nb::arg("r") = 8, nb::arg("lora_alpha") = 16.0,
          nb::arg("target_modules") = std::vector<std::string>{"c_attn", "c_proj", "c_fc"})
       .def_ro("r", &nn::LoraConfig::rank)

@@ -81,7 +81,7 @@ void bind_io(nb::module_& m) {
       .def_prop_ro("context", &data::TextWindows::context)
       .def("window_start", &data::TextWindows::window_start, nb::arg("step"), nb::arg("row"))
       .def("random_batch", [](const data::TextWindows& w, uint64_t step, int64_t batch) {
-        HostTensor x(DType::I64, {batch, w.context()}), y(DType::I64, {batch, w.context()});
+        HostTensor x, y;  // shaped by the fill, after its checks
         w.fill_random(step, batch, x, y);
         return std::make_pair(Tensor::from(std::move(x)), Tensor::from(std::move(y)));
       }, nb::arg("step"), nb::arg("batch"),
@@ -89,7 +89,7 @@ void bind_io(nb::module_& m) {
          "the seed, the step and the row only.")
       .def_prop_ro("sequential_windows", &data::TextWindows::sequential_windows)
       .def("sequential_batch", [](const data::TextWindows& w, int64_t b, int64_t batch) {
-        HostTensor x(DType::I64, {batch, w.context()}), y(DType::I64, {batch, w.context()});
+        HostTensor x, y;
         w.fill_sequential(b, batch, x, y);
         return std::make_pair(Tensor::from(std::move(x)), Tensor::from(std::move(y)));
       }, nb::arg("index"), nb::arg("batch"),

@@ -103,6 +103,8 @@ NB_MODULE(_C, m) {
   bind_runtime(m);
   bind_trials(m);
   load_numpy_arrays();
+  m.def("_numpy_arrays_direct", &numpy_arrays_direct, "Whether compiled steps make their output arrays "
+        "through NumPy's C API table (else numpy.empty).");
   bind_compile(m);
   bind_distributed(m);
 }

@@ -12,18 +12,23 @@
 namespace synoros::py {
 
 namespace {
-// Module.forward, as bound below: module(x) calls it.
+// Module.forward as bound below (a reference held for the extension's life), and its name.
 PyObject* g_module_forward = nullptr;
+PyObject* g_forward_name = nullptr;
 
-// module(x), torch's spelling of module.forward(x), in the type's call slot: a call of one
-// positional argument goes straight to the bound forward (its argument conversion, its errors),
-// without the method lookup and argument repacking of a __call__ defined as a method.
+// module(x), torch's spelling of module.forward(x), in the type's call slot. A call of one
+// positional argument on a module whose forward is the bound one (an engine layer without an
+// instance dictionary, whose type does not override it) goes straight to that function (its
+// argument conversion, its errors), without the method lookup and argument repacking of a
+// __call__ defined as a method; any other call looks forward up as an attribute.
 PyObject* module_call(PyObject* self, PyObject* args, PyObject* kwargs) {
-  if (!kwargs && PyTuple_GET_SIZE(args) == 1) {
+  PyTypeObject* type = Py_TYPE(self);
+  if (!kwargs && PyTuple_GET_SIZE(args) == 1 && type->tp_dictoffset == 0 &&
+      _PyType_Lookup(type, g_forward_name) == g_module_forward) {
     PyObject* a[2] = {self, PyTuple_GET_ITEM(args, 0)};
     return PyObject_Vectorcall(g_module_forward, a, 2, nullptr);
   }
-  PyObject* forward = PyObject_GetAttrString(self, "forward");
+  PyObject* forward = PyObject_GetAttr(self, g_forward_name);
   if (!forward) return nullptr;
   PyObject* r = PyObject_Call(forward, args, kwargs);
   Py_DECREF(forward);
@@ -38,7 +43,8 @@ void bind_nn(nb::module_& top) {
   auto module = nb::class_<Module>(m, "Module", "A module of the engine (its layers, models and GPT).",
                                    nb::type_slots(g_module_slots));
   module.def("forward", &Module::forward, nb::arg("input"));
-  g_module_forward = module.attr("forward").ptr();  // held by the class, which outlives every call
+  g_module_forward = nb::object(module.attr("forward")).release().ptr();
+  g_forward_name = PyUnicode_InternFromString("forward");
   module
       .def("named_parameters", [](const Module& mod) { return mod.named_parameters(); })
       .def("named_buffers", [](const Module& mod) { return mod.named_buffers(); })

@@ -62,7 +62,7 @@ Api load() {
     return api;
   }
   const unsigned abi = reinterpret_cast<unsigned (*)()>(table[0])();  // PyArray_GetNDArrayCVersion
-  if (abi >> 24 != 1 && abi >> 24 != 2) return api;
+  if ((abi >> 24 != 1 && abi >> 24 != 2) || !table[2] || !table[93]) return api;
   Api candidate{static_cast<PyTypeObject*>(table[2]), reinterpret_cast<NewArray>(table[93])};
   void* data = nullptr;
   PyObject* probe = make(candidate, DType::F32, {2, 3}, &data);
@@ -88,6 +88,7 @@ Api g_api;  // set once, when the extension is imported
 }  // namespace
 
 void load_numpy_arrays() { g_api = load(); }
+bool numpy_arrays_direct() { return g_api.new_array != nullptr; }
 
 PyObject* new_numpy_array(DType dtype, const Shape& shape, void** data) {
   const Api& api = g_api;

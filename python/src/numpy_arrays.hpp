@@ -15,6 +15,8 @@ namespace synoros::py {
 
 // Reads NumPy's table (once, when the extension is imported: NumPy is imported by then).
 void load_numpy_arrays();
+// Whether arrays are made through the table (false: numpy.empty).
+bool numpy_arrays_direct();
 // A new C-contiguous array of `dtype` and `shape` and its data pointer, or null (no Python error
 // set) where the fast path is unavailable. Needs the GIL.
 PyObject* new_numpy_array(DType dtype, const Shape& shape, void** data);

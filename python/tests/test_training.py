@@ -249,10 +249,27 @@ def test_sequential_calls_a_subclass_forward_and_engine_modules_take_one_input()
         def forward(self, x):
             return super().forward(x) * 2.0
 
+    class Masked(nn.Sequential):
+        def forward(self, x, mask=None):
+            y = super().forward(x)
+            return y * mask if mask is not None else y
+
+    class Negated(nn.Linear):
+        def forward(self, input):
+            return -super().forward(input)
+
     lin = nn.Linear(3, 2, seed=4)
     x = synoros.tensor(np.ones((1, 3), np.float32))
-    plain, doubled = nn.Sequential(lin), Doubled(lin)
+    plain, doubled, masked = nn.Sequential(lin), Doubled(lin), Masked(lin)
     np.testing.assert_array_equal(doubled(x).numpy(), 2.0 * plain(x).numpy())
+    zeros = synoros.tensor(np.zeros((1, 2), np.float32))
+    np.testing.assert_array_equal(masked(x, mask=zeros).numpy(), np.zeros((1, 2), np.float32))
+    np.testing.assert_array_equal(masked(x, zeros).numpy(), np.zeros((1, 2), np.float32))
+    neg = Negated(3, 2, seed=4)  # a Python subclass's forward is what calling it runs
+    np.testing.assert_array_equal(neg(x).numpy(), -lin(x).numpy())
+    tripled = nn.Sequential(lin)
+    tripled.forward = lambda input: lin(input) * 3.0  # a forward set on the instance is called
+    np.testing.assert_array_equal(tripled(x).numpy(), 3.0 * lin(x).numpy())
     np.testing.assert_array_equal(lin(input=x).numpy(), lin(x).numpy())
     np.testing.assert_array_equal(lin.forward(x).numpy(), lin(x).numpy())
     for bad in [(), (x, x), ("x",)]:
@@ -268,6 +285,7 @@ def test_compiled_outputs_are_plain_writable_arrays_of_their_own(dtype):
     def f(x):
         return x.reshape([2, 3]), x.reshape([1, 6, 1]), x.reshape([6])
 
+    assert synoros._C._numpy_arrays_direct()  # NumPy's C API table, not numpy.empty
     x = np.arange(6, dtype=dtype)
     first = f(x)
     second = f(x)

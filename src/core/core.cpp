@@ -118,7 +118,8 @@ namespace {
 // Small buffers freed by a thread, kept for that thread's next buffers of the same size (see
 // ThreadBlockCache).
 constexpr size_t kRecycledBytes = 4096;
-using RecycledBuffers = ThreadBlockCache<16, std::free>;
+void free_buffer(void* p) { std::free(p); }
+using RecycledBuffers = ThreadBlockCache<16, free_buffer>;
 void* recycled_buffer(size_t rounded) { return RecycledBuffers::take(rounded); }
 bool recycle_buffer(size_t rounded, void* p) { return rounded <= kRecycledBytes && RecycledBuffers::keep(rounded, p); }
 }  // namespace

@@ -178,18 +178,24 @@ class Sequential(Module):
         for i, m in enumerate(modules):
             self.add_module(str(i), m)
 
-    def forward(self, x: Any) -> Any:
+    def forward(self, input: Any) -> Any:
         for m in self._modules.values():
-            x = m(x)
-        return x
+            input = m(input)
+        return input
 
-    def __call__(self, x: Any) -> Any:
-        # forward() inlined (one Python call less per step) unless a subclass has its own.
-        if type(self).forward is not Sequential.forward:
-            return self.forward(x)
+    # forward() inlined: one Python call less per step. A subclass with its own forward is
+    # called through Module.__call__ (any arguments), and a forward set on an instance is called.
+    def __call__(self, input: Any) -> Any:
+        if "forward" in self.__dict__:
+            return self.forward(input)
         for m in self._modules.values():
-            x = m(x)
-        return x
+            input = m(input)
+        return input
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.forward is not Sequential.forward and "__call__" not in cls.__dict__:
+            cls.__call__ = Module.__call__  # type: ignore[method-assign]
 
     def __getitem__(self, i: int) -> Any:
         return list(self._modules.values())[i]
