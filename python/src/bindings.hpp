@@ -25,6 +25,7 @@ void bind_runtime(nb::module_& m);
 void bind_trials(nb::module_& m);
 void bind_compile(nb::module_& m);
 void bind_distributed(nb::module_& m);
+void bind_train(nb::module_& m);
 
 // A C-contiguous CPU array of any dtype, as NumPy, PyTorch (DLPack) or any buffer gives it.
 using AnyArray = nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>;

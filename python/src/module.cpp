@@ -107,4 +107,5 @@ NB_MODULE(_C, m) {
         "through NumPy's C API table (else numpy.empty).");
   bind_compile(m);
   bind_distributed(m);
+  bind_train(m);
 }

@@ -385,6 +385,6 @@ def load(path: str, with_metadata: bool = False) -> Any:
 # interpreter is still there.
 atexit.register(_C.clear_plan_cache)
 
-from . import nn, optim, data, models, synth, trials, utils, distributed  # noqa: E402
+from . import nn, optim, data, models, synth, trials, utils, distributed, train  # noqa: E402
 
 __all__ = [name for name in globals() if not name.startswith("_")]

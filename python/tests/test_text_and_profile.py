@@ -83,3 +83,40 @@ def test_a_compiled_step_profiles_its_launches():
     np.testing.assert_array_equal(model.weight.numpy(), weight)  # profiling updates nothing
     with pytest.raises(synoros.Error, match="iterations must be >= 1"):
         s.profile(iterations=0)
+
+
+def test_the_language_model_trainer_trains_resumes_and_fine_tunes_with_lora(tmp_path):
+    from synoros.models import LoraConfig
+    from synoros.train import LmTrainer
+
+    text = tmp_path / "text.txt"
+    text.write_bytes(b"".join(b"the %d quick brown foxes jump\n" % (i % 7) for i in range(300)))
+    cfg = GPTConfig(vocab_size=256, block_size=16, n_embd=16, n_head=2, n_layer=1)
+    t = LmTrainer(cfg, batch=4, steps=12, warmup_steps=2, lr=1e-2, text_file=str(text))
+    seen = []
+    assert t.train_steps(6, lambda step, loss: seen.append((step, loss))) == 6
+    assert [s for s, _ in seen] == list(range(1, 7)) and t.step == 6
+    first_val = t.validation_loss(4)
+    t.save(str(tmp_path / "run.safetensors"))
+    t.train_steps(6)
+    assert t.train_steps(6) == 0  # the schedule has ended
+    assert t.validation_loss(4) < first_val
+    sample = t.generate(b"the ", 20, temperature=0.8, seed=3)
+    assert isinstance(sample, bytes) and len(sample) == 20 and sample == t.generate(b"the ", 20, 0.8, 3)
+
+    resumed = LmTrainer(cfg, batch=4, steps=12, warmup_steps=2, lr=1e-2, text_file=str(text))
+    resumed.load(str(tmp_path / "run.safetensors"))
+    assert resumed.step == 6
+    resumed.train_steps(6)
+    for (name, a), (_, b) in zip(t.model.named_parameters(), resumed.model.named_parameters()):
+        np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=name)  # resuming gives the same bits
+
+    t.model.save(str(tmp_path / "base.safetensors"))
+    ft = LmTrainer(cfg, batch=4, steps=4, warmup_steps=1, lr=1e-2, text_file=str(text),
+                   base=str(tmp_path / "base.safetensors"), lora=LoraConfig(r=2, lora_alpha=4.0))
+    assert ft.lora is not None and len(list(ft.lora.parameters())) == 2 * 4
+    assert ft.train_steps(4) == 4
+    with pytest.raises(synoros.Error, match="no-such-model"):
+        LmTrainer("no-such-model")
+    with pytest.raises(synoros.Error):
+        LmTrainer(cfg, text_file=str(tmp_path / "missing.txt"))
