@@ -1,8 +1,11 @@
-// synoros._C.train: the engine's language-model trainer (the `synoros train` and `finetune` loop:
-// AdamW, warmup and cosine decay, clipping, accumulation, activation checkpointing, LoRA).
+// synoros._C.train: the engine's trainers, the loops of `synoros train` and `finetune`: the image
+// classifier's on Fashion-MNIST, and the language model's (AdamW, warmup and cosine decay,
+// clipping, accumulation, activation checkpointing, LoRA).
 #include <nanobind/stl/function.h>
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -14,8 +17,61 @@ namespace synoros::py {
 
 void bind_train(nb::module_& top) {
   nb::module_ m = top.def_submodule("train", "The engine's trainers");
+  using train::ClassifierConfig;
+  using train::ClassifierTrainer;
   using train::LmConfig;
   using train::LmTrainer;
+  nb::class_<ClassifierTrainer>(m, "ClassifierTrainer",
+                                "An image classifier trained on Fashion-MNIST through one compiled step, resumable "
+                                "bit for bit: the loop of `synoros train --model mlp|lenet|resnet-mini`.")
+      .def("__init__", [](ClassifierTrainer* self, nb::handle model, const std::string& optimizer, int64_t epochs,
+                          int64_t batch, double lr, double momentum, double weight_decay, double clip,
+                          int64_t warmup_steps, bool cosine, bool augment, uint64_t seed, int64_t train_limit,
+                          int64_t test_limit, const std::string& data_dir, int64_t steps) {
+        ClassifierConfig c;
+        c.optimizer = optimizer, c.epochs = epochs, c.batch = batch, c.lr = lr, c.momentum = momentum;
+        c.weight_decay = weight_decay, c.clip = clip, c.warmup_steps = warmup_steps, c.cosine = cosine;
+        c.augment = augment, c.seed = seed, c.train_limit = train_limit, c.test_limit = test_limit;
+        c.data_dir = data_dir, c.steps = steps;
+        if (nb::isinstance<nn::Module>(model)) {
+          c.model = "custom";
+          auto mod = nb::cast<std::shared_ptr<nn::Module>>(model);
+          nb::gil_scoped_release no_gil;
+          new (self) ClassifierTrainer(std::move(c), std::move(mod));
+          return;
+        }
+        c.model = nb::cast<std::string>(model);
+        nb::gil_scoped_release no_gil;
+        new (self) ClassifierTrainer(std::move(c));
+      }, nb::arg("model") = "resnet-mini", nb::kw_only(), nb::arg("optimizer") = "sgd", nb::arg("epochs") = 1,
+         nb::arg("batch") = 64, nb::arg("lr") = 0.05, nb::arg("momentum") = 0.9, nb::arg("weight_decay") = 5e-4,
+         nb::arg("clip") = 0.0, nb::arg("warmup_steps") = 0, nb::arg("cosine") = true, nb::arg("augment") = false,
+         nb::arg("seed") = 1, nb::arg("train_limit") = 0, nb::arg("test_limit") = 0, nb::arg("data_dir") = "",
+         nb::arg("steps") = 0,
+         "model: mlp, lenet, resnet-mini, or one of the engine's modules (a classifier of [N, 1, 28, 28] "
+         "images); optimizer: sgd or adamw; steps > 0: the schedule's length in steps (else epochs); "
+         "train_limit, test_limit: the first images of each split only (0: all).")
+      .def("train_steps", [](ClassifierTrainer& t, int64_t n, std::function<void(int64_t, double)> on_step) {
+        nb::gil_scoped_release no_gil;  // on_step takes the GIL back when it is called
+        return t.train_steps(n, on_step);
+      }, nb::arg("n"), nb::arg("on_step") = nb::none(),
+         "Runs up to n steps (not past the schedule's end); on_step(step, loss) after each. Returns how many ran.")
+      .def("evaluate", &ClassifierTrainer::evaluate, nb::call_guard<nb::gil_scoped_release>(),
+           "(loss, accuracy) over the test split, in eval mode.")
+      .def_prop_ro("step", &ClassifierTrainer::step)
+      .def_prop_ro("steps_per_epoch", &ClassifierTrainer::steps_per_epoch)
+      .def_prop_ro("total_steps", &ClassifierTrainer::total_steps)
+      .def_prop_ro("mean_loss", &ClassifierTrainer::mean_loss, "The training loss's mean since the last reset.")
+      .def_prop_ro("mean_accuracy", &ClassifierTrainer::mean_acc)
+      .def("reset_means", &ClassifierTrainer::reset_means)
+      .def_prop_ro("model", [](ClassifierTrainer& t) -> nn::Module& { return t.model(); },
+                   nb::rv_policy::reference_internal)
+      .def("save", &ClassifierTrainer::save, nb::arg("path"), nb::call_guard<nb::gil_scoped_release>())
+      .def("load", &ClassifierTrainer::load, nb::arg("path"), nb::arg("resume") = true,
+           nb::call_guard<nb::gil_scoped_release>(),
+           "Resumes from a checkpoint of the same configuration (refused naming the field otherwise).")
+      .def("run_metadata", &ClassifierTrainer::run_metadata);
+
   nb::class_<LmTrainer>(m, "LmTrainer",
                         "A GPT trained on bytes (the fortunes, or any text file) with AdamW, warmup and cosine "
                         "decay, gradient clipping and accumulation: the loop of `synoros train` and `finetune`.")

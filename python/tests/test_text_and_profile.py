@@ -120,3 +120,27 @@ def test_the_language_model_trainer_trains_resumes_and_fine_tunes_with_lora(tmp_
         LmTrainer("no-such-model")
     with pytest.raises(synoros.Error):
         LmTrainer(cfg, text_file=str(tmp_path / "missing.txt"))
+
+
+def test_the_classifier_trainer_trains_evaluates_and_resumes_bit_for_bit(tmp_path):
+    from synoros.train import ClassifierTrainer
+
+    def trainer(model="mlp"):
+        return ClassifierTrainer(model, batch=32, steps=8, lr=0.05, train_limit=256, test_limit=64)
+
+    t = trainer()
+    assert t.total_steps == 8 and t.steps_per_epoch == 8
+    losses = []
+    assert t.train_steps(4, lambda step, loss: losses.append(loss)) == 4 and len(losses) == 4
+    t.save(str(tmp_path / "run.safetensors"))
+    t.train_steps(4)
+    loss, acc = t.evaluate()
+    assert np.isfinite(loss) and 0.0 <= acc <= 1.0
+    resumed = trainer()
+    resumed.load(str(tmp_path / "run.safetensors"))
+    resumed.train_steps(4)
+    for (name, a), (_, b) in zip(t.model.named_parameters(), resumed.model.named_parameters()):
+        np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=name)
+    assert trainer(synoros.nn.ResNetMini(10, seed=2)).train_steps(1) == 1  # an engine module of one's own
+    with pytest.raises(synoros.Error, match="unknown model"):
+        trainer("no-such-model")
