@@ -15,6 +15,15 @@
 
 namespace synoros::py {
 
+namespace {
+// Up to n steps of a trainer without the GIL; on_step(step, loss), if given, takes it back.
+template <class Trainer>
+int64_t train_steps(Trainer& t, int64_t n, std::function<void(int64_t, double)> on_step) {
+  nb::gil_scoped_release no_gil;
+  return t.train_steps(n, on_step);
+}
+}  // namespace
+
 void bind_train(nb::module_& top) {
   nb::module_ m = top.def_submodule("train", "The engine's trainers");
   using train::ClassifierConfig;
@@ -51,10 +60,7 @@ void bind_train(nb::module_& top) {
          "model: mlp, lenet, resnet-mini, or one of the engine's modules (a classifier of [N, 1, 28, 28] "
          "images); optimizer: sgd or adamw; steps > 0: the schedule's length in steps (else epochs); "
          "train_limit, test_limit: the first images of each split only (0: all).")
-      .def("train_steps", [](ClassifierTrainer& t, int64_t n, std::function<void(int64_t, double)> on_step) {
-        nb::gil_scoped_release no_gil;  // on_step takes the GIL back when it is called
-        return t.train_steps(n, on_step);
-      }, nb::arg("n"), nb::arg("on_step") = nb::none(),
+      .def("train_steps", &train_steps<ClassifierTrainer>, nb::arg("n"), nb::arg("on_step") = nb::none(),
          "Runs up to n steps (not past the schedule's end); on_step(step, loss) after each. Returns how many ran.")
       .def("evaluate", &ClassifierTrainer::evaluate, nb::call_guard<nb::gil_scoped_release>(),
            "(loss, accuracy) over the test split, in eval mode.")
@@ -103,10 +109,7 @@ void bind_train(nb::module_& top) {
          "model: a preset name (gpt-tiny, gpt2-11m, ...) or a GPTConfig; steps: the schedule's length (warmup, "
          "then cosine decay to its end); text_file: train on this file's bytes instead of the fortunes; base: "
          "a model file to fine-tune (with lora: only the adapters train).")
-      .def("train_steps", [](LmTrainer& t, int64_t n, std::function<void(int64_t, double)> on_step) {
-        nb::gil_scoped_release no_gil;  // on_step takes the GIL back when it is called
-        return t.train_steps(n, on_step);
-      }, nb::arg("n"), nb::arg("on_step") = nb::none(),
+      .def("train_steps", &train_steps<LmTrainer>, nb::arg("n"), nb::arg("on_step") = nb::none(),
          "Runs up to n optimizer steps (not past the schedule's end); on_step(step, loss) after each. Returns "
          "how many ran.")
       .def("validation_loss", &LmTrainer::validation_loss, nb::arg("max_batches") = 8,
