@@ -313,8 +313,9 @@ CompiledStep compile(const std::function<std::vector<Tensor>(const std::vector<T
 
 // Plans compiled so far by realize()/backward()/compile(), keyed by structural hash.
 size_t plan_cache_size();
-// Bytes (arena + scratch) the plan cache may hold before it drops its oldest plans (default
-// 1 GiB; at most 512 plans either way). Plans still in use by a CompiledStep stay alive there.
+// The bytes (arena + scratch) the cached plans hold, and the most they may hold before the cache
+// drops its oldest plans (default 1 GiB; at most 512 plans either way). Plans still in use by a
+// CompiledStep stay alive there.
 size_t plan_cache_bytes();
 void set_plan_cache_limit(size_t bytes);
 // Forgets every cached plan (CompiledSteps keep theirs): the next realize() or compile()

@@ -115,6 +115,14 @@ void bind_runtime(nb::module_& m) {
         "Switches the Winograd convolution op on or off for conv2d (it rounds differently).");
   m.def("plan_cache_size", &plan_cache_size);
   m.def("clear_plan_cache", &clear_plan_cache);
+  m.def("plan_cache_bytes", &plan_cache_bytes, "The bytes (arena and scratch) the cached plans hold.");
+  m.def("set_plan_cache_limit", &set_plan_cache_limit, nb::arg("bytes"),
+        "The most bytes the cached plans may hold before the oldest are dropped (default 1 GiB).");
+  m.def("memory_limit", &memory_limit,
+        "The most bytes the engine's buffers may hold together (SYNOROS_MAX_MEMORY_BYTES; default 3/4 of "
+        "physical memory): an allocation past it raises synoros.Error naming the sizes.");
+  m.def("set_memory_limit", &set_memory_limit, nb::arg("bytes"));
+  m.def("live_buffer_bytes", &live_buffer_bytes, "Bytes the engine's buffers hold now.");
   m.def("measure_peak", [] {
     MachinePeak p;
     {

@@ -224,3 +224,25 @@ def test_operator_search_on_a_gpt_trains_and_times_a_projection_operator(tmp_pat
 def test_measure_peak_gives_the_fma_rate_and_both_bandwidths():
     gflops, copy_gbps, read_gbps = synoros.measure_peak()
     assert gflops > 1 and copy_gbps > 0.1 and read_gbps > 0.1
+
+
+def test_a_memory_limit_refuses_an_allocation_with_an_error_and_can_be_restored():
+    saved = synoros.memory_limit()
+    live = synoros.live_buffer_bytes()
+    try:
+        synoros.set_memory_limit(live + (1 << 20))
+        assert synoros.memory_limit() == live + (1 << 20)
+        with pytest.raises(synoros.Error, match="out of memory"):
+            synoros.zeros((1024, 1024)).numpy()  # 4 MiB
+    finally:
+        synoros.set_memory_limit(saved)
+    assert synoros.zeros((1024, 1024)).numpy().shape == (1024, 1024)
+    synoros.clear_plan_cache()
+    assert synoros.plan_cache_bytes() == 0 and synoros.plan_cache_size() == 0
+    (synoros.ones((64, 64)) * 2.0).numpy()  # realized through a cached plan
+    assert synoros.plan_cache_size() == 1 and synoros.plan_cache_bytes() > 0
+    synoros.set_plan_cache_limit(1)  # every new plan is over the limit: the oldest go
+    (synoros.ones((32, 32)) + 1.0).numpy()
+    (synoros.ones((16, 16)) - 1.0).numpy()
+    assert synoros.plan_cache_size() <= 1
+    synoros.set_plan_cache_limit(1 << 30)
