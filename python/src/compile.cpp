@@ -46,9 +46,13 @@ struct Step {
   std::vector<optim::Optimizer*> ticked;  // theirs, held by `optimizers`
   bool release_gil = true;  // the step's work is large enough to let other threads run meanwhile
   std::mutex mu;                       // one run at a time: the plan has one set of buffers
-  std::vector<std::pair<nb::object, nb::object>> out_arrays;  // numpy.empty's shape and dtype per output
-  std::vector<std::pair<DType, Shape>> out_specs;              // and the engine's
-  std::vector<size_t> out_bytes;
+  struct Output {
+    DType dtype;
+    Shape shape;
+    size_t bytes;
+    nb::object np_shape, np_dtype;  // numpy.empty's arguments, where NumPy's table is not used
+  };
+  std::vector<Output> outputs;  // made on the first run, then reused: a call builds no tuple
 
   static std::unique_ptr<Step> trace(const nb::callable& fn, std::vector<std::pair<DType, Shape>> specs) {
     auto s = std::make_unique<Step>();
@@ -91,28 +95,27 @@ struct Step {
   nb::object run(const Views& views) {
     static nb::object* empty = new nb::object(nb::module_::import_("numpy").attr("empty"));  // never freed:
     size_t n = step.num_outputs();                                                          // outlives exit
-    if (out_arrays.size() != n) {  // made on the first run, then reused: a call builds no tuple
+    if (outputs.size() != n) {
       static nb::object* dtype = new nb::object(nb::module_::import_("numpy").attr("dtype"));
-      out_arrays.clear(), out_specs.clear(), out_bytes.clear();
+      outputs.clear();
       for (size_t i = 0; i < n; ++i) {
         auto [dt, shape] = step.output_spec(i);
-        out_specs.push_back({dt, shape});
-        out_bytes.push_back(size_t(numel(shape)) * dtype_size(dt));
         nb::list dims;
         for (int64_t d : shape) dims.append(d);
-        out_arrays.emplace_back(nb::tuple(dims), (*dtype)(numpy_dtype(dt)));
+        outputs.push_back({dt, shape, size_t(numel(shape)) * dtype_size(dt), nb::tuple(dims),
+                           (*dtype)(numpy_dtype(dt))});
       }
     }
     SmallArray<nb::object> arrays(n);
     SmallArray<View> outs(n);
     SmallArray<void*> out_data(n);
     for (size_t i = 0; i < n; ++i) {
-      const auto& [dt, shape] = out_specs[i];
-      if (PyObject* a = new_numpy_array(dt, shape, &out_data[i])) {
+      const Output& o = outputs[i];
+      if (PyObject* a = new_numpy_array(o.dtype, o.shape, &out_data[i])) {
         arrays[i] = nb::steal(a);
         continue;
       }
-      arrays[i] = (*empty)(out_arrays[i].first, out_arrays[i].second);
+      arrays[i] = (*empty)(o.np_shape, o.np_dtype);
       if (!outs[i].take(arrays[i].ptr())) throw Error("compiled step: numpy.empty gave no usable buffer");
       out_data[i] = outs[i].b.buf;
     }
@@ -124,7 +127,7 @@ struct Step {
         if (step.uses_input(i)) std::memcpy(step.input_ptr(i), views[i].b.buf, size_t(views[i].b.len));
       for (optim::Optimizer* o : ticked) o->tick();
       step.run();
-      for (size_t i = 0; i < n; ++i) std::memcpy(out_data[i], step.output_ptr(i), out_bytes[i]);
+      for (size_t i = 0; i < n; ++i) std::memcpy(out_data[i], step.output_ptr(i), outputs[i].bytes);
     }
     if (n == 1) return arrays[0];
     nb::list l;

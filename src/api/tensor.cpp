@@ -128,9 +128,6 @@ struct ApplyScratch {
   Graph g;
   std::vector<ValueId> ids;
 };
-}  // namespace
-
-namespace {
 
 // An input seen with gradient recording off: a leaf requiring a gradient is replaced by an alias
 // of its storage that does not (read in place, so assign()s reach it as they reach the leaf); a
