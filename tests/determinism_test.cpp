@@ -359,8 +359,8 @@ TEST(Determinism, AttentionGradStoredScoresGiveTheRecomputedBits) {
 // Keys past 256 are cut into splits whose online softmaxes are folded in ascending order. With at
 // most four queries the splits run as tasks of their own and a second pass folds them; otherwise
 // one task walks them. Both give the same bits: a decoding step at every position (one query, or
-// three, over a longer cache whose unused rows hold other values) equals those rows of the full
-// causal forward, and one non-causal query equals the first row of 65, on every instruction set
+// three, over a longer cache whose unused rows hold other values, or NaN) equals those rows of the
+// full causal forward, and one non-causal query equals the first row of 65, on every instruction set
 // and at 1, 2 and 3 threads, with NaN, infinities and signed zeros among the queries.
 TEST(Determinism, AttentionSplitTasksGiveTheBitsOfTheFullForward) {
   const int64_t B = 3, T = 600, cache = 700, D = 24;
@@ -412,6 +412,20 @@ TEST(Determinism, AttentionSplitTasksGiveTheBitsOfTheFullForward) {
           EXPECT_EQ(value_bytes({step}), value_bytes({rows(full, T, pos, n)}))
               << kernels::isa_name(isa) << " threads=" << t << " position " << pos << " queries " << n;
         }
+      }
+      // Keys and values after the last query's position are never read: NaN there changes nothing.
+      for (int64_t pos : {0, 255, 300}) {
+        HostTensor kn = k, vn = v;
+        kn.buffer = std::make_shared<Buffer>(k.bytes());
+        vn.buffer = std::make_shared<Buffer>(v.bytes());
+        for (int64_t i = 0; i < B * cache * D; ++i) {
+          const bool after = i / D % cache >= pos + 3;
+          kn.set(i, after ? std::nan("") : k.get(i));
+          vn.set(i, after ? std::nan("") : v.get(i));
+        }
+        HostTensor step = attend(true, rows(q, T, pos, 3), kn, vn, pos);
+        EXPECT_EQ(value_bytes({step}), value_bytes({rows(full, T, pos, 3)}))
+            << kernels::isa_name(isa) << " threads=" << t << " NaN after position " << pos + 2;
       }
       EXPECT_EQ(value_bytes({attend(false, rows(q, T, 0, 1), k, v, -1)}), value_bytes({first_of_65}))
           << kernels::isa_name(isa) << " threads=" << t;
