@@ -61,7 +61,8 @@ const std::vector<std::array<int64_t, 3>> kShapes = {
     {3, 300, 50}, {8, 130, 33}, {6, 520, 19}, {2, 1000, 24},  // with tails of k and of outputs,
     {4, 300, 77}, {7, 700, 45},  // and bands of 64 k with a tail;
     {333, 70, 256}, {333, 70, 512},  // an A too tall for B streamed through one panel (the panels packed first)
-    {128, 40, 300}, {17, 70, 300}};  // last panels of 2 and 3 rows, shared evenly with the panel before
+    {128, 40, 300}, {17, 70, 300},  // last panels of 2 and 3 rows, shared evenly with the panel before
+    {1, 8300, 21}};  // one row of A over more columns than one task of the row stream takes
 
 TEST(Gemm, EveryProviderMatchesTheFloat64Reference) {
   for (const auto& prov : gemm_providers())

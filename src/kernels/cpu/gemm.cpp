@@ -480,6 +480,42 @@ int64_t row_task_columns(int64_t N, const ThreadPool& pool) {
   return std::max<int64_t>(kRowChunk, ceil_div(ceil_div(N, 4 * int64_t(pool.size())), 64) * 64);
 }
 
+// One row of A times B with contiguous rows, AVX-512, one thread: B read row after row, the row of
+// C (at most kRowSeqCols columns per task) held in L1 between rows. Each row of B is then one run,
+// and the product one stream through memory that the hardware prefetcher follows, where the
+// 64-column blocks over bands of rows read 64 short streams. A decoding step's 48 projections of
+// gpt2-98m (340 MB) on an AMD EPYC, one thread: 21-22 GB/s in blocks, 30-33 this way; from cache
+// (1 x 768 x 3072) 67 to 97-106 GB/s. Two threads, each streaming half of every row, read 24-28
+// GB/s against the blocks' 31, so several threads keep the blocks. Each output is one FMA chain
+// in ascending k from +0 (or C), as on the other paths.
+constexpr int64_t kRowSeqCols = 8192;  // 32 KB of C
+__attribute__((target("avx512f,fma"))) void row_seq_chunk(const void* p, int64_t chunk) {
+  const RowJob& j = *static_cast<const RowJob*>(p);
+  const GemmShape& s = *j.s;
+  const int64_t n0 = chunk * j.chunk, n1 = std::min(s.N, n0 + j.chunk), w64 = n0 + (n1 - n0) / 64 * 64,
+                w16 = w64 + (n1 - w64) / 16 * 16;
+  float* C = j.C;
+  if (!j.accumulate) std::memset(C + n0, 0, size_t(n1 - n0) * sizeof(float));
+  for (int64_t k = 0; k < s.K; ++k) {
+    const float ak = j.A[k * s.a_cs];
+    const __m512 a = _mm512_set1_ps(ak);
+    const float* b = j.B + k * s.b_rs;
+    for (int64_t n = n0; n < w64; n += 64) {
+      const __m512 c0 = _mm512_fmadd_ps(a, _mm512_loadu_ps(b + n), _mm512_loadu_ps(C + n));
+      const __m512 c1 = _mm512_fmadd_ps(a, _mm512_loadu_ps(b + n + 16), _mm512_loadu_ps(C + n + 16));
+      const __m512 c2 = _mm512_fmadd_ps(a, _mm512_loadu_ps(b + n + 32), _mm512_loadu_ps(C + n + 32));
+      const __m512 c3 = _mm512_fmadd_ps(a, _mm512_loadu_ps(b + n + 48), _mm512_loadu_ps(C + n + 48));
+      _mm512_storeu_ps(C + n, c0);
+      _mm512_storeu_ps(C + n + 16, c1);
+      _mm512_storeu_ps(C + n + 32, c2);
+      _mm512_storeu_ps(C + n + 48, c3);
+    }
+    for (int64_t n = w64; n < w16; n += 16)
+      _mm512_storeu_ps(C + n, _mm512_fmadd_ps(a, _mm512_loadu_ps(b + n), _mm512_loadu_ps(C + n)));
+    for (int64_t n = w16; n < n1; ++n) C[n] = std::fma(ak, b[n], C[n]);
+  }
+}
+
 // One row of A times B stored transposed (B rows are n): a matrix-vector product over those rows.
 // (B with contiguous rows goes through rows_times_matrix_chunk, one row being a few.)
 __attribute__((target("avx2,fma"))) void row_times_transposed_chunk(const void* p, int64_t chunk) {
@@ -1161,7 +1197,7 @@ Path gemm_path(const GemmShape& s, int isa, int mode) {
   // Tiny problems run inline: a parallel launch costs more than the work.
   const bool tiny = s.M * s.N * s.K < (1 << 15);
   if (s.M == 1 && !tiny && isa >= 1 && s.b_cs != 1 && s.b_rs == 1) return Path::RowTransposed;
-  if (s.M == 1 && !tiny && isa >= 1 && s.b_cs == 1) return Path::Row;  // AVX2's 64-column blocks (as fast here)
+  if (s.M == 1 && !tiny && isa >= 1 && s.b_cs == 1) return Path::Row;  // AVX2's 64-column blocks, or the AVX-512 row stream on one thread
   if (s.M > 1 && s.M <= kFewRows && !tiny && isa >= 2 && s.b_rs == 1 && s.b_cs >= s.K && s.N >= 64)
     return Path::FewTransposed;
   if (s.M > 1 && s.M <= kFewRows && !tiny && isa >= 1 && s.b_cs == 1 && s.N >= 64) return Path::Few;
@@ -1214,6 +1250,10 @@ void sgemm(const GemmShape& s, const float* A, const float* B, float* C, float* 
   if (path != Path::Packed && path != Path::Small) {
     RowJob rj{&s, A, B, C, accumulate};
     if (path == Path::RowTransposed) return pool.run(ceil_div(s.N, kRowChunk), row_times_transposed_chunk, &rj);
+    if (path == Path::Row && isa >= 2 && pool.size() == 1) {
+      rj.chunk = kRowSeqCols;
+      return pool.run(ceil_div(s.N, rj.chunk), row_seq_chunk, &rj);
+    }
     rj.chunk = row_task_columns(s.N, pool);
     if (path == Path::Few) rj.isa = isa;
     return pool.run(ceil_div(s.N, rj.chunk),
