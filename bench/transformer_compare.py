@@ -4,7 +4,7 @@ models in PyTorch eager, in one run, at 1 and 2 threads.
 
 Prefill and the training step print achieved GFLOP/s and the share of the measured one-core FMA
 peak (times the thread count); decoding prints the bytes a step must read (every weight but the
-position table, and the keys and values of the context in use) per second against the measured
+position table, and the keys and values of the positions attended over) per second against the measured
 one-core DRAM bandwidth, both as `synoros peak` measures it: a streaming copy (bytes read and
 written) and a streaming read (what a decoding step does), over buffers twice the last-level
 cache. The peak and the bandwidths are measured again right before each engine row (a virtual
@@ -50,8 +50,9 @@ def forward_flops(preset, T, B):
 
 
 def decode_bytes(preset, used, B):
+    # The step at position `used` attends over positions 0..used (both sides decode there).
     V, T, C, _, L = PRESETS[preset]
-    return 4.0 * (params(preset) - T * C + 2 * L * B * used * C)
+    return 4.0 * (params(preset) - T * C + 2 * L * B * (used + 1) * C)
 
 
 def measure_peak(bench):

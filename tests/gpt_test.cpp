@@ -175,6 +175,27 @@ TEST_P(GptDecode, MatchesTheFullForwardBitForBit) {
     }
     EXPECT_EQ(gen.position(), c.context);
     testing::expect_error([&] { gen.decode({1, 1}); }, {"context of " + std::to_string(c.context) + " tokens is full"});
+    // Tokens taken back: decoding another token at an earlier position gives the bits of a full
+    // forward over the kept tokens and that one (the cache's later rows are stale then).
+    for (int64_t back : {P + 1, P}) {
+      gen.rewind(back);
+      EXPECT_EQ(gen.position(), back);
+      HostTensor prefix(DType::I64, {kBatch, back + 1});
+      std::vector<int64_t> next;
+      for (int64_t b = 0; b < kBatch; ++b) {
+        for (int64_t t = 0; t < back; ++t) prefix.set(b * (back + 1) + t, all.get(b * c.context + t));
+        next.push_back((int64_t(all.get(b * c.context + back)) + 1 + b) % c.vocab);
+        prefix.set(b * (back + 1) + back, double(next.back()));
+      }
+      logits = gen.decode(next);
+      HostTensor full = m.forward(Tensor::from(prefix)).value();
+      for (int64_t b = 0; b < kBatch; ++b)
+        EXPECT_EQ(0, std::memcmp(logits + b * c.vocab, full.data<float>() + (b * (back + 1) + back) * c.vocab,
+                                 size_t(c.vocab) * sizeof(float)))
+            << "isa " << int(isa) << " threads " << threads << " rewound to " << back << " row " << b;
+    }
+    testing::expect_error([&] { gen.rewind(0); }, {"cannot rewind to position 0", "the cache holds"});
+    testing::expect_error([&] { gen.rewind(gen.position() + 1); }, {"cannot rewind to position"});
   });
 }
 // Tiny, and wide enough that a decoding step's projections and head take the one-row GEMM path.

@@ -152,6 +152,7 @@ class GptGenerator {
   GptGenerator& operator=(const GptGenerator&) = delete;
   int64_t batch() const { return batch_; }
   int64_t position() const { return pos_; }
+  int64_t vocab() const { return m_.cfg.vocab; }
   // Empties the cache.
   void reset();
   // Runs the prompts (one per row, all of one length between 1 and the context) from position 0
@@ -159,9 +160,11 @@ class GptGenerator {
   const float* prefill(const std::vector<std::vector<int64_t>>& prompts);
   // Feeds one token per row at the current position; returns the next logits [batch, vocab].
   const float* decode(const std::vector<int64_t>& tokens);
-  // Prefill, then `n` tokens per row picked by `sampling` (one sampler per row, seeds seed,
-  // seed+1, ...); `on_token(step, tokens)` sees each step's tokens as they come. When the context
-  // is full, the newest half of every row is prefilled again (a context shift) and decoding goes on.
+  // Drops the cached positions from `position` on (1 <= position <= position()): the next decode
+  // writes there, and its logits are those after the first `position` tokens alone, bit for bit.
+  // Takes back rejected draft tokens (speculative decoding) or a branch of a search without a
+  // new prefill.
+  void rewind(int64_t position);
   // The decode step's plans, in order (empty before the first decode), for profiling: the
   // embedding and block 0's projections; then for each block its attention and MLP followed by
   // the next block's projections, or by the head.
@@ -170,6 +173,9 @@ class GptGenerator {
     for (auto& s : decode_) out.push_back(&s->plan());
     return out;
   }
+  // Prefill, then `n` tokens per row picked by `sampling` (one sampler per row, seeds seed,
+  // seed+1, ...); `on_token(step, tokens)` sees each step's tokens as they come. When the context
+  // is full, the newest half of every row is prefilled again (a context shift) and decoding goes on.
   std::vector<std::vector<int64_t>> generate(
       const std::vector<std::vector<int64_t>>& prompts, int64_t n, const Sampling& sampling,
       const std::function<void(int64_t, const std::vector<int64_t>&)>& on_token = {});

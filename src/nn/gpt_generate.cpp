@@ -106,6 +106,15 @@ void GptGenerator::write_cache_layer(size_t l, const float* k, const float* v, i
   k_host_[l].buffer->mark_modified();
 }
 
+void GptGenerator::rewind(int64_t position) {
+  if (position < 1 || position > pos_)
+    throw Error("generate: cannot rewind to position " + std::to_string(position) + "; the cache holds " +
+                std::to_string(pos_) + " (1 to that is allowed)");
+  // The rows from `position` on stay as they are: the attention reads the keys and values up to
+  // the query's position only, and the next decode overwrites the row at `position`.
+  pos_ = position;
+}
+
 const float* GptGenerator::prefill(const std::vector<std::vector<int64_t>>& prompts) {
   const GptConfig& c = m_.cfg;
   if (int64_t(prompts.size()) != batch_)
