@@ -1,4 +1,6 @@
 // The GPT family: configuration, model, and generation with the KV-cached decoder.
+#include <cstring>
+
 #include <nanobind/stl/function.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/shared_ptr.h>
@@ -10,6 +12,15 @@
 #include "synoros/lora.hpp"
 
 namespace synoros::py {
+
+namespace {
+// A copy of a generator's logits ([batch, vocab]) as a NumPy array: the generator reuses its buffer.
+nb::object logits_array(const nn::GptGenerator& g, const float* logits) {
+  HostTensor h(DType::F32, {g.batch(), g.vocab()});
+  std::memcpy(h.buffer->data(), logits, h.bytes());
+  return array_from_host(h);
+}
+}  // namespace
 
 void bind_gpt(nb::module_& top) {
   nb::module_ m = top.def_submodule("models", "Models of the engine");
@@ -89,7 +100,28 @@ void bind_gpt(nb::module_& top) {
       .def(nb::init<nn::Gpt&, int64_t>(), nb::arg("model"), nb::arg("batch") = 1, nb::keep_alive<1, 2>())
       .def_prop_ro("batch", &nn::GptGenerator::batch)
       .def_prop_ro("position", &nn::GptGenerator::position)
-      .def("reset", &nn::GptGenerator::reset)
+      .def("reset", &nn::GptGenerator::reset, "Empties the cache.")
+      .def("prefill", [](nn::GptGenerator& g, const std::vector<std::vector<int64_t>>& prompts) {
+        const float* logits;
+        {
+          nb::gil_scoped_release no_gil;
+          logits = g.prefill(prompts);
+        }
+        return logits_array(g, logits);
+      }, nb::arg("prompts"),
+         "Runs the prompts (one per row, all of one length) from position 0; returns the logits of their last "
+         "position, [batch, vocab_size].")
+      .def("decode", [](nn::GptGenerator& g, const std::vector<int64_t>& tokens) {
+        const float* logits;
+        {
+          nb::gil_scoped_release no_gil;
+          logits = g.decode(tokens);
+        }
+        return logits_array(g, logits);
+      }, nb::arg("tokens"), "Feeds one token per row at the current position; returns the next logits, [batch, vocab_size].")
+      .def("rewind", &nn::GptGenerator::rewind, nb::arg("position"),
+           "Drops the cached positions from `position` on: the next decode writes there, with the logits of the "
+           "first `position` tokens alone (draft tokens taken back, a branch of a search).")
       .def("generate", [](nn::GptGenerator& g, const std::vector<std::vector<int64_t>>& prompts, int64_t n,
                           double temperature, int64_t top_k, double top_p, uint64_t seed) {
         nn::Sampling s;

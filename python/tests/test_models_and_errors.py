@@ -48,6 +48,31 @@ def test_gpt_greedy_generation_follows_the_forward_pass():
     assert tok == int(np.argmax(logits[0, -1]))
 
 
+def test_generator_decodes_rewinds_and_matches_the_forward_pass():
+    from synoros.models import GPTGenerator
+
+    cfg = GPTConfig(vocab_size=64, block_size=16, n_embd=32, n_head=2, n_layer=1)
+    m = GPT(cfg, seed=4)
+    gen = GPTGenerator(m, batch=2)
+    seqs = [[3, 1, 4, 1, 5, 9], [2, 7, 1, 8, 2, 8]]
+    first = gen.prefill([s[:3] for s in seqs])
+    assert first.shape == (2, 64) and first.dtype == np.float32 and gen.position == 3
+    for t in range(3, 6):
+        logits = gen.decode([s[t] for s in seqs])
+    full = m(synoros.tensor(seqs)).numpy()
+    assert np.array_equal(logits, full[:, -1])  # bit for bit
+    # Take the last two tokens back and feed others: the forward pass over the new sequences.
+    gen.rewind(4)
+    assert gen.position == 4
+    other = [[3, 1, 4, 1, 7], [2, 7, 1, 8, 0]]
+    logits = gen.decode([s[4] for s in other])
+    assert np.array_equal(logits, m(synoros.tensor(other)).numpy()[:, -1])
+    with pytest.raises(synoros.Error, match="cannot rewind to position 9"):
+        gen.rewind(9)
+    with pytest.raises(synoros.Error, match="tokens for a batch of 2"):
+        gen.decode([1])
+
+
 def test_gpt_loss_trains():
     cfg = GPTConfig(vocab_size=32, block_size=8, n_embd=16, n_head=2, n_layer=1)
     m = GPT(cfg, seed=1)
