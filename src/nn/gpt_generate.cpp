@@ -147,7 +147,7 @@ const float* GptGenerator::prefill(const std::vector<std::vector<int64_t>>& prom
           return out;
         },
         {{DType::I64, {B, P}}}));
-  reset();
+  // The cache is not cleared: the rows from P on are never read before a decode writes them.
   std::vector<HostTensor> out = (*step)({tokens});
   for (size_t l = 0; l < k_.size(); ++l)
     write_cache_layer(l, step->output_ptr(1 + 2 * l), step->output_ptr(2 + 2 * l), 0, P);
