@@ -489,6 +489,7 @@ void GptDecode(benchmark::State& state, const char* preset) {
   state.counters["tokens/s"] = benchmark::Counter(double(B), benchmark::Counter::kIsIterationInvariantRate);
   state.counters["bytes/s"] = benchmark::Counter(bytes, benchmark::Counter::kIsIterationInvariantRate);
 }
+// "context": the position decoded at (P), positions 0..P attended.
 BENCHMARK_CAPTURE(GptDecode, gpt2_98m, "gpt2-98m")->Name("Gpt/decode/gpt2-98m")->Args({512, 1})->Args({512, 8})
     ->ArgNames({"context", "batch"})->UseRealTime()->Unit(benchmark::kMillisecond);
 

@@ -201,7 +201,7 @@ def lora_step(batch, width, rank, compiled=False):
 
 
 def time_scenario(kind, preset, a, b, min_time, compiled=False):
-    """Seconds per call: prefill (a = sequence, b = batch), decode (a = context used, b = batch),
+    """Seconds per call: prefill (a = sequence, b = batch), decode (a = the position decoded at, b = batch),
     train (a = sequence, b = batch), lora (preset = width, a = rank, b = batch). compiled: through
     torch.compile (prefill, train and lora; PyTorch 2.x), its compilation outside the timing."""
     if kind == "lora":

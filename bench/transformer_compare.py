@@ -25,7 +25,8 @@ import subprocess
 HERE = os.path.dirname(os.path.abspath(__file__))
 PRESETS = {"gpt2-11m": (256, 512, 384, 6, 6), "gpt2-98m": (16384, 1024, 768, 12, 12)}
 # (engine benchmark name, kind, preset, a, batch): a is the sequence (prefill, train) or the
-# context in use (decode); the LoRA step's "preset" is its width and a its rank.
+# position decoded at (decode: positions 0..a attended); the LoRA step's "preset" is its width and
+# a its rank.
 ROWS = [("Gpt/prefill/gpt2-11m/seq:128/batch:1", "prefill", "gpt2-11m", 128, 1),
         ("Gpt/prefill/gpt2-98m/seq:256/batch:1", "prefill", "gpt2-98m", 256, 1),
         ("Gpt/prefill/gpt2-98m/seq:512/batch:1", "prefill", "gpt2-98m", 512, 1),

@@ -413,20 +413,23 @@ TEST(Determinism, AttentionSplitTasksGiveTheBitsOfTheFullForward) {
               << kernels::isa_name(isa) << " threads=" << t << " position " << pos << " queries " << n;
         }
       }
-      // Keys and values after the last query's position are never read: NaN there changes nothing.
-      for (int64_t pos : {0, 255, 300}) {
-        HostTensor kn = k, vn = v;
-        kn.buffer = std::make_shared<Buffer>(k.bytes());
-        vn.buffer = std::make_shared<Buffer>(v.bytes());
-        for (int64_t i = 0; i < B * cache * D; ++i) {
-          const bool after = i / D % cache >= pos + 3;
-          kn.set(i, after ? std::nan("") : k.get(i));
-          vn.set(i, after ? std::nan("") : v.get(i));
+      // Keys and values after the last query's position are never read: NaN there changes nothing,
+      // with the splits as tasks (a long cache) and walked by one task (a cache of one split).
+      for (int64_t pos : {0, 200, 255, 300})
+        for (int64_t n : {1, 3}) {
+          HostTensor kn = k, vn = v;
+          kn.buffer = std::make_shared<Buffer>(k.bytes());
+          vn.buffer = std::make_shared<Buffer>(v.bytes());
+          for (int64_t i = 0; i < B * cache * D; ++i) {
+            const bool after = i / D % cache >= pos + n;
+            kn.set(i, after ? std::nan("") : k.get(i));
+            vn.set(i, after ? std::nan("") : v.get(i));
+          }
+          const int64_t used = pos == 200 ? 250 : cache;  // 250 keys: one split
+          HostTensor step = attend(true, rows(q, T, pos, n), rows(kn, cache, 0, used), rows(vn, cache, 0, used), pos);
+          EXPECT_EQ(value_bytes({step}), value_bytes({rows(full, T, pos, n)}))
+              << kernels::isa_name(isa) << " threads=" << t << " NaN after position " << pos + n - 1 << " of " << used;
         }
-        HostTensor step = attend(true, rows(q, T, pos, 3), kn, vn, pos);
-        EXPECT_EQ(value_bytes({step}), value_bytes({rows(full, T, pos, 3)}))
-            << kernels::isa_name(isa) << " threads=" << t << " NaN after position " << pos + 2;
-      }
       EXPECT_EQ(value_bytes({attend(false, rows(q, T, 0, 1), k, v, -1)}), value_bytes({first_of_65}))
           << kernels::isa_name(isa) << " threads=" << t;
     }

@@ -177,7 +177,7 @@ TEST_P(GptDecode, MatchesTheFullForwardBitForBit) {
     testing::expect_error([&] { gen.decode({1, 1}); }, {"context of " + std::to_string(c.context) + " tokens is full"});
     // Tokens taken back: decoding another token at an earlier position gives the bits of a full
     // forward over the kept tokens and that one (the cache's later rows are stale then).
-    for (int64_t back : {P + 1, P}) {
+    for (int64_t back : {c.context - 2, P + 1, P}) {  // past a key block of 64, and within the first
       gen.rewind(back);
       EXPECT_EQ(gen.position(), back);
       HostTensor prefix(DType::I64, {kBatch, back + 1});
@@ -195,6 +195,7 @@ TEST_P(GptDecode, MatchesTheFullForwardBitForBit) {
             << "isa " << int(isa) << " threads " << threads << " rewound to " << back << " row " << b;
     }
     testing::expect_error([&] { gen.rewind(0); }, {"cannot rewind to position 0", "the cache holds"});
+    testing::expect_error([&] { nn::GptGenerator(m, kBatch).rewind(1); }, {"rewind needs a prefill first"});
     testing::expect_error([&] { gen.rewind(gen.position() + 1); }, {"cannot rewind to position"});
   });
 }

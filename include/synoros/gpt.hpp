@@ -161,9 +161,10 @@ class GptGenerator {
   // Feeds one token per row at the current position; returns the next logits [batch, vocab].
   const float* decode(const std::vector<int64_t>& tokens);
   // Drops the cached positions from `position` on (1 <= position <= position()): the next decode
-  // writes there, and its logits are those after the first `position` tokens alone, bit for bit.
-  // Takes back rejected draft tokens (speculative decoding) or a branch of a search without a
-  // new prefill.
+  // writes at `position` and returns the logits of a full forward over the first `position`
+  // tokens followed by the new one, bit for bit. Takes back rejected draft tokens (speculative
+  // decoding) or a branch of a search without a new prefill. A generator serves one thread at a
+  // time.
   void rewind(int64_t position);
   // The decode step's plans, in order (empty before the first decode), for profiling: the
   // embedding and block 0's projections; then for each block its attention and MLP followed by

@@ -120,8 +120,9 @@ void bind_gpt(nb::module_& top) {
         return logits_array(g, logits);
       }, nb::arg("tokens"), "Feeds one token per row at the current position; returns the next logits, [batch, vocab_size].")
       .def("rewind", &nn::GptGenerator::rewind, nb::arg("position"),
-           "Drops the cached positions from `position` on: the next decode writes there, with the logits of the "
-           "first `position` tokens alone (draft tokens taken back, a branch of a search).")
+           "Drops the cached positions from `position` on: the next decode writes at `position` and returns the "
+           "logits of a full forward over the first `position` tokens followed by the new one (draft tokens taken "
+           "back, a branch of a search). A generator serves one thread at a time.")
       .def("generate", [](nn::GptGenerator& g, const std::vector<std::vector<int64_t>>& prompts, int64_t n,
                           double temperature, int64_t top_k, double top_p, uint64_t seed) {
         nn::Sampling s;

@@ -1,8 +1,9 @@
 // Generation for the GPT-2 family: a prefill plan per prompt length, and decoding by one plan per
 // block boundary that attends over a static key/value cache of the context length. Between two
 // stages the host writes the new key and value rows into the caches; the fused attention places
-// the query at the current position (an input the host writes), so it reads the key blocks the
-// full forward's row reads, in the same order, and the logits agree bit for bit.
+// the query at the current position (an input the host writes), so it reads the keys the full
+// forward's row reads, up to that position, in the same order, and the logits agree bit for bit.
+// The cache's rows after the position are never read.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -107,9 +108,10 @@ void GptGenerator::write_cache_layer(size_t l, const float* k, const float* v, i
 }
 
 void GptGenerator::rewind(int64_t position) {
+  if (pos_ < 1) throw Error("generate: rewind needs a prefill first");
   if (position < 1 || position > pos_)
     throw Error("generate: cannot rewind to position " + std::to_string(position) + "; the cache holds " +
-                std::to_string(pos_) + " (1 to that is allowed)");
+                std::to_string(pos_) + " positions, and rewind takes 1 to " + std::to_string(pos_));
   // The rows from `position` on stay as they are: the attention reads the keys and values up to
   // the query's position only, and the next decode overwrites the row at `position`.
   pos_ = position;

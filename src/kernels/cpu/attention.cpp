@@ -13,7 +13,9 @@
 //
 // Causal attention may place query i at position offset + i (an input read at run time): it sees
 // keys 0 .. offset + i, which is how decoding attends over a key/value cache with the bits of the
-// full forward's row (the extra, masked keys of a block add exact zeros).
+// full forward's row. The forward does not read the keys after a query block's last query (from
+// key_end on, see split_pass); the keys after a query inside that range are masked and add exact
+// zeros for finite values.
 //
 // Forward, for each query row: the keys are cut into splits of kSplit (four key blocks), and each
 // split runs an online softmax of its own from a fresh state: running maximum m (NaN scores
@@ -371,8 +373,10 @@ void split_pass(const AttnArgs& a, Rows<T> q, Rows<T> k, Rows<T> v, int64_t i0, 
   std::fill(l, l + rows, T(0));
   std::fill(o, o + rows * D, T(0));
   // Keys from key_end on are after every query of the block (causal): they are not read at all.
-  // Their scores would be -inf and their terms exact zeros, so leaving them out moves no bit, and
-  // a decoding step over a static cache reads only the keys and values it attends over.
+  // Their scores would be -inf and, for finite values, their terms exact zeros, so leaving them
+  // out moves no bit (a NaN or an infinity there no longer reaches the output; the backward still
+  // reads the whole last block). A decoding step over a static cache reads only the keys and values
+  // it attends over.
   const int64_t key_end = a.causal ? std::min(a.Tk, i0 + rows + offset(a)) : a.Tk;
   for (int64_t kb = kb0; kb <= kb1; ++kb) {
     const int64_t j0 = kb * kBlock, cols = std::min(kBlock, key_end - j0);

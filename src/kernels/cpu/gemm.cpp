@@ -483,12 +483,12 @@ int64_t row_task_columns(int64_t N, const ThreadPool& pool) {
 // One row of A times B with contiguous rows, AVX-512, one thread: B read row after row, the row of
 // C (at most kRowSeqCols columns per task) held in L1 between rows. Each row of B is then one run,
 // and the product one stream through memory that the hardware prefetcher follows, where the
-// 64-column blocks over bands of rows read 64 short streams. A decoding step's 48 projections of
+// AVX2 64-column blocks over bands of 16 rows read 16 short streams. A decoding step's 48 projections of
 // gpt2-98m (340 MB) on an AMD EPYC, one thread: 21-22 GB/s in blocks, 30-33 this way; from cache
 // (1 x 768 x 3072) 67 to 97-106 GB/s. Two threads, each streaming half of every row, read 24-28
 // GB/s against the blocks' 31, so several threads keep the blocks. Each output is one FMA chain
 // in ascending k from +0 (or C), as on the other paths.
-constexpr int64_t kRowSeqCols = 8192;  // 32 KB of C
+constexpr int64_t kRowSeqCols = 4096;  // 16 KB of C, within every L1
 __attribute__((target("avx512f,fma"))) void row_seq_chunk(const void* p, int64_t chunk) {
   const RowJob& j = *static_cast<const RowJob*>(p);
   const GemmShape& s = *j.s;
@@ -517,7 +517,8 @@ __attribute__((target("avx512f,fma"))) void row_seq_chunk(const void* p, int64_t
 }
 
 // One row of A times B stored transposed (B rows are n): a matrix-vector product over those rows.
-// (B with contiguous rows goes through rows_times_matrix_chunk, one row being a few.)
+// (B with contiguous rows goes through rows_times_matrix_chunk, one row being a few, or on one
+// AVX-512 thread through row_seq_chunk.)
 __attribute__((target("avx2,fma"))) void row_times_transposed_chunk(const void* p, int64_t chunk) {
   const RowJob& j = *static_cast<const RowJob*>(p);
   const GemmShape& s = *j.s;
