@@ -118,7 +118,8 @@ void bind_gpt(nb::module_& top) {
           logits = g.decode(tokens);
         }
         return logits_array(g, logits);
-      }, nb::arg("tokens"), "Feeds one token per row at the current position; returns the next logits, [batch, vocab_size].")
+      }, nb::arg("tokens"),
+         "Feeds one token per row at the current position; returns the next logits, [batch, vocab_size].")
       .def("rewind", &nn::GptGenerator::rewind, nb::arg("position"),
            "Drops the cached positions from `position` on: the next decode writes at `position` and returns the "
            "logits of a full forward over the first `position` tokens followed by the new one (draft tokens taken "

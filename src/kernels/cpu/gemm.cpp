@@ -482,12 +482,12 @@ int64_t row_task_columns(int64_t N, const ThreadPool& pool) {
 
 // One row of A times B with contiguous rows, AVX-512, one thread: B read row after row, the row of
 // C (at most kRowSeqCols columns per task) held in L1 between rows. Each row of B is then one run,
-// and the product one stream through memory that the hardware prefetcher follows, where the
-// AVX2 64-column blocks over bands of 16 rows read 16 short streams. A decoding step's 48 projections of
-// gpt2-98m (340 MB) on an AMD EPYC, one thread: 21-22 GB/s in blocks, 30-33 this way; from cache
-// (1 x 768 x 3072) 67 to 97-106 GB/s. Two threads, each streaming half of every row, read 24-28
-// GB/s against the blocks' 31, so several threads keep the blocks. Each output is one FMA chain
-// in ascending k from +0 (or C), as on the other paths.
+// and the product one stream through memory that the hardware prefetcher follows, where the AVX2
+// 64-column blocks over bands of 16 rows read 16 short streams. A decoding step's 48 projections
+// of gpt2-98m (340 MB) on an AMD EPYC, one thread: 21-22 GB/s in blocks, 30-33 this way; from
+// cache (1 x 768 x 3072) 67 to 97-106 GB/s. Two threads, each streaming half of every row, read
+// 24-28 GB/s against the blocks' 31, so several threads keep the blocks. Each output is one FMA
+// chain in ascending k from +0 (or C), as on the other paths.
 constexpr int64_t kRowSeqCols = 4096;  // 16 KB of C, within every L1
 __attribute__((target("avx512f,fma"))) void row_seq_chunk(const void* p, int64_t chunk) {
   const RowJob& j = *static_cast<const RowJob*>(p);
@@ -1198,7 +1198,8 @@ Path gemm_path(const GemmShape& s, int isa, int mode) {
   // Tiny problems run inline: a parallel launch costs more than the work.
   const bool tiny = s.M * s.N * s.K < (1 << 15);
   if (s.M == 1 && !tiny && isa >= 1 && s.b_cs != 1 && s.b_rs == 1) return Path::RowTransposed;
-  if (s.M == 1 && !tiny && isa >= 1 && s.b_cs == 1) return Path::Row;  // AVX2's 64-column blocks, or the AVX-512 row stream on one thread
+  // Row: AVX2's 64-column blocks, or the AVX-512 row stream on one thread.
+  if (s.M == 1 && !tiny && isa >= 1 && s.b_cs == 1) return Path::Row;
   if (s.M > 1 && s.M <= kFewRows && !tiny && isa >= 2 && s.b_rs == 1 && s.b_cs >= s.K && s.N >= 64)
     return Path::FewTransposed;
   if (s.M > 1 && s.M <= kFewRows && !tiny && isa >= 1 && s.b_cs == 1 && s.N >= 64) return Path::Few;
