@@ -1,5 +1,6 @@
 #include "synoros/core.hpp"
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -124,6 +125,18 @@ void* recycled_buffer(size_t rounded) { return RecycledBuffers::take(rounded); }
 bool recycle_buffer(size_t rounded, void* p) { return rounded <= kRecycledBytes && RecycledBuffers::keep(rounded, p); }
 }  // namespace
 
+void* allocate_buffer_memory(size_t bytes) {
+  bytes = (bytes + 63) / 64 * 64;
+  if (bytes < kHugePageBytes || config::flag("SYNOROS_NO_HUGE_PAGES")) return std::aligned_alloc(64, bytes);
+  void* p = nullptr;
+  if (posix_memalign(&p, kHugePageBytes, bytes) != 0) return nullptr;
+  // The whole huge pages only: a tail in one would be backed by all 2 MiB of it. Advice only:
+  // where transparent huge pages are off, or none is free, the kernel backs the range with small
+  // pages and nothing else changes.
+  madvise(p, bytes / kHugePageBytes * kHugePageBytes, MADV_HUGEPAGE);
+  return p;
+}
+
 Buffer::Buffer(size_t bytes, Device device) : bytes_(bytes), device_(device) {
   if (device.kind != Device::Kind::CPU) throw Error("Buffer: only CPU buffers can be allocated here");
   if (bytes > SIZE_MAX - 64) throw Error("out of memory: cannot allocate " + std::to_string(bytes) + " bytes");
@@ -136,7 +149,7 @@ Buffer::Buffer(size_t bytes, Device device) : bytes_(bytes), device_(device) {
                 ", above its limit of " + gib(memory_limit()) + " (SYNOROS_MAX_MEMORY_BYTES)");
   }
   data_ = recycled_buffer(rounded);
-  if (!data_) data_ = std::aligned_alloc(64, rounded);
+  if (!data_) data_ = allocate_buffer_memory(rounded);
   if (!data_) {
     g_live_bytes.fetch_sub(rounded, std::memory_order_relaxed);
     throw Error("out of memory: cannot allocate " + gib(rounded));

@@ -125,14 +125,16 @@ MachinePeak measure_peak() {
   // Streams from DRAM: buffers of twice the last-level cache (at least 64 MiB, at most 512 MiB;
   // a VM may report a cache of hundreds of MiB, and 64 MiB then measured the cache). They are
   // the measurement's own (outside the engine's memory limit, which a loaded model may fill);
-  // where the large ones cannot be had, 64 MiB ones.
+  // where the large ones cannot be had, 64 MiB ones. Allocated as the engine's buffers are
+  // (allocate_buffer_memory: in huge pages where the system has them), so the limit is what the engine's
+  // own streams could reach.
   size_t bytes = stream_bytes();
   auto free_ = [](void* q) { std::free(q); };
-  std::unique_ptr<void, decltype(free_)> src(std::aligned_alloc(4096, bytes), free_), dst(std::aligned_alloc(4096, bytes), free_);
+  std::unique_ptr<void, decltype(free_)> src(allocate_buffer_memory(bytes), free_), dst(allocate_buffer_memory(bytes), free_);
   if (!src || !dst) {
     bytes = size_t(64) << 20;
-    src.reset(std::aligned_alloc(4096, bytes));
-    dst.reset(std::aligned_alloc(4096, bytes));
+    src.reset(allocate_buffer_memory(bytes));
+    dst.reset(allocate_buffer_memory(bytes));
     if (!src || !dst) throw Error("peak: cannot allocate two buffers of 64 MiB to measure the bandwidth");
   }
   std::memset(src.get(), 1, bytes);
