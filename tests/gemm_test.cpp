@@ -195,13 +195,50 @@ TEST(Gemm, BPackedAheadGivesTheBitsOfBPackedPerCall) {
         }
       }
     }
-  // One row, a few rows and tiny products read B where it lies.
+  // One row, a few rows without AVX-512 and tiny products read B where it lies.
   const GemmShape row{1, 512, 512, 512, 1, 512, 1, 512}, few{8, 512, 512, 512, 1, 512, 1, 512},
       tiny{4, 4, 4, 4, 1, 4, 1, 4};
   EXPECT_FALSE(sgemm_packs_b(row, 2));
   EXPECT_FALSE(sgemm_packs_b(few, 1));
+  EXPECT_TRUE(sgemm_packs_b(few, 2));
   EXPECT_FALSE(sgemm_packs_b(tiny, 1));
   EXPECT_TRUE(sgemm_packs_b(tiny, 1, 2));
+  set_isa(saved);
+}
+
+// A few rows of A (decoding at batch 2 to 8) with AVX-512 read a B packed ahead panel after panel:
+// the bits of B read in place and of the scalar build, on one thread and three, with and without
+// accumulation; partial panels, several K blocks, B in place or transposed.
+TEST(Gemm, FewRowsReadingBPackedAheadGiveTheBitsOfBInPlace) {
+  if (int(best_isa()) < int(Isa::Avx512)) GTEST_SKIP() << "needs AVX-512";
+  Isa saved = active_isa();
+  ThreadPool three(3), one(1);
+  const std::vector<std::array<int64_t, 3>> shapes = {{2, 65, 600}, {3, 97, 1030}, {8, 512, 300}, {5, 70, 257},
+                                                      {8, 1020, 40}, {7, 64, 513}, {4, 2304, 768}, {6, 33, 2000}};
+  for (const auto& [M, N, K] : shapes)
+    for (int t = 0; t < 4; ++t) {
+      Problem p = make_problem(M, N, K, t & 1, t & 2, uint64_t(5 * M + N + K + t));
+      ASSERT_TRUE(sgemm_packs_b(p.s, int(Isa::Avx512))) << M << "x" << N << "x" << K << " transposed=" << t;
+      Buffer packed(sgemm_packed_b_floats(p.s, int(Isa::Avx512)) * sizeof(float));
+      sgemm_pack_b(p.s, p.B.data(), static_cast<float*>(packed.data()), int(Isa::Avx512), three);
+      const std::vector<float> nans(p.B.size(), std::numeric_limits<float>::quiet_NaN());
+      for (bool acc : {false, true}) {
+        Buffer scratch(gemm_scratch_floats(p.s) * sizeof(float));
+        std::vector<float> in_place = p.C0, scalar = p.C0;
+        sgemm(p.s, p.A.data(), p.B.data(), in_place.data(), static_cast<float*>(scratch.data()), int(Isa::Avx512),
+              three, 0, acc);
+        sgemm(p.s, p.A.data(), p.B.data(), scalar.data(), static_cast<float*>(scratch.data()), int(Isa::Scalar), one,
+              0, acc);
+        EXPECT_EQ(in_place, scalar) << "M=" << M << " N=" << N << " K=" << K << " transposed=" << t;
+        for (ThreadPool* pool : {&three, &one}) {
+          std::vector<float> C = p.C0;
+          sgemm(p.s, p.A.data(), nans.data(), C.data(), static_cast<float*>(scratch.data()), int(Isa::Avx512),
+                *pool, 0, acc, static_cast<const float*>(packed.data()));
+          EXPECT_EQ(C, in_place) << "M=" << M << " N=" << N << " K=" << K << " transposed=" << t
+                                 << " accumulate=" << acc << " threads=" << pool->size();
+        }
+      }
+    }
   set_isa(saved);
 }
 

@@ -3,6 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
 #include <cstring>
 #include <random>
 
@@ -324,6 +328,73 @@ TEST(PackedWeights, AreKeptFromTheSecondCallAndFollowEveryChange) {
   q.run();
   EXPECT_GE(live_buffer_bytes(), before_refusal + weight_bytes);
   EXPECT_TRUE(same(q.read(y), fresh()));
+}
+
+// A product of a few rows (a decoding step at batch 2 to 8) keeps its weight packed with AVX-512,
+// where its panels are read as one stream, and reads it in place on other instruction sets; the
+// bits are those of the plan without copies either way.
+TEST(PackedWeights, AFewRowsProductKeepsItsWeightPackedOnlyWithAvx512) {
+  auto w = std::make_shared<HostTensor>(testing::random_tensor({DType::F32, {384, 200}}, 15));
+  Graph g;
+  ValueId x = g.input(DType::F32, {8, 384}, "x");
+  ValueId y = g.einsum("mk,kn->mn", {x, g.param(w, "w")});
+  const HostTensor xv = testing::random_tensor({DType::F32, {8, 384}}, 16);
+  HostTensor expected;
+  {
+    config::ScopedOverride off("SYNOROS_NO_WEIGHT_PACKS", "1");
+    Plan f(g, {y});
+    f.set_input(x, xv);
+    f.run();
+    expected = f.read(y);
+  }
+  const kernels::Isa saved = kernels::active_isa();
+  for (kernels::Isa isa : {kernels::Isa::Avx2, kernels::Isa::Avx512}) {
+    if (int(isa) > int(kernels::best_isa())) continue;
+    kernels::set_isa(isa);
+    Plan p(g, {y});
+    p.set_input(x, xv);
+    p.run();
+    const size_t after_first = live_buffer_bytes();
+    p.run();
+    p.run();
+    if (isa == kernels::Isa::Avx512)
+      EXPECT_GE(live_buffer_bytes(), after_first + size_t(w->bytes()));
+    else
+      EXPECT_EQ(live_buffer_bytes(), after_first);
+    const HostTensor got = p.read(y);
+    EXPECT_EQ(std::memcmp(got.buffer->data(), expected.buffer->data(), expected.bytes()), 0) << kernels::isa_name(isa);
+  }
+  kernels::set_isa(saved);
+}
+
+// Buffers of a huge page and more start on one and are advised into transparent huge pages (where
+// the kernel has them), so streaming a large weight or cache costs a TLB miss per 2 MiB.
+TEST(Buffers, LargeOnesAreAdvisedIntoHugePages) {
+  if (config::flag("SYNOROS_NO_HUGE_PAGES")) GTEST_SKIP() << "SYNOROS_NO_HUGE_PAGES=1";
+  Buffer small(1000), large(3 * kHugePageBytes + 100);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(small.data()) % 64, 0u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(large.data()) % kHugePageBytes, 0u);
+  std::ifstream thp("/sys/kernel/mm/transparent_hugepage/enabled");
+  if (!thp) GTEST_SKIP() << "this kernel has no transparent huge pages";
+  // The mapping that holds the buffer carries the advice ("hg" in its VmFlags).
+  std::ifstream smaps("/proc/self/smaps");
+  ASSERT_TRUE(smaps) << "cannot read /proc/self/smaps";
+  const uintptr_t at = reinterpret_cast<uintptr_t>(large.data());
+  std::string line;
+  bool inside = false, found = false;
+  while (std::getline(smaps, line)) {
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2) {  // a mapping's first line: its range
+      inside = at >= lo && at < hi;
+      continue;
+    }
+    if (inside && line.rfind("VmFlags:", 0) == 0) {
+      found = true;
+      EXPECT_NE((line + " ").find(" hg "), std::string::npos) << line;
+      break;
+    }
+  }
+  EXPECT_TRUE(found) << "no mapping holds the buffer";
 }
 
 // Borrowed memory (a NumPy array, a PyTorch tensor) gets no packed copy: its owner can change it
