@@ -55,15 +55,17 @@ void set_memory_limit(size_t bytes);
 size_t default_memory_limit();  // 3/4 of physical memory (SIZE_MAX when unknown)
 size_t live_buffer_bytes();
 
-// Memory for a buffer (`bytes` rounded up to 64), released with std::free: 64-byte aligned, and
-// from kHugePageBytes on aligned to a huge page, its whole huge pages advised into transparent
-// huge pages (MADV_HUGEPAGE). Streaming a model's weights or a key/value cache then misses the TLB
-// once per 2 MiB rather than once per 4 KiB: on an AMD EPYC, one thread, a decoding step's
-// attention of gpt2-98m at batch 8 took 13.6-14.1 ms against 16.0-18.0, the whole step 31.7-31.9
-// ms against 33.7-34.6. SYNOROS_NO_HUGE_PAGES=1 switches the advice off. Null when the memory
-// cannot be had.
+// Memory for a buffer (`bytes` rounded up to 64), zero, released with release_buffer_memory(p,
+// bytes): 64-byte aligned; from kHugePageBytes on a mapping of its own that starts on a huge page,
+// its whole huge pages advised into transparent huge pages (MADV_HUGEPAGE), so a stream through
+// a model's weights or a key/value cache misses the TLB once per 2 MiB rather than once per
+// 4 KiB (docs/benchmarks.md has the decoding step before and after). SYNOROS_NO_HUGE_PAGES=1
+// leaves them in the system's default pages. Where the system compacts memory for advised ranges
+// (its `defrag` setting), making a large buffer may wait for that. Null when the memory cannot
+// be had.
 constexpr size_t kHugePageBytes = size_t(2) << 20;
 void* allocate_buffer_memory(size_t bytes);
+void release_buffer_memory(void* p, size_t bytes);
 
 // A 64-byte aligned, owned allocation on one device.
 class Buffer {

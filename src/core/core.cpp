@@ -125,16 +125,37 @@ void* recycled_buffer(size_t rounded) { return RecycledBuffers::take(rounded); }
 bool recycle_buffer(size_t rounded, void* p) { return rounded <= kRecycledBytes && RecycledBuffers::keep(rounded, p); }
 }  // namespace
 
-void* allocate_buffer_memory(size_t bytes) {
-  bytes = (bytes + 63) / 64 * 64;
-  if (bytes < kHugePageBytes || config::flag("SYNOROS_NO_HUGE_PAGES")) return std::aligned_alloc(64, bytes);
-  void* p = nullptr;
-  if (posix_memalign(&p, kHugePageBytes, bytes) != 0) return nullptr;
+namespace {
+// A mapping of its own for a buffer of a huge page and more (its pages zero, its address space
+// returned whole when it is freed), aligned to a huge page: `bytes` rounded up to whole small
+// pages. Null when the mapping cannot be had.
+void* map_huge_aligned(size_t bytes, bool advise) {
+  const size_t page = 4096, length = (bytes + page - 1) / page * page, span = length + kHugePageBytes - page;
+  void* raw = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) return nullptr;
+  const uintptr_t start = reinterpret_cast<uintptr_t>(raw),
+                  aligned = (start + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
+  if (aligned > start) munmap(raw, aligned - start);
+  if (const uintptr_t end = aligned + length; end < start + span) munmap(reinterpret_cast<void*>(end), start + span - end);
   // The whole huge pages only: a tail in one would be backed by all 2 MiB of it. Advice only:
   // where transparent huge pages are off, or none is free, the kernel backs the range with small
   // pages and nothing else changes.
-  madvise(p, bytes / kHugePageBytes * kHugePageBytes, MADV_HUGEPAGE);
-  return p;
+  if (advise) madvise(reinterpret_cast<void*>(aligned), bytes / kHugePageBytes * kHugePageBytes, MADV_HUGEPAGE);
+  return reinterpret_cast<void*>(aligned);
+}
+void* buffer_memory(size_t bytes, bool huge_pages) {
+  if (bytes > SIZE_MAX - 2 * kHugePageBytes) return nullptr;
+  if (bytes < kHugePageBytes) return std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+  return map_huge_aligned(bytes, huge_pages);
+}
+}  // namespace
+
+void* allocate_buffer_memory(size_t bytes) { return buffer_memory(bytes, !config::flag("SYNOROS_NO_HUGE_PAGES")); }
+
+void release_buffer_memory(void* p, size_t bytes) {
+  if (p == nullptr) return;
+  if (bytes < kHugePageBytes) return std::free(p);
+  munmap(p, (bytes + 4095) / 4096 * 4096);
 }
 
 Buffer::Buffer(size_t bytes, Device device) : bytes_(bytes), device_(device) {
@@ -142,6 +163,7 @@ Buffer::Buffer(size_t bytes, Device device) : bytes_(bytes), device_(device) {
   if (bytes > SIZE_MAX - 64) throw Error("out of memory: cannot allocate " + std::to_string(bytes) + " bytes");
   size_t rounded = (bytes + 63) / 64 * 64;
   if (rounded == 0) rounded = 64;
+  const bool huge_pages = rounded >= kHugePageBytes && !config::flag("SYNOROS_NO_HUGE_PAGES");
   size_t live = g_live_bytes.fetch_add(rounded, std::memory_order_relaxed) + rounded;
   if (live > memory_limit() || live < rounded) {
     g_live_bytes.fetch_sub(rounded, std::memory_order_relaxed);
@@ -149,12 +171,12 @@ Buffer::Buffer(size_t bytes, Device device) : bytes_(bytes), device_(device) {
                 ", above its limit of " + gib(memory_limit()) + " (SYNOROS_MAX_MEMORY_BYTES)");
   }
   data_ = recycled_buffer(rounded);
-  if (!data_) data_ = allocate_buffer_memory(rounded);
+  if (!data_) data_ = buffer_memory(rounded, huge_pages);
   if (!data_) {
     g_live_bytes.fetch_sub(rounded, std::memory_order_relaxed);
     throw Error("out of memory: cannot allocate " + gib(rounded));
   }
-  std::memset(data_, 0, rounded);
+  if (rounded < kHugePageBytes) std::memset(data_, 0, rounded);  // a mapping of its own is zero already
 }
 
 Buffer::Buffer(void* external, size_t bytes, std::shared_ptr<void> owner, Device device)
@@ -168,7 +190,7 @@ Buffer::Buffer(void* external, size_t bytes, std::shared_ptr<void> owner, Device
 Buffer::~Buffer() {
   if (owner_) return;  // the owner frees it; it was never counted
   const size_t rounded = bytes_ == 0 ? 64 : (bytes_ + 63) / 64 * 64;
-  if (!recycle_buffer(rounded, data_)) std::free(data_);
+  if (!recycle_buffer(rounded, data_)) release_buffer_memory(data_, rounded);
   g_live_bytes.fetch_sub(rounded, std::memory_order_relaxed);
 }
 

@@ -125,20 +125,29 @@ MachinePeak measure_peak() {
   // Streams from DRAM: buffers of twice the last-level cache (at least 64 MiB, at most 512 MiB;
   // a VM may report a cache of hundreds of MiB, and 64 MiB then measured the cache). They are
   // the measurement's own (outside the engine's memory limit, which a loaded model may fill);
-  // where the large ones cannot be had, 64 MiB ones. Allocated as the engine's buffers are
-  // (allocate_buffer_memory: in huge pages where the system has them), so the limit is what the engine's
-  // own streams could reach.
+  // where the large ones cannot be had, 64 MiB ones. Allocated as the engine's buffers are (in
+  // huge pages where the system has them), so the limit is what the engine's own streams reach.
+  struct Stream {
+    size_t length;
+    void* mem;
+    explicit Stream(size_t n) : length(n), mem(allocate_buffer_memory(n)) {}
+    ~Stream() { release_buffer_memory(mem, length); }
+    Stream(const Stream&) = delete;
+    Stream& operator=(const Stream&) = delete;
+    void* get() const { return mem; }
+  };
   size_t bytes = stream_bytes();
-  auto free_ = [](void* q) { std::free(q); };
-  std::unique_ptr<void, decltype(free_)> src(allocate_buffer_memory(bytes), free_), dst(allocate_buffer_memory(bytes), free_);
-  if (!src || !dst) {
+  auto src = std::make_unique<Stream>(bytes), dst = std::make_unique<Stream>(bytes);
+  if (!src->get() || !dst->get()) {
+    src.reset();
+    dst.reset();
     bytes = size_t(64) << 20;
-    src.reset(allocate_buffer_memory(bytes));
-    dst.reset(allocate_buffer_memory(bytes));
-    if (!src || !dst) throw Error("peak: cannot allocate two buffers of 64 MiB to measure the bandwidth");
+    src = std::make_unique<Stream>(bytes);
+    dst = std::make_unique<Stream>(bytes);
+    if (!src->get() || !dst->get()) throw Error("peak: cannot allocate two buffers of 64 MiB to measure the bandwidth");
   }
-  std::memset(src.get(), 1, bytes);
-  std::memset(dst.get(), 2, bytes);
+  std::memset(src->get(), 1, bytes);
+  std::memset(dst->get(), 2, bytes);
   auto read_stream = [&](const void* q) {
     const uint64_t* x = static_cast<const uint64_t*>(q);
     const size_t n = bytes / sizeof(uint64_t);
@@ -150,11 +159,11 @@ MachinePeak measure_peak() {
   for (int rep = 0; rep < 3; ++rep) {  // best of three of each
     // The read walks both buffers (four times the cache and more) before the copy touches them.
     auto t0 = Clock::now();
-    const uint64_t sum = read_stream(src.get()) + read_stream(dst.get());
+    const uint64_t sum = read_stream(src->get()) + read_stream(dst->get());
     read = std::max(read, 2.0 * double(bytes) / seconds_since(t0));
     asm volatile("" : : "r"(sum) : "memory");
     t0 = Clock::now();
-    std::memcpy(dst.get(), src.get(), bytes);
+    std::memcpy(dst->get(), src->get(), bytes);
     copy = std::max(copy, 2.0 * double(bytes) / seconds_since(t0));
   }
   p.gbps = copy / 1e9;

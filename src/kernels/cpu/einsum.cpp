@@ -206,17 +206,17 @@ struct GemmArgs {
   float* pinned = nullptr;
   int64_t pin_rs = 0, pin_cs = 0;
   mutable uint64_t pin_seen = ~uint64_t(0);
-  // A parameter B the provider packs per call (see PackedWeight); null when none.
+  // A parameter B the provider reads packed (see PackedWeight); null when none.
   struct PackedWeight* packs = nullptr;
   mutable const float* packed_b = nullptr;  // this call's packed B, or null
 };
 
 // A parameter B kept in the provider's packed layout, so that a weight that does not change
 // between calls (inference, a frozen base under LoRA, accumulated micro-steps) is not packed again
-// by every call. The copy is made by the second call that sees the same version of the weight
+// by every call (or, for a few rows, is read as one stream rather than in place). The copy is made by the second call that sees the same version of the weight
 // (a weight that changes every step, as in training, never gets one) and is repacked when the
 // version or the instruction set moves. Its memory counts against the engine's limit; when that
-// refuses it, the product packs per call as before. Borrowed weights get no copy. The packed
+// refuses it, the product runs as it would without the copy. Borrowed weights get no copy. The packed
 // panels hold the same floats, so the bits do not change.
 struct PackedWeight {
   const Buffer* src = nullptr;

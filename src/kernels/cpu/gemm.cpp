@@ -527,8 +527,8 @@ __attribute__((target("avx2,fma"))) void row_times_transposed_chunk(const void* 
   small_matvec_avx2(mv, j.B + n0 * s.b_cs, j.A, s.a_cs, j.C + n0, j.accumulate, s.N - n1);
 }
 
-// One or a few rows of A times a large B with contiguous rows (decoding): B is streamed once in
-// place, row by row across the task's columns in bands of kFewK rows (kFewBandK with AVX-512 and
+// One or a few rows of A times a large B with contiguous rows (decoding), when B is not packed
+// ahead (see few_packed_chunk): B is streamed once in place, row by row across the task's columns in bands of kFewK rows (kFewBandK with AVX-512 and
 // several rows; streams the prefetcher follows), each 64-column block used by every row of A
 // while it sits in L1. Each row's chains
 // continue from C between k blocks, so every output is still one FMA chain in ascending k.
@@ -636,15 +636,9 @@ __attribute__((target("avx2,fma"))) void rows_times_matrix_chunk(const void* p, 
 // the K block and continue from C between K blocks: every output is one FMA chain in ascending k
 // from +0 (or C), as on the other paths. A decoding step's projections of gpt2-98m at batch 8
 // (340 MB), one thread on an AMD EPYC, in huge pages: 15.4-16.3 ms read in place (21-22 GB/s),
-// 8.9-9.2 ms packed (36-38 GB/s). The copy costs the weight's memory again.
-struct FewPackedJob {
-  const GemmShape* s;
-  const float* A;
-  const float* packed_b;
-  float* C;
-  bool accumulate;
-  int64_t np, kblock, panels;  // panels of B, K block length, panels per task
-};
+// 8.9-9.2 ms packed (36-38 GB/s). The copy costs the weight's memory again. The job is a RowJob
+// whose B is the packed B and whose chunk is a multiple of the panels' 32 columns.
+int64_t k_block(const GemmShape& s);
 
 constexpr int64_t kFewPackedAhead = 2048;  // floats
 
@@ -663,7 +657,8 @@ __attribute__((target("avx512f,fma"))) void few_packed_panel(int64_t kc, const f
   for (int64_t k = 0; k < kc; ++k) {
     // The stream 8 KB ahead, past the panel into the next (the hardware prefetcher alone read it
     // at 29-30 GB/s against 36-38 with this, 16 KB ahead the same, 32 KB 34-35).
-    const char* f = reinterpret_cast<const char*>(pb + 32 * k + kFewPackedAhead);
+    // (An address past the packed B near its end: computed as an integer, and only fetched.)
+    const char* f = reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(pb + 32 * k) + kFewPackedAhead * 4);
     _mm_prefetch(f, _MM_HINT_T0);
     _mm_prefetch(f + 64, _MM_HINT_T0);
     const __m512 b0 = _mm512_loadu_ps(pb + 32 * k), b1 = _mm512_loadu_ps(pb + 32 * k + 16);
@@ -682,20 +677,21 @@ __attribute__((target("avx512f,fma"))) void few_packed_panel(int64_t kc, const f
 }
 
 template <int M>
-void few_packed_rows(const FewPackedJob& j, int64_t q0, int64_t q1) {
+void few_packed_rows(const RowJob& j, int64_t q0, int64_t q1) {
   const GemmShape& s = *j.s;
-  for (int64_t k0 = 0; k0 < s.K; k0 += j.kblock) {
-    const int64_t kc = std::min(j.kblock, s.K - k0);
+  const int64_t np = ceil_div(s.N, 32), kblock = k_block(s);
+  for (int64_t k0 = 0; k0 < s.K; k0 += kblock) {
+    const int64_t kc = std::min(kblock, s.K - k0);
     const float* a = j.A + k0 * s.a_cs;
     for (int64_t q = q0; q < q1; ++q)
-      few_packed_panel<M>(kc, a, s.a_rs, s.a_cs, j.packed_b + k0 * j.np * 32 + q * kc * 32, j.C + q * 32, s.c_rs,
+      few_packed_panel<M>(kc, a, s.a_rs, s.a_cs, j.B + k0 * np * 32 + q * kc * 32, j.C + q * 32, s.c_rs,
                           std::min<int64_t>(32, s.N - q * 32), j.accumulate || k0 > 0);
   }
 }
 
 void few_packed_chunk(const void* p, int64_t chunk) {
-  const FewPackedJob& j = *static_cast<const FewPackedJob*>(p);
-  const int64_t q0 = chunk * j.panels, q1 = std::min(j.np, q0 + j.panels);
+  const RowJob& j = *static_cast<const RowJob*>(p);
+  const int64_t q0 = chunk * (j.chunk / 32), q1 = std::min(ceil_div(j.s->N, 32), q0 + j.chunk / 32);
   switch (j.s->M) {
     case 1: return few_packed_rows<1>(j, q0, q1);
     case 2: return few_packed_rows<2>(j, q0, q1);
@@ -1298,10 +1294,9 @@ GemmJob packed_job(const GemmShape& s, const float* A, const float* B, float* C,
 // K blocks of equal length (at most kGemmKC): a short last block would pay the tile load/store
 // for little work. Chains resume from C, so blocking never changes the bits.
 int64_t k_block(const GemmShape& s) { return ceil_div(s.K, ceil_div(s.K, kGemmKC)); }
-}  // namespace
-
 // The few-row paths read B packed ahead too, with AVX-512 (see few_packed_chunk).
 bool few_reads_packed(Path path, int isa) { return isa >= 2 && (path == Path::Few || path == Path::FewTransposed); }
+}  // namespace
 
 bool sgemm_packs_b(const GemmShape& s, int isa, int mode) {
   if (s.M <= 0 || s.N <= 0 || s.K <= 0) return false;
@@ -1335,11 +1330,10 @@ void sgemm(const GemmShape& s, const float* A, const float* B, float* C, float* 
   }
   const Path path = gemm_path(s, isa, mode);
   if (packed_b != nullptr && few_reads_packed(path, isa)) {
-    const int64_t np = ceil_div(s.N, kNR512);
-    // One task on one thread (B one stream); else row_task_columns' split, in whole panels.
-    const int64_t panels = pool.size() == 1 ? np : row_task_columns(s.N, pool) / kNR512;
-    FewPackedJob fj{&s, A, packed_b, C, accumulate, np, k_block(s), panels};
-    return pool.run(ceil_div(np, panels), few_packed_chunk, &fj);
+    // One task on one thread (B one stream); else row_task_columns' split (whole panels).
+    RowJob fj{&s, A, packed_b, C, accumulate};
+    fj.chunk = pool.size() == 1 ? ceil_div(s.N, kNR512) * kNR512 : row_task_columns(s.N, pool);
+    return pool.run(ceil_div(s.N, fj.chunk), few_packed_chunk, &fj);
   }
   if (path != Path::Packed && path != Path::Small) {
     RowJob rj{&s, A, B, C, accumulate};

@@ -38,13 +38,15 @@ size_t gemm_scratch_floats(const GemmShape& s, int mode = 0);
 // C = A @ B for one matrix; `scratch` holds gemm_scratch_floats(s) floats, 64-byte aligned.
 // isa: 0 scalar, 1 AVX2, 2 AVX-512 (same bits on all).
 // mode: 0 picks by size, 1 the unpacked small-problem path, 2 the packed blocked path.
-// packed_b: B already packed by sgemm_pack_b for this shape and isa (null: B is packed per call);
-// used only when sgemm_packs_b holds. The bits are the same either way.
+// packed_b: B already packed by sgemm_pack_b for this shape and isa (null: B is packed per call,
+// or read in place by the few-row paths); used only when sgemm_packs_b holds. The bits are the
+// same either way.
 void sgemm(const GemmShape& s, const float* A, const float* B, float* C, float* scratch, int isa,
            ThreadPool& pool, int mode = 0, bool accumulate = false, const float* packed_b = nullptr);
 
-// Whether sgemm packs B for this shape (its blocked path), so that a B packed once ahead
-// (a weight that does not change between calls) saves that work.
+// Whether sgemm reads B packed for this shape (its blocked path, which packs B per call, and with
+// AVX-512 the products of 2 to 8 rows, which read a packed B as one stream), so that a B packed
+// once ahead (a weight that does not change between calls) saves that work.
 bool sgemm_packs_b(const GemmShape& s, int isa, int mode = 0);
 // The floats of B packed for every K block: the panels sgemm reads.
 size_t sgemm_packed_b_floats(const GemmShape& s, int isa);
