@@ -136,7 +136,8 @@ void* map_huge_aligned(size_t bytes, bool advise) {
   const uintptr_t start = reinterpret_cast<uintptr_t>(raw),
                   aligned = (start + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
   if (aligned > start) munmap(raw, aligned - start);
-  if (const uintptr_t end = aligned + length; end < start + span) munmap(reinterpret_cast<void*>(end), start + span - end);
+  if (const uintptr_t end = aligned + length; end < start + span)
+    munmap(reinterpret_cast<void*>(end), start + span - end);
   // The whole huge pages only: a tail in one would be backed by all 2 MiB of it. Advice only:
   // where transparent huge pages are off, or none is free, the kernel backs the range with small
   // pages and nothing else changes.

@@ -213,11 +213,12 @@ struct GemmArgs {
 
 // A parameter B kept in the provider's packed layout, so that a weight that does not change
 // between calls (inference, a frozen base under LoRA, accumulated micro-steps) is not packed again
-// by every call (or, for a few rows, is read as one stream rather than in place). The copy is made by the second call that sees the same version of the weight
-// (a weight that changes every step, as in training, never gets one) and is repacked when the
-// version or the instruction set moves. Its memory counts against the engine's limit; when that
-// refuses it, the product runs as it would without the copy. Borrowed weights get no copy. The packed
-// panels hold the same floats, so the bits do not change.
+// by every call (or, for a few rows, is read as one stream rather than in place). The copy is
+// made by the second call that sees the same version of the weight (a weight that changes every
+// step, as in training, never gets one) and is repacked when the version or the instruction set
+// moves. Its memory counts against the engine's limit; when that refuses it, the product runs as
+// it would without the copy. Borrowed weights get no copy. The packed panels hold the same
+// floats, so the bits do not change.
 struct PackedWeight {
   const Buffer* src = nullptr;
   uint64_t seen = ~uint64_t(0);    // the version the last call saw

@@ -528,9 +528,9 @@ __attribute__((target("avx2,fma"))) void row_times_transposed_chunk(const void* 
 }
 
 // One or a few rows of A times a large B with contiguous rows (decoding), when B is not packed
-// ahead (see few_packed_chunk): B is streamed once in place, row by row across the task's columns in bands of kFewK rows (kFewBandK with AVX-512 and
-// several rows; streams the prefetcher follows), each 64-column block used by every row of A
-// while it sits in L1. Each row's chains
+// ahead (see few_packed_chunk): B is streamed once in place, row by row across the task's columns
+// in bands of kFewK rows (kFewBandK with AVX-512 and several rows; streams the prefetcher
+// follows), each 64-column block used by every row of A while it sits in L1. Each row's chains
 // continue from C between k blocks, so every output is still one FMA chain in ascending k.
 constexpr int64_t kFewRows = 8, kFewK = 16;
 constexpr int64_t kFewPrefetch = 16;  // blocks of B fetched ahead (their rows are short streams)
