@@ -240,6 +240,9 @@ std::vector<OpCase> all_cases() {
   c.push_back(with_attrs("cross_entropy i32", Op::CrossEntropy,
                          {f32({4, 3}, -3, 3), InputSpec{DType::I32, {4}, 0, 3, 0}}, {}));
   c.push_back(with_attrs("embedding", Op::Embedding, {f32({6, 4}), i64({2, 5}, 6)}, {}));
+  // The rows' sums added to a gradient (a tied table's other contribution), 70 columns wide.
+  c.push_back(with_attrs("embedding_grad into a gradient", Op::EmbeddingGrad,
+                         {f32({2, 5, 70}), i64({2, 5}, 6), f32({6, 70})}, attr::Rows{6}, false));
   c.push_back(with_attrs("cross_entropy ignoring 2", Op::CrossEntropy, {f32({9, 4}, -3, 3), i64({9}, 4)}, attr::CrossEntropy{2}));
   // argmax/argmin (integer results: checked against the oracle, no gradient), running sums
   // forward and reverse along each axis, gather with an index smaller than the data off its axis

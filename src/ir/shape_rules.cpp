@@ -463,6 +463,7 @@ void infer_embedding(const Graph& g, Node& n) {
 }
 
 void infer_embedding_grad(const Graph& g, Node& n) {
+  if (n.in.size() < 2) throw Error("takes the gradient, the indices and optionally a gradient to add the rows to");
   require_float(g, n, 0);
   require_int(g, n, 1);
   const Shape& gs = in_shape(g, n, 0);
@@ -474,6 +475,9 @@ void infer_embedding_grad(const Graph& g, Node& n) {
   const int64_t rows = n.attr<attr::Rows>().rows;
   if (rows < 0) throw Error("the table's rows must be >= 0, got " + std::to_string(rows));
   n.shape = {rows, gs.back()};
+  if (n.in.size() > 2 && (in_shape(g, n, 2) != n.shape || in_dtype(g, n, 2) != n.dtype))
+    throw Error("the gradient to add to must be " + std::string(dtype_name(n.dtype)) + shape_str(n.shape) + ", got " +
+                dtype_name(in_dtype(g, n, 2)) + shape_str(in_shape(g, n, 2)));
 }
 
 }  // namespace synoros::opdefs

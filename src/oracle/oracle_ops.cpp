@@ -530,6 +530,8 @@ HostTensor oracle_embedding_grad(const Node& n, const OracleIn& in) {
     int64_t v = index_or_throw(in[1]->get(p), V, "embedding_grad");
     for (int64_t d = 0; d < D; ++d) out.set(v * D + d, out.get(v * D + d) + in[0]->get(p * D + d));
   }
+  if (in.size() > 2)  // a gradient to add the rows to
+    for (int64_t i = 0; i < V * D; ++i) out.set(i, in[2]->get(i) + out.get(i));
   return out;
 }
 

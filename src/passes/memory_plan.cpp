@@ -117,7 +117,9 @@ size_t most_live_bytes(const std::vector<Block>& blocks, size_t launches) {
 
 bool can_run_in_place(const Graph& g, const Node& n, size_t k) {
   OpKind kind = op_info(n.op).kind;
-  if (kind != OpKind::Elementwise && n.op != Op::Dropout) return false;
+  // embedding_grad's third input, the gradient it adds its rows to, is read where it is written.
+  const bool adds_into = n.op == Op::EmbeddingGrad && k == 2;
+  if (kind != OpKind::Elementwise && n.op != Op::Dropout && !adds_into) return false;
   const Node& x = g.node(n.in[k]);
   return x.shape == n.shape && dtype_size(x.dtype) == dtype_size(n.dtype);
 }

@@ -571,6 +571,7 @@ struct EmbArgs {
   int64_t* order;  // backward: positions sorted by vocabulary row (counting sort), P entries
   int64_t* start;  // backward: V + 1 row starts
   bool f64, i64;
+  const void* base = nullptr;  // backward with a third input: out = base + the rows' sums (out may be base)
 };
 
 template <class T>
@@ -592,6 +593,25 @@ template <class T>
 void emb_grad_rows(const EmbArgs& a, int64_t v0, int64_t v1) {
   const T* g = static_cast<const T*>(a.table);
   T* out = static_cast<T*>(a.out);
+  if (a.base) {
+    // Added to a gradient already summed (a tied table's other contribution): each element is
+    // that value plus its row's sum taken from zero in ascending positions, as base + (the
+    // two-input form) would give, over 64 columns at a time, so `out` may be `base` itself.
+    const T* base = static_cast<const T*>(a.base);
+    constexpr int64_t kCols = 64;
+    T acc[kCols];
+    for (int64_t v = v0; v < v1; ++v)
+      for (int64_t d0 = 0; d0 < a.D; d0 += kCols) {
+        const int64_t w = std::min(kCols, a.D - d0);
+        std::fill(acc, acc + w, T(0));
+        for (int64_t q = a.start[v]; q < a.start[v + 1]; ++q) {
+          const T* src = g + a.order[q] * a.D + d0;
+          for (int64_t d = 0; d < w; ++d) acc[d] += src[d];
+        }
+        for (int64_t d = 0; d < w; ++d) out[v * a.D + d0 + d] = base[v * a.D + d0 + d] + acc[d];
+      }
+    return;
+  }
   for (int64_t v = v0; v < v1; ++v) {
     T* row = out + v * a.D;
     std::fill(row, row + a.D, T(0));
@@ -796,7 +816,7 @@ Launch lower_embedding_grad(LowerCtx& c) {
   *a = {V, c.node.shape[1], P, c.in[0], c.in[1], c.out,
         static_cast<int64_t*>(c.storage.scratch(size_t(P + 1) * 8)),
         static_cast<int64_t*>(c.storage.scratch(size_t(V + 2) * 8)), c.node.dtype == DType::F64,
-        c.in_dtype(1) == DType::I64};
+        c.in_dtype(1) == DType::I64, c.in.size() > 2 ? c.in[2] : nullptr};
   return {emb_grad_launch, a, c.id};
 }
 
