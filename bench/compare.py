@@ -58,19 +58,27 @@ MEMORY_CASES = [("GPT training step (4 layers, width 256, 4 heads, sequence 128,
                  ["--model", "gpt2-98m", "--context", "256", "--batch", "8"], (8, 256, "gpt2-98m", False)),
                 ("gpt2-98m training step (sequence 256, batch 8), each block checkpointed on both sides",
                  ["--model", "gpt2-98m", "--context", "256", "--batch", "8", "--checkpoint-activations"],
-                 (8, 256, "gpt2-98m", True))]
+                 (8, 256, "gpt2-98m", True)),
+                # The whole step, as `synoros train` runs it: AdamW's update included (its state,
+                # like the parameters, is not counted), with the gradients clipped and without.
+                ("gpt2-98m whole step with AdamW, clipping at 1 (sequence 256, batch 1)",
+                 ["--model", "gpt2-98m", "--context", "256", "--optimizer", "adamw", "--clip", "1"],
+                 (1, 256, "gpt2-98m", False, "adamw", 1.0)),
+                ("gpt2-98m whole step with AdamW, no clipping (sequence 256, batch 1)",
+                 ["--model", "gpt2-98m", "--context", "256", "--optimizer", "adamw", "--clip", "0"],
+                 (1, 256, "gpt2-98m", False, "adamw", 0.0))]
 
 
 def memory_rows(bench):
     """Peak bytes of GPT training steps: the engine's plan against PyTorch eager."""
     cli = os.path.join(os.path.dirname(bench), "synoros")
     rows = []
-    for label, flags, (batch, context, preset, checkpointed) in MEMORY_CASES:
+    for label, flags, args in MEMORY_CASES:
         eng = json.loads(subprocess.run([cli, "memory"] + flags, check=True, capture_output=True,
                                         text=True).stdout)
         env = dict(os.environ, GLIBC_TUNABLES=TUNABLES, OMP_NUM_THREADS="1")
         code = ("import sys; sys.path.insert(0, %r); import torch, torch_gpt; torch.set_num_threads(1); "
-                "print(torch_gpt.step_peak_bytes(%d, %d, %r, %r))" % (HERE, batch, context, preset, checkpointed))
+                "print(torch_gpt.step_peak_bytes(*%r))" % (HERE, args))
         torch_peak = int(subprocess.run(["/usr/bin/python3", "-c", code], env=env, check=True,
                                         capture_output=True, text=True).stdout.strip().splitlines()[-1])
         rows.append({"case": label, "engine_planned_bytes": eng["planned_bytes"],

@@ -112,21 +112,37 @@ def save_safetensors(path, tensors, metadata=None):
         f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
 
 
-def step_peak_bytes(batch=8, context=128, preset=None, checkpoint_blocks=False):
+def step_peak_bytes(batch=8, context=128, preset=None, checkpoint_blocks=False, optimizer=None, clip=0.0):
     """Peak heap bytes of one training step (forward and backward) beyond the model and inputs:
     the benchmark GPT, or a named configuration at this context; optionally with each block under
-    torch.utils.checkpoint."""
+    torch.utils.checkpoint. With optimizer="adamw", the whole step: clip_grad_norm_ (when clip > 0),
+    AdamW's step and zero_grad, measured on the second step, so the optimizer's state, like the
+    parameters, is not counted."""
     torch.manual_seed(0)
     model = make(preset, context) if preset else Gpt(context=context)
     model.checkpoint_blocks = checkpoint_blocks
     vocab = model.vocab
     tokens = torch.randint(0, vocab, (batch, context))
     targets = torch.randint(0, vocab, (batch, context))
-    base = live_bytes()
-    with PeakAfterEachOp() as p:
+    # The learning rate and weight decay `synoros train` starts from (train::LmConfig).
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.95), eps=1e-8,
+                            weight_decay=0.01) if optimizer == "adamw" else None
+
+    def step():
         logits = model(tokens)
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1))
         loss.backward()
+        if opt is not None:
+            if clip > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+    if opt is not None:
+        step()
+    base = live_bytes()
+    with PeakAfterEachOp() as p:
+        step()
     return p.peak - base
 
 

@@ -90,6 +90,10 @@ struct CompileOptions {
   ThreadPool* pool = nullptr;       // default_pool() when null
   bool recompile = true;            // Recompile on the second run (see Plan::recompile; needs
                                     // generated kernels on: SYNOROS_NO_JIT=1 turns them off)
+  // (output, parameter): the output replaces the parameter's value once the run is over (a
+  // training step's updates). Where it is safe, the plan writes it straight into the parameter's
+  // storage, as early as it can (Plan::written_into).
+  std::vector<std::pair<ValueId, ValueId>> write_back;
 };
 
 // What one core of this machine can do, measured (synoros/profile.hpp: measure_peak).
@@ -214,6 +218,10 @@ class Plan {
   // Runs later launches on `pool` (results never depend on its size); null: the default pool.
   void set_pool(ThreadPool* pool) { pool_ = pool; }
   const std::vector<ValueId>& outputs() const { return outputs_; }
+  // The (output, parameter) pairs it was compiled with, and the parameter whose storage an output
+  // is written into during the run (kNoValue: the output has bytes of its own).
+  const std::vector<std::pair<ValueId, ValueId>>& write_back() const;
+  ValueId written_into(ValueId output) const;
   const std::vector<Launch>& launches() const { return launches_; }
   const std::vector<LaunchInfo>& launch_info() const;
   // The kernel configuration the plan was compiled under ("avx512", "avx2 strict", ...).

@@ -166,9 +166,10 @@ PlanCache& cache() {
 }
 }  // namespace
 
-std::shared_ptr<Plan> cached_plan(const Lowered& low) {
+std::shared_ptr<Plan> cached_plan(const Lowered& low, const std::vector<std::pair<ValueId, ValueId>>& write_back) {
   uint64_t h = low.g.structural_hash();
   for (ValueId o : low.outputs) h = h * 1000003u + uint64_t(o);
+  for (const auto& [o, prm] : write_back) h = (h * 1000003u + uint64_t(o)) * 1000003u + uint64_t(prm);
   // Kernels are chosen per instruction set and strictness: a plan is reused only under both.
   std::string config = kernels::kernel_config();
   for (char ch : config) h = h * 131u + uint64_t(ch);
@@ -177,8 +178,8 @@ std::shared_ptr<Plan> cached_plan(const Lowered& low) {
     auto range = c.plans.equal_range(h);
     for (auto it = range.first; it != range.second; ++it) {
       // A hash match is confirmed by full structural equality before reuse.
-      if (it->second->outputs() == low.outputs && it->second->compiled_for() == config &&
-          it->second->graph().structurally_equal(low.g))
+      if (it->second->outputs() == low.outputs && it->second->write_back() == write_back &&
+          it->second->compiled_for() == config && it->second->graph().structurally_equal(low.g))
         return it->second;
     }
     return nullptr;
@@ -187,7 +188,9 @@ std::shared_ptr<Plan> cached_plan(const Lowered& low) {
     std::lock_guard<std::mutex> lk(c.mu);
     if (auto hit = find()) return hit;
   }
-  auto p = std::make_shared<Plan>(low.g, low.outputs);
+  CompileOptions opts;
+  opts.write_back = write_back;
+  auto p = std::make_shared<Plan>(low.g, low.outputs, opts);
   std::lock_guard<std::mutex> lk(c.mu);
   if (auto hit = find()) return hit;  // another thread compiled it meanwhile
   c.plans.emplace(h, p);
@@ -295,7 +298,7 @@ void CompiledStep::set_args(const std::vector<HostTensor>& args) {
 
 void CompiledStep::copy_updates() {
   for (const Update& u : updates_) {
-    std::memcpy(u.dst->buffer->data(), u.src, u.dst->bytes());
+    if (u.src != u.dst->buffer->data()) std::memcpy(u.dst->buffer->data(), u.src, u.dst->bytes());  // else written in place
     u.dst->buffer->mark_modified();
   }
 }
@@ -385,8 +388,17 @@ CompiledStep compile(const std::function<std::vector<Tensor>(const std::vector<T
   for (const Tensor& o : outs) roots.push_back(o.impl_ptr());
   for (const auto& [p, v] : ts.updates) roots.push_back(v);
   Lowered low = lower_dag(roots);
+  // Each update may be written into its parameter's storage during the run (Plan::written_into).
+  std::vector<std::pair<ValueId, ValueId>> write_back;
+  for (size_t i = 0; i < ts.updates.size(); ++i) {
+    auto it = low.ids.find(ts.updates[i].first.get());
+    if (it == low.ids.end()) continue;  // a leaf the step never reads
+    const Node& leaf = low.g.node(it->second);
+    if (leaf.op == Op::Param && leaf.data && leaf.data->buffer == ts.updates[i].first->value->buffer)
+      write_back.push_back({low.outputs[outs.size() + i], it->second});
+  }
   CompiledStep step;
-  step.plan_ = cached_plan(low);
+  step.plan_ = cached_plan(low, write_back);
   for (const Tensor& a : args) {
     auto it = low.ids.find(a.impl());
     step.inputs_.push_back(it == low.ids.end() ? kNoValue : it->second);

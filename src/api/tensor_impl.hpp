@@ -85,7 +85,7 @@ void realize(const std::vector<Tensor>& ts, bool keep_graph);
 // Lazy tensors for tape values appended after lowering (gradients).
 std::vector<Tensor> raise(const Lowered& low, const std::vector<ValueId>& ids);
 // The cached plan for a lowered tape.
-std::shared_ptr<Plan> cached_plan(const Lowered& low);
+std::shared_ptr<Plan> cached_plan(const Lowered& low, const std::vector<std::pair<ValueId, ValueId>>& write_back = {});
 // Feeds the inputs, runs the plan and reads the outputs, under the lock that realizations of
 // shared (cached) plans hold.
 std::vector<HostTensor> run_plan(Plan& plan, const std::vector<std::pair<ValueId, const HostTensor*>>& inputs,

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <climits>
 #include <map>
+#include <memory>
 #include <cmath>
 #include <cstring>
 #include <iomanip>
@@ -58,7 +59,18 @@ int gpt_memory(const Args& a) {
   c.check();
   nn::Gpt m(c, 1);
   m.checkpoint_blocks = a.has("checkpoint-activations");
-  CompiledStep step = compile_gpt_grad(m, a.integer("batch", a.has("model") ? 1 : kBenchGptBatch));
+  const int64_t batch = a.integer("batch", a.has("model") ? 1 : kBenchGptBatch);
+  std::unique_ptr<optim::Optimizer> opt;
+  if (!a.has("optimizer")) a.refuse("clip", "applies with --optimizer (forward and backward alone clip nothing)");
+  if (a.has("optimizer")) {
+    const train::LmConfig defaults;  // the learning rate and weight decay synoros train starts from
+    if (a.str("optimizer") == "adamw")
+      opt = std::make_unique<optim::AdamW>(m.parameters(), defaults.lr, 0.9, 0.95, 1e-8, defaults.weight_decay);
+    else
+      opt = std::make_unique<optim::SGD>(m.parameters(), defaults.lr, 0.9);
+    opt->set_clip_norm(a.real("clip", 1.0));
+  }
+  CompiledStep step = opt ? train::compile_lm_train(m, *opt, batch, c.context) : compile_gpt_grad(m, batch);
   const Plan& p = step.plan();
   size_t params = 0;
   for (const Tensor& t : m.parameters()) params += size_t(t.numel()) * 4;

@@ -14,6 +14,7 @@
 #include "kernels/jit/compiler.hpp"
 #include "kernels/providers.hpp"
 #include "passes/placement.hpp"
+#include "passes/write_back.hpp"
 #include "runtime/plan_impl.hpp"
 #include "runtime/plan_lowering.hpp"
 #include "synoros/config.hpp"
@@ -69,6 +70,8 @@ Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
       lowering.lower_all(sizing, [&](size_t) { return placeholder; }, nullptr, nullptr, selections);
 
   passes::MemoryPlanInput mi = passes::memory_input(graph_, p, frame, opts.plan_memory && !env_flag("SYNOROS_NO_PLAN"));
+  impl_->write_back = opts.write_back;
+  impl_->written_into = passes::write_back_updates(graph_, opts.write_back, mi);
   impl_->memory = passes::plan_memory(mi);
   if (impl_->memory.arena_bytes > plan_memory_limit())
     throw Error("compile: the plan needs " + std::to_string(impl_->memory.arena_bytes >> 20) +
@@ -93,6 +96,9 @@ Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
     return off == SIZE_MAX ? nullptr : base + off;
   }, &lowered, &impl_->groups, selections);
   ThreadPool& pool = pool_ ? *pool_ : default_pool();
+  // Launches run in the memory plan's order (tape order, but for updates written back early).
+  std::stable_sort(lowered.begin(), lowered.end(),
+                   [&](const LoweredLaunch& a, const LoweredLaunch& b) { return step_of[size_t(a.node)] < step_of[size_t(b.node)]; });
   for (LoweredLaunch& l : lowered) {
     if (p.folded[size_t(l.node)]) {
       l.launch.fn(l.launch.args, pool);
@@ -117,6 +123,7 @@ void Plan::bind_buffers(const passes::Placement& p) {
     if (!p.needed[i] || p.fused_away[i]) continue;
     bool stored = nd.op == Op::Param || nd.op == Op::Const;
     if (stored) ptrs_[i] = nd.data->buffer->data();
+    else if (ValueId prm = impl_->written_into[i]; prm != kNoValue) ptrs_[i] = graph_.node(prm).data->buffer->data();
     else if (passes::is_alias(graph_, nd)) ptrs_[i] = ptrs_[size_t(nd.in[0])];
     else ptrs_[i] = base + impl_->memory.offset[i];
     if (nd.op == Op::Input) impl_->inputs.push_back(ValueId(i));
@@ -226,6 +233,10 @@ HostTensor Plan::read(ValueId v) const {
   return h;
 }
 
+const std::vector<std::pair<ValueId, ValueId>>& Plan::write_back() const { return impl_->write_back; }
+ValueId Plan::written_into(ValueId output) const {
+  return output < 0 || size_t(output) >= impl_->written_into.size() ? kNoValue : impl_->written_into[size_t(output)];
+}
 size_t Plan::arena_bytes() const { return impl_->memory.arena_bytes; }
 size_t Plan::unplanned_bytes() const { return impl_->memory.naive_bytes; }
 const std::vector<LaunchInfo>& Plan::launch_info() const { return impl_->info; }

@@ -25,6 +25,8 @@ struct Plan::Impl {
   size_t unfed = 0;
   int runs = 0;            // counted up to the run that recompiles
   bool auto_recompile = false;
+  std::vector<std::pair<ValueId, ValueId>> write_back;  // as compiled
+  std::vector<ValueId> written_into;                    // per value: the parameter holding it
 };
 
 }  // namespace synoros

@@ -37,6 +37,7 @@ expect 2 "--accum does not apply to resnet-mini" -- train --accum 2
 expect 2 "--shards does not apply to gpt-tiny" -- train --model gpt-tiny --shards 2
 expect 1 "5 micro-shards do not divide the batch of 64" -- train --model mlp --shards 5 --train-limit 128 --test-limit 10 --out "$dir/shards"
 expect 2 "gpt2-7b" -- memory --model gpt2-7b
+expect 2 "--clip applies with --optimizer" -- memory --clip 1
 expect 2 "--context does not apply to mlp" -- train --model mlp --context 32
 expect 2 "give --epochs or --steps, not both" -- train --model mlp --epochs 1 --steps 3
 expect 2 "--momentum applies to sgd only" -- train --model mlp --optimizer adamw --momentum 0.5
