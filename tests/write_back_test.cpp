@@ -102,6 +102,34 @@ TEST(WriteBack, WithoutClippingGradientsDieAtTheirUpdates) {
   EXPECT_LT(arena[1], param_bytes / 4);
 }
 
+// Running a step's plan directly applies the updates written in place and moves the parameters'
+// versions on (caches of their layouts follow); profiling it puts their values back.
+TEST(WriteBack, ARunMovesTheVersionOnAndProfilingChangesNothing) {
+  Tensor w = Tensor::from({1.0f, 2.0f}, {2}).requires_grad();
+  optim::SGD opt({w}, 0.5);
+  CompiledStep step = compile(
+      [&](const std::vector<Tensor>& a) {
+        Tensor loss = (a[0] * w * w).sum();
+        loss.backward();
+        opt.step();
+        return std::vector<Tensor>{loss};
+      },
+      {{DType::F32, {2}}});
+  Plan& p = step.plan();
+  ASSERT_EQ(p.write_back().size(), 1u);
+  ASSERT_EQ(p.written_into(p.write_back()[0].first), p.write_back()[0].second);
+  p.set_input("arg0", Tensor::from({1.0f, 1.0f}, {2}).value());
+  const uint64_t v0 = w.value().buffer->version();
+  p.run();
+  EXPECT_EQ(w.to_vector(), (std::vector<float>{0.0f, 0.0f}));  // w - 0.5 * 2w
+  EXPECT_GT(w.value().buffer->version(), v0);
+  w.assign(Tensor::from({3.0f, 4.0f}, {2}));
+  const uint64_t v1 = w.value().buffer->version();
+  profile(p, 3, MachinePeak{});
+  EXPECT_EQ(w.to_vector(), (std::vector<float>{3.0f, 4.0f}));
+  EXPECT_GT(w.value().buffer->version(), v1);
+}
+
 // A step that reads a parameter after computing its update (in tape order) keeps the new value
 // aside and copies it after the run: the later read sees the old value.
 TEST(WriteBack, AParameterReadAfterItsUpdateKeepsTheCopy) {

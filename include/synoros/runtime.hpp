@@ -92,7 +92,8 @@ struct CompileOptions {
                                     // generated kernels on: SYNOROS_NO_JIT=1 turns them off)
   // (output, parameter): the output replaces the parameter's value once the run is over (a
   // training step's updates). Where it is safe, the plan writes it straight into the parameter's
-  // storage, as early as it can (Plan::written_into).
+  // storage, as early as it can (Plan::written_into): every run() then changes the parameter
+  // (and moves its version on), and a launch that throws leaves the updates written before it.
   std::vector<std::pair<ValueId, ValueId>> write_back;
 };
 

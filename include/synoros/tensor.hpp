@@ -272,6 +272,9 @@ class RecomputeScope {
 void realize(const std::vector<Tensor>& ts);
 
 // A whole step (forward, backward, optimizer update) captured once and replayed on new inputs.
+// Updates (assign) are written into the parameters' storage during the run where that is safe
+// (Plan::written_into), else copied after it; if a launch throws (an index out of range), the
+// updates written before it stay.
 // An argument marked requires_grad() inside the traced function gets its gradient from
 // backward() like a parameter; return arg.grad() to read it (an input gradient, a saliency map).
 class CompiledStep {

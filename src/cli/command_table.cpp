@@ -377,7 +377,7 @@ const std::vector<Command>& commands() {
                     integer_words("batch", "8, or 1 with --model", 1, 1 << 20, "batch size"),
                     flag("checkpoint-activations", "recompute each block's activations in the backward pass"),
                     choice("optimizer", "none: forward and backward, the gradients as outputs", "adamw|sgd",
-                           "the whole step with this optimizer's update, as synoros train compiles it"),
+                           "the whole step with this optimizer's update (adamw: as synoros train compiles it)"),
                     real("clip", "1 (as synoros train)", 0, 1e12, "gradient clipping norm with --optimizer (0: off)"),
                     integer("largest", 0, 0, 1 << 20, "also list the N largest values alive when the arena peaks")},
                    {}},

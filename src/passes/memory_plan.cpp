@@ -177,10 +177,17 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
         if (took) break;
         if (in.alias_root[size_t(x)] != x || !in.in_arena[size_t(x)]) continue;
         if (m.life[size_t(x)].end != int(s) || rounded(g.node(x)) != rounded(nd)) continue;
-        // Another operand reading the same buffer at a different index would be clobbered.
+        // Another operand reading the same buffer at a different index would be clobbered; for
+        // a launch that does not go element by element (embedding_grad), any other operand.
+        const bool by_element = op_info(nd.op).kind == OpKind::Elementwise || nd.op == Op::Dropout;
         bool shared = false;
-        for (ValueId y : in.reads[s])
-          if (y != x && in.alias_root[size_t(y)] == x && g.shape(y) != nd.shape) shared = true;
+        int readers_of_x = 0;
+        for (ValueId y : in.reads[s]) {
+          if (in.alias_root[size_t(y)] != x) continue;
+          ++readers_of_x;
+          if (y != x && g.shape(y) != nd.shape) shared = true;
+        }
+        if (!by_element && readers_of_x > 1) shared = true;
         if (shared) continue;
         m.offset[size_t(v)] = m.offset[size_t(x)];
         m.inplace_of[size_t(v)] = x;

@@ -132,7 +132,22 @@ void Plan::bind_buffers(const passes::Placement& p) {
   }
   impl_->fed.assign(n, false);
   impl_->unfed = impl_->inputs.size();
+  impl_->written.clear();
+  for (size_t i = 0; i < n; ++i)
+    if (ptrs_[i] && impl_->written_into[i] != kNoValue)
+      impl_->written.push_back(graph_.node(impl_->written_into[i]).data->buffer.get());
 }
+
+namespace {
+// A run that wrote into parameters (written back) changes their version, as any other change
+// made through the engine does, even when a launch throws part way.
+struct MarkWritten {
+  const std::vector<Buffer*>& written;
+  ~MarkWritten() {
+    for (Buffer* b : written) b->mark_modified();
+  }
+};
+}  // namespace
 
 Plan::~Plan() = default;
 
@@ -143,6 +158,7 @@ void Plan::run() {
       if (!impl_->fed[size_t(v)]) names += (names.empty() ? "'" : ", '") + graph_.node(v).name + "'";
     throw Error("run: no value was fed for input " + names);
   }
+  MarkWritten mark{impl_->written};
   if (check_finite_) return run_checked();
   ThreadPool& pool = pool_ ? *pool_ : default_pool();
   if (impl_->auto_recompile && impl_->runs < 2 && ++impl_->runs == 2 && kernels::jit::enabled()) return run_and_recompile();
@@ -157,6 +173,7 @@ void Plan::run_observed(const std::function<void(size_t)>& after) {
     return;
   }
   ThreadPool& pool = pool_ ? *pool_ : default_pool();
+  MarkWritten mark{impl_->written};
   for (size_t i = 0; i < launches_.size(); ++i) {
     launches_[i].fn(launches_[i].args, pool);
     after(i);

@@ -27,6 +27,7 @@ struct Plan::Impl {
   bool auto_recompile = false;
   std::vector<std::pair<ValueId, ValueId>> write_back;  // as compiled
   std::vector<ValueId> written_into;                    // per value: the parameter holding it
+  std::vector<Buffer*> written;                         // the parameters' storage a run writes
 };
 
 }  // namespace synoros
