@@ -89,14 +89,14 @@ std::vector<ValueId> grad(Graph& g, ValueId loss, const std::vector<ValueId>& wr
     if (contrib[i].empty() || !from_wrt[i]) continue;
     // A tied table's two contributions, one of them an embedding's gradient: its rows are added to
     // the other where that lies (the same bits as the sum; no table-sized buffer for the rows).
-    int rows = -1;
+    int emb = -1;  // which contribution is the embedding's rows
     if (contrib[i].size() == 2)
-      for (int k = 1; k >= 0 && rows < 0; --k)
-        if (const Node& e = g.node(contrib[i][size_t(k)]); e.op == Op::EmbeddingGrad && e.in.size() == 2) rows = k;
+      for (int k = 1; k >= 0 && emb < 0; --k)
+        if (const Node& e = g.node(contrib[i][size_t(k)]); e.op == Op::EmbeddingGrad && e.in.size() == 2) emb = k;
     ValueId a = contrib[i][0];
-    if (rows >= 0) {
-      const Node e = g.node(contrib[i][size_t(rows)]);
-      a = g.add(Op::EmbeddingGrad, {e.in[0], e.in[1], contrib[i][size_t(1 - rows)]}, e.attrs, e.dtype);
+    if (emb >= 0) {
+      const Node e = g.node(contrib[i][size_t(emb)]);
+      a = g.add(Op::EmbeddingGrad, {e.in[0], e.in[1], contrib[i][size_t(1 - emb)]}, e.attrs, e.dtype);
     } else {
       for (size_t k = 1; k < contrib[i].size(); ++k) a = g.binary(Op::Add, a, contrib[i][k]);
     }

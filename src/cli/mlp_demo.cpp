@@ -61,8 +61,9 @@ int gpt_memory(const Args& a) {
   m.checkpoint_blocks = a.has("checkpoint-activations");
   const int64_t batch = a.integer("batch", a.has("model") ? 1 : kBenchGptBatch);
   std::unique_ptr<optim::Optimizer> opt;
-  if (!a.has("optimizer")) a.refuse("clip", "applies with --optimizer (forward and backward alone clip nothing)");
-  if (a.has("optimizer")) {
+  if (!a.has("optimizer")) {
+    a.refuse("clip", "applies with --optimizer (forward and backward alone clip nothing)");
+  } else {
     const train::LmConfig defaults;  // the learning rate and weight decay synoros train starts from
     if (a.str("optimizer") == "adamw")
       opt = std::make_unique<optim::AdamW>(m.parameters(), defaults.lr, 0.9, 0.95, 1e-8, defaults.weight_decay);

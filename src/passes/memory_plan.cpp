@@ -115,11 +115,12 @@ size_t most_live_bytes(const std::vector<Block>& blocks, size_t launches) {
 }
 }  // namespace
 
+bool element_by_element(const Node& n) { return op_info(n.op).kind == OpKind::Elementwise || n.op == Op::Dropout; }
+
 bool can_run_in_place(const Graph& g, const Node& n, size_t k) {
-  OpKind kind = op_info(n.op).kind;
   // embedding_grad's third input, the gradient it adds its rows to, is read where it is written.
   const bool adds_into = n.op == Op::EmbeddingGrad && k == 2;
-  if (kind != OpKind::Elementwise && n.op != Op::Dropout && !adds_into) return false;
+  if (!element_by_element(n) && !adds_into) return false;
   const Node& x = g.node(n.in[k]);
   return x.shape == n.shape && dtype_size(x.dtype) == dtype_size(n.dtype);
 }
@@ -179,7 +180,6 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
         if (m.life[size_t(x)].end != int(s) || rounded(g.node(x)) != rounded(nd)) continue;
         // Another operand reading the same buffer at a different index would be clobbered; for
         // a launch that does not go element by element (embedding_grad), any other operand.
-        const bool by_element = op_info(nd.op).kind == OpKind::Elementwise || nd.op == Op::Dropout;
         bool shared = false;
         int readers_of_x = 0;
         for (ValueId y : in.reads[s]) {
@@ -187,7 +187,7 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
           ++readers_of_x;
           if (y != x && g.shape(y) != nd.shape) shared = true;
         }
-        if (!by_element && readers_of_x > 1) shared = true;
+        if (!element_by_element(nd) && readers_of_x > 1) shared = true;
         if (shared) continue;
         m.offset[size_t(v)] = m.offset[size_t(x)];
         m.inplace_of[size_t(v)] = x;

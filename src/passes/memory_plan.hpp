@@ -45,6 +45,11 @@ struct MemoryPlanInput {
 
 MemoryPlan plan_memory(const MemoryPlanInput& in);
 
+// Whether `n`'s kernel reads and writes element by element, each element read before it is
+// written at the same position (elementwise maps, dropout): another operand over the same bytes
+// at the same shape is then safe.
+bool element_by_element(const Node& n);
+
 // Whether `n` may write its output over input `k` (same shape, same element size, and the kernel
 // reads each element before writing it).
 bool can_run_in_place(const Graph& g, const Node& n, size_t k);

@@ -53,7 +53,6 @@ std::vector<ValueId> write_back_updates(const Graph& g, const std::vector<std::p
     for (ValueId other : sharing[storage(prm)])  // named once, observed by no output
       safe = safe && named_param[size_t(other)] == (other == prm ? 1 : 0) && !mi.observable[size_t(other)];
     const ValueId leaf = first_leaf(prm);
-    const bool by_element = op_info(nv.op).kind == OpKind::Elementwise || nv.op == Op::Dropout;
     for (int r : param_readers[size_t(leaf)]) {
       if (r > s) safe = false;
       if (r != s) continue;
@@ -64,7 +63,7 @@ std::vector<ValueId> write_back_updates(const Graph& g, const std::vector<std::p
         ++reads_of_leaf;
         if (g.shape(y) != nv.shape || std::find(in_place.begin(), in_place.end(), y) == in_place.end()) safe = false;
       }
-      if (!by_element && reads_of_leaf > 1) safe = false;  // one operand would clobber another
+      if (!element_by_element(nv) && reads_of_leaf > 1) safe = false;  // one operand would clobber another
     }
     if (!safe) continue;
     into[size_t(v)] = prm;

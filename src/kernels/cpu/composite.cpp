@@ -591,35 +591,28 @@ void emb_launch(const void* p, ThreadPool&) {
 
 template <class T>
 void emb_grad_rows(const EmbArgs& a, int64_t v0, int64_t v1) {
+  // Each element is its row's sum taken from zero in ascending positions, plus, with a third
+  // input, the value there (a tied table's other contribution: base + the sum, as the two-input
+  // form and an add would give). 64 columns at a time, so `out` may be `base` itself.
   const T* g = static_cast<const T*>(a.table);
+  const T* base = static_cast<const T*>(a.base);
   T* out = static_cast<T*>(a.out);
-  if (a.base) {
-    // Added to a gradient already summed (a tied table's other contribution): each element is
-    // that value plus its row's sum taken from zero in ascending positions, as base + (the
-    // two-input form) would give, over 64 columns at a time, so `out` may be `base` itself.
-    const T* base = static_cast<const T*>(a.base);
-    constexpr int64_t kCols = 64;
-    T acc[kCols];
-    for (int64_t v = v0; v < v1; ++v)
-      for (int64_t d0 = 0; d0 < a.D; d0 += kCols) {
-        const int64_t w = std::min(kCols, a.D - d0);
-        std::fill(acc, acc + w, T(0));
-        for (int64_t q = a.start[v]; q < a.start[v + 1]; ++q) {
-          const T* src = g + a.order[q] * a.D + d0;
-          for (int64_t d = 0; d < w; ++d) acc[d] += src[d];
-        }
-        for (int64_t d = 0; d < w; ++d) out[v * a.D + d0 + d] = base[v * a.D + d0 + d] + acc[d];
+  constexpr int64_t kCols = 64;
+  T acc[kCols];
+  for (int64_t v = v0; v < v1; ++v)
+    for (int64_t d0 = 0; d0 < a.D; d0 += kCols) {
+      const int64_t w = std::min(kCols, a.D - d0);
+      std::fill(acc, acc + w, T(0));
+      for (int64_t q = a.start[v]; q < a.start[v + 1]; ++q) {
+        const T* src = g + a.order[q] * a.D + d0;
+        for (int64_t d = 0; d < w; ++d) acc[d] += src[d];
       }
-    return;
-  }
-  for (int64_t v = v0; v < v1; ++v) {
-    T* row = out + v * a.D;
-    std::fill(row, row + a.D, T(0));
-    for (int64_t q = a.start[v]; q < a.start[v + 1]; ++q) {  // positions in ascending order
-      const T* src = g + a.order[q] * a.D;
-      for (int64_t d = 0; d < a.D; ++d) row[d] += src[d];
+      T* o = out + v * a.D + d0;
+      if (base)
+        for (int64_t d = 0; d < w; ++d) o[d] = base[v * a.D + d0 + d] + acc[d];
+      else
+        std::copy(acc, acc + w, o);
     }
-  }
 }
 void emb_grad_chunk(const void* p, int64_t chunk) {
   const EmbArgs& a = *static_cast<const EmbArgs*>(p);
