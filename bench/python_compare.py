@@ -5,7 +5,7 @@ Python loops of that step against PyTorch eager (Debian's 1.13, and PyTorch 2.x 
 when scripts/install_peers.sh has put it there). Run it with the Python that has synoros
 installed (scripts/test.sh leaves one in build/venv):
 
-    build/venv/bin/python bench/python_compare.py [--bench build/synoros_bench]
+    build/venv/bin/python bench/python_compare.py [--bench build/synoros_bench] [--rounds N]
 """
 import argparse
 import json
@@ -124,6 +124,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bench", default=os.path.join(ROOT, "build", "synoros_bench"))
     ap.add_argument("--json", default="python_results.json")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of every step row; medians are reported")
     args = ap.parse_args()
     synoros.set_num_threads(1)
     gflops, gbps, read_gbps = synoros.measure_peak()
@@ -144,28 +145,42 @@ def main():
         print(f"{k:32s} {v:8.0f}")
 
     eager, compiled = synoros_steps()
-    rows = {"python compiled": time_ns(compiled), "python eager": time_ns(eager)}
-    if os.path.exists(args.bench):
-        rows["C++ compiled (synoros_bench)"] = cpp_step_ns(args.bench)
     peers = {"PyTorch " + torch_version("/usr/bin/python3") + " eager": "/usr/bin/python3"}
     peers_py = os.path.join(ROOT, ".peers", "bin", "python")
     if os.path.exists(peers_py):
         peers["PyTorch " + torch_version(peers_py) + " eager"] = peers_py
-    for label, py in peers.items():
-        rows[label] = torch_step_ns(py)
+    # Every row once a round, the rounds one after the other: a virtual machine's speed drifts
+    # within minutes, so each ratio is taken within its round and the medians are reported.
+    rounds = []
+    for _ in range(args.rounds):
+        r = {"python compiled": time_ns(compiled), "python eager": time_ns(eager)}
+        if os.path.exists(args.bench):
+            r["C++ compiled (synoros_bench)"] = cpp_step_ns(args.bench)
+        for label, py in peers.items():
+            r[label] = torch_step_ns(py)
+        rounds.append(r)
+    median = lambda xs: sorted(xs)[len(xs) // 2]
+    rows = {k: median([r[k] for r in rounds]) for k in rounds[0]}
+    span = lambda xs: f"{min(xs):.2f}-{max(xs):.2f}" if len(xs) > 1 else ""
+    ratio = lambda a, b: [r[a] / r[b] for r in rounds]
 
-    print("\nTiny MLP SGD step (x[8,16] -> Linear 32 -> ReLU -> Linear 8 -> MSE), one thread")
-    print(f"{'engine':34s} {'us/step':>9s}")
+    print(f"\nTiny MLP SGD step (x[8,16] -> Linear 32 -> ReLU -> Linear 8 -> MSE), one thread, "
+          f"medians of {args.rounds} rounds")
+    print(f"{'engine':34s} {'us/step':>9s} {'range':>13s}")
     for k, v in rows.items():
-        print(f"{k:34s} {v / 1e3:9.2f}")
+        print(f"{k:34s} {v / 1e3:9.2f} {span([r[k] / 1e3 for r in rounds]):>13s}")
+    ratios = {}
     if "C++ compiled (synoros_bench)" in rows:
-        print(f"\npython compiled / C++ compiled: {rows['python compiled'] / rows['C++ compiled (synoros_bench)']:.2f}x "
-              "(target <= 2)")
+        x = ratio("python compiled", "C++ compiled (synoros_bench)")
+        ratios["python compiled / C++ compiled"] = median(x)
+        print(f"\npython compiled / C++ compiled: {median(x):.2f}x {span(x)} (target <= 2)")
     for label in peers:
-        print(f"{label} / python eager: {rows[label] / rows['python eager']:.2f}x;  "
-              f"/ python compiled: {rows[label] / rows['python compiled']:.2f}x")
+        e, c = ratio(label, "python eager"), ratio(label, "python compiled")
+        ratios[f"{label} / python eager"], ratios[f"{label} / python compiled"] = median(e), median(c)
+        print(f"{label} / python eager: {median(e):.2f}x {span(e)};  / python compiled: {median(c):.2f}x {span(c)}")
     with open(args.json, "w") as f:
-        json.dump({"calls_ns": calls, "steps_ns": rows, "peak_gflops": gflops, "peak_gbps": gbps}, f, indent=1)
+        json.dump({"calls_ns": calls, "steps_ns": rows, "rounds_ns": rounds, "ratios": ratios, "peak_gflops": gflops,
+                   "peak_gbps": gbps}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -2,10 +2,12 @@
 """Side by side: the GPT-2 family in the engine (Google Benchmark's Gpt/ rows) against the same
 models in PyTorch eager, in one run, at 1 and 2 threads.
 
-Prefill and the training step print achieved GFLOP/s and the share of the measured one-core FMA
-peak (times the thread count); decoding prints the bytes a step must read (every weight but the
+Prefill and the training step print achieved GFLOP/s and the share of the measured FMA peak of
+the row's thread count (`synoros peak --threads N`: N threads running FMA chains at once, so a
+core's clock with every core busy; at two threads the share against twice the one-core peak is
+printed beside it); decoding prints the bytes a step must read (every weight but the
 position table, and the keys and values of the positions attended over) per second against the measured
-one-core DRAM bandwidth, both as `synoros peak` measures it: a streaming copy (bytes read and
+DRAM bandwidth of the row's threads, both as `synoros peak` measures it: a streaming copy (bytes read and
 written) and a streaming read (what a decoding step does), over buffers twice the last-level
 cache. The peak and the bandwidths are measured again right before each engine row (a virtual
 machine's speed can change within minutes), and each run's share is taken against its own
@@ -56,14 +58,14 @@ def decode_bytes(preset, used, B):
     return 4.0 * (params(preset) - T * C + 2 * L * B * (used + 1) * C)
 
 
-def measure_peak(bench):
-    return json.loads(subprocess.run([os.path.join(os.path.dirname(bench), "synoros"), "peak"],
+def measure_peak(bench, threads):
+    return json.loads(subprocess.run([os.path.join(os.path.dirname(bench), "synoros"), "peak", "--threads", str(threads)],
                                      check=True, capture_output=True, text=True).stdout)
 
 
 def engine_run(bench, threads, min_time, name):
     """One row's time in seconds, and the peak measured right before it."""
-    peak = measure_peak(bench)
+    peak = measure_peak(bench, threads)
     env = dict(os.environ, SYNOROS_NUM_THREADS=str(threads))
     res = subprocess.run([bench, "--benchmark_format=json", f"--benchmark_filter=^{name}(/real_time)?$",
                           f"--benchmark_min_time={min_time}"], env=env, check=True, capture_output=True, text=True)
@@ -122,12 +124,12 @@ def main():
             if com[name]:
                 row.update(compile_s=statistics.median(com[name]), ratio_compile=statistics.median(com[name]) / e)
             # Each run's share against the peak measured right before it, then the median.
-            share = lambda work, key, per_thread: statistics.median(
-                work / t / 1e9 / (q[key] * (th if per_thread else 1)) for t, q in zip(eng[name], pk[name]))
+            share = lambda work, key, scale=1: statistics.median(
+                work / t / 1e9 / (q[key] * scale) for t, q in zip(eng[name], pk[name]))
             if kind == "decode":
                 work = decode_bytes(preset, a, b)
-                row.update(engine_gbps=work / e / 1e9, share_of_bandwidth=share(work, "gbps", False),
-                           share_of_read_bandwidth=share(work, "read_gbps", False),
+                row.update(engine_gbps=work / e / 1e9, share_of_bandwidth=share(work, "gbps_threads"),
+                           share_of_read_bandwidth=share(work, "read_gbps_threads"),
                            engine_tokens_per_s=b / e, torch_tokens_per_s=b / p)
             else:
                 if kind == "lora":
@@ -135,16 +137,22 @@ def main():
                     work = 2.0 * b * C * C * 2 + 6 * 2.0 * b * C * r
                 else:
                     work = forward_flops(preset, a, b) * (3 if kind == "train" else 1)
-                row.update(engine_gflops=work / e / 1e9, share_of_peak=share(work, "gflops", True))
+                row.update(engine_gflops=work / e / 1e9, share_of_peak=share(work, "gflops_threads"),
+                           share_of_one_core_peak_times_threads=share(work, "gflops", th))
             results.append(row)
-    span = lambda key: f"{min(q[key] for q in peaks):.1f}-{max(q[key] for q in peaks):.1f}"
+    span = lambda key, th=1: "-".join(f"{f(q[key] for q in peaks if q['threads'] == th):.1f}" for f in (min, max))
     print(f"machine: {peaks[0]['isa']}, one core {span('gflops')} GFLOP/s, {span('gbps')} GB/s copying and "
-          f"{span('read_gbps')} GB/s reading from DRAM (measured before each engine row); "
+          f"{span('read_gbps')} GB/s reading from DRAM"
+          + "".join(f"; {th} threads at once {span('gflops_threads', th)} GFLOP/s, {span('gbps_threads', th)} GB/s "
+                    f"copying, {span('read_gbps_threads', th)} GB/s reading" for th in args.threads if th > 1)
+          + " (measured before each engine row); "
           f"PyTorch {version} eager{' and torch.compile' if args.compile else ''}; "
           f"medians of {args.processes} processes per side")
     print(f"{'row':44} {'thr':>3} {'engine':>10} {'PyTorch':>10} {'ratio':>6}  limit")
     for r in results:
-        lim = (f"{r['engine_gflops']:.1f} GFLOP/s, {100 * r['share_of_peak']:.0f}% of peak" if "engine_gflops" in r else
+        lim = (f"{r['engine_gflops']:.1f} GFLOP/s, {100 * r['share_of_peak']:.0f}% of peak"
+               + (f" ({100 * r['share_of_one_core_peak_times_threads']:.0f}% of {r['threads']}x one core's)"
+                  if r["threads"] > 1 else "") if "engine_gflops" in r else
                f"{r['engine_gbps']:.1f} GB/s, {100 * r['share_of_bandwidth']:.0f}% of copy bandwidth, "
                f"{100 * r['share_of_read_bandwidth']:.0f}% of read bandwidth, "
                f"{r['engine_tokens_per_s']:.1f} vs {r['torch_tokens_per_s']:.1f} tokens/s")

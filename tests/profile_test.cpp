@@ -63,6 +63,18 @@ TEST(Profiler, MeasuresAPlausiblePeak) {
   EXPECT_GT(p.gbps, 0.5);
   EXPECT_GT(p.read_gbps, 0.5);  // the streaming read is measured too
   EXPECT_FALSE(p.isa.empty());
+  EXPECT_EQ(p.threads, 1);  // at one thread, the all-threads figures are the one-core ones
+  EXPECT_EQ(p.gflops_threads, p.gflops);
+  EXPECT_EQ(p.read_gbps_threads, p.read_gbps);
+}
+
+TEST(Profiler, MeasuresThePeakOfSeveralThreadsAtOnce) {
+  MachinePeak p = measure_peak(3);  // more threads than this machine may have cores: still measured
+  EXPECT_EQ(p.threads, 3);
+  EXPECT_GT(p.gflops_threads, 0.5);
+  EXPECT_GT(p.gbps_threads, 0.5);
+  EXPECT_GT(p.read_gbps_threads, 0.5);
+  EXPECT_THROW(measure_peak(0), Error);
 }
 
 }  // namespace

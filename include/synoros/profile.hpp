@@ -10,8 +10,9 @@
 
 namespace synoros {
 
-// Measures the peak FMA rate and memory bandwidth of one core (takes about half a second).
-MachinePeak measure_peak();
+// Measures the peak FMA rate and memory bandwidth of one core, and of `threads` threads running
+// at once (about half a second, more with threads).
+MachinePeak measure_peak(int threads = 1);
 
 struct ProfileEntry {
   ValueId node;

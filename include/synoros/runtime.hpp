@@ -103,6 +103,11 @@ struct MachinePeak {
   double gbps = 0;    // one core, streaming copy from DRAM: bytes read + written per second
   std::string isa;
   double read_gbps = 0;  // one core, streaming read from DRAM (what decoding's weights and caches take)
+  // The same three measured on `threads` threads at once (the limit a parallel kernel runs
+  // against: a core's clock with every core busy, the memory shared); equal to the one-core
+  // figures at one thread.
+  int threads = 1;
+  double gflops_threads = 0, gbps_threads = 0, read_gbps_threads = 0;
 };
 
 // Recompile: fused elementwise groups replaced by kernels generated for them (a loop kernel

@@ -123,14 +123,16 @@ void bind_runtime(nb::module_& m) {
         "physical memory): an allocation past it raises synoros.Error naming the sizes.");
   m.def("set_memory_limit", &set_memory_limit, nb::arg("bytes"));
   m.def("live_buffer_bytes", &live_buffer_bytes, "Bytes the engine's buffers hold now.");
-  m.def("measure_peak", [] {
+  m.def("measure_peak", [](int threads) {
     MachinePeak p;
     {
       nb::gil_scoped_release no_gil;
-      p = measure_peak();
+      p = measure_peak(threads);
     }
-    return nb::make_tuple(p.gflops, p.gbps, p.read_gbps);
-  }, "One core's peak FMA rate (GFLOP/s), its DRAM bandwidth copying and reading (GB/s), measured now.");
+    return nb::make_tuple(p.gflops_threads, p.gbps_threads, p.read_gbps_threads);
+  }, nb::arg("threads") = 1,
+        "The peak FMA rate (GFLOP/s) and DRAM bandwidth copying and reading (GB/s) of `threads` threads "
+        "running at once (one core's by default), measured now.");
   bind_synth(m);
 }
 

@@ -249,6 +249,10 @@ def test_operator_search_on_a_gpt_trains_and_times_a_projection_operator(tmp_pat
 def test_measure_peak_gives_the_fma_rate_and_both_bandwidths():
     gflops, copy_gbps, read_gbps = synoros.measure_peak()
     assert gflops > 1 and copy_gbps > 0.1 and read_gbps > 0.1
+    gflops, copy_gbps, read_gbps = synoros.measure_peak(threads=2)  # two threads at once
+    assert gflops > 1 and copy_gbps > 0.1 and read_gbps > 0.1
+    with pytest.raises(synoros.Error, match="threads"):
+        synoros.measure_peak(threads=0)
 
 
 def test_a_memory_limit_refuses_an_allocation_with_an_error_and_can_be_restored():

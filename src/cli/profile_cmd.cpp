@@ -159,10 +159,12 @@ int profile_model(const Args& a) {
   return 0;
 }
 
-int peak(const Args&) {
-  MachinePeak p = measure_peak();
+int peak(const Args& a) {
+  apply_threads(a);
+  MachinePeak p = measure_peak(num_threads());
   std::cout << "{\"gflops\": " << p.gflops << ", \"gbps\": " << p.gbps << ", \"read_gbps\": " << p.read_gbps
-            << ", \"isa\": \"" << p.isa << "\"}\n";
+            << ", \"isa\": \"" << p.isa << "\", \"threads\": " << p.threads << ", \"gflops_threads\": " << p.gflops_threads
+            << ", \"gbps_threads\": " << p.gbps_threads << ", \"read_gbps_threads\": " << p.read_gbps_threads << "}\n";
   return 0;
 }
 
