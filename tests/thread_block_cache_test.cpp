@@ -98,5 +98,40 @@ TEST(ThreadBlockCache, TensorsFreedOnAnotherThreadServeItsNextOnes) {
   }
 }
 
+// allocate_shared through RecyclingAllocator: a freed object's block (with its control block)
+// serves the next object of its cache, and only its cache's.
+struct TagA;
+struct TagB;
+using CacheA = ThreadBlockCache<4, delete_block, TagA>;
+using CacheB = ThreadBlockCache<4, delete_block, TagB>;
+TEST(ThreadBlockCache, RecyclingAllocatorsReuseTheirOwnCachesBlocks) {
+  if (!kCaching) GTEST_SKIP() << "AddressSanitizer builds keep no blocks";
+  auto a = std::allocate_shared<std::vector<int>>(RecyclingAllocator<std::vector<int>, CacheA>(), 3, 7);
+  // The block starts at the control block, which allocate_shared places before the object:
+  // compare the objects' addresses, which sit at the same offset in equal blocks.
+  const void* first = a.get();
+  a.reset();
+  auto b = std::allocate_shared<std::vector<int>>(RecyclingAllocator<std::vector<int>, CacheB>(), 2, 5);
+  EXPECT_NE(static_cast<const void*>(b.get()), first) << "another cache's block";
+  auto c = std::allocate_shared<std::vector<int>>(RecyclingAllocator<std::vector<int>, CacheA>(), 2, 5);
+  EXPECT_EQ(static_cast<const void*>(c.get()), first) << "the freed block, from its own cache";
+  EXPECT_EQ(*c, std::vector<int>({5, 5}));
+}
+
+// Host tensors made after others were freed hold their own values (their buffer objects come
+// from the freed ones).
+TEST(ThreadBlockCache, HostTensorsReusingBufferBlocksHoldTheirValues) {
+  std::vector<HostTensor> hs;
+  for (int round = 0; round < 3; ++round) {
+    hs.clear();
+    for (int i = 0; i < 40; ++i) {
+      hs.emplace_back(DType::F32, Shape{3});
+      for (int k = 0; k < 3; ++k) hs.back().set(k, 10.0 * round + i + 0.25 * k);
+    }
+    for (int i = 0; i < 40; ++i)
+      for (int k = 0; k < 3; ++k) ASSERT_EQ(hs[size_t(i)].get(k), 10.0 * round + i + 0.25 * k);
+  }
+}
+
 }  // namespace
 }  // namespace synoros

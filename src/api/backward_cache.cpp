@@ -57,11 +57,11 @@ bool replayable(const TensorImpl& loss, const std::vector<std::shared_ptr<Tensor
 
 void set_results(TensorImpl& loss, const std::vector<std::shared_ptr<TensorImpl>>& grads,
                  std::vector<HostTensor>& values) {
-  loss.value = std::make_shared<HostTensor>(std::move(values[0]));
+  loss.value = new_host_tensor(std::move(values[0]));
   loss.in.clear();  // realized as backward() leaves it: a leaf, as in PyTorch
   loss.leaf_versions.clear();
   for (size_t i = 0; i < grads.size(); ++i) {
-    grads[i]->value = std::make_shared<HostTensor>(std::move(values[i + 1]));
+    grads[i]->value = new_host_tensor(std::move(values[i + 1]));
     grads[i]->in.clear();
     grads[i]->leaf_versions.clear();
   }
@@ -115,6 +115,8 @@ bool replay_backward(TensorImpl& loss) {
     std::vector<ValueId> wrt;
     std::vector<int32_t> recompute;
     std::vector<std::pair<ValueId, const HostTensor*>> inputs;
+    std::vector<HostTensor> values;
+    std::vector<std::shared_ptr<TensorImpl>> grads;
   };
   Scratch& scratch = thread_scratch<Scratch>();
   struct Release {
@@ -122,6 +124,8 @@ bool replay_backward(TensorImpl& loss) {
     ~Release() {
       s.params.clear();
       s.old_grads.clear();
+      s.values.clear();
+      s.grads.clear();
     }
   } release{scratch};
   TensorImpl* root = &loss;
@@ -170,14 +174,16 @@ bool replay_backward(TensorImpl& loss) {
   inputs.clear();
   for (const Binding& b : e->inputs)
     inputs.push_back({b.id, b.old_grad ? old_grads[b.k]->value.get() : feeds[b.k]->value.get()});
-  std::vector<HostTensor> values = run_plan(*e->plan, inputs, e->outputs);
+  std::vector<HostTensor>& values = scratch.values;
+  run_plan(*e->plan, inputs, e->outputs, values);
   {
     std::lock_guard<std::mutex> lk(cache().mu);
     ++cache().replays;
   }
   // New gradients made in the recorded step's order: tensors later computed from them (the
   // optimizer's update) lower to the same graph as after the recorded step, and reuse its plan.
-  std::vector<std::shared_ptr<TensorImpl>> grads(params.size());
+  std::vector<std::shared_ptr<TensorImpl>>& grads = scratch.grads;
+  grads.assign(params.size(), nullptr);
   for (size_t i : e->made) {
     grads[i] = new_tensor_impl();
     grads[i]->dtype = params[i]->dtype;

@@ -227,17 +227,22 @@ void clear_plan_cache() {
 }
 void set_plan_cache_limit(size_t bytes) { plan_cache_limit() = bytes; }
 
-std::vector<HostTensor> run_plan(Plan& plan, const std::vector<std::pair<ValueId, const HostTensor*>>& inputs,
-                                 const std::vector<ValueId>& outputs) {
+void run_plan(Plan& plan, const std::vector<std::pair<ValueId, const HostTensor*>>& inputs,
+              const std::vector<ValueId>& outputs, std::vector<HostTensor>& values) {
   // Two threads realizing the same structure share one cached plan (and its arena): its feed,
   // run and read happen under one lock.
   static std::mutex run_mu;
   std::lock_guard<std::mutex> lk(run_mu);
   for (const auto& [id, value] : inputs) plan.set_input(id, *value);
   plan.run();
-  std::vector<HostTensor> values;
+  values.clear();
   values.reserve(outputs.size());
   for (ValueId o : outputs) values.push_back(plan.read(o));
+}
+std::vector<HostTensor> run_plan(Plan& plan, const std::vector<std::pair<ValueId, const HostTensor*>>& inputs,
+                                 const std::vector<ValueId>& outputs) {
+  std::vector<HostTensor> values;
+  run_plan(plan, inputs, outputs, values);
   return values;
 }
 
@@ -266,7 +271,7 @@ void realize(const std::vector<Tensor>& ts, bool keep_graph) {
   // does not becomes a leaf, and the DAG behind it can be freed; detach() is the explicit cut.
   std::unordered_map<const TensorImpl*, bool> memo;
   for (size_t i = 0; i < roots.size(); ++i) {
-    roots[i]->value = std::make_shared<HostTensor>(std::move(values[i]));
+    roots[i]->value = new_host_tensor(std::move(values[i]));
     if (!keep_graph || !depends_on_grad(*roots[i], memo)) {
       roots[i]->in.clear();
       continue;

@@ -18,36 +18,24 @@ namespace {
 // TensorImpl blocks (with their shared_ptr control block) freed by a thread, kept for its next
 // tensors (see ThreadBlockCache): an eager step records a few dozen tensors and frees the last
 // step's together.
-void delete_block(void* p) { ::operator delete(p); }
-using ImplBlocks = ThreadBlockCache<128, delete_block>;
-template <class T>
-struct ImplAllocator {
-  using value_type = T;
-  ImplAllocator() = default;
-  template <class U>
-  ImplAllocator(const ImplAllocator<U>&) {}
-  T* allocate(size_t n) {
-    if (void* p = n == 1 ? ImplBlocks::take(sizeof(T)) : nullptr) return static_cast<T*>(p);
-    return static_cast<T*>(::operator new(n * sizeof(T)));
-  }
-  void deallocate(T* p, size_t n) {
-    if (!ImplBlocks::keep(n * sizeof(T), p)) ::operator delete(p);
-  }
-  template <class U>
-  bool operator==(const ImplAllocator<U>&) const {
-    return true;
-  }
-};
+struct ImplTag;
+using ImplAllocator = RecyclingAllocator<TensorImpl, ThreadBlockCache<128, delete_block, ImplTag>>;
+// The host tensors of the values an eager step realizes (its loss and gradients), likewise.
+struct HostTag;
+using HostAllocator = RecyclingAllocator<HostTensor, ThreadBlockCache<32, delete_block, HostTag>>;
 }  // namespace
 
-std::shared_ptr<TensorImpl> new_tensor_impl() { return std::allocate_shared<TensorImpl>(ImplAllocator<TensorImpl>()); }
+std::shared_ptr<TensorImpl> new_tensor_impl() { return std::allocate_shared<TensorImpl>(ImplAllocator()); }
+std::shared_ptr<HostTensor> new_host_tensor(HostTensor&& v) {
+  return std::allocate_shared<HostTensor>(HostAllocator(), std::move(v));
+}
 
 namespace {
 std::shared_ptr<TensorImpl> leaf(HostTensor v, bool is_const) {
   auto t = new_tensor_impl();
   t->dtype = v.dtype;
   t->shape = v.shape;
-  t->value = std::make_shared<HostTensor>(std::move(v));
+  t->value = new_host_tensor(std::move(v));
   t->is_const = is_const;
   return t;
 }

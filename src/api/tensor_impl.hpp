@@ -32,6 +32,8 @@ struct TensorImpl : std::enable_shared_from_this<TensorImpl> {
 
 // A new TensorImpl, its block taken from the ones this thread freed where it can.
 std::shared_ptr<TensorImpl> new_tensor_impl();
+// A realized value's host tensor, its block reused from those the thread freed.
+std::shared_ptr<HostTensor> new_host_tensor(HostTensor&& v);
 
 struct TraceState {
   bool active = false;
@@ -90,6 +92,9 @@ std::shared_ptr<Plan> cached_plan(const Lowered& low, const std::vector<std::pai
 // shared (cached) plans hold.
 std::vector<HostTensor> run_plan(Plan& plan, const std::vector<std::pair<ValueId, const HostTensor*>>& inputs,
                                  const std::vector<ValueId>& outputs);
+// The same, into `values` (its storage reused).
+void run_plan(Plan& plan, const std::vector<std::pair<ValueId, const HostTensor*>>& inputs,
+              const std::vector<ValueId>& outputs, std::vector<HostTensor>& values);
 
 // The eager backward's step cache (backward_cache.cpp). An eager training loop records the same
 // forward graph every iteration; the plan its backward() built is kept, keyed by that graph, and

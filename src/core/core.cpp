@@ -195,9 +195,16 @@ Buffer::~Buffer() {
   g_live_bytes.fetch_sub(rounded, std::memory_order_relaxed);
 }
 
+namespace {
+// Buffer objects (with their control block) freed by a thread, kept for its next host tensors
+// (see ThreadBlockCache): an eager step makes and frees a few every step.
+struct BufferTag;
+using BufferAllocator = RecyclingAllocator<Buffer, ThreadBlockCache<32, delete_block, BufferTag>>;
+}  // namespace
+
 HostTensor::HostTensor(DType t, Shape s) : dtype(t), shape(std::move(s)) {
   check_shape(shape, dtype, "HostTensor");
-  buffer = std::make_shared<Buffer>(bytes());
+  buffer = std::allocate_shared<Buffer>(BufferAllocator(), bytes());
 }
 
 double HostTensor::get(int64_t i) const {

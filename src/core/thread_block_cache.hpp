@@ -15,7 +15,8 @@
 
 namespace synoros {
 
-template <size_t Slots, void (*Free)(void*)>
+// Tag tells apart caches of the same size and release (each kind of block its own slots).
+template <size_t Slots, void (*Free)(void*), class Tag = void>
 class ThreadBlockCache {
  public:
   // A kept block of exactly `bytes`, the newest first, or null.
@@ -78,6 +79,29 @@ class ThreadBlockCache {
       s.closed = true;
     }
   };
+};
+
+// An allocator for std::allocate_shared whose blocks (the object with its control block) come
+// from, and go back to, a ThreadBlockCache of blocks from ::operator new: a thread that frees and
+// makes such objects every step reuses the same few blocks.
+inline void delete_block(void* p) { ::operator delete(p); }
+template <class T, class Cache>
+struct RecyclingAllocator {
+  using value_type = T;
+  RecyclingAllocator() = default;
+  template <class U>
+  RecyclingAllocator(const RecyclingAllocator<U, Cache>&) {}
+  T* allocate(size_t n) {
+    if (void* p = n == 1 ? Cache::take(sizeof(T)) : nullptr) return static_cast<T*>(p);
+    return static_cast<T*>(::operator new(n * sizeof(T)));
+  }
+  void deallocate(T* p, size_t n) {
+    if (!Cache::keep(n * sizeof(T), p)) ::operator delete(p);
+  }
+  template <class U>
+  bool operator==(const RecyclingAllocator<U, Cache>&) const {
+    return true;
+  }
 };
 
 }  // namespace synoros

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "api/tensor_impl.hpp"
+#include "core/thread_scratch.hpp"
 #include "kernels/kernel_api.hpp"
 
 namespace synoros::optim {
@@ -51,19 +52,18 @@ void Optimizer::step(std::vector<Tensor> all) {
   if (all.size() != params_.size())
     throw Error("optimizer: " + std::to_string(all.size()) + " gradients for " + std::to_string(params_.size()) +
                 " parameters");
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (all[i].defined() && all[i].shape() != params_[i].shape())
+      throw Error("optimizer: gradient " + std::to_string(i) + " is " + shape_str(all[i].shape()) + ", its parameter " +
+                  shape_str(params_[i].shape()));
+  const bool eager = !trace_state().active;
+  if (eager) tick();
+  if (eager && trace_state().batches == 0 && replay_update(all)) return;
   std::vector<size_t> idx;
   std::vector<Tensor> grads;
   idx.reserve(all.size()), grads.reserve(all.size());
   for (size_t i = 0; i < params_.size(); ++i)
-    if (all[i].defined()) {
-      if (all[i].shape() != params_[i].shape())
-        throw Error("optimizer: gradient " + std::to_string(i) + " is " + shape_str(all[i].shape()) + ", its parameter " +
-                    shape_str(params_[i].shape()));
-      idx.push_back(i), grads.push_back(all[i]);
-    }
-  const bool eager = !trace_state().active;
-  if (eager) tick();
-  if (eager && trace_state().batches == 0 && replay_update(all)) return;
+    if (all[i].defined()) idx.push_back(i), grads.push_back(all[i]);
   AssignBatch batch;  // eager: every update in one plan run
   if (clip_ > 0 && !grads.empty()) {
     // torch.nn.utils.clip_grad_norm_: scale = min(1, max_norm / (norm + 1e-6)).
@@ -96,10 +96,23 @@ struct Optimizer::EagerUpdate {
 };
 
 bool Optimizer::replay_update(const std::vector<Tensor>& all) {
-  std::vector<int> dtypes;
-  std::vector<HostTensor> args;
-  dtypes.reserve(all.size());
-  args.reserve(all.size());
+  // The gradients' kinds and values, in storage a thread reuses every step (the values' shapes
+  // are assigned into the last step's; their buffers are let go on the way out).
+  struct Scratch {
+    std::vector<int> dtypes;
+    std::vector<HostTensor> args;
+  };
+  Scratch& scratch = thread_scratch<Scratch>();
+  std::vector<int>& dtypes = scratch.dtypes;
+  std::vector<HostTensor>& args = scratch.args;
+  struct Release {
+    std::vector<HostTensor>& args;
+    ~Release() {
+      for (HostTensor& a : args) a.buffer.reset();
+    }
+  } release{args};
+  dtypes.clear();
+  size_t n = 0;
   for (const Tensor& g : all) {
     if (!g.defined()) {
       dtypes.push_back(-1);
@@ -110,8 +123,10 @@ bool Optimizer::replay_update(const std::vector<Tensor>& all) {
     const TensorImpl& t = *g.impl();
     if (!t.value || !t.in.empty() || t.is_const || t.requires_grad || t.stateful) return false;
     dtypes.push_back(int(t.dtype));
-    args.push_back(*t.value);
+    if (args.size() == n) args.emplace_back();
+    args[n++] = *t.value;
   }
+  args.resize(n);
   if (args.empty() || !replayable()) return false;
   std::string config = kernels::kernel_config();
   const bool replay = eager_ && eager_->dtypes == dtypes && eager_->clip == clip_ && eager_->config == config;
