@@ -90,7 +90,7 @@ def memory_rows(bench):
 
 
 def run_peak(bench):
-    return json.loads(subprocess.run([os.path.join(os.path.dirname(bench), "synoros"), "peak"],
+    return json.loads(subprocess.run([os.path.join(os.path.dirname(bench), "synoros"), "peak", "--threads", "1"],
                                      check=True, capture_output=True, text=True).stdout)
 
 

@@ -157,7 +157,7 @@ def main():
             for k, v in t.items():
                 samples.setdefault("torch:" + k, []).append(v)
         cli = os.path.join(os.path.dirname(args.bench), "synoros")
-        peaks.append(json.loads(subprocess.run([cli, "peak"], check=True, capture_output=True, text=True).stdout))
+        peaks.append(json.loads(subprocess.run([cli, "peak", "--threads", "1"], check=True, capture_output=True, text=True).stdout))
     gbps = max(p["gbps"] for p in peaks)
     gflops = max(p["gflops"] for p in peaks)
     med = {k: statistics.median(v) for k, v in samples.items()}

@@ -10,6 +10,7 @@ installed (scripts/test.sh leaves one in build/venv):
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -126,6 +127,8 @@ def main():
     ap.add_argument("--json", default="python_results.json")
     ap.add_argument("--rounds", type=int, default=3, help="rounds of every step row; medians are reported")
     args = ap.parse_args()
+    if args.rounds < 1:
+        raise SystemExit("--rounds must be at least 1")
     synoros.set_num_threads(1)
     gflops, gbps, read_gbps = synoros.measure_peak()
     print(f"machine: one core {gflops:.1f} GFLOP/s FMA peak, {gbps:.1f} GB/s copying, {read_gbps:.1f} GB/s reading")
@@ -159,7 +162,7 @@ def main():
         for label, py in peers.items():
             r[label] = torch_step_ns(py)
         rounds.append(r)
-    median = lambda xs: sorted(xs)[len(xs) // 2]
+    median = statistics.median
     rows = {k: median([r[k] for r in rounds]) for k in rounds[0]}
     span = lambda xs: f"{min(xs):.2f}-{max(xs):.2f}" if len(xs) > 1 else ""
     ratio = lambda a, b: [r[a] / r[b] for r in rounds]

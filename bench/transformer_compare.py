@@ -140,7 +140,9 @@ def main():
                 row.update(engine_gflops=work / e / 1e9, share_of_peak=share(work, "gflops_threads"),
                            share_of_one_core_peak_times_threads=share(work, "gflops", th))
             results.append(row)
-    span = lambda key, th=1: "-".join(f"{f(q[key] for q in peaks if q['threads'] == th):.1f}" for f in (min, max))
+    # One core's figures come with every measurement; the threads' ones with their thread count's.
+    span = lambda key, th=None: "-".join(f"{f(q[key] for q in peaks if th is None or q['threads'] == th):.1f}"
+                                         for f in (min, max))
     print(f"machine: {peaks[0]['isa']}, one core {span('gflops')} GFLOP/s, {span('gbps')} GB/s copying and "
           f"{span('read_gbps')} GB/s reading from DRAM"
           + "".join(f"; {th} threads at once {span('gflops_threads', th)} GFLOP/s, {span('gbps_threads', th)} GB/s "

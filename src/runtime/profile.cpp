@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <barrier>
 #include <chrono>
 #include <cstdlib>
@@ -11,8 +12,8 @@
 #include <iomanip>
 #include <map>
 #include <memory>
-#include <numeric>
 #include <sstream>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -115,20 +116,44 @@ size_t stream_bytes() {
 }
 
 // Runs body(t, rep) for t in [0, threads) on that many threads at once (the caller is thread 0),
-// reps times, every thread starting each rep together.
+// reps times, every thread starting each rep together; returns each rep's wall time, from the
+// first thread's start to the last one's end (with more threads than cores, threads that run one
+// after another are not counted as running at once).
 template <class Body>
-void run_together(int threads, int reps, Body body) {
+std::vector<double> run_together(int threads, int reps, Body body) {
+  std::vector<Clock::time_point> start(size_t(reps) * size_t(threads)), end(start.size());
   std::barrier sync(threads);
+  std::atomic<int> go{0};  // 1: run, -1: a thread could not be started
   auto work = [&](int t) {
+    while (go.load(std::memory_order_acquire) == 0) std::this_thread::yield();
+    if (go.load(std::memory_order_acquire) < 0) return;
     for (int rep = 0; rep < reps; ++rep) {
       sync.arrive_and_wait();
+      const size_t i = size_t(rep) * size_t(threads) + size_t(t);
+      start[i] = Clock::now();
       body(t, rep);
+      end[i] = Clock::now();
     }
   };
   std::vector<std::thread> others;
-  for (int t = 1; t < threads; ++t) others.emplace_back(work, t);
+  try {
+    for (int t = 1; t < threads; ++t) others.emplace_back(work, t);
+  } catch (const std::system_error& e) {
+    go.store(-1, std::memory_order_release);
+    for (std::thread& th : others) th.join();
+    throw Error("peak: cannot start " + std::to_string(threads) + " threads: " + e.what());
+  }
+  go.store(1, std::memory_order_release);
   work(0);
   for (std::thread& th : others) th.join();
+  std::vector<double> seconds(static_cast<size_t>(reps));
+  for (int rep = 0; rep < reps; ++rep) {
+    const auto first = start.begin() + rep * threads, last = end.begin() + rep * threads;
+    seconds[size_t(rep)] =
+        std::chrono::duration<double>(*std::max_element(last, last + threads) - *std::min_element(first, first + threads))
+            .count();
+  }
+  return seconds;
 }
 }  // namespace
 
@@ -139,26 +164,27 @@ MachinePeak measure_peak(int threads) {
   p.threads = threads;
   kernels::Isa isa = kernels::active_isa();
   p.isa = kernels::isa_name(isa);
+  constexpr int64_t kVectorIters = 2'000'000, kScalarIters = 5'000'000;
   auto fma_rate = [isa] {
-    return isa == kernels::Isa::Avx512 ? fma_rate_avx512(2'000'000)
-           : isa == kernels::Isa::Avx2 ? fma_rate_avx2(2'000'000)
-                                       : fma_rate_scalar(5'000'000);
+    return isa == kernels::Isa::Avx512 ? fma_rate_avx512(kVectorIters)
+           : isa == kernels::Isa::Avx2 ? fma_rate_avx2(kVectorIters)
+                                       : fma_rate_scalar(kScalarIters);
   };
+  // The flops of one fma_rate() call (12 chains of 16 or 8 lanes, or 8 scalar chains).
+  const double fma_flops = isa == kernels::Isa::Avx512 ? double(kVectorIters) * 12 * 16 * 2
+                           : isa == kernels::Isa::Avx2 ? double(kVectorIters) * 12 * 8 * 2
+                                                       : double(kScalarIters) * 8 * 2;
   double best = 0;
   for (int rep = 0; rep < 15; ++rep) best = std::max(best, fma_rate());  // best of 15 (~0.1 s): another tenant's burst only lowers some
   p.gflops = best / 1e9;
-  // Every thread's chains at once, started together; a rep's rate is the sum of the threads'
-  // (a core's clock under load on all cores is what a parallel kernel gets).
+  p.gflops_threads = p.gflops;
   if (threads > 1) {
-    constexpr int kReps = 15;
-    std::vector<double> rate(size_t(kReps) * size_t(threads));
-    run_together(threads, kReps, [&](int t, int rep) { rate[size_t(rep) * size_t(threads) + size_t(t)] = fma_rate(); });
+    // Every thread's chains at once, started together: a core's clock with every core busy is
+    // what a parallel kernel gets. A rep's rate is all threads' flops over its wall time.
     double all = 0;
-    for (int rep = 0; rep < kReps; ++rep)
-      all = std::max(all, std::accumulate(rate.begin() + rep * threads, rate.begin() + (rep + 1) * threads, 0.0));
+    for (double secs : run_together(threads, 15, [&](int, int) { fma_rate(); }))
+      all = std::max(all, double(threads) * fma_flops / secs);
     p.gflops_threads = all / 1e9;
-  } else {
-    p.gflops_threads = p.gflops;
   }
   // Streams from DRAM: buffers of twice the last-level cache (at least 64 MiB, at most 512 MiB;
   // a VM may report a cache of hundreds of MiB, and 64 MiB then measured the cache). They are
@@ -210,29 +236,25 @@ MachinePeak measure_peak(int threads) {
   p.read_gbps_threads = p.read_gbps;
   if (threads > 1) {
     // The same streams split across the threads in whole pages, started together: even reps
-    // read, odd reps copy; a stream takes as long as its slowest thread.
+    // read, odd reps copy. (The buffers were first touched by this thread: on a machine of
+    // several memory nodes, this is the bandwidth of one node's memory.)
     const size_t slice = bytes / size_t(threads) / 4096 * 4096;
     auto offset = [&](int t) { return size_t(t) * slice; };
     auto length = [&](int t) { return t + 1 == threads ? bytes - offset(t) : slice; };
-    constexpr int kReps = 6;
-    std::vector<double> secs(size_t(kReps) * size_t(threads));
-    run_together(threads, kReps, [&](int t, int rep) {
+    const std::vector<double> secs = run_together(threads, 6, [&](int t, int rep) {
       char* s = static_cast<char*>(src->get()) + offset(t);
       char* d = static_cast<char*>(dst->get()) + offset(t);
-      auto t0 = Clock::now();
       if (rep % 2 == 0) {
         const uint64_t sum = read_stream(s, length(t)) + read_stream(d, length(t));
         asm volatile("" : : "r"(sum) : "memory");
       } else {
         std::memcpy(d, s, length(t));
       }
-      secs[size_t(rep) * size_t(threads) + size_t(t)] = seconds_since(t0);
     });
     p.gbps_threads = p.read_gbps_threads = 0;
-    for (int rep = 0; rep < kReps; ++rep) {
-      const double slowest = *std::max_element(secs.begin() + rep * threads, secs.begin() + (rep + 1) * threads);
+    for (size_t rep = 0; rep < secs.size(); ++rep) {
       double& best_rate = rep % 2 == 0 ? p.read_gbps_threads : p.gbps_threads;
-      best_rate = std::max(best_rate, 2.0 * double(bytes) / slowest / 1e9);
+      best_rate = std::max(best_rate, 2.0 * double(bytes) / secs[rep] / 1e9);
     }
   }
   return p;
