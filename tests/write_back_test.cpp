@@ -86,6 +86,8 @@ TEST(WriteBack, UpdatesWrittenIntoTheParametersGiveTheBitsComputedAside) {
 
 // A model whose gradients outweigh its activations: with clipping (the global norm needs them all)
 // every gradient is alive at once; without, each dies at its update, and the step needs a fraction.
+// (The arena also depends on the kernels chosen, which a fresh tuning cache may time differently:
+// 208-223 KB without clipping against 867 KB of parameters, so the bound leaves room.)
 TEST(WriteBack, WithoutClippingGradientsDieAtTheirUpdates) {
   const nn::GptConfig c{256, 4, 64, 2, 4};
   size_t param_bytes = 0;
@@ -99,7 +101,7 @@ TEST(WriteBack, WithoutClippingGradientsDieAtTheirUpdates) {
     arena.push_back(train::compile_lm_train(m, opt, 1, c.context).plan().arena_bytes());
   }
   EXPECT_GE(arena[0], param_bytes);
-  EXPECT_LT(arena[1], param_bytes / 4);
+  EXPECT_LT(arena[1], param_bytes / 3);
 }
 
 // Running a step's plan directly applies the updates written in place and moves the parameters'
