@@ -493,6 +493,29 @@ void GptDecode(benchmark::State& state, const char* preset) {
 BENCHMARK_CAPTURE(GptDecode, gpt2_98m, "gpt2-98m")->Name("Gpt/decode/gpt2-98m")->Args({512, 1})->Args({512, 8})
     ->ArgNames({"context", "batch"})->UseRealTime()->Unit(benchmark::kMillisecond);
 
+// A generator answering requests of two prompt lengths in turn (each prefilled, then 4 tokens
+// decoded): requests per second, and the engine's memory above the model's once every plan has run
+// twice (the KV cache, the plans' arenas, and the packed copies of the weights they share).
+void GptServe(benchmark::State& state, const char* preset) {
+  nn::Gpt m(nn::GptConfig::preset(preset), 1);
+  m.eval();
+  const int64_t B = state.range(0);
+  const double model_bytes = double(live_buffer_bytes());
+  nn::GptGenerator gen(m, B);
+  const std::vector<int64_t> next(size_t(B), 2);
+  auto request = [&](int64_t P) {
+    gen.reset();
+    gen.prefill(std::vector<std::vector<int64_t>>(size_t(B), std::vector<int64_t>(size_t(P), 1)));
+    for (int i = 0; i < 4; ++i) benchmark::DoNotOptimize(gen.decode(next));
+  };
+  for (int i = 0; i < 2; ++i) request(64), request(128);  // every plan compiled and run twice
+  for (auto _ : state) request(64), request(128);
+  state.counters["requests/s"] = benchmark::Counter(2, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["MB_above_model"] = (double(live_buffer_bytes()) - model_bytes) / 1e6;
+}
+BENCHMARK_CAPTURE(GptServe, gpt2_98m, "gpt2-98m")->Name("Gpt/serve/gpt2-98m/prompts:64,128")->Arg(1)->Arg(8)
+    ->ArgNames({"batch"})->UseRealTime()->Unit(benchmark::kMillisecond);
+
 void GptTrain(benchmark::State& state, const char* preset) {
   nn::GptConfig c = nn::GptConfig::preset(preset);
   const int64_t T = state.range(0), B = state.range(1);

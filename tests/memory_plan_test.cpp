@@ -10,6 +10,7 @@
 #include <random>
 #include <string>
 
+#include "kernels/cpu/packed_weights.hpp"
 #include "kernels/kernel_api.hpp"
 #include "synoros/config.hpp"
 #include "test_util.hpp"
@@ -269,49 +270,53 @@ TEST(PackedWeights, AreKeptFromTheSecondCallAndFollowEveryChange) {
   auto same = [](const HostTensor& a, const HostTensor& b) {
     return a.bytes() == b.bytes() && std::memcmp(a.buffer->data(), b.buffer->data(), a.bytes()) == 0;
   };
-  const size_t weight_bytes = size_t(w->bytes());
-  Plan p(g, {y});
-  p.set_input(x, xv);
-  p.run();
-  const size_t after_first = live_buffer_bytes();
-  EXPECT_TRUE(same(p.read(y), fresh()));
-  p.run();  // the same version again: packed now
-  const size_t after_second = live_buffer_bytes();
-  EXPECT_GE(after_second, after_first + weight_bytes);
-  EXPECT_TRUE(same(p.read(y), fresh()));
-  p.run();  // read from the packed copy, nothing new
-  EXPECT_EQ(live_buffer_bytes(), after_second);
-  EXPECT_TRUE(same(p.read(y), fresh()));
-  {  // A raw write that does not announce itself is not seen: the plan reads its copy.
-    const HostTensor packed_result = p.read(y);
-    float* raw = static_cast<float*>(w->buffer->data());
-    const float saved_value = raw[3];
-    raw[3] = 100.0f;
+  const size_t weight_bytes = size_t(w->bytes()), copies_before = kernels::packed_copies();
+  HostTensor changed;
+  {
+    Plan p(g, {y});
+    p.set_input(x, xv);
     p.run();
-    EXPECT_TRUE(same(p.read(y), packed_result));
-    raw[3] = saved_value;
-  }
+    const size_t after_first = live_buffer_bytes();
+    EXPECT_TRUE(same(p.read(y), fresh()));
+    p.run();  // the same version again: packed now
+    const size_t after_second = live_buffer_bytes();
+    EXPECT_GE(after_second, after_first + weight_bytes);
+    EXPECT_TRUE(same(p.read(y), fresh()));
+    p.run();  // read from the packed copy, nothing new
+    EXPECT_EQ(live_buffer_bytes(), after_second);
+    EXPECT_TRUE(same(p.read(y), fresh()));
+    {  // A raw write that does not announce itself is not seen: the plan reads its copy.
+      const HostTensor packed_result = p.read(y);
+      float* raw = static_cast<float*>(w->buffer->data());
+      const float saved_value = raw[3];
+      raw[3] = 100.0f;
+      p.run();
+      EXPECT_TRUE(same(p.read(y), packed_result));
+      raw[3] = saved_value;
+    }
 
-  w->set(11, -2.0);  // a change through the API: the copy is stale
-  HostTensor changed = fresh();
-  const size_t held = live_buffer_bytes();
-  p.run();
-  EXPECT_TRUE(same(p.read(y), changed));
-  p.run();  // repacked into the same memory
-  EXPECT_EQ(live_buffer_bytes(), held);
-  EXPECT_TRUE(same(p.read(y), changed));
-
-  const kernels::Isa saved = kernels::active_isa();
-  if (saved == kernels::Isa::Avx512) {  // another panel width: repacked for it
-    kernels::set_isa(kernels::Isa::Avx2);
+    w->set(11, -2.0);  // a change through the API: the copy is stale
+    changed = fresh();
+    const size_t held = live_buffer_bytes();
     p.run();
     EXPECT_TRUE(same(p.read(y), changed));
-    kernels::set_isa(saved);
-  }
-  p.run();
-  EXPECT_TRUE(same(p.read(y), changed));
+    p.run();  // repacked into the same memory
+    EXPECT_EQ(live_buffer_bytes(), held);
+    EXPECT_TRUE(same(p.read(y), changed));
 
-  // Over the memory limit the plan packs per call instead.
+    const kernels::Isa saved = kernels::active_isa();
+    if (saved == kernels::Isa::Avx512) {  // another panel width: repacked for it
+      kernels::set_isa(kernels::Isa::Avx2);
+      p.run();
+      EXPECT_TRUE(same(p.read(y), changed));
+      kernels::set_isa(saved);
+    }
+    p.run();
+    EXPECT_TRUE(same(p.read(y), changed));
+  }  // the plan and its copy are gone
+  EXPECT_EQ(kernels::packed_copies(), copies_before);
+
+  // Over the memory limit a plan packs per call instead.
   Plan q(g, {y});
   q.set_input(x, xv);
   q.run();
@@ -328,6 +333,77 @@ TEST(PackedWeights, AreKeptFromTheSecondCallAndFollowEveryChange) {
   q.run();
   EXPECT_GE(live_buffer_bytes(), before_refusal + weight_bytes);
   EXPECT_TRUE(same(q.read(y), fresh()));
+}
+
+// Plans that read one weight the same way share one packed copy, whatever their row counts (the
+// prefill plans of each prompt length, a generator's decoding plans): a plan reads a copy another
+// packed from its first call, a change of the weight is repacked once into the same memory, and
+// the copy lives as long as a plan that reads it.
+TEST(PackedWeights, PlansReadingOneWeightShareOneCopy) {
+  auto w = std::make_shared<HostTensor>(testing::random_tensor({DType::F32, {384, 200}}, 25));
+  auto build = [&](int64_t rows, Graph& g) {
+    ValueId x = g.input(DType::F32, {rows, 384}, "x");
+    return std::pair{x, g.einsum("mk,kn->mn", {x, g.param(w, "w")})};
+  };
+  Graph g1, g2;
+  const auto [x1, y1] = build(64, g1);
+  const auto [x2, y2] = build(96, g2);
+  const HostTensor xv1 = testing::random_tensor({DType::F32, {64, 384}}, 26);
+  const HostTensor xv2 = testing::random_tensor({DType::F32, {96, 384}}, 27);
+  auto fresh = [&](Graph& g, ValueId x, ValueId y, const HostTensor& xv) {
+    config::ScopedOverride off("SYNOROS_NO_WEIGHT_PACKS", "1");
+    Plan f(g, {y});
+    f.set_input(x, xv);
+    f.run();
+    return f.read(y);
+  };
+  auto same = [](const HostTensor& a, const HostTensor& b) {
+    return a.bytes() == b.bytes() && std::memcmp(a.buffer->data(), b.buffer->data(), a.bytes()) == 0;
+  };
+  const size_t copies_before = kernels::packed_copies(), weight_bytes = size_t(w->bytes());
+  size_t without_copy = 0;
+  {
+    auto a = std::make_unique<Plan>(g1, std::vector<ValueId>{y1});
+    Plan b(g2, {y2});
+    a->set_input(x1, xv1);
+    b.set_input(x2, xv2);
+    EXPECT_EQ(kernels::packed_copies(), copies_before + 1);  // one copy for both plans' launches
+    a->run();
+    without_copy = live_buffer_bytes();
+    a->run();  // a's second call packs the copy
+    const size_t with_copy = live_buffer_bytes();
+    EXPECT_GE(with_copy, without_copy + weight_bytes);
+    {  // b reads a's copy from its first call: a raw write the engine was not told of is not seen
+      const HostTensor expect = fresh(g2, x2, y2, xv2);
+      float* raw = static_cast<float*>(w->buffer->data());
+      const float saved_value = raw[3];
+      raw[3] = 100.0f;
+      b.run();
+      raw[3] = saved_value;
+      EXPECT_TRUE(same(b.read(y2), expect));
+    }
+    b.run();
+    EXPECT_EQ(live_buffer_bytes(), with_copy);  // no second copy
+    EXPECT_TRUE(same(b.read(y2), fresh(g2, x2, y2, xv2)));
+
+    w->set(7, 1.25);  // each plan sees the change; the second call to see it repacks the one copy
+    a->run();
+    b.run();
+    EXPECT_TRUE(same(a->read(y1), fresh(g1, x1, y1, xv1)));
+    EXPECT_TRUE(same(b.read(y2), fresh(g2, x2, y2, xv2)));
+    a->run();
+    b.run();
+    EXPECT_EQ(live_buffer_bytes(), with_copy);
+    EXPECT_TRUE(same(a->read(y1), fresh(g1, x1, y1, xv1)));
+    EXPECT_TRUE(same(b.read(y2), fresh(g2, x2, y2, xv2)));
+
+    a.reset();  // b still reads the copy
+    EXPECT_EQ(kernels::packed_copies(), copies_before + 1);
+    b.run();
+    EXPECT_TRUE(same(b.read(y2), fresh(g2, x2, y2, xv2)));
+  }
+  EXPECT_EQ(kernels::packed_copies(), copies_before);
+  EXPECT_LE(live_buffer_bytes(), without_copy - weight_bytes);  // the copy went with the last plan
 }
 
 // A product of a few rows (a decoding step at batch 2 to 8) keeps its weight packed with AVX-512,

@@ -14,6 +14,7 @@
 #include "kernels/cpu/conv_direct.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
 #include "kernels/cpu/gemm.hpp"
+#include "kernels/cpu/packed_weights.hpp"
 #include "kernels/cpu/window_einsum.hpp"
 #include "kernels/onednn_conv.hpp"
 #include "kernels/providers.hpp"
@@ -206,53 +207,10 @@ struct GemmArgs {
   float* pinned = nullptr;
   int64_t pin_rs = 0, pin_cs = 0;
   mutable uint64_t pin_seen = ~uint64_t(0);
-  // A parameter B the provider reads packed (see PackedWeight); null when none.
-  struct PackedWeight* packs = nullptr;
+  // A parameter B the provider reads packed (see packed_weights.hpp); null when none.
+  PackedWeight* packs = nullptr;
   mutable const float* packed_b = nullptr;  // this call's packed B, or null
 };
-
-// A parameter B kept in the provider's packed layout, so that a weight that does not change
-// between calls (inference, a frozen base under LoRA, accumulated micro-steps) is not packed again
-// by every call (or, for a few rows, is read as one stream rather than in place). The copy is
-// made by the second call that sees the same version of the weight (a weight that changes every
-// step, as in training, never gets one) and is repacked when the version or the instruction set
-// moves. Its memory counts against the engine's limit; when that refuses it, the product runs as
-// it would without the copy. Borrowed weights get no copy. The packed panels hold the same
-// floats, so the bits do not change.
-struct PackedWeight {
-  const Buffer* src = nullptr;
-  uint64_t seen = ~uint64_t(0);    // the version the last call saw
-  uint64_t packed = ~uint64_t(0);  // the version `data` holds
-  int isa = -1;
-  uint64_t refused = ~uint64_t(0);  // the version the memory limit refused a copy of
-  std::unique_ptr<Buffer> data;
-};
-
-const float* packed_weight(const GemmArgs& g, ThreadPool& pool) {
-  PackedWeight& w = *g.packs;
-  const uint64_t v = w.src->version();
-  const int isa = int(active_isa());
-  const size_t floats = g.provider->packed_b_floats(g.shape);
-  if (floats == 0) return nullptr;
-  if (w.data && w.packed == v && w.isa == isa && w.data->bytes() >= floats * 4)
-    return static_cast<const float*>(w.data->data());
-  const bool again = w.seen == v;
-  w.seen = v;
-  if (!again || w.refused == v) return nullptr;
-  if (!w.data || w.data->bytes() < floats * 4) {
-    w.data.reset();
-    try {
-      w.data = std::make_unique<Buffer>(floats * 4);
-    } catch (const Error&) {  // over the memory limit: pack per call (tried again at the next version)
-      w.refused = v;
-      return nullptr;
-    }
-  }
-  g.provider->pack_b(g.shape, static_cast<const float*>(g.B), static_cast<float*>(w.data->data()), pool);
-  w.packed = v;
-  w.isa = isa;
-  return static_cast<const float*>(w.data->data());
-}
 
 constexpr int64_t kRow = 6;
 
@@ -291,7 +249,7 @@ void gemm_launch(const void* p, ThreadPool& pool) {
     lay_out_kn(g.pin_from, g.pin_rs, g.pin_cs, g.shape.N, g.shape.K, g.pinned, int(active_isa()));
     g.pin_seen = g.pin_src->version();
   }
-  if (g.packs) g.packed_b = packed_weight(g, pool);
+  if (g.packs) g.packed_b = packed_weight(*g.packs, *g.provider, g.shape, g.B, pool);
   if (g.batch_tasks && pool.size() > 1 && g.rows >= pool.size()) {
     pool.run(g.rows, gemm_batch_task, p);
     if (g.post.fn) g.post.fn(g.post.args, pool);
@@ -569,8 +527,7 @@ Launch lower_einsum(LowerCtx& c) {
     // without moving the version.
     if (B.param && !B.param->borrowed() && !g->pin_src && !B.gather && b_fixed &&
         !config::flag("SYNOROS_NO_WEIGHT_PACKS")) {
-      g->packs = c.storage.own(std::make_unique<PackedWeight>());
-      g->packs->src = B.param;
+      g->packs = c.storage.own(std::make_unique<PackedWeight>(packed_weight_for(*g->provider, B.param, g->B, g->shape)));
     }
     g->batch_tasks = g->rows >= 2 && kslices == 1 && !A.gather && !B.gather &&
                      g->shape.M * g->shape.N * g->shape.K <= (int64_t(1) << 21);
