@@ -174,18 +174,6 @@ MachinePeak measure_peak(int threads) {
   const double fma_flops = isa == kernels::Isa::Avx512 ? double(kVectorIters) * 12 * 16 * 2
                            : isa == kernels::Isa::Avx2 ? double(kVectorIters) * 12 * 8 * 2
                                                        : double(kScalarIters) * 8 * 2;
-  double best = 0;
-  for (int rep = 0; rep < 15; ++rep) best = std::max(best, fma_rate());  // best of 15 (~0.1 s): another tenant's burst only lowers some
-  p.gflops = best / 1e9;
-  p.gflops_threads = p.gflops;
-  if (threads > 1) {
-    // Every thread's chains at once, started together: a core's clock with every core busy is
-    // what a parallel kernel gets. A rep's rate is all threads' flops over its wall time.
-    double all = 0;
-    for (double secs : run_together(threads, 15, [&](int, int) { fma_rate(); }))
-      all = std::max(all, double(threads) * fma_flops / secs);
-    p.gflops_threads = all / 1e9;
-  }
   // Streams from DRAM: buffers of twice the last-level cache (at least 64 MiB, at most 512 MiB;
   // a VM may report a cache of hundreds of MiB, and 64 MiB then measured the cache). They are
   // the measurement's own (outside the engine's memory limit, which a loaded model may fill);
@@ -219,29 +207,23 @@ MachinePeak measure_peak(int threads) {
            : isa == kernels::Isa::Avx2 ? read_stream_avx2(x, n)
                                        : read_stream_scalar(x, n);
   };
-  double copy = 0, read = 0;
-  for (int rep = 0; rep < 3; ++rep) {  // best of three of each
-    // The read walks both buffers (four times the cache and more) before the copy touches them.
-    auto t0 = Clock::now();
-    const uint64_t sum = read_stream(src->get(), bytes) + read_stream(dst->get(), bytes);
-    read = std::max(read, 2.0 * double(bytes) / seconds_since(t0));
-    asm volatile("" : : "r"(sum) : "memory");
-    t0 = Clock::now();
-    std::memcpy(dst->get(), src->get(), bytes);
-    copy = std::max(copy, 2.0 * double(bytes) / seconds_since(t0));
-  }
-  p.gbps = copy / 1e9;
-  p.read_gbps = read / 1e9;
-  p.gbps_threads = p.gbps;
-  p.read_gbps_threads = p.read_gbps;
-  if (threads > 1) {
-    // The same streams split across the threads in whole pages, started together: even reps
-    // read, odd reps copy. (The buffers were first touched by this thread: on a machine of
-    // several memory nodes, this is the bandwidth of one node's memory.)
-    const size_t slice = bytes / size_t(threads) / 4096 * 4096;
+  // The best rates of n threads running at once, each started together with the others (a core's
+  // clock with every core busy is what a parallel kernel gets): the FMA chains over 15 reps, then
+  // the streams split across the threads in whole pages, even reps reading both buffers (four
+  // times the cache and more, before the copy touches them), odd reps copying. A rep's rate is
+  // all the threads' work over its wall time. (The buffers were first touched by this thread: on
+  // a machine of several memory nodes, the several-thread figures are one node's memory.)
+  struct Rates {
+    double gflops = 0, copy_gbps = 0, read_gbps = 0;
+  };
+  auto measure = [&](int n) {
+    Rates r;
+    for (double secs : run_together(n, 15, [&](int, int) { fma_rate(); }))
+      r.gflops = std::max(r.gflops, double(n) * fma_flops / secs / 1e9);
+    const size_t slice = bytes / size_t(n) / 4096 * 4096;
     auto offset = [&](int t) { return size_t(t) * slice; };
-    auto length = [&](int t) { return t + 1 == threads ? bytes - offset(t) : slice; };
-    const std::vector<double> secs = run_together(threads, 6, [&](int t, int rep) {
+    auto length = [&](int t) { return t + 1 == n ? bytes - offset(t) : slice; };
+    const std::vector<double> secs = run_together(n, 6, [&](int t, int rep) {
       char* s = static_cast<char*>(src->get()) + offset(t);
       char* d = static_cast<char*>(dst->get()) + offset(t);
       if (rep % 2 == 0) {
@@ -251,12 +233,15 @@ MachinePeak measure_peak(int threads) {
         std::memcpy(d, s, length(t));
       }
     });
-    p.gbps_threads = p.read_gbps_threads = 0;
     for (size_t rep = 0; rep < secs.size(); ++rep) {
-      double& best_rate = rep % 2 == 0 ? p.read_gbps_threads : p.gbps_threads;
-      best_rate = std::max(best_rate, 2.0 * double(bytes) / secs[rep] / 1e9);
+      double& best = rep % 2 == 0 ? r.read_gbps : r.copy_gbps;
+      best = std::max(best, 2.0 * double(bytes) / secs[rep] / 1e9);
     }
-  }
+    return r;
+  };
+  const Rates one = measure(1), all = threads > 1 ? measure(threads) : one;
+  p.gflops = one.gflops, p.gbps = one.copy_gbps, p.read_gbps = one.read_gbps;
+  p.gflops_threads = all.gflops, p.gbps_threads = all.copy_gbps, p.read_gbps_threads = all.read_gbps;
   return p;
 }
 
