@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Installs, builds with warnings as errors, runs every test, then runs the suite once more under
-# AddressSanitizer + UndefinedBehaviorSanitizer; then builds and installs the Python package with
-# pip into a fresh virtual environment and runs its tests.
+# Installs, builds with warnings as errors, runs every test; builds and installs the Python
+# package with pip into a fresh virtual environment and runs its tests; then runs the suite once
+# more under AddressSanitizer + UndefinedBehaviorSanitizer (all but its five longest tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install_deps.sh

@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
+#include <thread>
+#include <vector>
 
 #include "kernels/cpu/cpu_kernels.hpp"
 #include "kernels/kernel_api.hpp"
@@ -525,5 +528,46 @@ TEST(ThreadPoolStress, EveryChunkRunsExactlyOnce) {
     EXPECT_EQ(g_chunk_count.load(), want_count) << threads << " threads";
     EXPECT_EQ(g_chunk_sum.load(), want_sum) << threads << " threads";
   }
+}
+
+// Jobs launched from several threads at once (plans run by several threads, compiled steps from
+// several Python threads) take turns on one pool, each job's chunks running exactly once; a chunk
+// that launches on the pool it runs in does those chunks itself instead of waiting for the pool.
+struct CountedJob {
+  std::atomic<int64_t> sum{0}, count{0};
+};
+void counted_chunk(const void* p, int64_t c) {
+  auto& j = *static_cast<CountedJob*>(const_cast<void*>(p));
+  j.sum += c;
+  ++j.count;
+}
+struct NestedJob {
+  synoros::ThreadPool* pool;
+  std::atomic<int64_t> inner{0};
+};
+void nested_chunk(const void* p, int64_t) {
+  auto& n = *static_cast<NestedJob*>(const_cast<void*>(p));
+  CountedJob j;
+  n.pool->run(5, counted_chunk, &j);
+  n.inner += j.count;
+}
+TEST(ThreadPoolStress, JobsFromSeveralThreadsTakeTurns) {
+  synoros::ThreadPool pool(3);
+  std::vector<int64_t> wrong(3, 0);
+  auto caller = [&](int k) {
+    for (int64_t i = 0; i < 20000; ++i) {
+      CountedJob j;
+      const int64_t n = 2 + (i + k) % 7;
+      pool.run(n, counted_chunk, &j);
+      wrong[size_t(k)] += j.count.load() != n || j.sum.load() != n * (n - 1) / 2;
+    }
+  };
+  std::vector<std::thread> callers;
+  for (int k = 0; k < 3; ++k) callers.emplace_back(caller, k);
+  for (std::thread& t : callers) t.join();
+  EXPECT_EQ(wrong, std::vector<int64_t>(3, 0));
+  NestedJob nested{&pool};
+  pool.run(4, nested_chunk, &nested);
+  EXPECT_EQ(nested.inner.load(), 4 * 5);
 }
 }  // namespace

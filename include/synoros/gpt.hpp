@@ -144,8 +144,8 @@ class Sampler {
 // Incremental decoding of `batch` sequences. The cache holds, per layer, the keys and the values
 // as [batch, heads, context, D]; decode() reuses the same compiled plans (one per block boundary) for every
 // position: nothing compiles after its first call, and calls after the second allocate no memory
-// (the second packs the weights at batch 2 to 8 with AVX-512, into the copies that the prefill
-// plans share too: see packed_weights.hpp).
+// (with AVX-512 at batch 2 to 8, the second packs the weights, into copies the prefill plans
+// share, unless a prefill plan packed them already: see packed_weights.hpp).
 class GptGenerator {
  public:
   GptGenerator(Gpt& model, int64_t batch);

@@ -32,6 +32,8 @@ class ThreadPool {
 
   int size() const { return int(workers_.size()) + 1; }
   // Calls fn(ctx, chunk) for every chunk in [0, chunks), spread over the workers and the caller.
+  // Callers on several threads take turns, one job at a time (plans run from several threads
+  // share the pool); a chunk that calls run on the pool it runs in does its chunks itself.
   void run(int64_t chunks, void (*fn)(const void* ctx, int64_t chunk), const void* ctx);
 
  private:
@@ -41,6 +43,7 @@ class ThreadPool {
   void wait_done(int64_t chunks);
 
   std::vector<std::thread> workers_;
+  std::mutex job_mu_;  // held by the thread whose job the workers run
   std::mutex mu_;
   std::condition_variable cv_;
   std::atomic<uint64_t> generation_{0};

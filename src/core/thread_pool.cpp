@@ -48,7 +48,13 @@ void ThreadPool::work(uint64_t gen) {
   }
 }
 
+namespace {
+// The pool whose job the calling thread is running (a worker: always its own pool).
+thread_local const ThreadPool* t_in_job = nullptr;
+}  // namespace
+
 void ThreadPool::worker_loop() {
+  t_in_job = this;
   uint64_t seen = 0;
   for (;;) {
     // Spin briefly: plans issue many short launches back to back.
@@ -81,11 +87,18 @@ void ThreadPool::wait_done(int64_t chunks) {
 
 void ThreadPool::run(int64_t chunks, void (*fn)(const void*, int64_t), const void* ctx) {
   if (chunks <= 0) return;
-  if (workers_.empty() || chunks == 1) {
+  if (workers_.empty() || chunks == 1 || t_in_job == this) {
     for (int64_t c = 0; c < chunks; ++c) fn(ctx, c);
     return;
   }
   if (chunks > int64_t(0xffffffffu)) throw Error("ThreadPool: too many chunks in one launch");
+  // One job at a time: the fields below describe it until every chunk is done.
+  std::lock_guard<std::mutex> job(job_mu_);
+  struct InJob {
+    const ThreadPool* outer = t_in_job;
+    explicit InJob(const ThreadPool* p) { t_in_job = p; }
+    ~InJob() { t_in_job = outer; }
+  } in_job(this);
   uint64_t gen = generation_.load(std::memory_order_relaxed) + 1;
   // Close the previous job first: a worker still looking at it can no longer claim anything, so
   // the new job's fields below are never paired with a stale claim.

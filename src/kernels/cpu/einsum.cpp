@@ -525,7 +525,7 @@ Launch lower_einsum(LowerCtx& c) {
     g->provider = sel.provider;
     // Not for borrowed memory (a NumPy array, a PyTorch tensor): its owner can change it in place
     // without moving the version.
-    if (B.param && !B.param->borrowed() && !g->pin_src && !B.gather && b_fixed &&
+    if (B.param && !B.param->borrowed() && !g->pin_src && !B.gather && b_fixed && !c.storage.sizing() &&
         !config::flag("SYNOROS_NO_WEIGHT_PACKS")) {
       g->packs = c.storage.own(std::make_unique<PackedWeight>(packed_weight_for(*g->provider, B.param, g->B, g->shape)));
     }

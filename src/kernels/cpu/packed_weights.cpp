@@ -24,6 +24,8 @@ Registry& registry() {
 PackedWeight packed_weight_for(const GemmProvider& provider, const Buffer* src, const void* B, const GemmShape& s) {
   Registry& r = registry();
   std::lock_guard<std::mutex> lk(r.mu);
+  // B lies in `src`, which every launch holding the record keeps alive (a plan's graph holds its
+  // parameters), so no other weight can be at that address while the record lives.
   const Key key{std::type_index(typeid(provider)), B, s.N, s.K, s.b_rs, s.b_cs};
   PackedWeight w;
   w.src = src;
@@ -49,14 +51,14 @@ const float* packed_weight(PackedWeight& w, const GemmProvider& provider, const 
     return static_cast<const float*>(c.data->data());
   const bool again = w.seen == v;
   w.seen = v;
-  if (!again || c.refused == v) return nullptr;
+  if (!again || w.refused == v) return nullptr;
+  c.packed = ~uint64_t(0);  // until the packing below is done
   if (!c.data || c.data->bytes() < floats * 4) {
     c.data.reset();
-    c.packed = ~uint64_t(0);
     try {
       c.data = std::make_unique<Buffer>(floats * 4);
     } catch (const Error&) {  // over the memory limit: pack per call (tried again at the next version)
-      c.refused = v;
+      w.refused = v;
       return nullptr;
     }
   }

@@ -16,10 +16,11 @@ namespace synoros::kernels {
 class GemmProvider;
 
 // One packed copy of a weight, shared by the launches that read it (see packed_weight_for).
+// Readers use it after the lock is released: a change of the weight (or of the instruction set)
+// while another thread runs a plan that reads it is a race, as it is for the weight itself.
 struct PackedCopy {
-  std::mutex mu;  // held while the copy is checked and (re)packed
-  uint64_t packed = ~uint64_t(0);   // the weight's version `data` holds
-  uint64_t refused = ~uint64_t(0);  // the version the memory limit refused a copy of
+  std::mutex mu;                   // held while the copy is checked and (re)packed
+  uint64_t packed = ~uint64_t(0);  // the weight's version `data` holds
   int isa = -1;
   std::unique_ptr<Buffer> data;
 };
@@ -29,11 +30,14 @@ struct PackedCopy {
 // that changes every step, as in training, never gets one); a launch whose copy another plan
 // already packed at the current version reads it from its first call. The copy is repacked when
 // the version or the instruction set moves, and its memory counts against the engine's limit:
-// when that refuses it, the product packs per call as it would without the copy. The packed
-// panels hold the weight's floats, so the bits do not change.
+// when that refuses it, the launch packs per call as it would without the copy, until the weight's
+// next version (other launches still try). The packed panels hold the weight's floats, so the
+// bits do not change. A write the engine is not told of (Buffer::mark_modified) is not seen by a
+// launch that reads a copy, whichever plan packed it.
 struct PackedWeight {
   const Buffer* src = nullptr;
-  uint64_t seen = ~uint64_t(0);
+  uint64_t seen = ~uint64_t(0);     // the version the launch's last call saw
+  uint64_t refused = ~uint64_t(0);  // the version the memory limit refused this launch a copy of
   std::shared_ptr<PackedCopy> copy;
 };
 
@@ -47,7 +51,7 @@ PackedWeight packed_weight_for(const GemmProvider& provider, const Buffer* src, 
 const float* packed_weight(PackedWeight& w, const GemmProvider& provider, const GemmShape& shape, const void* B,
                            ThreadPool& pool);
 
-// Live shared copies (for tests).
+// The live shared records: one per weight and layout that a live launch may pack (for tests).
 size_t packed_copies();
 
 }  // namespace synoros::kernels
