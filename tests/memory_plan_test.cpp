@@ -251,6 +251,18 @@ TEST(PinnedWeights, FollowEveryChangeOfTheParameter) {
   EXPECT_EQ(0, std::memcmp(p.read(y).buffer->data(), fresh.read(y).buffer->data(), after.bytes()));
 }
 
+// y's value computed by a plan that keeps no packed copy of its weights.
+HostTensor without_copies(Graph& g, ValueId x, ValueId y, const HostTensor& xv) {
+  config::ScopedOverride off("SYNOROS_NO_WEIGHT_PACKS", "1");
+  Plan f(g, {y});
+  f.set_input(x, xv);
+  f.run();
+  return f.read(y);
+}
+bool same_bytes(const HostTensor& a, const HostTensor& b) {
+  return a.bytes() == b.bytes() && std::memcmp(a.buffer->data(), b.buffer->data(), a.bytes()) == 0;
+}
+
 // Place: a weight read by a blocked product is kept packed once two calls have seen it unchanged
 // (a training step's weights change every call and never are), with the bits of packing per call,
 // repacked when the weight or the instruction set changes, and not kept when over the memory limit.
@@ -260,16 +272,8 @@ TEST(PackedWeights, AreKeptFromTheSecondCallAndFollowEveryChange) {
   ValueId x = g.input(DType::F32, {64, 384}, "x");
   ValueId y = g.einsum("mk,kn->mn", {x, g.param(w, "w")});
   HostTensor xv = testing::random_tensor({DType::F32, {64, 384}}, 6);
-  auto fresh = [&] {
-    config::ScopedOverride off("SYNOROS_NO_WEIGHT_PACKS", "1");
-    Plan f(g, {y});
-    f.set_input(x, xv);
-    f.run();
-    return f.read(y);
-  };
-  auto same = [](const HostTensor& a, const HostTensor& b) {
-    return a.bytes() == b.bytes() && std::memcmp(a.buffer->data(), b.buffer->data(), a.bytes()) == 0;
-  };
+  auto fresh = [&] { return without_copies(g, x, y, xv); };
+  auto same = same_bytes;
   const size_t weight_bytes = size_t(w->bytes()), copies_before = kernels::packed_copies();
   HostTensor changed;
   {
@@ -350,16 +354,8 @@ TEST(PackedWeights, PlansReadingOneWeightShareOneCopy) {
   const auto [x2, y2] = build(96, g2);
   const HostTensor xv1 = testing::random_tensor({DType::F32, {64, 384}}, 26);
   const HostTensor xv2 = testing::random_tensor({DType::F32, {96, 384}}, 27);
-  auto fresh = [&](Graph& g, ValueId x, ValueId y, const HostTensor& xv) {
-    config::ScopedOverride off("SYNOROS_NO_WEIGHT_PACKS", "1");
-    Plan f(g, {y});
-    f.set_input(x, xv);
-    f.run();
-    return f.read(y);
-  };
-  auto same = [](const HostTensor& a, const HostTensor& b) {
-    return a.bytes() == b.bytes() && std::memcmp(a.buffer->data(), b.buffer->data(), a.bytes()) == 0;
-  };
+  auto fresh = without_copies;
+  auto same = same_bytes;
   const size_t copies_before = kernels::packed_copies(), weight_bytes = size_t(w->bytes());
   const size_t before_plans = live_buffer_bytes();
   {

@@ -243,6 +243,26 @@ def test_compiled_steps_keep_the_gil_for_small_work_and_run_from_several_threads
         t.join()
     assert len(results) == 300 and all(got == want for got, want in results)
 
+    # Two different large steps at once: each releases the GIL, and their launches take turns on
+    # the engine's threads.
+    @synoros.compile
+    def other(a, b):
+        return (a @ b + 1.0).sum()
+
+    def other_worker(k):
+        a = np.full((96, 96), float(k), np.float32)
+        for _ in range(50):
+            results.append((float(other(a, a)), float(k * k) * 96.0**3 + 96.0**2))
+
+    results.clear()
+    threads = [threading.Thread(target=worker, args=(1,)), threading.Thread(target=other_worker, args=(2,))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [s.releases_gil for s in other.steps.values()] == [True]
+    assert len(results) == 150 and all(got == want for got, want in results)
+
 
 def test_sequential_calls_a_subclass_forward_and_engine_modules_take_one_input():
     class Doubled(nn.Sequential):
