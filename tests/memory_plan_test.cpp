@@ -262,6 +262,15 @@ HostTensor without_copies(Graph& g, ValueId x, ValueId y, const HostTensor& xv) 
 bool same_bytes(const HostTensor& a, const HostTensor& b) {
   return a.bytes() == b.bytes() && std::memcmp(a.buffer->data(), b.buffer->data(), a.bytes()) == 0;
 }
+// Runs p while element 3 of w holds 100, written without telling the engine (the version does
+// not move), then puts the element back: a launch reading a packed copy does not see the write.
+void run_with_unannounced_write(Plan& p, HostTensor& w) {
+  float* raw = static_cast<float*>(w.buffer->data());
+  const float saved_value = raw[3];
+  raw[3] = 100.0f;
+  p.run();
+  raw[3] = saved_value;
+}
 
 // Place: a weight read by a blocked product is kept packed once two calls have seen it unchanged
 // (a training step's weights change every call and never are), with the bits of packing per call,
@@ -291,12 +300,8 @@ TEST(PackedWeights, AreKeptFromTheSecondCallAndFollowEveryChange) {
     EXPECT_TRUE(same(p.read(y), fresh()));
     {  // A raw write that does not announce itself is not seen: the plan reads its copy.
       const HostTensor packed_result = p.read(y);
-      float* raw = static_cast<float*>(w->buffer->data());
-      const float saved_value = raw[3];
-      raw[3] = 100.0f;
-      p.run();
+      run_with_unannounced_write(p, *w);
       EXPECT_TRUE(same(p.read(y), packed_result));
-      raw[3] = saved_value;
     }
 
     w->set(11, -2.0);  // a change through the API: the copy is stale
@@ -371,11 +376,7 @@ TEST(PackedWeights, PlansReadingOneWeightShareOneCopy) {
     EXPECT_GE(with_copy, without_copy + weight_bytes);
     {  // b reads a's copy from its first call: a raw write the engine was not told of is not seen
       const HostTensor expect = fresh(g2, x2, y2, xv2);
-      float* raw = static_cast<float*>(w->buffer->data());
-      const float saved_value = raw[3];
-      raw[3] = 100.0f;
-      b.run();
-      raw[3] = saved_value;
+      run_with_unannounced_write(b, *w);
       EXPECT_TRUE(same(b.read(y2), expect));
     }
     b.run();
@@ -390,11 +391,7 @@ TEST(PackedWeights, PlansReadingOneWeightShareOneCopy) {
       d.set_input(x3, xv3);
       EXPECT_EQ(kernels::packed_copies(), copies_before + 1);
       const size_t with_d = live_buffer_bytes();
-      float* raw = static_cast<float*>(w->buffer->data());
-      const float saved_value = raw[3];
-      raw[3] = 100.0f;
-      d.run();
-      raw[3] = saved_value;
+      run_with_unannounced_write(d, *w);
       EXPECT_TRUE(same(d.read(y3), expect));
       d.run();
       EXPECT_EQ(live_buffer_bytes(), with_d);
