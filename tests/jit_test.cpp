@@ -193,6 +193,56 @@ TEST_P(JitRows, RowKernelsGiveTheInterpretersBits) {
   }
 }
 
+// Cross-entropy's row kernels (the loss per row, read at its target through a gather; the
+// gradient, its target's element patched) give the hand-written kernels' bits on every instruction
+// set: 37 rows (groups of four, chunks of eight) of 7, 779 and 5000 classes, with and without an
+// ignored target, ordinary and special logits (NaN, infinities, signed zeros).
+TEST_P(JitRows, CrossEntropyRowKernelsGiveTheInterpretersBits) {
+  kernels::Isa isa = GetParam();
+  if (int(isa) > int(kernels::best_isa())) GTEST_SKIP() << "this CPU lacks " << kernels::isa_name(isa);
+  testing::IsaScope at_isa(isa);
+  JitScope jit;
+  for (int64_t n : {7, 779, 5000}) {
+    for (bool special : {false, true}) {
+      for (bool ignore : {false, true}) {
+        const std::string what = std::string(kernels::isa_name(isa)) + " n=" + std::to_string(n) +
+                                 (special ? " special" : "") + (ignore ? " ignoring" : "");
+        const Shape s{37, n};
+        Graph g;
+        ValueId x = g.input(DType::F32, s, "x"), t = g.input(DType::I64, {37}, "t"), gs = g.input(DType::F32, {}, "g");
+        const attr::CrossEntropy ce{ignore ? std::optional<int64_t>(2) : std::nullopt};
+        std::vector<ValueId> outs{g.add(Op::CrossEntropy, {x, t}, ce), g.add(Op::CrossEntropyGrad, {x, t, gs}, ce)};
+        CompileOptions manual;
+        manual.recompile = false;
+        Plan plan(g, outs, manual), ref(g, outs, manual);
+        HostTensor targets = testing::random_tensor({DType::I64, {37}, 0, double(n)}, 12);
+        targets.set(5, 2.0), targets.set(36, 2.0), targets.set(0, double(n - 1));
+        for (Plan* p : {&plan, &ref}) {
+          p->set_input(x, special ? testing::special_tensor(s, 11, 97) : testing::random_tensor({DType::F32, s, -8, 8}, 11));
+          p->set_input(t, targets);
+          p->set_input(gs, testing::random_tensor({DType::F32, {}}, 13));
+          p->run();
+        }
+        RecompileReport r = plan.recompile();
+        ASSERT_EQ(r.entries.size(), outs.size()) << what;
+        for (const RecompileEntry& e : r.entries) EXPECT_EQ(e.outcome, "generated") << what << ": " << e.kernel;
+        plan.run();
+        for (size_t i = 0; i < outs.size(); ++i)
+          testing::expect_same_bits(plan.read(outs[i]), ref.read(outs[i]), what + " output " + std::to_string(i));
+        // New targets and a new upstream scalar reach the generated kernels' per-row inputs.
+        targets.set(7, double(n / 2));
+        for (Plan* p : {&plan, &ref}) {
+          p->set_input(t, targets);
+          p->set_input(gs, testing::random_tensor({DType::F32, {}}, 14));
+          p->run();
+        }
+        for (size_t i = 0; i < outs.size(); ++i)
+          testing::expect_same_bits(plan.read(outs[i]), ref.read(outs[i]), what + " new targets, output " + std::to_string(i));
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Isa, JitRows,
                          ::testing::Values(kernels::Isa::Scalar, kernels::Isa::Avx2, kernels::Isa::Avx512),
                          [](const auto& p) { return std::string(kernels::isa_name(p.param)); });
@@ -233,6 +283,25 @@ TEST(Jit, RowKernelsReadOnlyWhatIsDefined) {
   EXPECT_THROW(kernels::jit::validate(kernel({{0, Src::Const, 0, -1, 2.0f}, x},
                                              {{Kind::Store, false, {{Op::Mul, 2, {-1, -2, 0}}}, 0}})),
                Error);
+  // Per-row inputs, gathers, patches and results: a row's target t (a per-row value), its
+  // element x[t] gathered, a result per row, and a store patched at t.
+  const LoopInput t{0, Src::Memory, 1}, xt{0, Src::Gather, 0, -1, 0, 0, 1}, out_t{0, Src::Gather, 0, -1, 0, -1, 1};
+  const RowStep result{Kind::Result, false, {}, -3};
+  EXPECT_NO_THROW(kernels::jit::validate(kernel({x, t, xt}, {{Kind::Max, false, {}, -1}, result})));
+  EXPECT_NO_THROW(kernels::jit::validate(
+      kernel({x, t, out_t}, {{Kind::Store, false, {exp_x}, 0}, {Kind::Patch, false, {}, -3, 1}})));
+  // A gather of the output row before it is stored; a gather at a position that is no per-row value.
+  EXPECT_THROW(kernels::jit::validate(kernel({x, t, out_t}, {result})), Error);
+  EXPECT_THROW(kernels::jit::validate(kernel({x, t, {0, Src::Gather, 0, -1, 0, 0, 0}}, {result})), Error);
+  // A scalar step may read a per-row value, not a row.
+  EXPECT_NO_THROW(kernels::jit::validate(kernel({x, t}, {{Kind::Scalar, false, {}, -2}, {Kind::Store, false, {}, -1}})));
+  // A patch without a store before it, a patch without a position, a step after a result, a
+  // result after a store, and a sum that stores in a kernel whose output is its results.
+  EXPECT_THROW(kernels::jit::validate(kernel({x, t}, {{Kind::Patch, false, {}, -2, 1}, result})), Error);
+  EXPECT_THROW(kernels::jit::validate(kernel({x, t}, {{Kind::Store, false, {}, -1}, {Kind::Patch, false, {}, -2}})), Error);
+  EXPECT_THROW(kernels::jit::validate(kernel({x, t, xt}, {result, {Kind::Max, false, {}, -1}})), Error);
+  EXPECT_THROW(kernels::jit::validate(kernel({x, t, xt}, {{Kind::Store, false, {}, -1}, result})), Error);
+  EXPECT_THROW(kernels::jit::validate(kernel({x, t, xt}, {{Kind::Sum, true, {exp_x}, 0}, result})), Error);
   // A run kernel with row steps.
   LoopKernel run;
   run.inputs = {{1}};
@@ -539,8 +608,9 @@ TEST(Jit, TrainingGivesTheSameBytesWithAndWithoutGeneratedKernels) {
   EXPECT_NE(on, train_lm(true, 0));  // training moved the parameters
 }
 
-// The CUDA renderer: every loop kernel of the GPT training step (its fused groups and its layer
-// norms' row kernels) compiles with NVRTC to PTX and an sm_90 cubin (no GPU needed; running them is the CUDA backend's part).
+// The CUDA renderer: every loop kernel of the GPT training step (its fused groups, its layer
+// norms' row kernels and cross-entropy's) compiles with NVRTC to PTX and an sm_90 cubin (no GPU
+// needed; running them is the CUDA backend's part).
 TEST(JitCuda, EveryGroupOfTheGptStepCompilesWithNvrtc) {
   std::string why;
   if (!kernels::jit::nvrtc_available(&why)) GTEST_SKIP() << why;
@@ -551,15 +621,18 @@ TEST(JitCuda, EveryGroupOfTheGptStepCompilesWithNvrtc) {
   std::vector<const kernels::jit::LoopKernel*> kernels = step.plan().loop_kernels();
   ASSERT_GE(kernels.size(), 5u);
   std::set<std::string> seen;
-  int rows = 0;  // the layer norms' row kernels
+  int rows = 0, xent = 0;  // the row kernels; cross-entropy's (a result per row, a patched row)
   for (const kernels::jit::LoopKernel* k : kernels) {
     rows += k->row_n > 0;
+    for (const kernels::jit::RowStep& st : k->steps)
+      xent += st.kind == kernels::jit::RowStep::Kind::Result || st.kind == kernels::jit::RowStep::Kind::Patch;
     if (!seen.insert(k->text()).second) continue;
     kernels::jit::CudaBinary b = kernels::jit::nvrtc_compile(kernels::jit::render_cuda(*k, "synoros_run"), "sm_90");
     EXPECT_TRUE(b.ok) << k->text() << "\n" << b.log;
     EXPECT_NE(b.ptx.find(".entry synoros_run"), std::string::npos) << k->text();
   }
   EXPECT_GE(rows, 2 * c.layers + 1);
+  EXPECT_EQ(xent, 2);
 }
 
 // The softmax family's row kernels (a maximum, a scalar log, a stored sum) compile with NVRTC too.

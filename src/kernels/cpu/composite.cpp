@@ -454,6 +454,12 @@ struct XentArgs {
   bool grad;
   void* losses;  // forward: one per row (scratch)
   double gscale;  // gradient: the upstream scalar over the rows counted
+  // The launch as a row kernel (float, fewer than 2^24 classes; else null), the generated run
+  // Recompile installed for it (null: the code below), and the kernel's per-row inputs: each
+  // row's target as a float (0 on an ignored row), then the gradient's scale (scratch, N + 1).
+  const jit::LoopKernel* loop;
+  jit::RunFn jit;
+  float* rowvals;
 };
 
 bool xent_ignored(const XentArgs& a, int64_t r) { return a.has_ignore && index_at(a.target, a.i64, r) == a.ignore; }
@@ -474,11 +480,25 @@ void xent_row_f32(const XentArgs& a, const float* x, float* e, float& m, float& 
   });
 }
 
+// Rows [r0, r1) through the generated row kernel, into out (the losses or the gradient at r0);
+// an ignored row's loss and gradient are zero, as the code below writes them.
+void xent_generated(const XentArgs& a, int64_t r0, int64_t r1, float* out) {
+  const char* ext[3] = {reinterpret_cast<const char*>(static_cast<const float*>(a.logits) + r0 * a.C),
+                        reinterpret_cast<const char*>(a.rowvals + r0), reinterpret_cast<const char*>(a.rowvals + a.N)};
+  a.jit(ext, reinterpret_cast<char*>(out), r1 - r0);
+  const int64_t per_row = a.grad ? a.C : 1;
+  for (int64_t r = r0; r < r1; ++r)
+    if (xent_ignored(a, r)) std::fill(out + (r - r0) * per_row, out + (r - r0 + 1) * per_row, 0.0f);
+}
+
 template <class T>
 void xent_rows(const XentArgs& a, int64_t chunk) {
   const T* l = static_cast<const T*>(a.logits);
   const T nan = std::numeric_limits<T>::quiet_NaN();
-  for (int64_t r = chunk * kXentRows; r < std::min(a.N, (chunk + 1) * kXentRows); ++r) {
+  const int64_t r0 = chunk * kXentRows, r1 = std::min(a.N, (chunk + 1) * kXentRows);
+  if (a.jit)
+    return xent_generated(a, r0, r1, a.grad ? static_cast<float*>(a.out) + r0 * a.C : static_cast<float*>(a.losses) + r0);
+  for (int64_t r = r0; r < r1; ++r) {
     const T* row = l + r * a.C;
     T* d = a.grad ? static_cast<T*>(a.out) + r * a.C : nullptr;
     T* loss = a.grad ? nullptr : static_cast<T*>(a.losses) + r;
@@ -499,8 +519,11 @@ void xent_rows(const XentArgs& a, int64_t chunk) {
       if (d)
         for (int64_t k = 0; k < a.C; ++k) d[k] = std::exp(row[k] - m);
     }
-    if (loss) {
-      *loss = std::isnan(s) ? nan : m + std::log(s) - row[t];
+    if (loss) {  // a float row's log is scalar_ops.hpp's, as the row kernel's
+      T ls;
+      if constexpr (std::is_same_v<T, float>) ls = fn::Log::f(s);
+      else ls = std::log(s);
+      *loss = std::isnan(s) ? nan : m + ls - row[t];
       continue;
     }
     if (std::isnan(s)) {
@@ -518,21 +541,31 @@ void xent_task(const void* p, int64_t chunk) {
   a.f64 ? xent_rows<double>(a, chunk) : xent_rows<float>(a, chunk);
 }
 
+// Checks the targets and returns the rows counted; fills the row kernel's per-row inputs where
+// the launch has one (on a target out of range only when `check` is off, as Recompile's probes
+// run on a plan that has already run and checked them).
+template <class T>
+int64_t xent_prepare(XentArgs& a, bool check) {
+  int64_t counted = a.N;
+  for (int64_t r = 0; r < a.N; ++r) {
+    const bool ignored = xent_ignored(a, r);
+    const int64_t t = ignored ? 0 : index_at(a.target, a.i64, r);
+    counted -= ignored;
+    const bool bad = t < 0 || t >= a.C;
+    if (bad && check) bad_index(a.grad ? "cross_entropy_grad" : "cross_entropy", t, a.C);
+    if (a.rowvals) a.rowvals[r] = bad ? 0.0f : float(t);
+  }
+  if (a.grad) a.gscale = double(static_cast<const T*>(a.gout)[0] / T(counted));
+  if (a.rowvals) a.rowvals[a.N] = float(a.gscale);
+  return counted;
+}
+
 // Checks the targets, then runs the rows; the forward adds the row losses in row order.
 template <class T>
 void xent_run(const XentArgs& in, ThreadPool& pool, bool grad) {
   XentArgs a = in;
   a.grad = grad;
-  int64_t counted = a.N;
-  for (int64_t r = 0; r < a.N; ++r) {
-    if (xent_ignored(a, r)) {
-      --counted;
-      continue;
-    }
-    const int64_t t = index_at(a.target, a.i64, r);
-    if (t < 0 || t >= a.C) bad_index(grad ? "cross_entropy_grad" : "cross_entropy", t, a.C);
-  }
-  if (grad) a.gscale = double(static_cast<const T*>(a.gout)[0] / T(counted));
+  const int64_t counted = xent_prepare<T>(a, true);
   pool.run((a.N + kXentRows - 1) / kXentRows, xent_task, &a);
   if (grad) return;
   const T* losses = static_cast<const T*>(a.losses);
@@ -551,14 +584,96 @@ void xent_grad_launch(const void* p, ThreadPool& pool) {
   a.f64 ? xent_run<double>(a, pool, true) : xent_run<float>(a, pool, true);
 }
 
+// Cross-entropy as a row kernel (loop_ir.hpp): the steps of xent_row_f32 and xent_rows above, in
+// their order. Inputs: the logits' rows, the row's target (a per-row float), the gradient's scale.
+//   forward:  m = max x; s = sum exp(x - m); loss = (m + log s) - x[t]        (a result per row)
+//   gradient: m; s = sum of e = exp(x - m) (e stored); e_t = out[t]; d = (e / s) g;
+//             then d[t] = (e_t / s - 1) g                                        (a patch)
+const jit::LoopKernel* xent_row_kernel(const XentArgs& a, bool grad, PlanStorage& storage) {
+  using Src = jit::LoopInput::Src;
+  using Kind = jit::RowStep::Kind;
+  auto k = std::make_unique<jit::LoopKernel>();
+  k->row_n = a.C;
+  auto input = [&](jit::LoopInput in) {
+    k->inputs.push_back(in);
+    return -int(k->inputs.size());
+  };
+  const int x = input({1, Src::Memory, a.C}), t = input({0, Src::Memory, 1}), g = input({0, Src::Memory, 0});
+  auto stmt = [](std::vector<jit::LoopStmt>& b, Op op, int p, int q = 0) {
+    b.push_back({op, op == Op::Exp || op == Op::Log ? 1 : 2, {p, q, 0}});
+    return int(b.size()) - 1;
+  };
+  // The body by reference: its statements are taken once every argument is evaluated.
+  auto step = [&](Kind kind, const std::vector<jit::LoopStmt>& b, int value, bool store = false, int at = -1) {
+    k->steps.push_back({kind, store, b, value, at});
+    return int(k->steps.size()) - 1;
+  };
+  auto scalar = [&](int st) { return input({0, Src::Step, 0, st}); };
+  const int m = scalar(step(Kind::Max, {}, x));
+  std::vector<jit::LoopStmt> e;
+  const int sum = step(Kind::Sum, e, stmt(e, Op::Exp, stmt(e, Op::Sub, x, m)), grad);
+  const int s = scalar(sum);
+  std::vector<jit::LoopStmt> b;
+  if (!grad) {
+    const int xt = input({0, Src::Gather, 0, -1, 0, -x - 1, -t - 1});
+    step(Kind::Result, b, stmt(b, Op::Sub, stmt(b, Op::Add, m, stmt(b, Op::Log, s)), xt));
+  } else {
+    const int et = scalar(step(Kind::Scalar, {}, input({0, Src::Gather, 0, -1, 0, -1, -t - 1})));
+    const int out = input({0, Src::Out});
+    step(Kind::Store, b, stmt(b, Op::Mul, stmt(b, Op::Div, out, s), g));
+    std::vector<jit::LoopStmt> p;
+    const int one = input({0, Src::Const, 0, -1, 1.0f});
+    step(Kind::Patch, p, stmt(p, Op::Mul, stmt(p, Op::Sub, stmt(p, Op::Div, et, s), one), g), false, -t - 1);
+  }
+  k->nan_guard = {sum};
+  return storage.own(std::move(k));
+}
+
+const XentArgs& xent_of(const void* p) { return *static_cast<const XentArgs*>(p); }
+
+// Recompile's probes: the per-row inputs from the plan's current targets and upstream scalar, then
+// output elements [begin, end) (whole gradient rows, or losses) into dst.
+void xent_eval(const void* p, int64_t begin, int64_t end, void* dst) {
+  XentArgs a = xent_of(p);
+  const int64_t per_row = a.grad ? a.C : 1, r0 = begin / per_row, r1 = end / per_row;
+  xent_prepare<float>(a, false);
+  for (int64_t r = r0; r < r1; r += kXentRows) {
+    const int64_t e = std::min(r1, r + kXentRows);
+    if (a.jit) {
+      xent_generated(a, r, e, static_cast<float*>(dst) + (r - r0) * per_row);
+      continue;
+    }
+    XentArgs c = a;  // the interpreter's rows r..e, written at dst
+    c.logits = static_cast<const float*>(a.logits) + r * a.C;
+    c.target = static_cast<const char*>(a.target) + r * (a.i64 ? 8 : 4);
+    c.N = e - r;
+    (a.grad ? c.out : c.losses) = static_cast<float*>(dst) + (r - r0) * per_row;
+    xent_rows<float>(c, 0);
+  }
+}
+
+const JitSite::Ops kXentSite = {
+    [](const void*) {},
+    xent_eval,
+    [](void* p, jit::RunFn run) { static_cast<XentArgs*>(p)->jit = run; },
+    [](const void* p) { return xent_of(p).jit; },
+};
+
 XentArgs* xent_args(LowerCtx& c) {
   auto* a = c.args<XentArgs>();
   const Shape& ls = c.in_shape(0);
   const auto& ignore = c.node.attr<attr::CrossEntropy>().ignore_index;
+  const bool grad = c.node.op == Op::CrossEntropyGrad;
   *a = {ls[0], ls[1], c.in[0], c.in[1], c.in.size() > 2 ? c.in[2] : nullptr, c.out,
         c.node.dtype == DType::F64, c.in_dtype(1) == DType::I64, ignore.has_value(), ignore.value_or(0),
-        active_isa() != Isa::Scalar, false, nullptr, 0.0};
-  if (c.node.op == Op::CrossEntropy) a->losses = c.storage.scratch(size_t(ls[0]) * dtype_size(c.node.dtype));
+        active_isa() != Isa::Scalar, grad, nullptr, 0.0, nullptr, nullptr, nullptr};
+  if (!grad) a->losses = c.storage.scratch(size_t(ls[0]) * dtype_size(c.node.dtype));
+  if (!a->f64 && a->C > 0 && a->C < (int64_t(1) << 24)) {
+    a->rowvals = static_cast<float*>(c.storage.scratch(size_t(a->N + 1) * sizeof(float)));
+    a->loop = xent_row_kernel(*a, grad, c.storage);
+    c.storage.register_jit_site({c.id, a, a->loop, grad ? a->N * a->C : a->N, grad ? a->C : 1,
+                                 "xent" + std::to_string(kXentRows), &kXentSite});
+  }
   return a;
 }
 

@@ -17,7 +17,7 @@ namespace {
 using Src = LoopInput::Src;
 using Kind = RowStep::Kind;
 
-bool defines_scalar(Kind k) { return k != Kind::Store; }
+bool defines_scalar(Kind k) { return k == Kind::Sum || k == Kind::Max || k == Kind::Scalar; }
 
 // A body's statements, each reading earlier statements or inputs that `readable` allows.
 template <class Readable>
@@ -43,32 +43,61 @@ void validate(const LoopKernel& k) {
     validate_body(k.body, k.inputs.size(), "a loop kernel", [&](size_t in) { return k.inputs[in].src == Src::Memory; });
     return;
   }
-  if (k.row_n < 0 || k.steps.empty() || k.steps.back().kind != Kind::Store || !k.body.empty())
-    throw Error("jit: a row kernel needs a positive row length and steps ending in a store");
+  if (k.row_n < 0 || k.steps.empty() || !k.body.empty())
+    throw Error("jit: a row kernel needs a positive row length and steps");
   if (k.dtype != DType::F32) throw Error("jit: row kernels are float32");
-  for (size_t i = 0; i + 1 < k.steps.size(); ++i)
-    if (k.steps[i].kind == Kind::Store) throw Error("jit: a row kernel stores its row once, in its last step");
+  // Sums, maxima and scalars; then one store and its patches, or one result.
+  size_t out_step = k.steps.size();
+  for (size_t i = 0; i < k.steps.size(); ++i) {
+    const Kind kind = k.steps[i].kind;
+    const bool output = kind == Kind::Store || kind == Kind::Result;
+    if (output && out_step == k.steps.size()) {
+      out_step = i;
+      continue;
+    }
+    const bool ok = out_step == k.steps.size() ? !output && kind != Kind::Patch
+                                               : kind == Kind::Patch && k.steps[out_step].kind == Kind::Store;
+    if (!ok) throw Error("jit: a row kernel's steps end in one store and its patches, or in one result");
+  }
+  if (out_step == k.steps.size()) throw Error("jit: a row kernel needs steps ending in a store or a result");
   for (size_t j = 1; j < k.inputs.size(); ++j)
     if (k.inputs[j].src == Src::Memory && k.inputs[j - 1].src != Src::Memory)
       throw Error("jit: a row kernel's memory inputs come first");
+  auto per_row = [&](int j) {  // a per-row memory value: a position's source
+    return j >= 0 && size_t(j) < k.inputs.size() && k.inputs[size_t(j)].src == Src::Memory &&
+           k.inputs[size_t(j)].stride == 0 && k.inputs[size_t(j)].row_stride >= 0;
+  };
   bool stored = false;
   for (size_t i = 0; i < k.steps.size(); ++i) {
     const RowStep& st = k.steps[i];
-    const bool scalar = st.kind == Kind::Scalar;
+    const bool scalar = st.kind == Kind::Scalar || st.kind == Kind::Patch || st.kind == Kind::Result;
     auto readable = [&](size_t in) {
       const LoopInput& x = k.inputs[in];
-      if (x.src == Src::Step)
-        return x.step >= 0 && size_t(x.step) < i && defines_scalar(k.steps[size_t(x.step)].kind);
-      if (scalar) return x.src == Src::Const;
-      return x.src == Src::Const || (x.src == Src::Memory && x.stride == 1 && x.row_stride >= 0) ||
-             (x.src == Src::Out && stored);
+      switch (x.src) {
+        case Src::Step: return x.step >= 0 && size_t(x.step) < i && defines_scalar(k.steps[size_t(x.step)].kind);
+        case Src::Const: return true;
+        case Src::Memory:
+          return x.row_stride >= 0 && (x.stride == 0 || (x.stride == 1 && !scalar));
+        case Src::Out: return stored && !scalar;
+        case Src::Gather: {
+          const bool row = x.of == -1 ? stored
+                                      : x.of >= 0 && size_t(x.of) < k.inputs.size() &&
+                                            k.inputs[size_t(x.of)].src == Src::Memory &&
+                                            k.inputs[size_t(x.of)].stride == 1 && k.inputs[size_t(x.of)].row_stride >= 0;
+          return row && per_row(x.at);
+        }
+      }
+      return false;
     };
     const std::string where = "row step " + std::to_string(i);
     validate_body(st.body, k.inputs.size(), where, readable);
     const int v = st.value;
     if (v >= int(st.body.size()) || (v < 0 && (size_t(-v - 1) >= k.inputs.size() || !readable(size_t(-v - 1)))))
       throw Error("jit: " + where + " has an undefined value");
-    if (st.store && st.kind != Kind::Sum) throw Error("jit: only a sum step also stores");
+    if (st.store && (st.kind != Kind::Sum || k.steps[out_step].kind == Kind::Result))
+      throw Error("jit: only a sum step of a kernel that stores its rows also stores");
+    if ((st.kind == Kind::Patch) != (st.at != -1) || (st.kind == Kind::Patch && !per_row(st.at)))
+      throw Error("jit: " + where + ": a patch, and only a patch, has a per-row position");
     stored = stored || st.store || st.kind == Kind::Store;
   }
   for (int g : k.nan_guard)
@@ -99,15 +128,17 @@ std::string LoopKernel::text() const {
       case Src::Out: o << " out"; break;
       case Src::Step: o << " s" << in.step; break;
       case Src::Const: o << " " << std::hexfloat << in.value << std::defaultfloat; break;
+      case Src::Gather: o << " g" << (in.of < 0 ? std::string("out") : value_name(-in.of - 1)) << '@' << value_name(-in.at - 1); break;
     }
   }
   o << " |";
   body_text(o, body);
-  static const char* const kKind[] = {"sum", "max", "scalar", "store"};
+  static const char* const kKind[] = {"sum", "max", "scalar", "store", "patch", "result"};
   for (size_t i = 0; i < steps.size(); ++i) {
     o << (i ? " ;" : "") << " s" << i << '=' << kKind[int(steps[i].kind)] << (steps[i].store ? "+store" : "") << ':';
     body_text(o, steps[i].body);
     o << " -> " << value_name(steps[i].value);
+    if (steps[i].at >= 0) o << " @" << value_name(-steps[i].at - 1);
   }
   if (!nan_guard.empty()) {
     o << " | nan";

@@ -12,7 +12,10 @@
 // or a maximum of a body evaluated at every element), scalar steps on their results, and stores.
 // Every reduction has the engine's canonical order (line_fn.hpp's canonical_sum: element t into
 // lane t % 8 of its 4096-element segment, lanes combined pairwise, segments added in order), so a
-// generated row kernel gives the hand-written row kernels' bits on every instruction set.
+// generated row kernel gives the hand-written row kernels' bits on every instruction set. A row
+// kernel's output is its rows (a store step, then patches of single elements at a per-row index,
+// as cross-entropy's gradient corrects its target's element) or one value per row (a result step:
+// cross-entropy's per-row loss, read at its target through a gathered input).
 #pragma once
 
 #include <cstdint>
@@ -24,19 +27,24 @@
 namespace synoros::kernels::jit {
 
 // An input read along the run: element i is at base[i * stride] (0: one value broadcast).
-// In a row kernel, an input is one of four sources, each one value per element of the row:
+// In a row kernel, an input is one of five sources, each one value per element of the row:
 //   Memory  element k of row r at base[r * row_stride + k] (row_stride 0: the same row for all, a
-//           layer norm's weight);
+//           layer norm's weight); with stride 0, one value per row at base[r * row_stride] (a
+//           row's target index, a scale), broadcast along the row;
 //   Out     the output row, as an earlier step stored it;
 //   Step    the scalar an earlier step computed for this row (broadcast along the row);
-//   Const   `value`, broadcast.
+//   Const   `value`, broadcast;
+//   Gather  one element per row, broadcast: of input `of` (a Memory row), or of the output row
+//           (`of` = -1) as stored, at the position input `at` (a per-row Memory value) holds.
+// Per-row values, steps, constants and gathers are a row's scalars: the only inputs of scalar steps.
 struct LoopInput {
-  enum class Src : uint8_t { Memory, Out, Step, Const };
+  enum class Src : uint8_t { Memory, Out, Step, Const, Gather };
   int64_t stride = 1;
   Src src = Src::Memory;
   int64_t row_stride = 0;
   int step = -1;
   float value = 0;
+  int of = -1, at = -1;
 };
 
 // One statement of the body: value = op(args); arg >= 0 names an earlier statement, arg < 0
@@ -53,21 +61,27 @@ struct LoopStmt {
 //           output row, as a softmax keeps exp(x - m)); defines the step's scalar.
 //   Max     the row's maximum of the value, as the row kernels take it (a NaN value is skipped);
 //           defines the step's scalar.
-//   Scalar  the value of a body over Step and Const inputs alone, once per row.
+//   Scalar  the value of a body over the row's scalars, once per row.
 //   Store   the value written to the output row.
+//   Patch   after the store: the value of a body over the row's scalars written to the output
+//           row's element at the position per-row input `at` holds.
+//   Result  the kernel's output is one value per row: this body's value over the row's scalars.
 struct RowStep {
-  enum class Kind : uint8_t { Sum, Max, Scalar, Store };
+  enum class Kind : uint8_t { Sum, Max, Scalar, Store, Patch, Result };
   Kind kind = Kind::Store;
   bool store = false;
   std::vector<LoopStmt> body;
   int value = 0;
+  int at = -1;  // a patch's position
 };
 
 // A run kernel (row_n == 0): for i in [0, n): out[i] = body[last](inputs at i).
-// A row kernel (row_n > 0, float32): n rows of row_n elements, the output's rows consecutive; each
-// row runs `steps` in order, the last (and only) store last, and a row where the scalar of any
-// step in `nan_guard` is NaN is written as the one quiet NaN throughout (the row kernels' rule).
-// Its memory inputs come first. All values are of one dtype.
+// A row kernel (row_n > 0, float32): n rows of row_n elements; each row runs `steps` in order: sums,
+// maxima and scalars, then either the store of its output row (the output's rows consecutive) and
+// any patches, or its result (the output one value per row). A row where the scalar of any step
+// in `nan_guard` is NaN is written as the one quiet NaN throughout, without patches (the row
+// kernels' rule). Its memory inputs come first. All values are of one dtype, positions included
+// (exact as floats below 2^24).
 struct LoopKernel {
   DType dtype = DType::F32;
   std::vector<LoopInput> inputs;
@@ -75,13 +89,15 @@ struct LoopKernel {
   int64_t row_n = 0;
   std::vector<RowStep> steps;
   std::vector<int> nan_guard;
+  // Output values per row: row_n, or 1 for a kernel ending in a result.
+  int64_t out_n() const { return !steps.empty() && steps.back().kind == RowStep::Kind::Result ? 1 : row_n; }
   // A canonical one-line text of the kernel (ops, arguments, strides): equal text, equal kernel.
   std::string text() const;
 };
 
 // Throws Error unless every statement is an elementwise map with 1-3 arguments, each an earlier
 // statement or an input, and (a row kernel) every input and step reads only what is defined
-// before it.
+// before it, and its steps come in the order above.
 void validate(const LoopKernel& k);
 
 // fn's definition of an elementwise map ("GeluTanh" for fn::GeluTanh), or null for other ops.
@@ -90,7 +106,8 @@ const char* fn_name(Op op);
 std::string value_name(int arg);
 
 // The signature every generated kernel has: out[0, n) from ext[k] (input k at the run's start); a
-// row kernel: n rows from ext[k] (a Memory input at its first row; other inputs' entries unread).
+// row kernel: n rows from ext[k] (a Memory input at its first row; other inputs' entries unread),
+// out_n() values per row.
 using RunFn = void (*)(const char* const* ext, char* out, int64_t n);
 
 }  // namespace synoros::kernels::jit

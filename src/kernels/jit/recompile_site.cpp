@@ -20,7 +20,7 @@ size_t statements(const LoopKernel& k) {
   return n;
 }
 // Bumped whenever the renderer changes what it writes for a kernel: cached choices then lapse.
-constexpr const char* kRendererVersion = "3";
+constexpr const char* kRendererVersion = "4";
 }  // namespace
 
 GroupRecompile recompile_site(const JitSite& site) {
@@ -38,8 +38,15 @@ GroupRecompile recompile_site(const JitSite& site) {
   // Two candidates: the interpreter (the reference) and the generated kernel, which must give
   // the interpreter's bits on the probe elements; it is compiled only when the choice is
   // measured or the cache picked it.
+  // The probe: the first kProbeElements of the output, or of the rows a row kernel reads (whole
+  // rows, at least one); a kernel with one result per row writes one value for each.
   const int64_t g = site.granule;
-  const int64_t n = std::max(g, std::min<int64_t>(total, kProbeElements) / g * g);
+  int64_t n = std::max(g, std::min<int64_t>(total, kProbeElements) / g * g);
+  if (k->row_n > 0) {  // at least four rows where there are, as generated row kernels take four at a time
+    const int64_t rows = total / k->out_n();
+    n = std::max(std::min<int64_t>(rows, 4), std::min<int64_t>(rows, kProbeElements / k->row_n)) * k->out_n();
+  }
+  const double read = k->row_n > 0 ? double(n) / double(k->out_n()) * double(k->row_n) : double(n);  // elements
   std::vector<float> ref(static_cast<size_t>(n)), gen(static_cast<size_t>(n));
   RunFn run = nullptr;
   std::string failure;  // the outcome when the generated kernel is refused
@@ -76,10 +83,10 @@ GroupRecompile recompile_site(const JitSite& site) {
        }},
   };
   ChooseOptions o;
-  o.flops = double(n) * double(statements(*k));  // one operation per statement and element
+  o.flops = read * double(statements(*k));  // one operation per statement and element
   size_t streams = 1;  // the output, and each input read from memory along the run
-  for (const LoopInput& in : k->inputs) streams += in.src == LoopInput::Src::Memory;
-  o.bytes = double(n) * double(dtype_size(k->dtype)) * double(streams);
+  for (const LoopInput& in : k->inputs) streams += in.src == LoopInput::Src::Memory && in.stride != 0;
+  o.bytes = read * double(dtype_size(k->dtype)) * double(streams);
   o.store_unmeasured = false;  // a compiler missing now may be there next time
   // Either candidate gives the same bits, so a replay has nothing to reproduce: a recorded
   // choice from another renderer version lapses instead of failing the run.

@@ -24,8 +24,8 @@ struct GroupRecompile {
 // meanwhile. Returns nothing useful (empty kernel) for a site without a loop kernel.
 GroupRecompile recompile_site(const JitSite& site);
 
-// Elements of a site's output the bit check and the timing run over (its first ones; whole rows,
-// at least one, for a row kernel).
+// Elements the bit check and the timing run over: a site's first output elements, or for a row
+// kernel the first whole rows that hold as many elements (at least four, where it has four).
 constexpr long kProbeElements = 1 << 16;
 
 }  // namespace synoros::kernels::jit

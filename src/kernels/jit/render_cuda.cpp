@@ -76,7 +76,7 @@ std::string render_rows_cuda(const LoopKernel& k, const std::string& symbol) {
   o << "  for (long long r = blockIdx.x * (long long)blockDim.x + threadIdx.x; r < n;"
        " r += (long long)gridDim.x * blockDim.x) {\n";
   o << "    const float* in[" << k.inputs.size() << "] = {};\n" << rows_pointers(k, "r", "    ");
-  o << "    rows<1>(in, out + r * N);\n  }\n}\n";
+  o << "    rows<1>(in, out + r * OUT);\n  }\n}\n";
   return o.str();
 }
 

@@ -41,17 +41,33 @@ std::string form_at(const char* form, Mode m) {
   return f;
 }
 
+// Per-row input j's value at row r (a scalar expression).
+std::string row_value(const LoopKernel& k, int j) {
+  const LoopInput& in = k.inputs[size_t(j)];
+  return "in[" + std::to_string(j) + "][r * " + std::to_string(in.row_stride) + "]";
+}
+
 // Input j of row r at element k.
 std::string input_expr(const LoopKernel& k, size_t j, Mode m) {
   const LoopInput& in = k.inputs[j];
-  std::string at;
+  std::string at, one;  // an element along the row; one value for the row
   switch (in.src) {
-    case Src::Memory: at = "in[" + std::to_string(j) + "] + r * " + std::to_string(in.row_stride) + " + k"; break;
+    case Src::Memory:
+      if (in.stride == 0) one = row_value(k, int(j));
+      else at = "in[" + std::to_string(j) + "] + r * " + std::to_string(in.row_stride) + " + k";
+      break;
     case Src::Out: at = "out + r * N + k"; break;
-    case Src::Step: return m == Mode::Scalar ? "s" + std::to_string(in.step) + "[r]"
-                                             : vec_type(m) + "::set(s" + std::to_string(in.step) + "[r])";
-    case Src::Const: return m == Mode::Scalar ? constant(in.value) : vec_type(m) + "::set(" + constant(in.value) + ")";
+    case Src::Step: one = "s" + std::to_string(in.step) + "[r]"; break;
+    case Src::Const: one = constant(in.value); break;
+    case Src::Gather: {
+      const std::string row = in.of < 0 ? "out + r * N"
+                                        : "in[" + std::to_string(in.of) + "] + r * " +
+                                              std::to_string(k.inputs[size_t(in.of)].row_stride);
+      one = "(" + row + ")[int64_t(" + row_value(k, in.at) + ")]";
+      break;
+    }
   }
+  if (!one.empty()) return m == Mode::Scalar ? one : vec_type(m) + "::set(" + one + ")";
   if (m == Mode::Scalar) return "*(" + at + ")";
   return m == Mode::Tail ? "VecF::load_n(" + at + ", m)" : vec_type(m) + "::load(" + at + ")";
 }
@@ -89,9 +105,9 @@ std::string emit_body(std::ostringstream& o, const LoopKernel& k, const RowStep&
 // Reads ahead: each memory row and the output row of the next R rows at element k (one cache line
 // per 16 elements), while this step computes; a prefetch never faults past the buffer's end.
 std::string prefetch_next(const LoopKernel& k, const std::string& ind) {
-  std::string o = ind + "prefetch(out, (r + R) * N + k);\n";
+  std::string o = k.out_n() == k.row_n ? ind + "prefetch(out, (r + R) * N + k);\n" : "";
   for (size_t j = 0; j < k.inputs.size(); ++j)
-    if (k.inputs[j].src == Src::Memory && k.inputs[j].row_stride > 0)
+    if (k.inputs[j].src == Src::Memory && k.inputs[j].stride == 1 && k.inputs[j].row_stride > 0)
       o += ind + "prefetch(in[" + std::to_string(j) + "], (r + R) * " + std::to_string(k.inputs[j].row_stride) + " + k);\n";
   return o;
 }
@@ -166,19 +182,33 @@ void emit_max(std::ostringstream& o, const LoopKernel& k, const RowStep& st, siz
   o << "      " << s << "[r] = std::max(" << s << "[r], " << v << ");\n    }\n  }\n";
 }
 
+// A guard on the row's NaN scalars: `then` where any is NaN.
+std::string nan_test(const LoopKernel& k) {
+  std::string t;
+  for (size_t g = 0; g < k.nan_guard.size(); ++g)
+    t += (g ? " || " : "") + std::string("std::isnan(s") + std::to_string(k.nan_guard[g]) + "[r])";
+  return t;
+}
+
+// A step over the row's scalars, once per row: a scalar into s<i>[r], a result into out[r] (the
+// quiet NaN where the row is guarded), a patch into its position of the output row (none on a
+// guarded row, which is NaN throughout).
 void emit_scalar(std::ostringstream& o, const LoopKernel& k, const RowStep& st, size_t i) {
   o << "  for (int r = 0; r < R; ++r) {\n";
+  const bool guarded = st.kind != Kind::Scalar && !k.nan_guard.empty();
+  if (guarded && st.kind == Kind::Result) o << "    if (" << nan_test(k) << ") {\n      out[r] = NAN;\n      continue;\n    }\n";
+  if (guarded && st.kind == Kind::Patch) o << "    if (" << nan_test(k) << ") continue;\n";
   std::string v = emit_body(o, k, st, Mode::Scalar, "    ");
-  o << "    s" << i << "[r] = " << v << ";\n  }\n";
+  if (st.kind == Kind::Scalar) o << "    s" << i << "[r] = " << v << ";\n  }\n";
+  if (st.kind == Kind::Result) o << "    out[r] = " << v << ";\n  }\n";
+  if (st.kind == Kind::Patch) o << "    out[r * N + int64_t(" << row_value(k, st.at) << ")] = " << v << ";\n  }\n";
 }
 
 // The output row, or the quiet NaN throughout where a guarded scalar is NaN.
 void emit_store(std::ostringstream& o, const LoopKernel& k, const RowStep& st, bool vec, bool wide) {
   o << "  for (int r = 0; r < R; ++r) {\n";
   if (!k.nan_guard.empty()) {
-    o << "    if (";
-    for (size_t g = 0; g < k.nan_guard.size(); ++g) o << (g ? " || " : "") << "std::isnan(s" << k.nan_guard[g] << "[r])";
-    o << ") {\n      for (int64_t k = 0; k < N; ++k) out[r * N + k] = NAN;\n";
+    o << "    if (" << nan_test(k) << ") {\n      for (int64_t k = 0; k < N; ++k) out[r * N + k] = NAN;\n";
     o << "      continue;\n    }\n";
   }
   o << "    int64_t k = 0;\n";
@@ -208,15 +238,16 @@ std::string rows_source(const LoopKernel& k, bool vec, bool wide) {
   validate(k);
   if (k.row_n == 0) throw Error("jit: a run kernel is no row kernel");
   std::ostringstream o;
-  o << "namespace {\nconstexpr int64_t N = " << k.row_n << ";\n";
+  o << "namespace {\nconstexpr int64_t N = " << k.row_n << ", OUT = " << k.out_n() << ";  // per row: elements, outputs\n";
   o << "inline float bits(uint32_t u) {\n  float f;\n  memcpy(&f, &u, sizeof f);\n  return f;\n}\n";
   if (vec)
     o << "inline void prefetch(const float* p, int64_t i) {\n"
          "  _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(p) + uintptr_t(i) * 4), _MM_HINT_T0);\n}\n";
-  o << "\n// R rows: in[j] is input j at the first of them.\ntemplate <int R>\n";
+  o << "\n// R rows: in[j] is input j at the first of them, out their first output.\ntemplate <int R>\n";
   o << "inline void rows(const float* const* in, float* out) {\n";
   for (size_t i = 0; i < k.steps.size(); ++i)
-    if (k.steps[i].kind != Kind::Store) o << "  float s" << i << "[R];\n";
+    if (k.steps[i].kind == Kind::Sum || k.steps[i].kind == Kind::Max || k.steps[i].kind == Kind::Scalar)
+      o << "  float s" << i << "[R];\n";
   size_t ahead = k.steps.size();  // the sum with the most statements reads the next rows ahead
   for (size_t i = 0; i < k.steps.size(); ++i)
     if (vec && k.steps[i].kind == Kind::Sum && (ahead == k.steps.size() || k.steps[i].body.size() > k.steps[ahead].body.size()))
@@ -227,7 +258,9 @@ std::string rows_source(const LoopKernel& k, bool vec, bool wide) {
     switch (st.kind) {
       case Kind::Sum: emit_sum(o, k, st, i, vec, wide, i == ahead); break;
       case Kind::Max: emit_max(o, k, st, i, vec); break;
-      case Kind::Scalar: emit_scalar(o, k, st, i); break;
+      case Kind::Scalar:
+      case Kind::Patch:
+      case Kind::Result: emit_scalar(o, k, st, i); break;
       case Kind::Store: emit_store(o, k, st, vec, wide); break;
     }
     o << "  }\n";
@@ -263,8 +296,8 @@ std::string render_rows_cpp(const LoopKernel& k, Isa isa, const std::string& sym
   o << "  float* out = reinterpret_cast<float*>(out_);\n  const float* in[" << k.inputs.size() << "] = {};\n";
   o << "  int64_t r = 0;\n  auto at = [&](int64_t row) {\n" << rows_pointers(k, "row", "    ") << "  };\n";
   o << "  for (; r + " << kRowsTogether << " <= n; r += " << kRowsTogether << ") at(r), rows<" << kRowsTogether
-    << ">(in, out + r * N);\n";
-  o << "  for (; r < n; ++r) at(r), rows<1>(in, out + r * N);\n}\n";
+    << ">(in, out + r * OUT);\n";
+  o << "  for (; r < n; ++r) at(r), rows<1>(in, out + r * OUT);\n}\n";
   return o.str();
 }
 
