@@ -204,6 +204,28 @@ void LayerNormFwdBwd(benchmark::State& state, bool interpreter) {
 BENCHMARK_CAPTURE(LayerNormFwdBwd, jit, false)->Name("LayerNormFwdBwd")->UseRealTime();
 BENCHMARK_CAPTURE(LayerNormFwdBwd, interpreter, true)->Name("LayerNormFwdBwd/interpreter")->UseRealTime();
 
+// Cross-entropy over GPT-2's vocabulary (50,257) for 4*128 tokens: the mean loss and the logits'
+// gradient (PyTorch: F.cross_entropy(x, t).backward()). Traffic counted: x read by the loss, read
+// by the gradient and the gradient written.
+void CrossEntropyFwdBwd(benchmark::State& state, bool interpreter) {
+  constexpr int64_t kTokens = 512, kVocab = 50257;
+  Tensor x = Tensor::randn({kTokens, kVocab}, 11);
+  x.requires_grad().stateful();
+  HostTensor t(DType::I64, {kTokens});
+  for (int64_t i = 0; i < kTokens; ++i) t.set(i, double((i * 7919) % kVocab));
+  const Tensor targets = Tensor::constant(t);
+  run_fused(
+      state,
+      [&](const std::vector<Tensor>& a) {
+        Tensor loss = cross_entropy(x, targets) * a[0];
+        loss.backward();
+        return std::vector<Tensor>{loss, x.grad()};
+      },
+      {{DType::F32, {}}}, 3 * kTokens * kVocab * 4, interpreter);
+}
+BENCHMARK_CAPTURE(CrossEntropyFwdBwd, jit, false)->Name("CrossEntropyFwdBwd")->UseRealTime();
+BENCHMARK_CAPTURE(CrossEntropyFwdBwd, interpreter, true)->Name("CrossEntropyFwdBwd/interpreter")->UseRealTime();
+
 // Causal attention at B=8, H=12, T=512, D=64: the fused op, and (/composed) the graph it
 // replaces: scores, scale, mask, softmax, weighted values. Counted FLOPs: the causal half of both
 // products, 2*B*H*T*T*D.

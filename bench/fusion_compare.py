@@ -57,6 +57,16 @@ ROWS = {
                         "    y = fwd(x, w, b)\n"
                         "    (y * g).sum().backward()\n"
                         "    return y\n"),
+    "CrossEntropyFwdBwd": (3 * 512 * 50257 * 4,
+                           "x = torch.randn(512, 50257, requires_grad=True)\n"
+                           "t = torch.arange(512) * 7919 % 50257\n"
+                           "s = torch.randn(())\n"
+                           "def fwd(x, t, s): return torch.nn.functional.cross_entropy(x, t) * s\n"
+                           "def f():\n"
+                           "    x.grad = None\n"
+                           "    loss = fwd(x, t, s)\n"
+                           "    loss.backward()\n"
+                           "    return loss\n"),
     "AttentionFwd": (4 * 8 * 12 * 512 * 64 * 4,
                      "q, k, v = (torch.randn(8, 12, 512, 64) for _ in range(3))\n"
                      "def f(): return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)\n"),

@@ -193,10 +193,13 @@ TEST_P(JitRows, RowKernelsGiveTheInterpretersBits) {
   }
 }
 
-// Cross-entropy's row kernels (the loss per row, read at its target through a gather; the
-// gradient, its target's element patched) give the hand-written kernels' bits on every instruction
-// set: 37 rows (groups of four, chunks of eight) of 7, 779 and 5000 classes, with and without an
-// ignored target, ordinary and special logits (NaN, infinities, signed zeros).
+// Cross-entropy's row kernels give the hand-written kernels' bits on every instruction set: the
+// loss per row (read at its target through a gather), with the row's maximum and sum beside it
+// where the gradient is in the plan; the gradient from those (one pass), and the gradient alone
+// (its target's element patched after the store). 37 rows (groups of four, chunks of eight) of 7,
+// 779 and 5000 classes, with and without ignored targets, ordinary and special logits (NaN,
+// infinities, signed zeros). The gradient from its forward's statistics has the bits of the
+// gradient alone.
 TEST_P(JitRows, CrossEntropyRowKernelsGiveTheInterpretersBits) {
   kernels::Isa isa = GetParam();
   if (int(isa) > int(kernels::best_isa())) GTEST_SKIP() << "this CPU lacks " << kernels::isa_name(isa);
@@ -211,33 +214,46 @@ TEST_P(JitRows, CrossEntropyRowKernelsGiveTheInterpretersBits) {
         Graph g;
         ValueId x = g.input(DType::F32, s, "x"), t = g.input(DType::I64, {37}, "t"), gs = g.input(DType::F32, {}, "g");
         const attr::CrossEntropy ce{ignore ? std::optional<int64_t>(2) : std::nullopt};
-        std::vector<ValueId> outs{g.add(Op::CrossEntropy, {x, t}, ce), g.add(Op::CrossEntropyGrad, {x, t, gs}, ce)};
-        CompileOptions manual;
-        manual.recompile = false;
-        Plan plan(g, outs, manual), ref(g, outs, manual);
-        HostTensor targets = testing::random_tensor({DType::I64, {37}, 0, double(n)}, 12);
-        targets.set(5, 2.0), targets.set(36, 2.0), targets.set(0, double(n - 1));
-        for (Plan* p : {&plan, &ref}) {
-          p->set_input(x, special ? testing::special_tensor(s, 11, 97) : testing::random_tensor({DType::F32, s, -8, 8}, 11));
-          p->set_input(t, targets);
-          p->set_input(gs, testing::random_tensor({DType::F32, {}}, 13));
-          p->run();
+        const ValueId loss = g.add(Op::CrossEntropy, {x, t}, ce), grad = g.add(Op::CrossEntropyGrad, {x, t, gs}, ce);
+        auto make_targets = [n](bool moved) {  // a fresh tensor each time (copies share their buffer)
+          HostTensor h = testing::random_tensor({DType::I64, {37}, 0, double(n)}, 12);
+          h.set(5, 2.0), h.set(36, 2.0), h.set(0, double(n - 1));
+          if (moved) h.set(7, double(n / 2));
+          return h;
+        };
+        std::vector<HostTensor> grads;  // the reference gradient of each plan
+        for (bool alone : {false, true}) {
+          const std::string case_ = what + (alone ? " (gradient alone)" : " (loss and gradient)");
+          const std::vector<ValueId> outs = alone ? std::vector<ValueId>{grad} : std::vector<ValueId>{loss, grad};
+          CompileOptions manual;
+          manual.recompile = false;
+          Plan plan(g, outs, manual), ref(g, outs, manual);
+          for (Plan* p : {&plan, &ref}) {
+            p->set_input(x, special ? testing::special_tensor(s, 11, 97) : testing::random_tensor({DType::F32, s, -8, 8}, 11));
+            p->set_input(t, make_targets(false));
+            p->set_input(gs, testing::random_tensor({DType::F32, {}}, 13));
+            p->run();
+          }
+          RecompileReport r = plan.recompile();
+          ASSERT_EQ(r.entries.size(), outs.size()) << case_;
+          for (const RecompileEntry& e : r.entries) EXPECT_EQ(e.outcome, "generated") << case_ << ": " << e.kernel;
+          // The paired gradient reads m and s (it has no maximum step); the lone one takes them itself.
+          const std::string grad_kernel = r.entries.back().kernel;
+          EXPECT_EQ(grad_kernel.find("=max") == std::string::npos, !alone) << case_ << ": " << grad_kernel;
+          plan.run();
+          for (size_t i = 0; i < outs.size(); ++i)
+            testing::expect_same_bits(plan.read(outs[i]), ref.read(outs[i]), case_ + " output " + std::to_string(i));
+          grads.push_back(ref.read(grad));
+          // New targets and a new upstream scalar reach the generated kernels' per-row inputs.
+          for (Plan* p : {&plan, &ref}) {
+            p->set_input(t, make_targets(true));
+            p->set_input(gs, testing::random_tensor({DType::F32, {}}, 14));
+            p->run();
+          }
+          for (size_t i = 0; i < outs.size(); ++i)
+            testing::expect_same_bits(plan.read(outs[i]), ref.read(outs[i]), case_ + " new targets, output " + std::to_string(i));
         }
-        RecompileReport r = plan.recompile();
-        ASSERT_EQ(r.entries.size(), outs.size()) << what;
-        for (const RecompileEntry& e : r.entries) EXPECT_EQ(e.outcome, "generated") << what << ": " << e.kernel;
-        plan.run();
-        for (size_t i = 0; i < outs.size(); ++i)
-          testing::expect_same_bits(plan.read(outs[i]), ref.read(outs[i]), what + " output " + std::to_string(i));
-        // New targets and a new upstream scalar reach the generated kernels' per-row inputs.
-        targets.set(7, double(n / 2));
-        for (Plan* p : {&plan, &ref}) {
-          p->set_input(t, targets);
-          p->set_input(gs, testing::random_tensor({DType::F32, {}}, 14));
-          p->run();
-        }
-        for (size_t i = 0; i < outs.size(); ++i)
-          testing::expect_same_bits(plan.read(outs[i]), ref.read(outs[i]), what + " new targets, output " + std::to_string(i));
+        testing::expect_same_bits(grads[0], grads[1], what + ": the gradient from the loss's statistics");
       }
     }
   }
@@ -621,11 +637,11 @@ TEST(JitCuda, EveryGroupOfTheGptStepCompilesWithNvrtc) {
   std::vector<const kernels::jit::LoopKernel*> kernels = step.plan().loop_kernels();
   ASSERT_GE(kernels.size(), 5u);
   std::set<std::string> seen;
-  int rows = 0, xent = 0;  // the row kernels; cross-entropy's (a result per row, a patched row)
+  int rows = 0, xent = 0;  // the row kernels; cross-entropy's (results per row, a patched row)
   for (const kernels::jit::LoopKernel* k : kernels) {
     rows += k->row_n > 0;
-    for (const kernels::jit::RowStep& st : k->steps)
-      xent += st.kind == kernels::jit::RowStep::Kind::Result || st.kind == kernels::jit::RowStep::Kind::Patch;
+    using Kind = kernels::jit::RowStep::Kind;
+    xent += k->row_n > 0 && (k->steps.back().kind == Kind::Result || k->steps.back().kind == Kind::Patch);
     if (!seen.insert(k->text()).second) continue;
     kernels::jit::CudaBinary b = kernels::jit::nvrtc_compile(kernels::jit::render_cuda(*k, "synoros_run"), "sm_90");
     EXPECT_TRUE(b.ok) << k->text() << "\n" << b.log;

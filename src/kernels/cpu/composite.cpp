@@ -439,7 +439,10 @@ int axis_attr(const LowerCtx& c) {
 // of kXentRows; the forward's per-row losses are added in row order afterwards, so the bits do
 // not depend on the thread count. Float rows take the canonical softmax steps (the row's maximum,
 // exp(x - m) with scalar_ops.hpp's exp, their sum in the reductions' lane order), AVX2 where it
-// runs; a row whose sum is NaN has a NaN loss and gradient (the one quiet NaN).
+// runs; a row whose sum is NaN has a NaN loss and gradient (the one quiet NaN). A float forward
+// whose gradient is lowered later in the same plan keeps each row's m and s beside its loss, and
+// that gradient reads them instead of taking the row's maximum and sum again: one pass over the
+// logits instead of three, with the same bits.
 constexpr int64_t kXentRows = 8;
 struct XentArgs {
   int64_t N, C;
@@ -452,7 +455,10 @@ struct XentArgs {
   int64_t ignore;
   bool avx2;
   bool grad;
-  void* losses;  // forward: one per row (scratch)
+  // forward: per row, the loss (res_n 1) or the loss, m and s (res_n 3: a gradient reads them)
+  void* losses;
+  int64_t res_n;
+  const float* stats;  // gradient: its forward's `losses` with m and s (float; else null)
   double gscale;  // gradient: the upstream scalar over the rows counted
   // The launch as a row kernel (float, fewer than 2^24 classes; else null), the generated run
   // Recompile installed for it (null: the code below), and the kernel's per-row inputs: each
@@ -463,6 +469,9 @@ struct XentArgs {
 };
 
 bool xent_ignored(const XentArgs& a, int64_t r) { return a.has_ignore && index_at(a.target, a.i64, r) == a.ignore; }
+
+// Values per row of a launch's output: a gradient row, or the forward's per-row results.
+int64_t xent_per_row(const XentArgs& a) { return a.grad ? a.C : a.res_n; }
 
 // The row's maximum m and the sum s of exp(x - m) (written to e when it is not null).
 void xent_row_f32(const XentArgs& a, const float* x, float* e, float& m, float& s) {
@@ -480,34 +489,56 @@ void xent_row_f32(const XentArgs& a, const float* x, float* e, float& m, float& 
   });
 }
 
-// Rows [r0, r1) through the generated row kernel, into out (the losses or the gradient at r0);
-// an ignored row's loss and gradient are zero, as the code below writes them.
+// Rows [r0, r1) through the generated row kernel, into out (the results or the gradient at r0);
+// an ignored row's results and gradient are zero, as the code below writes them.
 void xent_generated(const XentArgs& a, int64_t r0, int64_t r1, float* out) {
-  const char* ext[3] = {reinterpret_cast<const char*>(static_cast<const float*>(a.logits) + r0 * a.C),
-                        reinterpret_cast<const char*>(a.rowvals + r0), reinterpret_cast<const char*>(a.rowvals + a.N)};
+  const char* ext[5] = {reinterpret_cast<const char*>(static_cast<const float*>(a.logits) + r0 * a.C),
+                        reinterpret_cast<const char*>(a.rowvals + r0), reinterpret_cast<const char*>(a.rowvals + a.N),
+                        reinterpret_cast<const char*>(a.stats ? a.stats + r0 * 3 + 1 : nullptr),
+                        reinterpret_cast<const char*>(a.stats ? a.stats + r0 * 3 + 2 : nullptr)};
   a.jit(ext, reinterpret_cast<char*>(out), r1 - r0);
-  const int64_t per_row = a.grad ? a.C : 1;
+  const int64_t per_row = xent_per_row(a);
   for (int64_t r = r0; r < r1; ++r)
     if (xent_ignored(a, r)) std::fill(out + (r - r0) * per_row, out + (r - r0 + 1) * per_row, 0.0f);
+}
+
+// A float gradient row d from its forward's m and s: d = exp(x - m) / s * g, then its target's
+// element (exp(x[t] - m) / s - 1) g; the exps are xent_row_f32's (its vector build's sum unused).
+void xent_grad_row_from_stats(const XentArgs& a, const float* x, float* d, int64_t t, float m, float s) {
+  if (std::isnan(s)) return fill_nan(d, a.C, 1);
+  if (a.avx2) {
+    (void)softmax_exp_sum_vec(x, d, a.C, m);
+  } else {
+    for (int64_t k = 0; k < a.C; ++k) d[k] = fn::exp_f32(x[k] - m);
+  }
+  const float g = float(a.gscale), et = d[t];
+  for (int64_t k = 0; k < a.C; ++k) d[k] = d[k] / s * g;
+  d[t] = (et / s - 1.0f) * g;
 }
 
 template <class T>
 void xent_rows(const XentArgs& a, int64_t chunk) {
   const T* l = static_cast<const T*>(a.logits);
   const T nan = std::numeric_limits<T>::quiet_NaN();
-  const int64_t r0 = chunk * kXentRows, r1 = std::min(a.N, (chunk + 1) * kXentRows);
+  const int64_t r0 = chunk * kXentRows, r1 = std::min(a.N, (chunk + 1) * kXentRows), per_row = xent_per_row(a);
   if (a.jit)
-    return xent_generated(a, r0, r1, a.grad ? static_cast<float*>(a.out) + r0 * a.C : static_cast<float*>(a.losses) + r0);
+    return xent_generated(a, r0, r1, static_cast<float*>(a.grad ? a.out : a.losses) + r0 * per_row);
   for (int64_t r = r0; r < r1; ++r) {
     const T* row = l + r * a.C;
     T* d = a.grad ? static_cast<T*>(a.out) + r * a.C : nullptr;
-    T* loss = a.grad ? nullptr : static_cast<T*>(a.losses) + r;
+    T* res = a.grad ? nullptr : static_cast<T*>(a.losses) + r * per_row;
     if (xent_ignored(a, r)) {
       if (d) std::fill(d, d + a.C, T(0));
-      if (loss) *loss = 0;
+      if (res) std::fill(res, res + per_row, T(0));
       continue;
     }
     const int64_t t = index_at(a.target, a.i64, r);
+    if constexpr (std::is_same_v<T, float>) {
+      if (d && a.stats) {
+        xent_grad_row_from_stats(a, row, d, t, a.stats[r * 3 + 1], a.stats[r * 3 + 2]);
+        continue;
+      }
+    }
     T m, s;
     if constexpr (std::is_same_v<T, float>) {
       xent_row_f32(a, row, d, m, s);
@@ -519,11 +550,13 @@ void xent_rows(const XentArgs& a, int64_t chunk) {
       if (d)
         for (int64_t k = 0; k < a.C; ++k) d[k] = std::exp(row[k] - m);
     }
-    if (loss) {  // a float row's log is scalar_ops.hpp's, as the row kernel's
+    if (res) {  // a float row's log is scalar_ops.hpp's, as the row kernel's
       T ls;
       if constexpr (std::is_same_v<T, float>) ls = fn::Log::f(s);
       else ls = std::log(s);
-      *loss = std::isnan(s) ? nan : m + ls - row[t];
+      if (std::isnan(s)) std::fill(res, res + per_row, nan);
+      else res[0] = m + ls - row[t];
+      if (per_row == 3 && !std::isnan(s)) res[1] = m, res[2] = s;
       continue;
     }
     if (std::isnan(s)) {
@@ -562,34 +595,32 @@ int64_t xent_prepare(XentArgs& a, bool check) {
 
 // Checks the targets, then runs the rows; the forward adds the row losses in row order.
 template <class T>
-void xent_run(const XentArgs& in, ThreadPool& pool, bool grad) {
+void xent_run(const XentArgs& in, ThreadPool& pool) {
   XentArgs a = in;
-  a.grad = grad;
   const int64_t counted = xent_prepare<T>(a, true);
   pool.run((a.N + kXentRows - 1) / kXentRows, xent_task, &a);
-  if (grad) return;
+  if (a.grad) return;
   const T* losses = static_cast<const T*>(a.losses);
   T total = 0;
   for (int64_t r = 0; r < a.N; ++r)
-    if (!xent_ignored(a, r)) total += losses[r];
+    if (!xent_ignored(a, r)) total += losses[r * a.res_n];
   static_cast<T*>(a.out)[0] = total / T(counted);
 }
 
 void xent_launch(const void* p, ThreadPool& pool) {
   const XentArgs& a = *static_cast<const XentArgs*>(p);
-  a.f64 ? xent_run<double>(a, pool, false) : xent_run<float>(a, pool, false);
-}
-void xent_grad_launch(const void* p, ThreadPool& pool) {
-  const XentArgs& a = *static_cast<const XentArgs*>(p);
-  a.f64 ? xent_run<double>(a, pool, true) : xent_run<float>(a, pool, true);
+  a.f64 ? xent_run<double>(a, pool) : xent_run<float>(a, pool);
 }
 
-// Cross-entropy as a row kernel (loop_ir.hpp): the steps of xent_row_f32 and xent_rows above, in
-// their order. Inputs: the logits' rows, the row's target (a per-row float), the gradient's scale.
-//   forward:  m = max x; s = sum exp(x - m); loss = (m + log s) - x[t]        (a result per row)
+// Cross-entropy as a row kernel (loop_ir.hpp): the steps of xent_rows above, in their order.
+// Inputs: the logits' rows, the row's target (a per-row float), the gradient's scale, and for a
+// gradient reading its forward's statistics, each row's m and s (per-row values 3 apart).
+//   forward:  m = max x; s = sum exp(x - m); loss = (m + log s) - x[t]   (a result per row; with
+//             m and s as two more where the gradient reads them)
 //   gradient: m; s = sum of e = exp(x - m) (e stored); e_t = out[t]; d = (e / s) g;
-//             then d[t] = (e_t / s - 1) g                                        (a patch)
-const jit::LoopKernel* xent_row_kernel(const XentArgs& a, bool grad, PlanStorage& storage) {
+//             then d[t] = (e_t / s - 1) g                                  (a patch)
+//   gradient from m and s: d = (exp(x - m) / s) g; then d[t] = (exp(x[t] - m) / s - 1) g
+const jit::LoopKernel* xent_row_kernel(const XentArgs& a, PlanStorage& storage) {
   using Src = jit::LoopInput::Src;
   using Kind = jit::RowStep::Kind;
   auto k = std::make_unique<jit::LoopKernel>();
@@ -599,6 +630,8 @@ const jit::LoopKernel* xent_row_kernel(const XentArgs& a, bool grad, PlanStorage
     return -int(k->inputs.size());
   };
   const int x = input({1, Src::Memory, a.C}), t = input({0, Src::Memory, 1}), g = input({0, Src::Memory, 0});
+  const bool from_stats = a.grad && a.stats;
+  const int m_in = from_stats ? input({0, Src::Memory, 3}) : 0, s_in = from_stats ? input({0, Src::Memory, 3}) : 0;
   auto stmt = [](std::vector<jit::LoopStmt>& b, Op op, int p, int q = 0) {
     b.push_back({op, op == Op::Exp || op == Op::Log ? 1 : 2, {p, q, 0}});
     return int(b.size()) - 1;
@@ -609,20 +642,30 @@ const jit::LoopKernel* xent_row_kernel(const XentArgs& a, bool grad, PlanStorage
     return int(k->steps.size()) - 1;
   };
   auto scalar = [&](int st) { return input({0, Src::Step, 0, st}); };
+  const int one = input({0, Src::Const, 0, -1, 1.0f});
+  std::vector<jit::LoopStmt> b, p;
+  if (from_stats) {  // the guard: s, as a step
+    const int s_step = step(Kind::Scalar, {}, s_in);
+    const int s = scalar(s_step);
+    step(Kind::Store, b, stmt(b, Op::Mul, stmt(b, Op::Div, stmt(b, Op::Exp, stmt(b, Op::Sub, x, m_in)), s), g));
+    const int xt = input({0, Src::Gather, 0, -1, 0, -x - 1, -t - 1});
+    const int et = stmt(p, Op::Exp, stmt(p, Op::Sub, xt, m_in));
+    step(Kind::Patch, p, stmt(p, Op::Mul, stmt(p, Op::Sub, stmt(p, Op::Div, et, s), one), g), false, -t - 1);
+    k->nan_guard = {s_step};
+    return storage.own(std::move(k));
+  }
   const int m = scalar(step(Kind::Max, {}, x));
   std::vector<jit::LoopStmt> e;
-  const int sum = step(Kind::Sum, e, stmt(e, Op::Exp, stmt(e, Op::Sub, x, m)), grad);
+  const int sum = step(Kind::Sum, e, stmt(e, Op::Exp, stmt(e, Op::Sub, x, m)), a.grad);
   const int s = scalar(sum);
-  std::vector<jit::LoopStmt> b;
-  if (!grad) {
+  if (!a.grad) {
     const int xt = input({0, Src::Gather, 0, -1, 0, -x - 1, -t - 1});
     step(Kind::Result, b, stmt(b, Op::Sub, stmt(b, Op::Add, m, stmt(b, Op::Log, s)), xt));
+    if (a.res_n == 3) step(Kind::Result, {}, m), step(Kind::Result, {}, s);
   } else {
     const int et = scalar(step(Kind::Scalar, {}, input({0, Src::Gather, 0, -1, 0, -1, -t - 1})));
     const int out = input({0, Src::Out});
     step(Kind::Store, b, stmt(b, Op::Mul, stmt(b, Op::Div, out, s), g));
-    std::vector<jit::LoopStmt> p;
-    const int one = input({0, Src::Const, 0, -1, 1.0f});
     step(Kind::Patch, p, stmt(p, Op::Mul, stmt(p, Op::Sub, stmt(p, Op::Div, et, s), one), g), false, -t - 1);
   }
   k->nan_guard = {sum};
@@ -631,23 +674,26 @@ const jit::LoopKernel* xent_row_kernel(const XentArgs& a, bool grad, PlanStorage
 
 const XentArgs& xent_of(const void* p) { return *static_cast<const XentArgs*>(p); }
 
-// Recompile's probes: the per-row inputs from the plan's current targets and upstream scalar, then
-// output elements [begin, end) (whole gradient rows, or losses) into dst.
+// Recompile's probes: the per-row inputs from the plan's current targets and upstream scalar (the
+// statistics a gradient reads are its forward's from the plan's last run), then output values
+// [begin, end) (whole gradient rows, or each row's results) into dst.
 void xent_eval(const void* p, int64_t begin, int64_t end, void* dst) {
   XentArgs a = xent_of(p);
-  const int64_t per_row = a.grad ? a.C : 1, r0 = begin / per_row, r1 = end / per_row;
+  const int64_t per_row = xent_per_row(a), r0 = begin / per_row, r1 = end / per_row;
   xent_prepare<float>(a, false);
   for (int64_t r = r0; r < r1; r += kXentRows) {
     const int64_t e = std::min(r1, r + kXentRows);
+    float* at = static_cast<float*>(dst) + (r - r0) * per_row;
     if (a.jit) {
-      xent_generated(a, r, e, static_cast<float*>(dst) + (r - r0) * per_row);
+      xent_generated(a, r, e, at);
       continue;
     }
     XentArgs c = a;  // the interpreter's rows r..e, written at dst
     c.logits = static_cast<const float*>(a.logits) + r * a.C;
     c.target = static_cast<const char*>(a.target) + r * (a.i64 ? 8 : 4);
+    if (c.stats) c.stats += r * 3;
     c.N = e - r;
-    (a.grad ? c.out : c.losses) = static_cast<float*>(dst) + (r - r0) * per_row;
+    (a.grad ? c.out : c.losses) = at;
     xent_rows<float>(c, 0);
   }
 }
@@ -659,6 +705,14 @@ const JitSite::Ops kXentSite = {
     [](const void* p) { return xent_of(p).jit; },
 };
 
+// The forward node and the gradient node of one cross-entropy: the same logits, targets, attributes
+// and dtype.
+bool xent_pair(const Node& fwd, const Node& grad) {
+  return fwd.op == Op::CrossEntropy && grad.op == Op::CrossEntropyGrad && fwd.dtype == grad.dtype &&
+         fwd.in[0] == grad.in[0] && fwd.in[1] == grad.in[1] &&
+         fwd.attr<attr::CrossEntropy>() == grad.attr<attr::CrossEntropy>();
+}
+
 XentArgs* xent_args(LowerCtx& c) {
   auto* a = c.args<XentArgs>();
   const Shape& ls = c.in_shape(0);
@@ -666,12 +720,26 @@ XentArgs* xent_args(LowerCtx& c) {
   const bool grad = c.node.op == Op::CrossEntropyGrad;
   *a = {ls[0], ls[1], c.in[0], c.in[1], c.in.size() > 2 ? c.in[2] : nullptr, c.out,
         c.node.dtype == DType::F64, c.in_dtype(1) == DType::I64, ignore.has_value(), ignore.value_or(0),
-        active_isa() != Isa::Scalar, grad, nullptr, 0.0, nullptr, nullptr, nullptr};
-  if (!grad) a->losses = c.storage.scratch(size_t(ls[0]) * dtype_size(c.node.dtype));
-  if (!a->f64 && a->C > 0 && a->C < (int64_t(1) << 24)) {
+        active_isa() != Isa::Scalar, grad, nullptr, 1, nullptr, 0.0, nullptr, nullptr, nullptr};
+  const bool row_kernel = !a->f64 && a->C > 0 && a->C < (int64_t(1) << 24);
+  if (!grad) {
+    // Where a gradient of this loss is in the graph, m and s go beside each loss, outside the
+    // arena: they live from this launch to that one.
+    bool read = false;
+    for (const Node& n : c.g.nodes()) read = read || (row_kernel && xent_pair(c.node, n));
+    a->res_n = read ? 3 : 1;
+    const size_t bytes = size_t(ls[0] * a->res_n) * dtype_size(c.node.dtype);
+    a->losses = read ? c.storage.persistent(bytes) : c.storage.scratch(bytes);
+    if (read) c.storage.share(c.id, a->losses);
+  } else if (row_kernel) {  // the forward lowered (and run) earlier in this plan kept m and s
+    const auto& nodes = c.g.nodes();
+    for (size_t v = 0; v < size_t(c.id) && !a->stats; ++v)
+      if (xent_pair(nodes[v], c.node)) a->stats = static_cast<const float*>(c.storage.shared(ValueId(v)));
+  }
+  if (row_kernel) {
     a->rowvals = static_cast<float*>(c.storage.scratch(size_t(a->N + 1) * sizeof(float)));
-    a->loop = xent_row_kernel(*a, grad, c.storage);
-    c.storage.register_jit_site({c.id, a, a->loop, grad ? a->N * a->C : a->N, grad ? a->C : 1,
+    a->loop = xent_row_kernel(*a, c.storage);
+    c.storage.register_jit_site({c.id, a, a->loop, a->N * xent_per_row(*a), xent_per_row(*a),
                                  "xent" + std::to_string(kXentRows), &kXentSite});
   }
   return a;
@@ -908,7 +976,7 @@ Launch lower_layernorm_backward(LowerCtx& c) {
 
 
 Launch lower_cross_entropy(LowerCtx& c) { return {xent_launch, xent_args(c), c.id}; }
-Launch lower_cross_entropy_grad(LowerCtx& c) { return {xent_grad_launch, xent_args(c), c.id}; }
+Launch lower_cross_entropy_grad(LowerCtx& c) { return {xent_launch, xent_args(c), c.id}; }
 
 Launch lower_embedding(LowerCtx& c) {
   auto* a = c.args<EmbArgs>();

@@ -46,7 +46,7 @@ void validate(const LoopKernel& k) {
   if (k.row_n < 0 || k.steps.empty() || !k.body.empty())
     throw Error("jit: a row kernel needs a positive row length and steps");
   if (k.dtype != DType::F32) throw Error("jit: row kernels are float32");
-  // Sums, maxima and scalars; then one store and its patches, or one result.
+  // Sums, maxima and scalars; then one store and its patches, or the results.
   size_t out_step = k.steps.size();
   for (size_t i = 0; i < k.steps.size(); ++i) {
     const Kind kind = k.steps[i].kind;
@@ -56,8 +56,9 @@ void validate(const LoopKernel& k) {
       continue;
     }
     const bool ok = out_step == k.steps.size() ? !output && kind != Kind::Patch
-                                               : kind == Kind::Patch && k.steps[out_step].kind == Kind::Store;
-    if (!ok) throw Error("jit: a row kernel's steps end in one store and its patches, or in one result");
+                    : k.steps[out_step].kind == Kind::Store ? kind == Kind::Patch
+                                                            : kind == Kind::Result;
+    if (!ok) throw Error("jit: a row kernel's steps end in one store and its patches, or in its results");
   }
   if (out_step == k.steps.size()) throw Error("jit: a row kernel needs steps ending in a store or a result");
   for (size_t j = 1; j < k.inputs.size(); ++j)

@@ -14,8 +14,8 @@
 // lane t % 8 of its 4096-element segment, lanes combined pairwise, segments added in order), so a
 // generated row kernel gives the hand-written row kernels' bits on every instruction set. A row
 // kernel's output is its rows (a store step, then patches of single elements at a per-row index,
-// as cross-entropy's gradient corrects its target's element) or one value per row (a result step:
-// cross-entropy's per-row loss, read at its target through a gathered input).
+// as cross-entropy's gradient corrects its target's element) or a few values per row (result
+// steps: cross-entropy's per-row loss, read at its target through a gathered input).
 #pragma once
 
 #include <cstdint>
@@ -65,7 +65,8 @@ struct LoopStmt {
 //   Store   the value written to the output row.
 //   Patch   after the store: the value of a body over the row's scalars written to the output
 //           row's element at the position per-row input `at` holds.
-//   Result  the kernel's output is one value per row: this body's value over the row's scalars.
+//   Result  the kernel's output is a few values per row, one per result step (in their order):
+//           this body's value over the row's scalars.
 struct RowStep {
   enum class Kind : uint8_t { Sum, Max, Scalar, Store, Patch, Result };
   Kind kind = Kind::Store;
@@ -78,7 +79,7 @@ struct RowStep {
 // A run kernel (row_n == 0): for i in [0, n): out[i] = body[last](inputs at i).
 // A row kernel (row_n > 0, float32): n rows of row_n elements; each row runs `steps` in order: sums,
 // maxima and scalars, then either the store of its output row (the output's rows consecutive) and
-// any patches, or its result (the output one value per row). A row where the scalar of any step
+// any patches, or its results (the output that many values per row). A row where the scalar of any step
 // in `nan_guard` is NaN is written as the one quiet NaN throughout, without patches (the row
 // kernels' rule). Its memory inputs come first. All values are of one dtype, positions included
 // (exact as floats below 2^24).
@@ -89,8 +90,12 @@ struct LoopKernel {
   int64_t row_n = 0;
   std::vector<RowStep> steps;
   std::vector<int> nan_guard;
-  // Output values per row: row_n, or 1 for a kernel ending in a result.
-  int64_t out_n() const { return !steps.empty() && steps.back().kind == RowStep::Kind::Result ? 1 : row_n; }
+  // Output values per row: row_n, or the number of results of a kernel ending in results.
+  int64_t out_n() const {
+    int64_t results = 0;
+    for (const RowStep& s : steps) results += s.kind == RowStep::Kind::Result;
+    return results > 0 ? results : row_n;
+  }
   // A canonical one-line text of the kernel (ops, arguments, strides): equal text, equal kernel.
   std::string text() const;
 };

@@ -190,17 +190,20 @@ std::string nan_test(const LoopKernel& k) {
   return t;
 }
 
-// A step over the row's scalars, once per row: a scalar into s<i>[r], a result into out[r] (the
-// quiet NaN where the row is guarded), a patch into its position of the output row (none on a
+// A step over the row's scalars, once per row: a scalar into s<i>[r], a result into its place
+// among the row's outputs (the quiet NaN where the row is guarded), a patch into its position of the output row (none on a
 // guarded row, which is NaN throughout).
 void emit_scalar(std::ostringstream& o, const LoopKernel& k, const RowStep& st, size_t i) {
   o << "  for (int r = 0; r < R; ++r) {\n";
   const bool guarded = st.kind != Kind::Scalar && !k.nan_guard.empty();
-  if (guarded && st.kind == Kind::Result) o << "    if (" << nan_test(k) << ") {\n      out[r] = NAN;\n      continue;\n    }\n";
+  size_t result = 0;  // a result's place among the row's outputs
+  for (size_t j = 0; j < i; ++j) result += k.steps[j].kind == Kind::Result;
+  const std::string res = "out[r * OUT + " + std::to_string(result) + "]";
+  if (guarded && st.kind == Kind::Result) o << "    if (" << nan_test(k) << ") {\n      " << res << " = NAN;\n      continue;\n    }\n";
   if (guarded && st.kind == Kind::Patch) o << "    if (" << nan_test(k) << ") continue;\n";
   std::string v = emit_body(o, k, st, Mode::Scalar, "    ");
   if (st.kind == Kind::Scalar) o << "    s" << i << "[r] = " << v << ";\n  }\n";
-  if (st.kind == Kind::Result) o << "    out[r] = " << v << ";\n  }\n";
+  if (st.kind == Kind::Result) o << "    " << res << " = " << v << ";\n  }\n";
   if (st.kind == Kind::Patch) o << "    out[r * N + int64_t(" << row_value(k, st.at) << ")] = " << v << ";\n  }\n";
 }
 
