@@ -327,6 +327,44 @@ TEST(Jit, RowKernelsReadOnlyWhatIsDefined) {
   EXPECT_THROW(kernels::jit::validate(run), Error);
 }
 
+// A reduction's fused prologue (a batch norm's variance: mean((x - m)^2) over N, H, W) is a
+// Recompile candidate by the reduction's launch; generated, the launch gives the unfused plan's
+// bits, for rows shorter than, across and longer than the reduction's segments.
+TEST(Jit, ReductionProloguesAreGenerated) {
+  JitScope jit;
+  for (Shape s : {Shape{3, 5, 7, 9}, Shape{64, 8, 7, 7}, Shape{2, 3, 70, 70}}) {
+    Graph g;
+    ValueId x = g.input(DType::F32, s, "x");
+    std::vector<int64_t> axes = {0};
+    for (size_t d = 2; d < s.size(); ++d) axes.push_back(int64_t(d));
+    ValueId m = g.mean(x, axes, true);
+    ValueId c = g.binary(Op::Sub, x, g.expand(m, s));
+    ValueId v = g.mean(g.binary(Op::Mul, c, g.unary(Op::Tanh, c)), axes, true);
+    CompileOptions plain, manual;
+    plain.fuse = false;
+    manual.recompile = false;
+    Plan plan(g, {v}, manual), ref(g, {v}, plain);
+    for (Plan* p : {&plan, &ref}) {
+      p->set_input(x, testing::random_tensor({DType::F32, s}, 5));
+      p->run();
+    }
+    RecompileReport r = plan.recompile();
+    int prologues = 0;
+    for (const RecompileEntry& e : r.entries) {
+      if (e.node != v) continue;
+      ++prologues;
+      EXPECT_EQ(e.outcome, "generated") << e.kernel;
+    }
+    EXPECT_EQ(prologues, 1) << r.table();
+    plan.run();
+    testing::expect_same_bits(plan.read(v), ref.read(v), "the variance with a generated prologue");
+    bool labelled = false;
+    for (const LaunchInfo& li : plan.launch_info())
+      labelled = labelled || (li.ops.back() == v && li.kernel.find("generated") != std::string::npos);
+    EXPECT_TRUE(labelled) << "the reduction's launch does not say it runs generated code";
+  }
+}
+
 // A chain of transcendentals over long runs.
 TEST(Jit, LongChainsGiveTheInterpretersBits) {
   JitScope jit;

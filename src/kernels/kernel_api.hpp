@@ -86,6 +86,12 @@ class PlanStorage {
   }
   // The launches lowered into this plan that Recompile may replace with generated kernels.
   void register_jit_site(const JitSite& s) { jit_sites_.push_back(s); }
+  // The site of `args` runs inside another node's launch (a reduction's fused prologue): Recompile
+  // finds it by that launch and judges it by that launch's time.
+  void move_jit_site(const void* args, ValueId launch) {
+    for (JitSite& s : jit_sites_)
+      if (s.args == args) s.node = launch;
+  }
   const std::vector<JitSite>& jit_sites() const { return jit_sites_; }
 
  private:
