@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <set>
 
 #include "kernels/jit/compiler.hpp"
@@ -151,13 +152,19 @@ INSTANTIATE_TEST_SUITE_P(Isa, JitOps,
 // step and a tail) and 5000 (two segments of the canonical sum); 37 rows are groups of four, a
 // remainder and two chunks of the launch; ordinary values, and special values (NaN, infinities,
 // signed zeros) in every input.
-class JitRows : public ::testing::TestWithParam<kernels::Isa> {};
+class JitRows : public ::testing::TestWithParam<kernels::Isa> {
+ protected:
+  void SetUp() override {
+    if (int(GetParam()) > int(kernels::best_isa())) GTEST_SKIP() << "this CPU lacks " << kernels::isa_name(GetParam());
+    at_isa_.emplace(GetParam());
+    jit_.emplace();
+  }
+  std::optional<testing::IsaScope> at_isa_;
+  std::optional<JitScope> jit_;
+};
 
 TEST_P(JitRows, RowKernelsGiveTheInterpretersBits) {
-  kernels::Isa isa = GetParam();
-  if (int(isa) > int(kernels::best_isa())) GTEST_SKIP() << "this CPU lacks " << kernels::isa_name(isa);
-  testing::IsaScope at_isa(isa);
-  JitScope jit;
+  const kernels::Isa isa = GetParam();
   for (int64_t n : {7, 779, 5000}) {
     for (bool special : {false, true}) {
       const std::string what = std::string(kernels::isa_name(isa)) + " n=" + std::to_string(n) +
@@ -201,10 +208,7 @@ TEST_P(JitRows, RowKernelsGiveTheInterpretersBits) {
 // infinities, signed zeros). The gradient from its forward's statistics has the bits of the
 // gradient alone.
 TEST_P(JitRows, CrossEntropyRowKernelsGiveTheInterpretersBits) {
-  kernels::Isa isa = GetParam();
-  if (int(isa) > int(kernels::best_isa())) GTEST_SKIP() << "this CPU lacks " << kernels::isa_name(isa);
-  testing::IsaScope at_isa(isa);
-  JitScope jit;
+  const kernels::Isa isa = GetParam();
   for (int64_t n : {7, 779, 5000}) {
     for (bool special : {false, true}) {
       for (bool ignore : {false, true}) {

@@ -280,29 +280,11 @@ void line_launch(const void* p, ThreadPool& pool) {
   pool.run((a.outer * a.inner + kLinesPerChunk - 1) / kLinesPerChunk, line_chunk, p);
 }
 
-// A line launch as a row kernel (loop_ir.hpp): the steps of softmax_line_f32, softmax_grad_line
-// and layernorm_lines_f32 above, statement for statement, in their order. Null where the launch
-// is not float or its rows are not contiguous.
-const jit::LoopKernel* row_kernel(const LineArgs& a, PlanStorage& storage) {
-  if (a.f64 || a.inner != 1 || a.n == 0) return nullptr;
+// Builds a row kernel (loop_ir.hpp): its inputs, each named as a statement's argument names it,
+// and its steps, each body a list of statements.
+struct RowBuilder {
   using Src = jit::LoopInput::Src;
   using Kind = jit::RowStep::Kind;
-  auto k = std::make_unique<jit::LoopKernel>();
-  k->row_n = a.n;
-  auto input = [&](jit::LoopInput in) {
-    k->inputs.push_back(in);
-    return -int(k->inputs.size());
-  };
-  // The memory inputs first, in the launch's order (generated_lines passes them so): the rows
-  // (x, and the gradient's g) and the per-column weight and bias.
-  const bool grad = a.op == 5, affine = a.n_in == 3;
-  std::vector<int> mem;
-  for (int j = 0; j < a.n_in; ++j) {
-    const bool per_column = affine && j >= (grad ? 2 : 1);
-    mem.push_back(input({1, Src::Memory, per_column ? 0 : a.n}));
-  }
-  auto scalar = [&](int step) { return input({0, Src::Step, 0, step}); };
-  auto constant = [&](float v) { return input({0, Src::Const, 0, -1, v}); };
   struct Body {
     std::vector<jit::LoopStmt> s;
     int operator()(Op op, int x) { return add({op, 1, {x, 0, 0}}); }
@@ -312,10 +294,43 @@ const jit::LoopKernel* row_kernel(const LineArgs& a, PlanStorage& storage) {
       return int(s.size()) - 1;
     }
   };
-  auto step = [&](Kind kind, const Body& b, int value, bool store = false) {
-    k->steps.push_back({kind, store, b.s, value});
+  std::unique_ptr<jit::LoopKernel> k = std::make_unique<jit::LoopKernel>();
+  explicit RowBuilder(int64_t row_n) { k->row_n = row_n; }
+  int input(jit::LoopInput in) {
+    k->inputs.push_back(in);
+    return -int(k->inputs.size());
+  }
+  int scalar(int step) { return input({0, Src::Step, 0, step}); }
+  int constant(float v) { return input({0, Src::Const, 0, -1, v}); }
+  // The body by reference: its statements are taken once every argument is evaluated.
+  int step(Kind kind, const Body& b, int value, bool store = false, int at = -1) {
+    k->steps.push_back({kind, store, b.s, value, at});
     return int(k->steps.size()) - 1;
-  };
+  }
+};
+
+// A line launch as a row kernel (loop_ir.hpp): the steps of softmax_line_f32, softmax_grad_line
+// and layernorm_lines_f32 above, statement for statement, in their order. Null where the launch
+// is not float or its rows are not contiguous.
+const jit::LoopKernel* row_kernel(const LineArgs& a, PlanStorage& storage) {
+  if (a.f64 || a.inner != 1 || a.n == 0) return nullptr;
+  using Src = jit::LoopInput::Src;
+  using Kind = jit::RowStep::Kind;
+  using Body = RowBuilder::Body;
+  RowBuilder rb(a.n);
+  auto& k = rb.k;
+  auto input = [&](jit::LoopInput in) { return rb.input(in); };
+  // The memory inputs first, in the launch's order (generated_lines passes them so): the rows
+  // (x, and the gradient's g) and the per-column weight and bias.
+  const bool grad = a.op == 5, affine = a.n_in == 3;
+  std::vector<int> mem;
+  for (int j = 0; j < a.n_in; ++j) {
+    const bool per_column = affine && j >= (grad ? 2 : 1);
+    mem.push_back(input({1, Src::Memory, per_column ? 0 : a.n}));
+  }
+  auto scalar = [&](int step) { return rb.scalar(step); };
+  auto constant = [&](float v) { return rb.constant(v); };
+  auto step = [&](Kind kind, const Body& b, int value, bool store = false) { return rb.step(kind, b, value, store); };
   const int x = mem[0];
   if (a.op <= 1) {  // m = max x; s = sum of e = exp(x - m); y = e / s (e stored) or (x - m) - log s
     const bool log_out = a.op == 1;
@@ -623,53 +638,37 @@ void xent_launch(const void* p, ThreadPool& pool) {
 const jit::LoopKernel* xent_row_kernel(const XentArgs& a, PlanStorage& storage) {
   using Src = jit::LoopInput::Src;
   using Kind = jit::RowStep::Kind;
-  auto k = std::make_unique<jit::LoopKernel>();
-  k->row_n = a.C;
-  auto input = [&](jit::LoopInput in) {
-    k->inputs.push_back(in);
-    return -int(k->inputs.size());
-  };
-  const int x = input({1, Src::Memory, a.C}), t = input({0, Src::Memory, 1}), g = input({0, Src::Memory, 0});
+  using Body = RowBuilder::Body;
+  RowBuilder rb(a.C);
+  const int x = rb.input({1, Src::Memory, a.C}), t = rb.input({0, Src::Memory, 1}), g = rb.input({0, Src::Memory, 0});
   const bool from_stats = a.grad && a.stats;
-  const int m_in = from_stats ? input({0, Src::Memory, 3}) : 0, s_in = from_stats ? input({0, Src::Memory, 3}) : 0;
-  auto stmt = [](std::vector<jit::LoopStmt>& b, Op op, int p, int q = 0) {
-    b.push_back({op, op == Op::Exp || op == Op::Log ? 1 : 2, {p, q, 0}});
-    return int(b.size()) - 1;
-  };
-  // The body by reference: its statements are taken once every argument is evaluated.
-  auto step = [&](Kind kind, const std::vector<jit::LoopStmt>& b, int value, bool store = false, int at = -1) {
-    k->steps.push_back({kind, store, b, value, at});
-    return int(k->steps.size()) - 1;
-  };
-  auto scalar = [&](int st) { return input({0, Src::Step, 0, st}); };
-  const int one = input({0, Src::Const, 0, -1, 1.0f});
-  std::vector<jit::LoopStmt> b, p;
+  const int m_in = from_stats ? rb.input({0, Src::Memory, 3}) : 0, s_in = from_stats ? rb.input({0, Src::Memory, 3}) : 0;
+  const int one = rb.constant(1.0f);
+  auto gather = [&](int of) { return rb.input({0, Src::Gather, 0, -1, 0, of, -t - 1}); };  // of: -1 the output
+  Body b, p;
   if (from_stats) {  // the guard: s, as a step
-    const int s_step = step(Kind::Scalar, {}, s_in);
-    const int s = scalar(s_step);
-    step(Kind::Store, b, stmt(b, Op::Mul, stmt(b, Op::Div, stmt(b, Op::Exp, stmt(b, Op::Sub, x, m_in)), s), g));
-    const int xt = input({0, Src::Gather, 0, -1, 0, -x - 1, -t - 1});
-    const int et = stmt(p, Op::Exp, stmt(p, Op::Sub, xt, m_in));
-    step(Kind::Patch, p, stmt(p, Op::Mul, stmt(p, Op::Sub, stmt(p, Op::Div, et, s), one), g), false, -t - 1);
-    k->nan_guard = {s_step};
-    return storage.own(std::move(k));
+    const int s_step = rb.step(Kind::Scalar, {}, s_in);
+    const int s = rb.scalar(s_step);
+    rb.step(Kind::Store, b, b(Op::Mul, b(Op::Div, b(Op::Exp, b(Op::Sub, x, m_in)), s), g));
+    const int et = p(Op::Exp, p(Op::Sub, gather(-x - 1), m_in));
+    rb.step(Kind::Patch, p, p(Op::Mul, p(Op::Sub, p(Op::Div, et, s), one), g), false, -t - 1);
+    rb.k->nan_guard = {s_step};
+    return storage.own(std::move(rb.k));
   }
-  const int m = scalar(step(Kind::Max, {}, x));
-  std::vector<jit::LoopStmt> e;
-  const int sum = step(Kind::Sum, e, stmt(e, Op::Exp, stmt(e, Op::Sub, x, m)), a.grad);
-  const int s = scalar(sum);
+  const int m = rb.scalar(rb.step(Kind::Max, {}, x));
+  Body e;
+  const int sum = rb.step(Kind::Sum, e, e(Op::Exp, e(Op::Sub, x, m)), a.grad);
+  const int s = rb.scalar(sum);
   if (!a.grad) {
-    const int xt = input({0, Src::Gather, 0, -1, 0, -x - 1, -t - 1});
-    step(Kind::Result, b, stmt(b, Op::Sub, stmt(b, Op::Add, m, stmt(b, Op::Log, s)), xt));
-    if (a.res_n == 3) step(Kind::Result, {}, m), step(Kind::Result, {}, s);
+    rb.step(Kind::Result, b, b(Op::Sub, b(Op::Add, m, b(Op::Log, s)), gather(-x - 1)));
+    if (a.res_n == 3) rb.step(Kind::Result, {}, m), rb.step(Kind::Result, {}, s);
   } else {
-    const int et = scalar(step(Kind::Scalar, {}, input({0, Src::Gather, 0, -1, 0, -1, -t - 1})));
-    const int out = input({0, Src::Out});
-    step(Kind::Store, b, stmt(b, Op::Mul, stmt(b, Op::Div, out, s), g));
-    step(Kind::Patch, p, stmt(p, Op::Mul, stmt(p, Op::Sub, stmt(p, Op::Div, et, s), one), g), false, -t - 1);
+    const int et = rb.scalar(rb.step(Kind::Scalar, {}, gather(-1)));
+    rb.step(Kind::Store, b, b(Op::Mul, b(Op::Div, rb.input({0, Src::Out}), s), g));
+    rb.step(Kind::Patch, p, p(Op::Mul, p(Op::Sub, p(Op::Div, et, s), one), g), false, -t - 1);
   }
-  k->nan_guard = {sum};
-  return storage.own(std::move(k));
+  rb.k->nan_guard = {sum};
+  return storage.own(std::move(rb.k));
 }
 
 const XentArgs& xent_of(const void* p) { return *static_cast<const XentArgs*>(p); }
