@@ -211,17 +211,18 @@ TEST_P(JitRows, CrossEntropyRowKernelsGiveTheInterpretersBits) {
   const kernels::Isa isa = GetParam();
   for (int64_t n : {7, 779, 5000}) {
     for (bool special : {false, true}) {
-      for (bool ignore : {false, true}) {
+      for (int64_t ignore : {int64_t(0), int64_t(2), int64_t(-100)}) {  // 0: no ignored target
         const std::string what = std::string(kernels::isa_name(isa)) + " n=" + std::to_string(n) +
-                                 (special ? " special" : "") + (ignore ? " ignoring" : "");
+                                 (special ? " special" : "") + (ignore ? " ignoring " + std::to_string(ignore) : "");
         const Shape s{37, n};
         Graph g;
         ValueId x = g.input(DType::F32, s, "x"), t = g.input(DType::I64, {37}, "t"), gs = g.input(DType::F32, {}, "g");
-        const attr::CrossEntropy ce{ignore ? std::optional<int64_t>(2) : std::nullopt};
+        const attr::CrossEntropy ce{ignore ? std::optional<int64_t>(ignore) : std::nullopt};
         const ValueId loss = g.add(Op::CrossEntropy, {x, t}, ce), grad = g.add(Op::CrossEntropyGrad, {x, t, gs}, ce);
-        auto make_targets = [n](bool moved) {  // a fresh tensor each time (copies share their buffer)
+        auto make_targets = [n, ignore](bool moved) {  // a fresh tensor each time (copies share their buffer)
           HostTensor h = testing::random_tensor({DType::I64, {37}, 0, double(n)}, 12);
-          h.set(5, 2.0), h.set(36, 2.0), h.set(0, double(n - 1));
+          h.set(0, double(n - 1));
+          if (ignore) h.set(5, double(ignore)), h.set(36, double(ignore));
           if (moved) h.set(7, double(n / 2));
           return h;
         };
@@ -231,13 +232,17 @@ TEST_P(JitRows, CrossEntropyRowKernelsGiveTheInterpretersBits) {
           const std::vector<ValueId> outs = alone ? std::vector<ValueId>{grad} : std::vector<ValueId>{loss, grad};
           CompileOptions manual;
           manual.recompile = false;
-          Plan plan(g, outs, manual), ref(g, outs, manual);
-          for (Plan* p : {&plan, &ref}) {
+          Plan plan(g, outs, manual), ref(g, outs, manual), automatic(g, outs);
+          for (Plan* p : {&plan, &ref, &automatic}) {
             p->set_input(x, special ? testing::special_tensor(s, 11, 97) : testing::random_tensor({DType::F32, s, -8, 8}, 11));
             p->set_input(t, make_targets(false));
             p->set_input(gs, testing::random_tensor({DType::F32, {}}, 13));
             p->run();
           }
+          // Recompile as users get it, inside the second run: that run's outputs are intact.
+          automatic.run();
+          for (size_t i = 0; i < outs.size(); ++i)
+            testing::expect_same_bits(automatic.read(outs[i]), ref.read(outs[i]), case_ + " recompiled in its run, output " + std::to_string(i));
           RecompileReport r = plan.recompile();
           ASSERT_EQ(r.entries.size(), outs.size()) << case_;
           for (const RecompileEntry& e : r.entries) EXPECT_EQ(e.outcome, "generated") << case_ << ": " << e.kernel;
@@ -309,7 +314,13 @@ TEST(Jit, RowKernelsReadOnlyWhatIsDefined) {
   const RowStep result{Kind::Result, false, {}, -3};
   EXPECT_NO_THROW(kernels::jit::validate(kernel({x, t, xt}, {{Kind::Max, false, {}, -1}, result})));
   EXPECT_NO_THROW(kernels::jit::validate(
-      kernel({x, t, out_t}, {{Kind::Store, false, {exp_x}, 0}, {Kind::Patch, false, {}, -3, 1}})));
+      kernel({x, t, xt}, {{Kind::Store, false, {exp_x}, 0}, {Kind::Patch, false, {}, -3, 1}})));
+  EXPECT_NO_THROW(kernels::jit::validate(kernel({x, t, out_t}, {{Kind::Sum, true, {exp_x}, 0}, {Kind::Scalar, false, {}, -3},
+                                                                {Kind::Store, false, {}, -1}})));
+  // The output row gathered by a patch (it would see earlier patches).
+  EXPECT_THROW(kernels::jit::validate(
+                   kernel({x, t, out_t}, {{Kind::Store, false, {exp_x}, 0}, {Kind::Patch, false, {}, -3, 1}})),
+               Error);
   // A gather of the output row before it is stored; a gather at a position that is no per-row value.
   EXPECT_THROW(kernels::jit::validate(kernel({x, t, out_t}, {result})), Error);
   EXPECT_THROW(kernels::jit::validate(kernel({x, t, {0, Src::Gather, 0, -1, 0, 0, 0}}, {result})), Error);
@@ -317,11 +328,20 @@ TEST(Jit, RowKernelsReadOnlyWhatIsDefined) {
   EXPECT_NO_THROW(kernels::jit::validate(kernel({x, t}, {{Kind::Scalar, false, {}, -2}, {Kind::Store, false, {}, -1}})));
   // A patch without a store before it, a patch without a position, a step after a result, a
   // result after a store, and a sum that stores in a kernel whose output is its results.
-  EXPECT_THROW(kernels::jit::validate(kernel({x, t}, {{Kind::Patch, false, {}, -2, 1}, result})), Error);
+  EXPECT_THROW(kernels::jit::validate(kernel({x, t, xt}, {{Kind::Patch, false, {}, -3, 1}, result})), Error);
   EXPECT_THROW(kernels::jit::validate(kernel({x, t}, {{Kind::Store, false, {}, -1}, {Kind::Patch, false, {}, -2}})), Error);
   EXPECT_THROW(kernels::jit::validate(kernel({x, t, xt}, {result, {Kind::Max, false, {}, -1}})), Error);
   EXPECT_THROW(kernels::jit::validate(kernel({x, t, xt}, {{Kind::Store, false, {}, -1}, result})), Error);
   EXPECT_THROW(kernels::jit::validate(kernel({x, t, xt}, {{Kind::Sum, true, {exp_x}, 0}, result})), Error);
+  // A gather from a per-row value, a patch at a row's elements, a result reading the output row,
+  // and a gather of the output row by a step that writes the row.
+  EXPECT_THROW(kernels::jit::validate(kernel({x, t, {0, Src::Gather, 0, -1, 0, 1, 1}}, {result})), Error);
+  EXPECT_THROW(kernels::jit::validate(kernel({x, t}, {{Kind::Store, false, {}, -1}, {Kind::Patch, false, {}, -2, 0}})), Error);
+  EXPECT_THROW(kernels::jit::validate(kernel({x, t, out}, {{Kind::Sum, true, {exp_x}, 0}, {Kind::Store, false, {}, -1},
+                                                           {Kind::Patch, false, {}, -3, 1}})),
+               Error);
+  EXPECT_THROW(kernels::jit::validate(kernel({x, t, out_t}, {{Kind::Sum, true, {exp_x}, 0}, {Kind::Store, false, {}, -3}})),
+               Error);
   // A run kernel with row steps.
   LoopKernel run;
   run.inputs = {{1}};
@@ -331,9 +351,10 @@ TEST(Jit, RowKernelsReadOnlyWhatIsDefined) {
   EXPECT_THROW(kernels::jit::validate(run), Error);
 }
 
-// A reduction's fused prologue (a batch norm's variance: mean((x - m)^2) over N, H, W) is a
-// Recompile candidate by the reduction's launch; generated, the launch gives the unfused plan's
-// bits, for rows shorter than, across and longer than the reduction's segments.
+// A reduction's fused prologue (a batch norm's variance: mean((x - m) tanh(x - m)) over N, H, W)
+// is a Recompile candidate by the launch it runs in (the reduction's, or the epilogue's whose
+// producer the reduction is); generated, the launch gives the unfused plan's bits, for rows
+// shorter than, across and longer than the reduction's segments.
 TEST(Jit, ReductionProloguesAreGenerated) {
   JitScope jit;
   for (Shape s : {Shape{3, 5, 7, 9}, Shape{64, 8, 7, 7}, Shape{2, 3, 70, 70}}) {
@@ -344,28 +365,33 @@ TEST(Jit, ReductionProloguesAreGenerated) {
     ValueId m = g.mean(x, axes, true);
     ValueId c = g.binary(Op::Sub, x, g.expand(m, s));
     ValueId v = g.mean(g.binary(Op::Mul, c, g.unary(Op::Tanh, c)), axes, true);
-    CompileOptions plain, manual;
-    plain.fuse = false;
-    manual.recompile = false;
-    Plan plan(g, {v}, manual), ref(g, {v}, plain);
-    for (Plan* p : {&plan, &ref}) {
-      p->set_input(x, testing::random_tensor({DType::F32, s}, 5));
-      p->run();
+    // The variance alone, and as the producer of 1 / sqrt(var + eps) (the launch is the epilogue's).
+    ValueId r = g.unary(Op::Rsqrt, g.binary(Op::Add, v, g.scalar(1e-5)));
+    for (ValueId y : {v, r}) {
+      CompileOptions plain, manual;
+      plain.fuse = false;
+      manual.recompile = false;
+      Plan plan(g, {y}, manual), ref(g, {y}, plain);
+      for (Plan* p : {&plan, &ref}) {
+        p->set_input(x, testing::random_tensor({DType::F32, s}, 5));
+        p->run();
+      }
+      RecompileReport rep = plan.recompile();
+      int prologues = 0;
+      for (const RecompileEntry& e : rep.entries) {
+        if (e.kernel.find("tanh") == std::string::npos) continue;
+        ++prologues;
+        EXPECT_EQ(e.node, y);
+        EXPECT_EQ(e.outcome, "generated") << e.kernel;
+      }
+      EXPECT_EQ(prologues, 1) << rep.table();
+      plan.run();
+      testing::expect_same_bits(plan.read(y), ref.read(y), "a reduction with a generated prologue");
+      bool labelled = false;
+      for (const LaunchInfo& li : plan.launch_info())
+        labelled = labelled || (li.ops.back() == y && li.kernel.find("generated") != std::string::npos);
+      EXPECT_TRUE(labelled) << "the reduction's launch does not say it runs generated code";
     }
-    RecompileReport r = plan.recompile();
-    int prologues = 0;
-    for (const RecompileEntry& e : r.entries) {
-      if (e.node != v) continue;
-      ++prologues;
-      EXPECT_EQ(e.outcome, "generated") << e.kernel;
-    }
-    EXPECT_EQ(prologues, 1) << r.table();
-    plan.run();
-    testing::expect_same_bits(plan.read(v), ref.read(v), "the variance with a generated prologue");
-    bool labelled = false;
-    for (const LaunchInfo& li : plan.launch_info())
-      labelled = labelled || (li.ops.back() == v && li.kernel.find("generated") != std::string::npos);
-    EXPECT_TRUE(labelled) << "the reduction's launch does not say it runs generated code";
   }
 }
 

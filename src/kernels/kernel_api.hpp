@@ -86,16 +86,25 @@ class PlanStorage {
   }
   // The launches lowered into this plan that Recompile may replace with generated kernels.
   void register_jit_site(const JitSite& s) { jit_sites_.push_back(s); }
-  // The site of `args` runs inside another node's launch (a reduction's fused prologue): Recompile
-  // finds it by that launch and judges it by that launch's time.
-  void move_jit_site(const void* args, ValueId launch) {
-    for (JitSite& s : jit_sites_)
-      if (s.args == args) s.node = launch;
+  // Sites registered from `from` on run inside `launch` (a node's own, or an epilogue's producer,
+  // or a reduction's fused prologue): Recompile finds them by that launch and judges them by its
+  // time.
+  void place_jit_sites(size_t from, ValueId launch) {
+    for (size_t k = from; k < jit_sites_.size(); ++k) jit_sites_[k].node = launch;
+  }
+  // The plan's launch order, where known (the lowering for real; not the sizing pass): step[v] is
+  // node v's place among the launches, -1 for a node that does not launch on each run.
+  void set_launch_order(std::vector<int> step) { step_ = std::move(step); }
+  // True when both nodes launch on every run, a before b (false where the order is not known).
+  bool launches_before(ValueId a, ValueId b) const {
+    const auto at = [&](ValueId v) { return v >= 0 && size_t(v) < step_.size() ? step_[size_t(v)] : -1; };
+    return at(a) >= 0 && at(b) >= 0 && at(a) < at(b);
   }
   const std::vector<JitSite>& jit_sites() const { return jit_sites_; }
 
  private:
   std::vector<JitSite> jit_sites_;
+  std::vector<int> step_;
   std::vector<std::unique_ptr<Buffer>> blocks_;
   std::vector<std::shared_ptr<void>> owned_;
   std::vector<std::pair<ValueId, void*>> shared_;

@@ -89,6 +89,14 @@ Plan::Plan(const Graph& g, std::vector<ValueId> outputs, CompileOptions opts)
   Buffer fold_frame(fold_scratch);
   char* base = static_cast<char*>(impl_->arena->data());
   impl_->storage = std::make_unique<kernels::PlanStorage>();
+  {  // each launch's place, also for a producer that runs inside its epilogue's launch
+    std::vector<int> launch_step = step_of;
+    for (size_t i = 0; i < n; ++i) {
+      const int k = p.group_of[i];
+      if (k >= 0 && step_of[i] >= 0 && p.producer[size_t(k)] != kNoValue) launch_step[size_t(p.producer[size_t(k)])] = step_of[i];
+    }
+    impl_->storage->set_launch_order(std::move(launch_step));
+  }
   std::vector<LoweredLaunch> lowered;
   lowering.lower_all(*impl_->storage, [&](size_t i) {
     if (step_of[i] < 0) return static_cast<char*>(fold_frame.data());

@@ -62,6 +62,7 @@ std::vector<size_t> PlanLowering::lower_all(kernels::PlanStorage& storage,
     const Node& nd = g.node(ValueId(i));
     if (!p.needed[i] || p.fused_away[i] || op_info(nd.op).kind == OpKind::Leaf || passes::is_alias(g, nd)) continue;
     storage.begin_frame(frame_base(i));
+    const size_t sites = storage.jit_sites().size();
     std::vector<SelectionCertificate> made;
     kernels::SelectionTrace trace(&made);
     Launch l;
@@ -110,6 +111,7 @@ std::vector<size_t> PlanLowering::lower_all(kernels::PlanStorage& storage,
       throw Error(std::string("compile: ") + op_name(nd.op) + " at %" + std::to_string(i) + ": " + err.what());
     }
     frame[i] = storage.frame_bytes();
+    storage.place_jit_sites(sites, ValueId(i));  // producers' and prologues' sites run in launch i
     for (SelectionCertificate& c : made) {
       auto same = std::find_if(selections[i].begin(), selections[i].end(),
                                [&](const SelectionCertificate& s) { return s.key == c.key; });

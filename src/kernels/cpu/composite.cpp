@@ -589,9 +589,8 @@ void xent_task(const void* p, int64_t chunk) {
   a.f64 ? xent_rows<double>(a, chunk) : xent_rows<float>(a, chunk);
 }
 
-// Checks the targets and returns the rows counted; fills the row kernel's per-row inputs where
-// the launch has one (on a target out of range only when `check` is off, as Recompile's probes
-// run on a plan that has already run and checked them).
+// Checks the targets (with `check`) and returns the rows counted; fills the row kernel's per-row
+// inputs where the launch has one.
 template <class T>
 int64_t xent_prepare(XentArgs& a, bool check) {
   int64_t counted = a.N;
@@ -673,12 +672,21 @@ const jit::LoopKernel* xent_row_kernel(const XentArgs& a, PlanStorage& storage) 
 
 const XentArgs& xent_of(const void* p) { return *static_cast<const XentArgs*>(p); }
 
-// Recompile's probes: the per-row inputs from the plan's current targets and upstream scalar (the
-// statistics a gradient reads are its forward's from the plan's last run), then output values
-// [begin, end) (whole gradient rows, or each row's results) into dst.
+// Recompile's probes, on whatever the launch's inputs hold after the plan's last run (the
+// statistics a gradient reads are its forward's from that run): output values [begin, end)
+// (whole gradient rows, or each row's results) into dst, and nothing written anywhere else. The
+// targets may since have been overwritten (a computed one in the arena), so both candidates read
+// a copy with every target out of range made 0; the per-row inputs are the probe's own.
 void xent_eval(const void* p, int64_t begin, int64_t end, void* dst) {
   XentArgs a = xent_of(p);
   const int64_t per_row = xent_per_row(a), r0 = begin / per_row, r1 = end / per_row;
+  std::vector<int64_t> targets(static_cast<size_t>(a.N));
+  for (int64_t r = 0; r < a.N; ++r) {
+    const int64_t t = index_at(a.target, a.i64, r);
+    targets[size_t(r)] = xent_ignored(a, r) || (t >= 0 && t < a.C) ? t : 0;
+  }
+  std::vector<float> rowvals(static_cast<size_t>(a.N + 1));
+  a.target = targets.data(), a.i64 = true, a.rowvals = rowvals.data();
   xent_prepare<float>(a, false);
   for (int64_t r = r0; r < r1; r += kXentRows) {
     const int64_t e = std::min(r1, r + kXentRows);
@@ -689,7 +697,7 @@ void xent_eval(const void* p, int64_t begin, int64_t end, void* dst) {
     }
     XentArgs c = a;  // the interpreter's rows r..e, written at dst
     c.logits = static_cast<const float*>(a.logits) + r * a.C;
-    c.target = static_cast<const char*>(a.target) + r * (a.i64 ? 8 : 4);
+    c.target = targets.data() + r;
     if (c.stats) c.stats += r * 3;
     c.N = e - r;
     (a.grad ? c.out : c.losses) = at;
@@ -730,10 +738,11 @@ XentArgs* xent_args(LowerCtx& c) {
     const size_t bytes = size_t(ls[0] * a->res_n) * dtype_size(c.node.dtype);
     a->losses = read ? c.storage.persistent(bytes) : c.storage.scratch(bytes);
     if (read) c.storage.share(c.id, a->losses);
-  } else if (row_kernel) {  // the forward lowered (and run) earlier in this plan kept m and s
+  } else if (row_kernel) {  // the forward kept m and s, if it launches before this on every run
     const auto& nodes = c.g.nodes();
     for (size_t v = 0; v < size_t(c.id) && !a->stats; ++v)
-      if (xent_pair(nodes[v], c.node)) a->stats = static_cast<const float*>(c.storage.shared(ValueId(v)));
+      if (xent_pair(nodes[v], c.node) && c.storage.launches_before(ValueId(v), c.id))
+        a->stats = static_cast<const float*>(c.storage.shared(ValueId(v)));
   }
   if (row_kernel) {
     a->rowvals = static_cast<float*>(c.storage.scratch(size_t(a->N + 1) * sizeof(float)));

@@ -596,7 +596,6 @@ Launch lower_reduce(LowerCtx& c) {
     m->rows_per_chunk = std::max(std::max<int64_t>(1, kSegment / std::max<int64_t>(1, A * B)),
                                  std::min(kSegment / std::max<int64_t>(1, B), (K + 7) / 8));
     m->group = pro ? lower_group(c.g, c.pro_members, c.pro_externals, c.pro_ptrs, nullptr, c.storage).args : nullptr;
-    if (m->group) c.storage.move_jit_site(m->group, c.id);  // the prologue runs in this launch
     m->in = c.in[0], m->out = c.out, m->kind = a->kind, m->f64 = a->f64;
     m->avx2 = active_isa() >= Isa::Avx2;
     return {middle_launch, m, c.id};

@@ -81,7 +81,8 @@ void validate(const LoopKernel& k) {
           return x.row_stride >= 0 && (x.stride == 0 || (x.stride == 1 && !scalar));
         case Src::Out: return stored && !scalar;
         case Src::Gather: {
-          const bool row = x.of == -1 ? stored
+          // The output row only in a scalar step: a step that writes the row would read back its own writes.
+          const bool row = x.of == -1 ? stored && st.kind == Kind::Scalar
                                       : x.of >= 0 && size_t(x.of) < k.inputs.size() &&
                                             k.inputs[size_t(x.of)].src == Src::Memory &&
                                             k.inputs[size_t(x.of)].stride == 1 && k.inputs[size_t(x.of)].row_stride >= 0;

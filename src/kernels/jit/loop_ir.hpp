@@ -35,7 +35,8 @@ namespace synoros::kernels::jit {
 //   Step    the scalar an earlier step computed for this row (broadcast along the row);
 //   Const   `value`, broadcast;
 //   Gather  one element per row, broadcast: of input `of` (a Memory row), or of the output row
-//           (`of` = -1) as stored, at the position input `at` (a per-row Memory value) holds.
+//           (`of` = -1) as stored (read by scalar steps alone), at the position input `at` (a
+//           per-row Memory value) holds.
 // Per-row values, steps, constants and gathers are a row's scalars: the only inputs of scalar steps.
 struct LoopInput {
   enum class Src : uint8_t { Memory, Out, Step, Const, Gather };

@@ -13,10 +13,13 @@ namespace synoros::kernels::jit {
 namespace {
 constexpr const char* kSymbol = "synoros_run";
 // Operations per element: a run kernel's statements, a row kernel's statements in its passes over
-// the row (scalar steps run once per row).
+// the row (scalar steps, patches and results run once per row).
 size_t statements(const LoopKernel& k) {
   size_t n = k.body.size();
-  for (const RowStep& s : k.steps) n += s.kind == RowStep::Kind::Scalar ? 0 : s.body.size() + (s.kind != RowStep::Kind::Store);
+  for (const RowStep& s : k.steps) {
+    const bool per_row = s.kind == RowStep::Kind::Scalar || s.kind == RowStep::Kind::Patch || s.kind == RowStep::Kind::Result;
+    n += per_row ? 0 : s.body.size() + (s.kind != RowStep::Kind::Store);
+  }
   return n;
 }
 // Bumped whenever the renderer changes what it writes for a kernel: cached choices then lapse.
@@ -39,10 +42,10 @@ GroupRecompile recompile_site(const JitSite& site) {
   // the interpreter's bits on the probe elements; it is compiled only when the choice is
   // measured or the cache picked it.
   // The probe: the first kProbeElements of the output, or of the rows a row kernel reads (whole
-  // rows, at least one); a kernel with one result per row writes one value for each.
+  // rows, at least four where there are); a kernel with results writes that many values per row.
   const int64_t g = site.granule;
   int64_t n = std::max(g, std::min<int64_t>(total, kProbeElements) / g * g);
-  if (k->row_n > 0) {  // at least four rows where there are, as generated row kernels take four at a time
+  if (k->row_n > 0) {  // generated row kernels take four rows at a time
     const int64_t rows = total / k->out_n();
     n = std::max(std::min<int64_t>(rows, 4), std::min<int64_t>(rows, kProbeElements / k->row_n)) * k->out_n();
   }

@@ -105,7 +105,8 @@ std::string emit_body(std::ostringstream& o, const LoopKernel& k, const RowStep&
 // Reads ahead: each memory row and the output row of the next R rows at element k (one cache line
 // per 16 elements), while this step computes; a prefetch never faults past the buffer's end.
 std::string prefetch_next(const LoopKernel& k, const std::string& ind) {
-  std::string o = k.out_n() == k.row_n ? ind + "prefetch(out, (r + R) * N + k);\n" : "";
+  const bool rows_out = k.steps.back().kind != RowStep::Kind::Result;
+  std::string o = rows_out ? ind + "prefetch(out, (r + R) * N + k);\n" : "";
   for (size_t j = 0; j < k.inputs.size(); ++j)
     if (k.inputs[j].src == Src::Memory && k.inputs[j].stride == 1 && k.inputs[j].row_stride > 0)
       o += ind + "prefetch(in[" + std::to_string(j) + "], (r + R) * " + std::to_string(k.inputs[j].row_stride) + " + k);\n";
