@@ -333,7 +333,7 @@ TEST(Jit, RowKernelsReadOnlyWhatIsDefined) {
   EXPECT_THROW(kernels::jit::validate(kernel({x, t, xt}, {result, {Kind::Max, false, {}, -1}})), Error);
   EXPECT_THROW(kernels::jit::validate(kernel({x, t, xt}, {{Kind::Store, false, {}, -1}, result})), Error);
   EXPECT_THROW(kernels::jit::validate(kernel({x, t, xt}, {{Kind::Sum, true, {exp_x}, 0}, result})), Error);
-  // A gather from a per-row value, a patch at a row's elements, a result reading the output row,
+  // A gather from a per-row value, a patch at a row's elements, a patch reading the output row,
   // and a gather of the output row by a step that writes the row.
   EXPECT_THROW(kernels::jit::validate(kernel({x, t, {0, Src::Gather, 0, -1, 0, 1, 1}}, {result})), Error);
   EXPECT_THROW(kernels::jit::validate(kernel({x, t}, {{Kind::Store, false, {}, -1}, {Kind::Patch, false, {}, -2, 0}})), Error);
@@ -393,6 +393,50 @@ TEST(Jit, ReductionProloguesAreGenerated) {
       EXPECT_TRUE(labelled) << "the reduction's launch does not say it runs generated code";
     }
   }
+}
+
+// Row kernels lowered as an epilogue's producer (a loss scaled by a factor, a softmax feeding a
+// product) are Recompile candidates by the epilogue's launch, as is the epilogue's own group; the
+// scaled loss's gradient reads the loss's statistics, as the loss launches first. Bits as unfused.
+TEST(Jit, RowKernelsInsideAnEpiloguesLaunchAreGenerated) {
+  JitScope jit;
+  const Shape s{37, 779};
+  Graph g;
+  ValueId x = g.input(DType::F32, s, "x"), t = g.input(DType::I64, {37}, "t"), k = g.input(DType::F32, {}, "k");
+  const attr::CrossEntropy ce{};
+  ValueId loss = g.binary(Op::Mul, g.add(Op::CrossEntropy, {x, t}, ce), k);
+  ValueId grad = g.add(Op::CrossEntropyGrad, {x, t, k}, ce);
+  ValueId probs = g.binary(Op::Mul, g.add(Op::Softmax, {x}, attr::Axis{-1}), g.expand(k, s));
+  const std::vector<ValueId> outs{loss, grad, probs};
+  CompileOptions plain, manual;
+  plain.fuse = false;
+  manual.recompile = false;
+  Plan plan(g, outs, manual), ref(g, outs, plain);
+  for (Plan* p : {&plan, &ref}) {
+    p->set_input(x, testing::random_tensor({DType::F32, s, -8, 8}, 3));
+    p->set_input(t, testing::random_tensor({DType::I64, {37}, 0, 779}, 4));
+    p->set_input(k, testing::random_tensor({DType::F32, {}}, 5));
+    p->run();
+  }
+  RecompileReport r = plan.recompile();
+  auto entry = [&](const std::string& part) {
+    for (const RecompileEntry& e : r.entries)
+      if (e.kernel.find(part) != std::string::npos) return e;
+    return RecompileEntry{kNoValue, "", "missing", 0, 0, 0, false};
+  };
+  const RecompileEntry fwd = entry("=result"), soft = entry("=max: -> x0 ; s1=sum+store"), back = entry("=patch");
+  EXPECT_EQ(fwd.node, loss) << r.table();
+  EXPECT_EQ(soft.node, probs) << r.table();
+  for (const RecompileEntry& e : {fwd, soft, back}) EXPECT_EQ(e.outcome, "generated") << e.kernel;
+  EXPECT_EQ(back.kernel.find("=max"), std::string::npos) << "the gradient did not read the loss's statistics";
+  for (ValueId o : {loss, probs}) {
+    bool labelled = false;
+    for (const LaunchInfo& li : plan.launch_info())
+      labelled = labelled || (li.ops.back() == o && li.kernel.find("generated") != std::string::npos);
+    EXPECT_TRUE(labelled) << "%" << o << "'s launch does not say it runs generated code";
+  }
+  plan.run();
+  for (ValueId o : outs) testing::expect_same_bits(plan.read(o), ref.read(o), "output %" + std::to_string(o));
 }
 
 // A chain of transcendentals over long runs.

@@ -132,7 +132,7 @@ struct RecompileOptions {
   double roofline_slack = 1.25;
 };
 struct RecompileEntry {
-  ValueId node;         // the group's output
+  ValueId node;         // the launch it runs in (its output node)
   std::string kernel;   // its loop kernel, as text
   std::string outcome;  // "generated", "interpreter" (faster), "rejected: ...", "failed: ..."
   double interpreter_ns = 0, generated_ns = 0;  // on the probe elements (0: a cached choice)
@@ -209,7 +209,8 @@ class Plan {
   void run_observed(const std::function<void(size_t launch)>& after);
   // Recompile now (see RecompileOptions); never while another thread runs this plan.
   RecompileReport recompile(const RecompileOptions& opts = {});
-  // The loop kernels of its launched fused groups (what Recompile and the renderers work on).
+  // The loop kernels of its launches: fused groups and row kernels (what Recompile and the
+  // renderers work on).
   std::vector<const kernels::jit::LoopKernel*> loop_kernels() const;
 
   // Inputs are plan-owned buffers. set_input checks dtype and shape against the input node.

@@ -93,7 +93,8 @@ class PlanStorage {
     for (size_t k = from; k < jit_sites_.size(); ++k) jit_sites_[k].node = launch;
   }
   // The plan's launch order, where known (the lowering for real; not the sizing pass): step[v] is
-  // node v's place among the launches, -1 for a node that does not launch on each run.
+  // node v's place among the launches (a producer takes its epilogue's), -1 for a node that is
+  // no launch of its own (folded, or run inside another launch as a prologue or chain member).
   void set_launch_order(std::vector<int> step) { step_ = std::move(step); }
   // True when both nodes launch on every run, a before b (false where the order is not known).
   bool launches_before(ValueId a, ValueId b) const {

@@ -52,6 +52,7 @@ RecompileReport Plan::recompile(const RecompileOptions& opts) {
   for (size_t k = 0; k < launches_.size(); ++k) launch_of[launches_[k].node] = k;
   double sum = 0;
   for (double t : opts.launch_ns) sum += t;
+  std::vector<bool> judged(launches_.size(), false);  // launches with a site decided here
   for (const kernels::JitSite& site : impl_->storage->jit_sites()) {
     const ValueId node = site.node;
     auto it = launch_of.find(node);
@@ -96,13 +97,23 @@ RecompileReport Plan::recompile(const RecompileOptions& opts) {
       sel.push_back(std::move(c));
     }
     report.entries.push_back({node, g.kernel, g.outcome, g.interpreter_ns, g.generated_ns, g.compile_seconds, g.cached});
-    // The label says whether the launch now runs generated code (a later recompile may undo it).
+    judged[k] = true;
+  }
+  // The label says whether the launch now runs generated code in any of its sites (a group, the
+  // producer it is the epilogue of, a reduction's prologue); a later recompile may undo it.
+  std::vector<bool> generated(launches_.size(), false);
+  for (const kernels::JitSite& site : impl_->storage->jit_sites()) {
+    auto it = launch_of.find(site.node);
+    if (it != launch_of.end() && site.kernel && site.ops->run(site.args)) generated[it->second] = true;
+  }
+  for (size_t k = 0; k < launches_.size(); ++k) {
+    if (!judged[k]) continue;
+    const std::string op = op_name(graph_.node(launches_[k].node).op), tag = " generated";
     std::string& label = impl_->info[k].kernel;
-    const std::string tag = " generated";
-    if (label == "generated") label = op_name(graph_.node(node).op);
+    if (label == "generated") label = op;
     else if (label.size() > tag.size() && label.compare(label.size() - tag.size(), tag.size(), tag) == 0)
       label.resize(label.size() - tag.size());
-    if (site.ops->run(site.args)) label = label == op_name(graph_.node(node).op) ? "generated" : label + tag;
+    if (generated[k]) label = label == op ? "generated" : label + tag;
   }
   return report;
 }

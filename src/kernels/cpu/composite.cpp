@@ -455,9 +455,9 @@ int axis_attr(const LowerCtx& c) {
 // not depend on the thread count. Float rows take the canonical softmax steps (the row's maximum,
 // exp(x - m) with scalar_ops.hpp's exp, their sum in the reductions' lane order), AVX2 where it
 // runs; a row whose sum is NaN has a NaN loss and gradient (the one quiet NaN). A float forward
-// whose gradient is lowered later in the same plan keeps each row's m and s beside its loss, and
-// that gradient reads them instead of taking the row's maximum and sum again: one pass over the
-// logits instead of three, with the same bits.
+// whose gradient is in the graph keeps each row's m and s beside its loss, and where the plan
+// launches the gradient after it, the gradient reads them instead of taking the row's maximum and
+// sum again: one pass over the logits instead of three, with the same bits.
 constexpr int64_t kXentRows = 8;
 struct XentArgs {
   int64_t N, C;
