@@ -78,12 +78,12 @@ struct RowStep {
 };
 
 // A run kernel (row_n == 0): for i in [0, n): out[i] = body[last](inputs at i).
-// A row kernel (row_n > 0, float32): n rows of row_n elements; each row runs `steps` in order: sums,
-// maxima and scalars, then either the store of its output row (the output's rows consecutive) and
-// any patches, or its results (the output that many values per row). A row where the scalar of any step
-// in `nan_guard` is NaN is written as the one quiet NaN throughout, without patches (the row
-// kernels' rule). Its memory inputs come first. All values are of one dtype, positions included
-// (exact as floats below 2^24).
+// A row kernel (row_n > 0, float32): n rows of row_n elements; each row runs `steps` in order:
+// sums, maxima and scalars, then either the store of its output row (the output's rows
+// consecutive) and any patches, or its results (the output that many values per row). A row where
+// the scalar of any step in `nan_guard` is NaN is written as the one quiet NaN throughout, without
+// patches (the row kernels' rule). Its memory inputs come first. All values are of one dtype,
+// positions included (exact as floats below 2^24).
 struct LoopKernel {
   DType dtype = DType::F32;
   std::vector<LoopInput> inputs;

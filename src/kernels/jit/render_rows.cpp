@@ -183,7 +183,7 @@ void emit_max(std::ostringstream& o, const LoopKernel& k, const RowStep& st, siz
   o << "      " << s << "[r] = std::max(" << s << "[r], " << v << ");\n    }\n  }\n";
 }
 
-// A guard on the row's NaN scalars: `then` where any is NaN.
+// The test that any of row r's guarded scalars is NaN.
 std::string nan_test(const LoopKernel& k) {
   std::string t;
   for (size_t g = 0; g < k.nan_guard.size(); ++g)
@@ -192,8 +192,8 @@ std::string nan_test(const LoopKernel& k) {
 }
 
 // A step over the row's scalars, once per row: a scalar into s<i>[r], a result into its place
-// among the row's outputs (the quiet NaN where the row is guarded), a patch into its position of the output row (none on a
-// guarded row, which is NaN throughout).
+// among the row's outputs (the quiet NaN where the row is guarded), a patch into its position of
+// the output row (none on a guarded row, which is NaN throughout).
 void emit_scalar(std::ostringstream& o, const LoopKernel& k, const RowStep& st, size_t i) {
   o << "  for (int r = 0; r < R; ++r) {\n";
   const bool guarded = st.kind != Kind::Scalar && !k.nan_guard.empty();
