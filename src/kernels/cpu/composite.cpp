@@ -517,6 +517,14 @@ void xent_generated(const XentArgs& a, int64_t r0, int64_t r1, float* out) {
     if (xent_ignored(a, r)) std::fill(out + (r - r0) * per_row, out + (r - r0 + 1) * per_row, 0.0f);
 }
 
+// The gradient from a row of exps e in d: d = e / s * g, then its target's element (e_t / s - 1) g.
+template <class T>
+void xent_scale_row(T* d, int64_t C, int64_t t, T s, T g) {
+  const T et = d[t];
+  for (int64_t k = 0; k < C; ++k) d[k] = d[k] / s * g;
+  d[t] = (et / s - T(1)) * g;
+}
+
 // A float gradient row d from its forward's m and s: d = exp(x - m) / s * g, then its target's
 // element (exp(x[t] - m) / s - 1) g; the exps are xent_row_f32's (its vector build's sum unused).
 void xent_grad_row_from_stats(const XentArgs& a, const float* x, float* d, int64_t t, float m, float s) {
@@ -526,9 +534,7 @@ void xent_grad_row_from_stats(const XentArgs& a, const float* x, float* d, int64
   } else {
     for (int64_t k = 0; k < a.C; ++k) d[k] = fn::exp_f32(x[k] - m);
   }
-  const float g = float(a.gscale), et = d[t];
-  for (int64_t k = 0; k < a.C; ++k) d[k] = d[k] / s * g;
-  d[t] = (et / s - 1.0f) * g;
+  xent_scale_row(d, a.C, t, s, float(a.gscale));
 }
 
 template <class T>
@@ -578,9 +584,7 @@ void xent_rows(const XentArgs& a, int64_t chunk) {
       std::fill(d, d + a.C, nan);
       continue;
     }
-    const T g = T(a.gscale), et = d[t];
-    for (int64_t k = 0; k < a.C; ++k) d[k] = d[k] / s * g;
-    d[t] = (et / s - T(1)) * g;
+    xent_scale_row(d, a.C, t, s, T(a.gscale));
   }
 }
 

@@ -17,8 +17,6 @@ namespace {
 using Src = LoopInput::Src;
 using Kind = RowStep::Kind;
 
-bool defines_scalar(Kind k) { return k == Kind::Sum || k == Kind::Max || k == Kind::Scalar; }
-
 // A body's statements, each reading earlier statements or inputs that `readable` allows.
 template <class Readable>
 void validate_body(const std::vector<LoopStmt>& body, size_t n_inputs, const std::string& where, Readable readable) {
@@ -71,11 +69,11 @@ void validate(const LoopKernel& k) {
   bool stored = false;
   for (size_t i = 0; i < k.steps.size(); ++i) {
     const RowStep& st = k.steps[i];
-    const bool scalar = st.kind == Kind::Scalar || st.kind == Kind::Patch || st.kind == Kind::Result;
+    const bool scalar = st.once_per_row();
     auto readable = [&](size_t in) {
       const LoopInput& x = k.inputs[in];
       switch (x.src) {
-        case Src::Step: return x.step >= 0 && size_t(x.step) < i && defines_scalar(k.steps[size_t(x.step)].kind);
+        case Src::Step: return x.step >= 0 && size_t(x.step) < i && k.steps[size_t(x.step)].defines_scalar();
         case Src::Const: return true;
         case Src::Memory:
           return x.row_stride >= 0 && (x.stride == 0 || (x.stride == 1 && !scalar));
@@ -103,7 +101,7 @@ void validate(const LoopKernel& k) {
     stored = stored || st.store || st.kind == Kind::Store;
   }
   for (int g : k.nan_guard)
-    if (g < 0 || size_t(g) >= k.steps.size() || !defines_scalar(k.steps[size_t(g)].kind))
+    if (g < 0 || size_t(g) >= k.steps.size() || !k.steps[size_t(g)].defines_scalar())
       throw Error("jit: a row kernel's NaN guard names a step without a scalar");
 }
 

@@ -75,6 +75,10 @@ struct RowStep {
   std::vector<LoopStmt> body;
   int value = 0;
   int at = -1;  // a patch's position
+  // A scalar, patch or result step: a body over the row's scalars, evaluated once per row.
+  bool once_per_row() const { return kind == Kind::Scalar || kind == Kind::Patch || kind == Kind::Result; }
+  // A sum, maximum or scalar step: its value is a row's scalar later steps may read.
+  bool defines_scalar() const { return kind == Kind::Sum || kind == Kind::Max || kind == Kind::Scalar; }
 };
 
 // A run kernel (row_n == 0): for i in [0, n): out[i] = body[last](inputs at i).

@@ -17,8 +17,7 @@ constexpr const char* kSymbol = "synoros_run";
 size_t statements(const LoopKernel& k) {
   size_t n = k.body.size();
   for (const RowStep& s : k.steps) {
-    const bool per_row = s.kind == RowStep::Kind::Scalar || s.kind == RowStep::Kind::Patch || s.kind == RowStep::Kind::Result;
-    n += per_row ? 0 : s.body.size() + (s.kind != RowStep::Kind::Store);
+    n += s.once_per_row() ? 0 : s.body.size() + (s.kind != RowStep::Kind::Store);
   }
   return n;
 }

@@ -250,7 +250,7 @@ std::string rows_source(const LoopKernel& k, bool vec, bool wide) {
   o << "\n// R rows: in[j] is input j at the first of them, out their first output.\ntemplate <int R>\n";
   o << "inline void rows(const float* const* in, float* out) {\n";
   for (size_t i = 0; i < k.steps.size(); ++i)
-    if (k.steps[i].kind == Kind::Sum || k.steps[i].kind == Kind::Max || k.steps[i].kind == Kind::Scalar)
+    if (k.steps[i].defines_scalar())
       o << "  float s" << i << "[R];\n";
   size_t ahead = k.steps.size();  // the sum with the most statements reads the next rows ahead
   for (size_t i = 0; i < k.steps.size(); ++i)
