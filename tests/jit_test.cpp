@@ -19,6 +19,7 @@
 #include "kernels/jit/compiler.hpp"
 #include "kernels/jit/nvrtc.hpp"
 #include "kernels/jit/render.hpp"
+#include "kernels/jit/render_forms.hpp"
 #include "kernels/jit/sha256.hpp"
 #include "ir/scalar_ops.hpp"
 #include "kernels/kernel_api.hpp"
@@ -179,7 +180,7 @@ TEST_P(JitRows, RowKernelsGiveTheInterpretersBits) {
                                 g.add(Op::SoftmaxGrad, {x, go}, last), g.add(Op::LogSoftmaxGrad, {x, go}, last),
                                 g.add(Op::LayerNorm, {x}, eps),
                                 g.add(Op::LayerNorm, {x, w, b}, eps), g.add(Op::LayerNormGrad, {x, go}, eps),
-                                g.add(Op::LayerNormGrad, {x, go, w}, eps)};
+                                g.add(Op::LayerNormGrad, {x, go, w}, eps), g.add(Op::LayerNormBackward, {x, go, w}, eps)};
       CompileOptions manual;
       manual.recompile = false;
       Plan plan(g, outs, manual), ref(g, outs, manual);
@@ -342,6 +343,14 @@ TEST(Jit, RowKernelsReadOnlyWhatIsDefined) {
                Error);
   EXPECT_THROW(kernels::jit::validate(kernel({x, t, out_t}, {{Kind::Sum, true, {exp_x}, 0}, {Kind::Store, false, {}, -3}})),
                Error);
+  // Column sums come last, after a store (reading the stored row) or results; never alone, and
+  // never before the output.
+  const RowStep column{Kind::Column, false, {}, -2};
+  EXPECT_NO_THROW(kernels::jit::validate(kernel({x, out}, {{Kind::Store, false, {exp_x}, 0}, column, column})));
+  EXPECT_NO_THROW(kernels::jit::validate(kernel({x, t, xt}, {result, {Kind::Column, false, {}, -1}})));
+  EXPECT_THROW(kernels::jit::validate(kernel({x, out}, {column, {Kind::Store, false, {exp_x}, 0}})), Error);
+  EXPECT_THROW(kernels::jit::validate(kernel({x}, {{Kind::Column, false, {}, -1}})), Error);
+  EXPECT_THROW(kernels::jit::validate(kernel({x, out}, {{Kind::Column, false, {}, -2}, {Kind::Store, false, {}, -1}})), Error);
   // A run kernel with row steps.
   LoopKernel run;
   run.inputs = {{1}};
@@ -737,8 +746,9 @@ TEST(Jit, TrainingGivesTheSameBytesWithAndWithoutGeneratedKernels) {
 }
 
 // The CUDA renderer: every loop kernel of the GPT training step (its fused groups, its layer
-// norms' row kernels and cross-entropy's) compiles with NVRTC to PTX and an sm_90 cubin (no GPU
-// needed; running them is the CUDA backend's part).
+// norms' row kernels, their gradients with the weight's and bias's column sums (a second entry),
+// and cross-entropy's) compiles with NVRTC to PTX and an sm_90 cubin (no GPU needed; running them
+// is the CUDA backend's part).
 TEST(JitCuda, EveryGroupOfTheGptStepCompilesWithNvrtc) {
   std::string why;
   if (!kernels::jit::nvrtc_available(&why)) GTEST_SKIP() << why;
@@ -749,18 +759,58 @@ TEST(JitCuda, EveryGroupOfTheGptStepCompilesWithNvrtc) {
   std::vector<const kernels::jit::LoopKernel*> kernels = step.plan().loop_kernels();
   ASSERT_GE(kernels.size(), 5u);
   std::set<std::string> seen;
-  int rows = 0, xent = 0;  // the row kernels; cross-entropy's (results per row, a patched row)
+  int rows = 0, xent = 0, columns = 0;  // the row kernels; cross-entropy's (results per row, a patched row); with sums
   for (const kernels::jit::LoopKernel* k : kernels) {
     rows += k->row_n > 0;
     using Kind = kernels::jit::RowStep::Kind;
     xent += k->row_n > 0 && (k->steps.back().kind == Kind::Result || k->steps.back().kind == Kind::Patch);
+    columns += k->columns() > 0;
     if (!seen.insert(k->text()).second) continue;
     kernels::jit::CudaBinary b = kernels::jit::nvrtc_compile(kernels::jit::render_cuda(*k, "synoros_run"), "sm_90");
     EXPECT_TRUE(b.ok) << k->text() << "\n" << b.log;
-    EXPECT_NE(b.ptx.find(".entry synoros_run"), std::string::npos) << k->text();
+    EXPECT_NE(b.ptx.find(".entry synoros_run("), std::string::npos) << k->text();
+    EXPECT_EQ(b.ptx.find(".entry synoros_run_columns(") != std::string::npos, k->columns() > 0) << k->text();
   }
   EXPECT_GE(rows, 2 * c.layers + 1);
   EXPECT_EQ(xent, 2);
+  EXPECT_EQ(columns, 2 * c.layers + 1);  // every layer norm's backward
+}
+
+// The CUDA form of a kernel with column sums (each row's scalars kept, then one pass per column),
+// run on the CPU through its scalar build, gives the CPU kernel's rows and sums: a layer norm's
+// backward over 37 rows of 779 and of 7.
+TEST(Jit, TheSplitFormOfColumnSumsGivesTheCpuKernelsBits) {
+  JitScope jit;
+  for (int64_t n : {7, 779}) {
+    const int64_t rows = 37;
+    Graph g;
+    ValueId x = g.input(DType::F32, {rows, n}, "x"), go = g.input(DType::F32, {rows, n}, "g"),
+            w = g.input(DType::F32, {n}, "w");
+    Plan plan(g, {g.add(Op::LayerNormBackward, {x, go, w}, attr::Eps{1e-5})});
+    std::vector<const kernels::jit::LoopKernel*> ks = plan.loop_kernels();
+    ASSERT_EQ(ks.size(), 1u);
+    const kernels::jit::LoopKernel& k = *ks[0];
+    ASSERT_EQ(k.columns(), 2);
+    HostTensor xs = testing::random_tensor({DType::F32, {rows, n}, -3, 3}, 21);
+    HostTensor gs = testing::random_tensor({DType::F32, {rows, n}}, 22), ws = testing::random_tensor({DType::F32, {n}}, 23);
+    std::vector<std::vector<float>> out(2, std::vector<float>(size_t(rows * n))), sums(2, std::vector<float>(size_t(2 * n), -1.0f));
+    for (int split = 0; split < 2; ++split) {
+      const std::string sym = "synoros_run";
+      kernels::jit::Compiled c = kernels::jit::compile(
+          kernels::jit::render_rows_cpp(k, kernels::Isa::Scalar, sym, split == 1), sym, kernels::Isa::Scalar);
+      ASSERT_NE(c.symbol, nullptr) << c.error;
+      std::vector<const char*> ext(k.inputs.size() + 2, nullptr);
+      ext[0] = reinterpret_cast<const char*>(xs.data<float>());
+      ext[1] = reinterpret_cast<const char*>(gs.data<float>());
+      ext[2] = reinterpret_cast<const char*>(ws.data<float>());
+      ext[k.inputs.size()] = reinterpret_cast<const char*>(sums[size_t(split)].data());
+      ext[k.inputs.size() + 1] = reinterpret_cast<const char*>(sums[size_t(split)].data() + n);
+      reinterpret_cast<kernels::jit::RunFn>(c.symbol)(ext.data(), reinterpret_cast<char*>(out[size_t(split)].data()), rows);
+    }
+    EXPECT_EQ(std::memcmp(out[0].data(), out[1].data(), out[0].size() * sizeof(float)), 0) << "n=" << n;
+    EXPECT_EQ(std::memcmp(sums[0].data(), sums[1].data(), sums[0].size() * sizeof(float)), 0) << "n=" << n;
+    EXPECT_NE(sums[0][0], -1.0f);  // the sums were written
+  }
 }
 
 // The softmax family's row kernels (a maximum, a scalar log, a stored sum) compile with NVRTC too.

@@ -35,6 +35,9 @@ struct JitSite {
   std::string walk;  // how the runtime walks the output (runs of another length or shape may
                      // favour another kernel)
   const Ops* ops;
+  // A kernel with column steps: the rows each of its calls sums. An eval then writes, after its
+  // output elements, the column sums of each call over those rows (begin's row first).
+  int64_t column_rows = 0;
 };
 
 // Plan-owned storage for launch arguments, and each launch's scratch frame. A plan lowers

@@ -310,9 +310,10 @@ struct RowBuilder {
 };
 
 // A line launch as a row kernel (loop_ir.hpp): the steps of softmax_line_f32, softmax_grad_line
-// and layernorm_lines_f32 above, statement for statement, in their order. Null where the launch
-// is not float or its rows are not contiguous.
-const jit::LoopKernel* row_kernel(const LineArgs& a, PlanStorage& storage) {
+// and layernorm_lines_f32 above, statement for statement, in their order; param_sums (a layer
+// norm's gradient): then the weight's and bias's column sums, g xh and g, as layernorm_param_rows
+// takes them. Null where the launch is not float or its rows are not contiguous.
+const jit::LoopKernel* row_kernel(const LineArgs& a, PlanStorage& storage, bool param_sums = false) {
   if (a.f64 || a.inner != 1 || a.n == 0) return nullptr;
   using Src = jit::LoopInput::Src;
   using Kind = jit::RowStep::Kind;
@@ -397,6 +398,11 @@ const jit::LoopKernel* row_kernel(const LineArgs& a, PlanStorage& storage) {
   const int w_g = gw(dx);
   const int xh = dx(Op::Mul, dx(Op::Sub, x, mean), r);
   step(Kind::Store, dx, dx(Op::Mul, r, dx(Op::Sub, dx(Op::Sub, w_g, mg), dx(Op::Mul, xh, mgx))));
+  if (param_sums) {
+    Body dw;
+    step(Kind::Column, dw, dw(Op::Mul, g, dw(Op::Mul, dw(Op::Sub, x, mean), r)));
+    step(Kind::Column, {}, g);
+  }
   k->nan_guard = {mean_s, r_s, mg_s, mgx_s};
   return storage.own(std::move(k));
 }
@@ -905,7 +911,26 @@ void ln_param_combine(const LnParamArgs& a, int64_t block) {
 struct LnBackArgs {
   LineArgs dx;
   LnParamArgs param;
+  // The launch as a row kernel with the two column sums (float; else null), and the generated run
+  // Recompile installed for it (null: the code below).
+  const jit::LoopKernel* loop;
+  jit::RunFn jit;
 };
+constexpr size_t kLnBackExt = 32;  // the generated kernel's ext entries at most
+
+// A chunk through the generated kernel: dx's rows, then the chunk's partial sums.
+void ln_back_generated(const LnBackArgs& a, int64_t chunk) {
+  const LnParamArgs& pa = a.param;
+  const int64_t l0 = chunk * kLinesPerChunk, rows = std::min(pa.rows, l0 + kLinesPerChunk) - l0, n = pa.n;
+  const char* ext[kLnBackExt] = {};
+  const size_t in = a.loop->inputs.size();
+  ext[0] = reinterpret_cast<const char*>(static_cast<const float*>(pa.x) + l0 * n);
+  ext[1] = reinterpret_cast<const char*>(static_cast<const float*>(pa.g) + l0 * n);
+  ext[2] = static_cast<const char*>(a.dx.in[2]);
+  ext[in] = static_cast<const char*>(pa.partial) + size_t(chunk * 2 * n) * sizeof(float);
+  ext[in + 1] = ext[in] + size_t(n) * sizeof(float);
+  a.jit(ext, reinterpret_cast<char*>(static_cast<float*>(a.dx.out) + l0 * n), rows);
+}
 
 // A float chunk with the AVX2 steps: the statistics and the gradient's sums once, then dx and the
 // partial sums in one pass per row; the same operations as the two paths below, so the same bits.
@@ -935,6 +960,7 @@ void ln_back_chunk_f32(const LnBackArgs& a, int64_t chunk) {
 
 void ln_back_chunk(const void* p, int64_t chunk) {
   const LnBackArgs& a = *static_cast<const LnBackArgs*>(p);
+  if (a.jit) return ln_back_generated(a, chunk);
   if (!a.param.f64 && a.param.avx2) return ln_back_chunk_f32(a, chunk);
   if (a.param.f64) {
     line_chunk_t<double>(a.dx, chunk);
@@ -953,6 +979,29 @@ void ln_back_launch(const void* p, ThreadPool& pool) {
   pool.run(a.chunks, ln_back_chunk, p);
   pool.run((2 * a.n + kParamCols - 1) / kParamCols, ln_param_cols, p);
 }
+
+// Rows [begin, end) / n (a float launch's) into dst: dx's rows, then each chunk's partial sums,
+// the chunks counted from begin's row.
+void ln_back_eval(const void* p, int64_t begin, int64_t end, void* dst) {
+  LnBackArgs c = *static_cast<const LnBackArgs*>(p);
+  const int64_t n = c.param.n, r0 = begin / n, rows = (end - begin) / n;
+  const float* x = static_cast<const float*>(c.param.x) + r0 * n;
+  const float* g = static_cast<const float*>(c.param.g) + r0 * n;
+  c.param.x = c.dx.in[0] = x;
+  c.param.g = c.dx.in[1] = g;
+  c.dx.out = dst;
+  c.dx.outer = c.param.rows = rows;
+  c.param.chunks = (rows + kLinesPerChunk - 1) / kLinesPerChunk;
+  c.param.partial = static_cast<float*>(dst) + rows * n;
+  for (int64_t ch = 0; ch < c.param.chunks; ++ch) ln_back_chunk(&c, ch);
+}
+
+const JitSite::Ops kLnBackSite = {
+    [](const void*) {},
+    ln_back_eval,
+    [](void* p, jit::RunFn run) { static_cast<LnBackArgs*>(p)->jit = run; },
+    [](const void* p) { return static_cast<const LnBackArgs*>(p)->jit; },
+};
 }  // namespace
 
 Launch lower_layernorm_backward(LowerCtx& c) {
@@ -983,6 +1032,14 @@ Launch lower_layernorm_backward(LowerCtx& c) {
   pa.avx2 = avx2;
   pa.chunks = (rows + kLinesPerChunk - 1) / kLinesPerChunk;
   pa.partial = c.storage.scratch(size_t(pa.chunks * 2 * n) * dtype_size(c.node.dtype));
+  a->jit = nullptr;
+  a->loop = row_kernel(a->dx, c.storage, true);
+  if (a->loop && a->loop->inputs.size() + 2 > kLnBackExt) a->loop = nullptr;
+  if (a->loop) {
+    JitSite site{c.id, a, a->loop, rows * n, n, "rows" + std::to_string(kLinesPerChunk), &kLnBackSite};
+    site.column_rows = kLinesPerChunk;
+    c.storage.register_jit_site(site);
+  }
   return {ln_back_launch, a, c.id};
 }
 

@@ -44,10 +44,16 @@ void validate(const LoopKernel& k) {
   if (k.row_n < 0 || k.steps.empty() || !k.body.empty())
     throw Error("jit: a row kernel needs a positive row length and steps");
   if (k.dtype != DType::F32) throw Error("jit: row kernels are float32");
-  // Sums, maxima and scalars; then one store and its patches, or the results.
+  // Sums, maxima and scalars; then one store and its patches, or the results; then column sums.
   size_t out_step = k.steps.size();
+  bool columns = false;
   for (size_t i = 0; i < k.steps.size(); ++i) {
     const Kind kind = k.steps[i].kind;
+    if (kind == Kind::Column) {
+      columns = true;
+      continue;
+    }
+    if (columns) throw Error("jit: a row kernel's column steps come last");
     const bool output = kind == Kind::Store || kind == Kind::Result;
     if (output && out_step == k.steps.size()) {
       out_step = i;
@@ -133,7 +139,7 @@ std::string LoopKernel::text() const {
   }
   o << " |";
   body_text(o, body);
-  static const char* const kKind[] = {"sum", "max", "scalar", "store", "patch", "result"};
+  static const char* const kKind[] = {"sum", "max", "scalar", "store", "patch", "result", "column"};
   for (size_t i = 0; i < steps.size(); ++i) {
     o << (i ? " ;" : "") << " s" << i << '=' << kKind[int(steps[i].kind)] << (steps[i].store ? "+store" : "") << ':';
     body_text(o, steps[i].body);

@@ -68,8 +68,11 @@ struct LoopStmt {
 //           row's element at the position per-row input `at` holds.
 //   Result  the kernel's output is a few values per row, one per result step (in their order):
 //           this body's value over the row's scalars.
+//   Column  the value at every element added to the call's column sums (row_n values per column
+//           step, as layer norm's weight and bias gradients): each column one chain from +0 over
+//           the call's rows in ascending order, NaN rows included (no guard applies).
 struct RowStep {
-  enum class Kind : uint8_t { Sum, Max, Scalar, Store, Patch, Result };
+  enum class Kind : uint8_t { Sum, Max, Scalar, Store, Patch, Result, Column };
   Kind kind = Kind::Store;
   bool store = false;
   std::vector<LoopStmt> body;
@@ -84,7 +87,8 @@ struct RowStep {
 // A run kernel (row_n == 0): for i in [0, n): out[i] = body[last](inputs at i).
 // A row kernel (row_n > 0, float32): n rows of row_n elements; each row runs `steps` in order:
 // sums, maxima and scalars, then either the store of its output row (the output's rows
-// consecutive) and any patches, or its results (the output that many values per row). A row where
+// consecutive) and any patches, or its results (the output that many values per row), then any
+// column steps (their sums over the call's rows are a second output). A row where
 // the scalar of any step in `nan_guard` is NaN is written as the one quiet NaN throughout, without
 // patches (the row kernels' rule). Its memory inputs come first. All values are of one dtype,
 // positions included (exact as floats below 2^24).
@@ -100,6 +104,12 @@ struct LoopKernel {
     int64_t results = 0;
     for (const RowStep& s : steps) results += s.kind == RowStep::Kind::Result;
     return results > 0 ? results : row_n;
+  }
+  // Column steps: each one a row of row_n sums besides the output.
+  int64_t columns() const {
+    int64_t n = 0;
+    for (const RowStep& s : steps) n += s.kind == RowStep::Kind::Column;
+    return n;
   }
   // A canonical one-line text of the kernel (ops, arguments, strides): equal text, equal kernel.
   std::string text() const;
@@ -117,7 +127,8 @@ std::string value_name(int arg);
 
 // The signature every generated kernel has: out[0, n) from ext[k] (input k at the run's start); a
 // row kernel: n rows from ext[k] (a Memory input at its first row; other inputs' entries unread),
-// out_n() values per row.
+// out_n() values per row; with column steps, ext[inputs.size() + j] is column step j's row of row_n
+// floats, which the call sets to its rows' sums (the one entry a kernel writes).
 using RunFn = void (*)(const char* const* ext, char* out, int64_t n);
 
 }  // namespace synoros::kernels::jit

@@ -75,13 +75,19 @@ inline const char* ctype(DType t) {
   return "float";
 }
 
-// render_cpp for a row kernel (render_rows.cpp).
-std::string render_rows_cpp(const LoopKernel& k, Isa isa, const std::string& symbol);
-// A row kernel's steps as `template <int R> void rows(const float* const* in, float* out)` over R
-// rows (vec: with AVX2 vectors, VecF; wide: sums' and stores' bodies with AVX-512's, VecW; neither:
-// scalar code a CUDA thread can run too), in an anonymous namespace; it uses fn::, SYNOROS_KEEP,
-// memcpy, std::max, std::isnan, INFINITY and NAN.
-std::string rows_source(const LoopKernel& k, bool vec, bool wide);
+// render_cpp for a row kernel (render_rows.cpp); split: the scalar build of the CUDA form (a
+// kernel with column steps in its two passes, one after the other), for tests on the CPU.
+std::string render_rows_cpp(const LoopKernel& k, Isa isa, const std::string& symbol, bool split = false);
+// A row kernel's steps as `template <int R> void rows(const float* const* in, float* out, float*
+// const* col)` over R rows, col[j] column step j's sums (vec: with AVX2 vectors, VecF; wide: sums'
+// and stores' bodies with AVX-512's, VecW; neither: scalar code a CUDA thread can run too), in an
+// anonymous namespace; it uses fn::, SYNOROS_KEEP, memcpy, std::max, std::fill, std::isnan,
+// INFINITY and NAN. split (a kernel with column steps, for threads that each take a row): rows
+// writes its rows' S scalars to `float* keep` in their place of the column sums, and a second
+// pass `columns_at(ext, out, keep, col, n, k)` sums column k over the n rows from them.
+std::string rows_source(const LoopKernel& k, bool vec, bool wide, bool split = false);
+// Statements pointing col[j] at column step j's sums (ext after the inputs) and zeroing them.
+std::string columns_pointers(const LoopKernel& k, const std::string& ind);
 // Statements setting in[j] to each memory input j at row `row` (from ext[j], the first row).
 std::string rows_pointers(const LoopKernel& k, const std::string& row, const std::string& ind);
 

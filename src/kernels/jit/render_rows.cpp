@@ -236,19 +236,81 @@ void emit_store(std::ostringstream& o, const LoopKernel& k, const RowStep& st, b
   o << "  }\n";
 }
 
+// The split form's second pass: element k of every column step's sums over rows [0, n), each row's
+// scalars read from keep (S per row) and its inputs at the row; rows in ascending order.
+std::string columns_at(const LoopKernel& k) {
+  std::ostringstream o;
+  o << "inline void columns_at(const char* const* ext, const float* out_, const float* keep, float* const* col, "
+       "int64_t n, int64_t k) {\n";
+  const int64_t c = k.columns();
+  o << "  float acc[" << c << "] = {};\n  const float* in[" << k.inputs.size() << "] = {};\n";
+  o << "  for (int64_t row = 0; row < n; ++row) {\n" << rows_pointers(k, "row", "    ");
+  o << "    const float* out = out_ + row * OUT;\n    const int r = 0;\n    (void)out;\n    (void)r;\n";
+  for (size_t i = 0, q = 0; i < k.steps.size(); ++i)
+    if (k.steps[i].defines_scalar()) o << "    const float s" << i << "[1] = {keep[row * S + " << q++ << "]};\n";
+  for (size_t i = 0, j = 0; i < k.steps.size(); ++i) {
+    if (k.steps[i].kind != Kind::Column) continue;
+    o << "    {\n";
+    std::string v = emit_body(o, k, k.steps[i], Mode::Scalar, "      ");
+    o << "      acc[" << j++ << "] += " << v << ";\n    }\n";
+  }
+  o << "  }\n";
+  for (int64_t j = 0; j < c; ++j) o << "  col[" << j << "][k] = acc[" << j << "];\n";
+  o << "}\n";
+  return o.str();
+}
+
+// Column step i's value at every element of the R rows added to its sums, col[j] (the j-th column
+// step), row after row: each column's chain takes the rows in order; elementwise adds give the
+// same bits at every width.
+void emit_column(std::ostringstream& o, const LoopKernel& k, const RowStep& st, size_t i, bool vec, bool wide) {
+  int64_t j = 0;
+  for (size_t s = 0; s < i; ++s) j += k.steps[s].kind == Kind::Column;
+  const std::string c = "col[" + std::to_string(j) + "] + k";
+  o << "  for (int r = 0; r < R; ++r) {\n    int64_t k = 0;\n";
+  if (wide) {
+    o << "    for (; k + 16 <= N; k += 16) {\n";
+    std::string v = emit_body(o, k, st, Mode::Wide, "      ");
+    o << "      VecW::store(" << c << ", VecW::add(VecW::load(" << c << "), " << v << "));\n    }\n";
+  }
+  if (vec) {
+    o << "    for (; k + 8 <= N; k += 8) {\n";
+    std::string v = emit_body(o, k, st, Mode::Vec, "      ");
+    o << "      VecF::store(" << c << ", VecF::add(VecF::load(" << c << "), " << v << "));\n    }\n";
+    o << "    if (k < N) {\n      const int64_t m = N - k;\n";
+    v = emit_body(o, k, st, Mode::Tail, "      ");
+    o << "      VecF::store_n(" << c << ", VecF::add(VecF::load_n(" << c << ", m), " << v << "), m);\n    }\n";
+  } else {
+    o << "    for (; k < N; ++k) {\n";
+    std::string v = emit_body(o, k, st, Mode::Scalar, "      ");
+    o << "      *(" << c << ") += " << v << ";\n    }\n";
+  }
+  o << "  }\n";
+}
+
 }  // namespace
 
-std::string rows_source(const LoopKernel& k, bool vec, bool wide) {
+std::string rows_source(const LoopKernel& k, bool vec, bool wide, bool split) {
   validate(k);
   if (k.row_n == 0) throw Error("jit: a run kernel is no row kernel");
   std::ostringstream o;
-  o << "namespace {\nconstexpr int64_t N = " << k.row_n << ", OUT = " << k.out_n() << ";  // per row: elements, outputs\n";
+  int64_t scalars = 0;
+  for (const RowStep& st : k.steps) scalars += st.defines_scalar();
+  o << "namespace {\nconstexpr int64_t N = " << k.row_n << ", OUT = " << k.out_n() << ", S = " << scalars
+    << ";  // per row: elements, outputs, scalars\n";
   o << "inline float bits(uint32_t u) {\n  float f;\n  memcpy(&f, &u, sizeof f);\n  return f;\n}\n";
   if (vec)
     o << "inline void prefetch(const float* p, int64_t i) {\n"
          "  _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(p) + uintptr_t(i) * 4), _MM_HINT_T0);\n}\n";
-  o << "\n// R rows: in[j] is input j at the first of them, out their first output.\ntemplate <int R>\n";
-  o << "inline void rows(const float* const* in, float* out) {\n";
+  split = split && k.columns() > 0;
+  if (split) {
+    o << "\n// R rows: in[j] is input j at the first of them, out their first output; their scalars into keep.\n";
+    o << "template <int R>\ninline void rows(const float* const* in, float* out, float* keep) {\n";
+  } else {
+    o << "\n// R rows: in[j] is input j at the first of them, out their first output, col[j] column step j's sums.\n";
+    o << "template <int R>\ninline void rows(const float* const* in, float* out, float* const* col) {\n";
+    if (k.columns() == 0) o << "  (void)col;\n";
+  }
   for (size_t i = 0; i < k.steps.size(); ++i)
     if (k.steps[i].defines_scalar())
       o << "  float s" << i << "[R];\n";
@@ -266,10 +328,20 @@ std::string rows_source(const LoopKernel& k, bool vec, bool wide) {
       case Kind::Patch:
       case Kind::Result: emit_scalar(o, k, st, i); break;
       case Kind::Store: emit_store(o, k, st, vec, wide); break;
+      case Kind::Column:
+        if (!split) emit_column(o, k, st, i, vec, wide);
+        break;
     }
     o << "  }\n";
   }
-  o << "}\n}  // namespace\n\n";
+  if (split) {
+    for (size_t i = 0, q = 0; i < k.steps.size(); ++i)
+      if (k.steps[i].defines_scalar())
+        o << "  for (int r = 0; r < R; ++r) keep[r * S + " << q++ << "] = s" << i << "[r];\n";
+  }
+  o << "}\n";
+  if (split) o << "\n" << columns_at(k);
+  o << "}  // namespace\n\n";
   return o.str();
 }
 
@@ -282,11 +354,22 @@ std::string rows_pointers(const LoopKernel& k, const std::string& row, const std
   return o.str();
 }
 
-std::string render_rows_cpp(const LoopKernel& k, Isa isa, const std::string& symbol) {
-  const bool vec = isa != Isa::Scalar, wide = isa == Isa::Avx512;
+std::string columns_pointers(const LoopKernel& k, const std::string& ind) {
+  std::ostringstream o;
+  const int64_t c = k.columns();
+  o << ind << "float* col[" << std::max<int64_t>(c, 1) << "] = {};\n";
+  for (int64_t j = 0; j < c; ++j)  // the one entry of ext written: the caller's sums
+    o << ind << "col[" << j << "] = reinterpret_cast<float*>(const_cast<char*>(ext[" << k.inputs.size() + size_t(j)
+      << "]));\n" << ind << "std::fill(col[" << j << "], col[" << j << "] + N, 0.0f);\n";
+  return o.str();
+}
+
+std::string render_rows_cpp(const LoopKernel& k, Isa isa, const std::string& symbol, bool split) {
+  const bool vec = isa != Isa::Scalar && !split, wide = isa == Isa::Avx512 && !split;
   std::ostringstream o;
   o << "// Generated by Synoros: " << k.text() << "\n";
   o << "#include <algorithm>\n#include <cmath>\n#include <cstdint>\n#include <cstring>\n";
+  if (split) o << "#include <vector>\n";
   o << "#include \"ir/scalar_ops.hpp\"\n";
   if (vec) {
     o << "#include \"kernels/cpu/vec_math.hpp\"\n#include \"kernels/cpu/vec_avx2.hpp\"\n";
@@ -295,13 +378,21 @@ std::string render_rows_cpp(const LoopKernel& k, Isa isa, const std::string& sym
   if (wide) o << "#include \"kernels/cpu/vec_avx512.hpp\"\nusing VecW = synoros::kernels::avx512::VecF;\n";
   o << "namespace fn = synoros::fn;\n";
   o << "#define SYNOROS_KEEP(v) __asm__(\"\" : \"+v\"(v))\n\n";
-  o << rows_source(k, vec, wide);
+  o << rows_source(k, vec, wide, split);
   o << "extern \"C\" void " << symbol << "(const char* const* ext, char* out_, int64_t n) {\n";
   o << "  float* out = reinterpret_cast<float*>(out_);\n  const float* in[" << k.inputs.size() << "] = {};\n";
+  if (split && k.columns() > 0) {  // the CUDA form's two passes, one after the other
+    o << "  std::vector<float> keep(size_t(n * S));\n" << columns_pointers(k, "  ");
+    o << "  for (int64_t r = 0; r < n; ++r) {\n" << rows_pointers(k, "r", "    ");
+    o << "    rows<1>(in, out + r * OUT, keep.data() + r * S);\n  }\n";
+    o << "  for (int64_t k = 0; k < N; ++k) columns_at(ext, out, keep.data(), col, n, k);\n}\n";
+    return o.str();
+  }
+  o << columns_pointers(k, "  ");
   o << "  int64_t r = 0;\n  auto at = [&](int64_t row) {\n" << rows_pointers(k, "row", "    ") << "  };\n";
   o << "  for (; r + " << kRowsTogether << " <= n; r += " << kRowsTogether << ") at(r), rows<" << kRowsTogether
-    << ">(in, out + r * OUT);\n";
-  o << "  for (; r < n; ++r) at(r), rows<1>(in, out + r * OUT);\n}\n";
+    << ">(in, out + r * OUT, col);\n";
+  o << "  for (; r < n; ++r) at(r), rows<1>(in, out + r * OUT, col);\n}\n";
   return o.str();
 }
 
