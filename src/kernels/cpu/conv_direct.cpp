@@ -143,6 +143,7 @@ struct DataGradArgs {
   const int64_t *hfirst, *hin, *hj;  // the second fold's taps of each h: (oh, kh)
   int64_t ws, pw;                    // the first fold's stride (phases of a row), values per phase
   const int64_t* wtaps;              // per kw: offset into the phases, first and end ow
+  const int64_t* masks;              // AVX-512: per (phase, block of 16, kw), the lanes kw reaches
   bool avx512;
   int64_t lanes, rows;
 };
@@ -187,6 +188,46 @@ __attribute__((target("avx2"))) void fold_plane(const DataGradArgs& a, const flo
   }
 }
 
+// fold_plane on AVX-512: sixteen values of a phase at a time, the lanes each kw reaches a mask from
+// the launch's table; a stride of 2 interleaves its two phases with two permutes. Each element
+// sees the same additions in the same order as in fold_plane (more additions of +0 change
+// nothing), so the same bits. `t`: a row of scratch, 16 floats past the phases.
+__attribute__((target("avx512f"))) void fold_plane_avx512(const DataGradArgs& a, const float* uc, float* t,
+                                                          float* d) {
+  const int64_t s1 = a.ws, pw = a.pw, blocks = (pw + 15) / 16;
+  const __m512i lo_idx = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  const __m512i hi_idx = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+  auto first_lanes = [](int64_t n) { return __mmask16(n >= 16 ? 0xffff : n <= 0 ? 0 : (1u << n) - 1); };
+  for (int64_t h = 0; h < a.H; ++h, d += a.W) {
+    for (int64_t ph = 0; ph < s1; ++ph)
+      for (int64_t b = 0; b < blocks; ++b) {
+        const int64_t at0 = ph * pw + b * 16;  // the first lane's place in the row's phases
+        const int64_t* mk = a.masks + (ph * blocks + b) * a.KW;
+        __m512 acc = _mm512_setzero_ps();
+        for (int64_t e = a.hfirst[h]; e < a.hfirst[h + 1]; ++e) {
+          const float* row = uc + a.hj[e] * a.KW * a.pp + a.hin[e] * a.OW;  // U[c, kh, 0, oh, :]
+          __m512 sum = _mm512_setzero_ps();
+          for (int64_t kw = 0; kw < a.KW; ++kw)
+            if (mk[kw])
+              sum = _mm512_add_ps(
+                  sum, _mm512_maskz_loadu_ps(__mmask16(mk[kw]), row + kw * a.pp + at0 - a.wtaps[3 * kw]));
+          acc = _mm512_add_ps(acc, sum);
+        }
+        _mm512_storeu_ps(t + at0, acc);
+      }
+    if (s1 != 2) {
+      for (int64_t ph = 0; ph < s1; ++ph)
+        for (int64_t j = 0, x = ph; x < a.W; ++j, x += s1) d[x] = t[ph * pw + j];
+      continue;
+    }
+    for (int64_t x0 = 0; x0 < a.W; x0 += 32) {  // d[x0 + 2j + ph] = t[ph pw + x0 / 2 + j]
+      const __m512 even = _mm512_loadu_ps(t + x0 / 2), odd = _mm512_loadu_ps(t + pw + x0 / 2);
+      _mm512_mask_storeu_ps(d + x0, first_lanes(a.W - x0), _mm512_permutex2var_ps(even, lo_idx, odd));
+      _mm512_mask_storeu_ps(d + x0 + 16, first_lanes(a.W - x0 - 16), _mm512_permutex2var_ps(even, hi_idx, odd));
+    }
+  }
+}
+
 void data_grad_task(const void* p, int64_t task) {
   const DataGradArgs& a = *static_cast<const DataGradArgs*>(p);
   const int64_t n0 = task / a.cblocks * a.imgs, ni = std::min(a.imgs, a.N - n0);
@@ -209,8 +250,8 @@ void data_grad_task(const void* p, int64_t task) {
   float* t = u + mc * a.pp;
   for (int64_t i = 0; i < ni; ++i)
     for (int64_t c = 0; c < cc; ++c)
-      fold_plane(a, u + c * a.T * a.pp + i * a.ohw, t,
-                 a.dx + ((n0 + i) * a.C + c0 + c) * a.H * a.W);
+      (a.avx512 ? fold_plane_avx512 : fold_plane)(a, u + c * a.T * a.pp + i * a.ohw, t,
+                                                 a.dx + ((n0 + i) * a.C + c0 + c) * a.H * a.W);
 }
 
 void data_grad_launch(const void* p, ThreadPool& pool) {
@@ -343,6 +384,15 @@ std::optional<Launch> lower_conv_data_grad_direct(LowerCtx& c, const passes::Con
                                std::min(a->OW, count - shift)});
   }
   a->wtaps = persistent_copy(c.storage, wtaps);
+  std::vector<int64_t> masks;  // fold_plane_avx512's: lanes ow0 + k with r[1] <= ow < r[2]
+  for (int64_t ph = 0, blocks = (a->pw + 15) / 16; ph < a->ws; ++ph)
+    for (int64_t b = 0; b < blocks; ++b)
+      for (int64_t kw = 0; kw < a->KW; ++kw) {
+        const int64_t* r = wtaps.data() + 3 * kw, ow0 = ph * a->pw + b * 16 - r[0];
+        const int64_t lo = std::max<int64_t>(0, r[1] - ow0), hi = std::min<int64_t>(16, r[2] - ow0);
+        masks.push_back(lo < hi ? ((int64_t(1) << hi) - 1) & ~((int64_t(1) << lo) - 1) : 0);
+      }
+  a->masks = persistent_copy(c.storage, masks);
   FoldTaps ht = fold_taps(opdefs::window_args(c.node, y.size()), y[2], u[2]);
   a->hfirst = persistent_copy(c.storage, ht.first), a->hin = persistent_copy(c.storage, ht.in);
   a->hj = persistent_copy(c.storage, ht.j);
