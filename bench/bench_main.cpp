@@ -425,6 +425,31 @@ void Conv3x3Winograd(benchmark::State& state) {
 }
 BENCHMARK(Conv3x3Winograd)->Name("Conv3x3/winograd")->UseRealTime()->Unit(benchmark::kMillisecond);
 
+// The input gradient of resnet-mini's downsampling convolutions: 16 -> 32 channels, 28x28 -> 14x14
+// at stride 2, kernel 3 (padding 1) or the 1x1 shortcut, batch 64, in the canonical order.
+void ConvDataGradStride2(benchmark::State& state, int64_t k) {
+  Tensor w = Tensor::randn({32, 16, k, k}, 2, 0.1);
+  CompiledStep step = compile(
+      [&](const std::vector<Tensor>& a) {
+        Tensor x = a[0];
+        x.requires_grad();
+        Tensor loss = (nn::conv2d(x, w, {}, 2, k / 2, 1) * a[1]).sum();
+        loss.backward();
+        return std::vector<Tensor>{x.grad()};
+      },
+      {{DType::F32, {64, 16, 28, 28}}, {DType::F32, {64, 32, 14, 14}}});
+  step({Tensor::randn({64, 16, 28, 28}, 1).value(), Tensor::randn({64, 32, 14, 14}, 3).value()});
+  for (auto _ : state) {
+    step.run();
+    benchmark::DoNotOptimize(step.output_ptr(0));
+  }
+  state.SetLabel(step.plan().launch_info().back().kernel);
+  state.counters["FLOPS"] = benchmark::Counter(double(state.iterations()) * 2.0 * 64 * 32 * 14 * 14 * 16 * double(k * k),
+                                               benchmark::Counter::kIsRate);
+}
+BENCHMARK_CAPTURE(ConvDataGradStride2, k3, 3)->Name("ConvDataGrad/stride:2/k:3")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(ConvDataGradStride2, k1, 1)->Name("ConvDataGrad/stride:2/k:1")->UseRealTime()->Unit(benchmark::kMillisecond);
+
 // Depthwise 3x3 convolution (groups = channels), batch 32, 32 channels, 28x28, same padding:
 // the window contraction of operators the synthesizer invents.
 void Depthwise3x3(benchmark::State& state) { WindowedContraction(state, "nchwxy,cxy->nchw", {32, 3, 3}, 0.3); }
