@@ -49,6 +49,11 @@ std::vector<Geo> geos() {
       {"dilated_stride_3", 1, 3, 17, 19, 6, 3, 2, 2, 3},
       // The strided input gradient over several blocks of channels.
       {"channel_blocks_stride_2", 2, 64, 28, 28, 32, 3, 1, 1, 2},
+      // Rows of several 16-lane blocks per phase, and a stride-2 row whose last 32 outputs are
+      // partial past their first 16 (50 = 32 + 18), and a wide stride of 3.
+      {"wide_stride_2", 2, 8, 20, 70, 8, 3, 1, 1, 2},
+      {"width_50_stride_2", 1, 4, 9, 50, 6, 3, 1, 1, 2},
+      {"wide_stride_3", 1, 3, 8, 61, 5, 3, 1, 1, 3},
   };
 }
 
@@ -255,6 +260,31 @@ TEST(ConvDirectEdges, NonFiniteValuesReachTheSameOutputsAsGatherGemm) {
   int64_t finite = 0;
   for (int64_t i = 0; i < y.numel(); ++i) finite += std::isfinite(y.get(i));
   EXPECT_GT(finite, 0);  // not everything poisoned: the padding's zeros stay zeros
+}
+
+// The strided input gradient with infinite weights and NaN and infinite upstream values: each
+// reaches dX's pixels through its taps and folds exactly as through the fold chain.
+TEST(ConvDirectEdges, NonFiniteGradientsOfAStridedConvolutionFoldAsTheChainDoes) {
+  for (const Geo& g : {geos()[10], Geo{"wide_stride_2", 2, 8, 20, 70, 8, 3, 1, 1, 2}}) {
+    Inputs in = inputs(g);
+    in.w.set(1, std::numeric_limits<double>::infinity());
+    in.w.set(7, -std::numeric_limits<double>::infinity());
+    const int64_t OW = out_size(g.W, g);
+    in.r.set(OW - 1, std::numeric_limits<double>::quiet_NaN());  // the end of a row
+    in.r.set(3 * OW, std::numeric_limits<double>::infinity());   // the start of one
+    bool direct = false, off = true;
+    HostTensor dx = run(g, in.x, in.w, in.r, What::Data, direct);
+    ASSERT_EQ(direct, direct_applies()) << g.name;
+    HostTensor ref;
+    {
+      DirectOff o;
+      ref = run(g, in.x, in.w, in.r, What::Data, off);
+    }
+    expect_same_bits(dx, ref, g.name);
+    int64_t nan = 0;
+    for (int64_t i = 0; i < dx.numel(); ++i) nan += std::isnan(dx.get(i));
+    EXPECT_GT(nan, 0) << g.name;
+  }
 }
 
 }  // namespace

@@ -149,7 +149,8 @@ INSTANTIATE_TEST_SUITE_P(Isa, JitOps,
 
 // Row kernels (loop_ir.hpp's row form) for softmax, log-softmax, their gradients, layer norm with
 // and without weight and bias, and its gradient with and without weight give the hand-written row
-// kernels' bits on every instruction set: rows of 7 (a tail only), 779 (16-lane steps, an 8-lane
+// kernels' bits on every instruction set, and so does layer norm's backward (dx and the weight's and
+// bias's column sums): rows of 7 (a tail only), 779 (16-lane steps, an 8-lane
 // step and a tail) and 5000 (two segments of the canonical sum); 37 rows are groups of four, a
 // remainder and two chunks of the launch; ordinary values, and special values (NaN, infinities,
 // signed zeros) in every input.
@@ -778,10 +779,12 @@ TEST(JitCuda, EveryGroupOfTheGptStepCompilesWithNvrtc) {
 
 // The CUDA form of a kernel with column sums (each row's scalars kept, then one pass per column),
 // run on the CPU through its scalar build, gives the CPU kernel's rows and sums: a layer norm's
-// backward over 37 rows of 779 and of 7.
+// backward over 37 rows of 779 and of 7, ordinary and special values (NaN, infinities, signed
+// zeros; a NaN sum may differ in its bits alone).
 TEST(Jit, TheSplitFormOfColumnSumsGivesTheCpuKernelsBits) {
   JitScope jit;
-  for (int64_t n : {7, 779}) {
+  for (int64_t n : {7, 779})
+  for (bool special : {false, true}) {
     const int64_t rows = 37;
     Graph g;
     ValueId x = g.input(DType::F32, {rows, n}, "x"), go = g.input(DType::F32, {rows, n}, "g"),
@@ -791,8 +794,9 @@ TEST(Jit, TheSplitFormOfColumnSumsGivesTheCpuKernelsBits) {
     ASSERT_EQ(ks.size(), 1u);
     const kernels::jit::LoopKernel& k = *ks[0];
     ASSERT_EQ(k.columns(), 2);
-    HostTensor xs = testing::random_tensor({DType::F32, {rows, n}, -3, 3}, 21);
-    HostTensor gs = testing::random_tensor({DType::F32, {rows, n}}, 22), ws = testing::random_tensor({DType::F32, {n}}, 23);
+    HostTensor xs = special ? testing::special_tensor({rows, n}, 21, 97) : testing::random_tensor({DType::F32, {rows, n}, -3, 3}, 21);
+    HostTensor gs = special ? testing::special_tensor({rows, n}, 22, 89) : testing::random_tensor({DType::F32, {rows, n}}, 22);
+    HostTensor ws = special ? testing::special_tensor({n}, 23, 83) : testing::random_tensor({DType::F32, {n}}, 23);
     std::vector<std::vector<float>> out(2, std::vector<float>(size_t(rows * n))), sums(2, std::vector<float>(size_t(2 * n), -1.0f));
     for (int split = 0; split < 2; ++split) {
       const std::string sym = "synoros_run";
@@ -807,9 +811,13 @@ TEST(Jit, TheSplitFormOfColumnSumsGivesTheCpuKernelsBits) {
       ext[k.inputs.size() + 1] = reinterpret_cast<const char*>(sums[size_t(split)].data() + n);
       reinterpret_cast<kernels::jit::RunFn>(c.symbol)(ext.data(), reinterpret_cast<char*>(out[size_t(split)].data()), rows);
     }
-    EXPECT_EQ(std::memcmp(out[0].data(), out[1].data(), out[0].size() * sizeof(float)), 0) << "n=" << n;
-    EXPECT_EQ(std::memcmp(sums[0].data(), sums[1].data(), sums[0].size() * sizeof(float)), 0) << "n=" << n;
-    EXPECT_NE(sums[0][0], -1.0f);  // the sums were written
+    const std::string what = "n=" + std::to_string(n) + (special ? " special" : "");
+    EXPECT_EQ(std::memcmp(out[0].data(), out[1].data(), out[0].size() * sizeof(float)), 0) << what;
+    for (size_t i = 0; i < sums[0].size(); ++i) {
+      if (std::isnan(sums[0][i]) && std::isnan(sums[1][i])) continue;
+      ASSERT_EQ(std::memcmp(&sums[0][i], &sums[1][i], sizeof(float)), 0) << what << " sum " << i;
+    }
+    EXPECT_NE(sums[0][0], -1.0f) << what;  // the sums were written
   }
 }
 

@@ -36,7 +36,8 @@ struct JitSite {
                      // favour another kernel)
   const Ops* ops;
   // A kernel with column steps: the rows each of its calls sums. An eval then writes, after its
-  // output elements, the column sums of each call over those rows (begin's row first).
+  // output elements, the column sums of each call over those rows (begin's row first). The probe
+  // takes any NaN sum for any other, so the launch must write a NaN it makes of them as one NaN.
   int64_t column_rows = 0;
 };
 

@@ -924,9 +924,7 @@ void ln_back_generated(const LnBackArgs& a, int64_t chunk) {
   const int64_t l0 = chunk * kLinesPerChunk, rows = std::min(pa.rows, l0 + kLinesPerChunk) - l0, n = pa.n;
   const char* ext[kLnBackExt] = {};
   const size_t in = a.loop->inputs.size();
-  ext[0] = reinterpret_cast<const char*>(static_cast<const float*>(pa.x) + l0 * n);
-  ext[1] = reinterpret_cast<const char*>(static_cast<const float*>(pa.g) + l0 * n);
-  ext[2] = static_cast<const char*>(a.dx.in[2]);
+  for (int j = 0; j < a.dx.n_in; ++j) ext[j] = reinterpret_cast<const char*>(input_at_line(a.dx, j, l0));
   ext[in] = static_cast<const char*>(pa.partial) + size_t(chunk * 2 * n) * sizeof(float);
   ext[in + 1] = ext[in] + size_t(n) * sizeof(float);
   a.jit(ext, reinterpret_cast<char*>(static_cast<float*>(a.dx.out) + l0 * n), rows);
@@ -1034,7 +1032,8 @@ Launch lower_layernorm_backward(LowerCtx& c) {
   pa.partial = c.storage.scratch(size_t(pa.chunks * 2 * n) * dtype_size(c.node.dtype));
   a->jit = nullptr;
   a->loop = row_kernel(a->dx, c.storage, true);
-  if (a->loop && a->loop->inputs.size() + 2 > kLnBackExt) a->loop = nullptr;
+  if (a->loop && a->loop->inputs.size() + size_t(a->loop->columns()) > kLnBackExt) a->loop = nullptr;
+  a->dx.loop = a->loop;  // input_at_line's strides
   if (a->loop) {
     JitSite site{c.id, a, a->loop, rows * n, n, "rows" + std::to_string(kLinesPerChunk), &kLnBackSite};
     site.column_rows = kLinesPerChunk;

@@ -148,6 +148,22 @@ struct DataGradArgs {
   int64_t lanes, rows;
 };
 
+// The lanes [lo, hi) of a block of `width` starting at the row's phase place at0 that tap kw's
+// values reach (r: its wtaps entry; kw's values go to r[0] + ow, r[1] <= ow < r[2]); empty: lo >= hi.
+struct TapLanes {
+  int64_t ow0, lo, hi;  // ow0: the first lane's ow
+};
+TapLanes tap_lanes(const int64_t* r, int64_t at0, int64_t width) {
+  const int64_t ow0 = at0 - r[0];
+  return {ow0, std::max<int64_t>(0, r[1] - ow0), std::min<int64_t>(width, r[2] - ow0)};
+}
+
+// The row's phases in t (s1 of them, pw values apart) interleaved back into d's W values.
+void interleave_phases(const float* t, int64_t s1, int64_t pw, int64_t W, float* d) {
+  for (int64_t ph = 0; ph < s1; ++ph)
+    for (int64_t j = 0, x = ph; x < W; ++j, x += s1) d[x] = t[ph * pw + j];
+}
+
 // Lanes k < 8 of p[k] with lo <= k < hi, +0 elsewhere (lanes outside are not read).
 __attribute__((target("avx2"))) inline __m256 load_range(const float* p, int64_t lo, int64_t hi) {
   const __m256i k = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
@@ -174,17 +190,14 @@ __attribute__((target("avx2"))) void fold_plane(const DataGradArgs& a, const flo
           const float* row = uc + a.hj[e] * a.KW * a.pp + a.hin[e] * a.OW;  // U[c, kh, 0, oh, :]
           __m256 sum = _mm256_setzero_ps();
           for (int64_t kw = 0; kw < a.KW; ++kw) {
-            const int64_t* r = a.wtaps + 3 * kw;  // kw's values go to r[0] + ow, r[1] <= ow < r[2]
-            const int64_t ow0 = at0 - r[0];       // the first lane's ow
-            const int64_t lo = std::max<int64_t>(0, r[1] - ow0), hi = std::min<int64_t>(8, r[2] - ow0);
-            if (lo < hi) sum = _mm256_add_ps(sum, load_range(row + kw * a.pp + ow0, lo, hi));
+            const TapLanes l = tap_lanes(a.wtaps + 3 * kw, at0, 8);
+            if (l.lo < l.hi) sum = _mm256_add_ps(sum, load_range(row + kw * a.pp + l.ow0, l.lo, l.hi));
           }
           acc = _mm256_add_ps(acc, sum);
         }
         _mm256_storeu_ps(t + at0, acc);  // t holds s1 pw + 8 floats
       }
-    for (int64_t ph = 0; ph < s1; ++ph)  // the phases interleaved back into the row
-      for (int64_t j = 0, x = ph; x < a.W; ++j, x += s1) d[x] = t[ph * pw + j];
+    interleave_phases(t, s1, pw, a.W, d);
   }
 }
 
@@ -216,8 +229,7 @@ __attribute__((target("avx512f"))) void fold_plane_avx512(const DataGradArgs& a,
         _mm512_storeu_ps(t + at0, acc);
       }
     if (s1 != 2) {
-      for (int64_t ph = 0; ph < s1; ++ph)
-        for (int64_t j = 0, x = ph; x < a.W; ++j, x += s1) d[x] = t[ph * pw + j];
+      interleave_phases(t, s1, pw, a.W, d);
       continue;
     }
     for (int64_t x0 = 0; x0 < a.W; x0 += 32) {  // d[x0 + 2j + ph] = t[ph pw + x0 / 2 + j]
@@ -232,7 +244,7 @@ void data_grad_task(const void* p, int64_t task) {
   const DataGradArgs& a = *static_cast<const DataGradArgs*>(p);
   const int64_t n0 = task / a.cblocks * a.imgs, ni = std::min(a.imgs, a.N - n0);
   const int64_t c0 = (task % a.cblocks) * a.cb, cc = std::min(a.cb, a.C - c0);
-  // dY's planes (whole tiles long), U, and a row of the folds (its phases and 8 floats past them)
+  // dY's planes (whole tiles long), U, and a row of the folds (its phases and 16 floats past them)
   float* dy = task_scratch(size_t((a.O + cc * a.T) * a.pp + a.W + a.ws + 16));
   float* u = dy + a.O * a.pp;
   for (int64_t o = 0; o < a.O; ++o) {  // the images' planes back to back
@@ -384,13 +396,12 @@ std::optional<Launch> lower_conv_data_grad_direct(LowerCtx& c, const passes::Con
                                std::min(a->OW, count - shift)});
   }
   a->wtaps = persistent_copy(c.storage, wtaps);
-  std::vector<int64_t> masks;  // fold_plane_avx512's: lanes ow0 + k with r[1] <= ow < r[2]
-  for (int64_t ph = 0, blocks = (a->pw + 15) / 16; ph < a->ws; ++ph)
+  std::vector<int64_t> masks;  // fold_plane_avx512's: the lanes of each tap_lanes range
+  for (int64_t ph = 0, blocks = (a->pw + 15) / 16; a->avx512 && ph < a->ws; ++ph)
     for (int64_t b = 0; b < blocks; ++b)
       for (int64_t kw = 0; kw < a->KW; ++kw) {
-        const int64_t* r = wtaps.data() + 3 * kw, ow0 = ph * a->pw + b * 16 - r[0];
-        const int64_t lo = std::max<int64_t>(0, r[1] - ow0), hi = std::min<int64_t>(16, r[2] - ow0);
-        masks.push_back(lo < hi ? ((int64_t(1) << hi) - 1) & ~((int64_t(1) << lo) - 1) : 0);
+        const TapLanes l = tap_lanes(wtaps.data() + 3 * kw, ph * a->pw + b * 16, 16);
+        masks.push_back(l.lo < l.hi ? ((int64_t(1) << l.hi) - 1) & ~((int64_t(1) << l.lo) - 1) : 0);
       }
   a->masks = persistent_copy(c.storage, masks);
   FoldTaps ht = fold_taps(opdefs::window_args(c.node, y.size()), y[2], u[2]);

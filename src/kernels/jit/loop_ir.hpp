@@ -15,7 +15,9 @@
 // generated row kernel gives the hand-written row kernels' bits on every instruction set. A row
 // kernel's output is its rows (a store step, then patches of single elements at a per-row index,
 // as cross-entropy's gradient corrects its target's element) or a few values per row (result
-// steps: cross-entropy's per-row loss, read at its target through a gathered input).
+// steps: cross-entropy's per-row loss, read at its target through a gathered input); column steps
+// after it add a value down the columns over the rows of a call (layer norm's weight and bias
+// gradients, a chunk's partial sums).
 #pragma once
 
 #include <cstdint>

@@ -81,13 +81,11 @@ std::string render_rows_cpp(const LoopKernel& k, Isa isa, const std::string& sym
 // A row kernel's steps as `template <int R> void rows(const float* const* in, float* out, float*
 // const* col)` over R rows, col[j] column step j's sums (vec: with AVX2 vectors, VecF; wide: sums'
 // and stores' bodies with AVX-512's, VecW; neither: scalar code a CUDA thread can run too), in an
-// anonymous namespace; it uses fn::, SYNOROS_KEEP, memcpy, std::max, std::fill, std::isnan,
-// INFINITY and NAN. split (a kernel with column steps, for threads that each take a row): rows
+// anonymous namespace; it uses fn::, SYNOROS_KEEP, memcpy, std::max, std::isnan, INFINITY and
+// NAN. split (a kernel with column steps, for threads that each take a row): rows
 // writes its rows' S scalars to `float* keep` in their place of the column sums, and a second
 // pass `columns_at(ext, out, keep, col, n, k)` sums column k over the n rows from them.
 std::string rows_source(const LoopKernel& k, bool vec, bool wide, bool split = false);
-// Statements pointing col[j] at column step j's sums (ext after the inputs) and zeroing them.
-std::string columns_pointers(const LoopKernel& k, const std::string& ind);
 // Statements setting in[j] to each memory input j at row `row` (from ext[j], the first row).
 std::string rows_pointers(const LoopKernel& k, const std::string& row, const std::string& ind);
 

@@ -6,7 +6,8 @@
 // high 8 to its 8-lane accumulator: elements in the same order as the 8-lane steps, so the same
 // bits (every vector form gives its scalar definition's bits at every width). Four rows go through
 // each reduction together (four independent chains, as the hand-written layer norm does), which
-// changes no bit.
+// changes no bit. Column steps come last: each adds its value down the columns, row after row, into
+// sums the caller passes after the inputs.
 #include <cstring>
 #include <sstream>
 
@@ -105,7 +106,8 @@ std::string emit_body(std::ostringstream& o, const LoopKernel& k, const RowStep&
 // Reads ahead: each memory row and the output row of the next R rows at element k (one cache line
 // per 16 elements), while this step computes; a prefetch never faults past the buffer's end.
 std::string prefetch_next(const LoopKernel& k, const std::string& ind) {
-  const bool rows_out = k.steps.back().kind != RowStep::Kind::Result;
+  bool rows_out = false;  // the output is rows (a store), not results
+  for (const RowStep& s : k.steps) rows_out = rows_out || s.kind == RowStep::Kind::Store;
   std::string o = rows_out ? ind + "prefetch(out, (r + R) * N + k);\n" : "";
   for (size_t j = 0; j < k.inputs.size(); ++j)
     if (k.inputs[j].src == Src::Memory && k.inputs[j].stride == 1 && k.inputs[j].row_stride > 0)
@@ -288,6 +290,18 @@ void emit_column(std::ostringstream& o, const LoopKernel& k, const RowStep& st, 
   o << "  }\n";
 }
 
+// Statements pointing col[j] at column step j's sums (ext after the inputs) and zeroing them
+// (std::fill).
+std::string columns_pointers(const LoopKernel& k, const std::string& ind) {
+  std::ostringstream o;
+  const int64_t c = k.columns();
+  o << ind << "float* col[" << std::max<int64_t>(c, 1) << "] = {};\n";
+  for (int64_t j = 0; j < c; ++j)  // the one entry of ext written: the caller's sums
+    o << ind << "col[" << j << "] = reinterpret_cast<float*>(const_cast<char*>(ext[" << k.inputs.size() + size_t(j)
+      << "]));\n" << ind << "std::fill(col[" << j << "], col[" << j << "] + N, 0.0f);\n";
+  return o.str();
+}
+
 }  // namespace
 
 std::string rows_source(const LoopKernel& k, bool vec, bool wide, bool split) {
@@ -351,16 +365,6 @@ std::string rows_pointers(const LoopKernel& k, const std::string& row, const std
     if (k.inputs[j].src == Src::Memory)
       o << ind << "in[" << j << "] = reinterpret_cast<const float*>(ext[" << j << "]) + " << row << " * "
         << k.inputs[j].row_stride << ";\n";
-  return o.str();
-}
-
-std::string columns_pointers(const LoopKernel& k, const std::string& ind) {
-  std::ostringstream o;
-  const int64_t c = k.columns();
-  o << ind << "float* col[" << std::max<int64_t>(c, 1) << "] = {};\n";
-  for (int64_t j = 0; j < c; ++j)  // the one entry of ext written: the caller's sums
-    o << ind << "col[" << j << "] = reinterpret_cast<float*>(const_cast<char*>(ext[" << k.inputs.size() + size_t(j)
-      << "]));\n" << ind << "std::fill(col[" << j << "], col[" << j << "] + N, 0.0f);\n";
   return o.str();
 }
 
