@@ -307,6 +307,41 @@ TEST(Determinism, AttentionGivesTheSameBitsOnEveryIsaAndThreadCount) {
   set_num_threads(saved);
 }
 
+// With at least four batch items per thread, the forward runs by batch items, each task reusing
+// its own part of the transposed keys for several items; with fewer, by query blocks. Every pool
+// size gives the bits of the scalar build by query blocks: 18 batch items take the first way at 1
+// to 4 threads and the second at 5; causal and not, 130 queries (a short last block), special
+// values.
+TEST(Determinism, AttentionForwardByBatchItemsGivesTheBitsOfTheBlockTasks) {
+  const Shape qs{6, 3, 130, 24};
+  auto run = [&](bool causal, bool special, ThreadPool* pool) {
+    Graph g;
+    ValueId q = g.input(DType::F32, qs, "q"), k = g.input(DType::F32, qs, "k"), v = g.input(DType::F32, qs, "v");
+    ValueId o = g.add(Op::Attention, {q, k, v}, attr::Attention{causal, 0.2});
+    CompileOptions opt;
+    opt.pool = pool;
+    Plan p(g, {o}, opt);
+    p.set_input(q, special ? testing::special_tensor(qs, 7, 997) : testing::random_tensor({DType::F32, qs, -3, 3}, 7));
+    p.set_input(k, special ? testing::special_tensor(qs, 8, 991) : testing::random_tensor({DType::F32, qs, -3, 3}, 8));
+    p.set_input(v, testing::random_tensor({DType::F32, qs}, 9));
+    p.run();
+    return output_bytes(p, {o});
+  };
+  for (bool causal : {false, true})
+    for (bool special : {false, true}) {
+      std::vector<uint8_t> ref;
+      {
+        testing::IsaScope scalar(kernels::Isa::Scalar);
+        ThreadPool five(5);
+        ref = run(causal, special, &five);
+      }
+      for (int threads : {1, 2, 3, 4, 5}) {
+        ThreadPool pool(threads);
+        EXPECT_EQ(run(causal, special, &pool), ref) << threads << " threads, causal=" << causal << " special=" << special;
+      }
+    }
+}
+
 // The gradient stores its dS blocks in the plan's scratch when a batch item's fit the limit, and
 // runs its key and query phases over rounds of as many items as fit; otherwise it computes them
 // again. Every way gives the same bits: non-causal with more keys than queries and with fewer,

@@ -82,6 +82,7 @@ struct AttnArgs {
   void* partial;  // split tasks: per (batch item, split), Tq rows of o_s then m_s and l_s (null: none)
   void* dstore;   // backward: dS blocks of `round` batch items, kBlock x kBlock each (null: recompute)
   int64_t round = 0, item0 = 0;  // batch items per round of phases 2 and 3, and this round's first
+  int64_t slots = 0;  // forward by batch items: tasks, each over the items b = its own + slots j (see item_task)
 };
 
 // An operand's rows for one batch item: row i at p + i rs.
@@ -171,7 +172,7 @@ template <class T>
 void scale_rows(const AttnArgs& a, T* x, int64_t n) {
   const T scale = T(a.scale);
   if constexpr (std::is_same_v<T, float>) {
-    if (vector_rows<T>(a)) return avx2::scale_row(x, n, scale);
+    if (vector_rows<T>(a)) return a.isa >= 2 ? avx512::scale_row(x, n, scale) : avx2::scale_row(x, n, scale);
   }
   for (int64_t i = 0; i < n; ++i) x[i] *= scale;
 }
@@ -194,14 +195,22 @@ void score_products(const AttnArgs& a, Rows<T> q, Rows<T> k, int64_t i0, int64_t
 }
 
 // Scales the scores S (queries i0.., keys j0 .. j0 + cols - 1, rows kBlock apart); a key after its
-// query (causal) scores -inf.
+// query (causal) scores -inf. rmax (when not null, float rows on a vector build): each row's
+// maximum (row_max's), taken in the same pass.
 template <class T>
-void scale_and_mask(const AttnArgs& a, int64_t i0, int64_t rows, int64_t j0, int64_t cols, T* S) {
+void scale_and_mask(const AttnArgs& a, int64_t i0, int64_t rows, int64_t j0, int64_t cols, T* S, T* rmax = nullptr) {
   const int64_t off = offset(a);
   for (int64_t r = 0; r < rows; ++r) {
     T* s = S + r * kBlock;
     // Keys j0 + c with c < seen are at or before the query's position.
     const int64_t seen = a.causal ? std::clamp<int64_t>(i0 + r + off - j0 + 1, 0, cols) : cols;
+    if constexpr (std::is_same_v<T, float>) {
+      if (rmax && vector_rows<T>(a)) {
+        rmax[r] = a.isa >= 2 ? avx512::scale_mask_max(s, seen, cols, float(a.scale))
+                              : avx2::scale_mask_max(s, seen, cols, float(a.scale));
+        continue;
+      }
+    }
     scale_rows(a, s, seen);
     std::fill(s + seen, s + cols, -std::numeric_limits<T>::infinity());
   }
@@ -219,7 +228,7 @@ void scores(const AttnArgs& a, Rows<T> q, Rows<T> k, int64_t i0, int64_t rows, i
 template <class T>
 T row_max(const AttnArgs& a, const T* s, int64_t n) {
   if constexpr (std::is_same_v<T, float>) {
-    if (vector_rows<T>(a)) return avx2::row_max(s, n);
+    if (vector_rows<T>(a)) return a.isa >= 2 ? avx512::row_max(s, n) : avx2::row_max(s, n);
   }
   T m = -std::numeric_limits<T>::infinity();
   for (int64_t c = 0; c < n; ++c) m = std::max(m, s[c]);
@@ -257,15 +266,16 @@ T online_step(const AttnArgs& a, T* s, int64_t n, T& m, T& l) {
 // online_step for rows 0 .. rows - 1 of S (kBlock apart); alpha (when not null) gets each row's
 // factor. Float rows on a vector build take their exp-sums four at a time (one row's sum is a
 // chain of dependent adds) and their factors' exps as one line of the exp op's kernel: each
-// row's operations are online_step's, so the bits are the same.
+// row's operations are online_step's, so the bits are the same. rmax (when not null): the rows'
+// maxima, already taken (scale_and_mask).
 template <class T>
-void online_steps(const AttnArgs& a, T* S, int64_t rows, int64_t n, T* m, T* l, T* alpha) {
+void online_steps(const AttnArgs& a, T* S, int64_t rows, int64_t n, T* m, T* l, T* alpha, const T* rmax = nullptr) {
   if constexpr (std::is_same_v<T, float>) {
     if (vector_rows<T>(a)) {
       float mn[kBlock], al[kBlock], bs[kBlock], d[kBlock], e[kBlock];
       int64_t live[kBlock], nl = 0;
       for (int64_t r = 0; r < rows; ++r) {
-        mn[r] = std::max(m[r], row_max(a, S + r * kBlock, n));
+        mn[r] = std::max(m[r], rmax ? rmax[r] : row_max(a, S + r * kBlock, n));
         if (mn[r] == -INFINITY) {  // nothing finite yet: online_step's own path
           const float f = online_step(a, S + r * kBlock, n, m[r], l[r]);
           if (alpha) alpha[r] = f;
@@ -337,10 +347,11 @@ template <class T>
 const T* at(const void* p, int64_t off) {
   return static_cast<const T*>(p) + off;
 }
-// Batch item b's transposed key blocks in the forward's scratch (AttnArgs::kt), D x kBlock each.
+// Batch item b's transposed key blocks in the forward's scratch (AttnArgs::kt), D x kBlock each:
+// its own part, or its task's (item_task) when the forward runs by batch items.
 template <class T>
 T* transposed_keys(const AttnArgs& a, int64_t b) {
-  return static_cast<T*>(a.kt) + b * blocks(a.Tk) * kBlock * a.D;
+  return static_cast<T*>(a.kt) + (a.slots ? b % a.slots : b) * blocks(a.Tk) * kBlock * a.D;
 }
 
 // ---- forward
@@ -368,10 +379,12 @@ void split_pass(const AttnArgs& a, Rows<T> q, Rows<T> k, Rows<T> v, int64_t i0, 
                 int64_t kb1, T* o, T* m, T* l, Scratch<T, Acc>& w, const T* next_k, const T* next_v,
                 const T* kt = nullptr) {
   const int64_t D = a.D;
-  T alpha[kBlock];
+  T alpha[kBlock], rmax[kBlock];
   std::fill(m, m + rows, -std::numeric_limits<T>::infinity());
   std::fill(l, l + rows, T(0));
-  std::fill(o, o + rows * D, T(0));
+  // The first key block's p V is written to o itself: o = 0 alpha + p V would be p V bit for bit
+  // (alpha is finite, and a product's chain from +0 is never -0).
+  if (kb0 > kb1) std::fill(o, o + rows * D, T(0));
   // Keys from key_end on are after every query of the block (causal): they are not read at all.
   // Their scores would be -inf and, for finite values, their terms exact zeros, so leaving them
   // out moves no bit (a NaN or an infinity there no longer reaches the output; the backward still
@@ -400,20 +413,23 @@ void split_pass(const AttnArgs& a, Rows<T> q, Rows<T> k, Rows<T> v, int64_t i0, 
       const int64_t c0 = cols * p / pieces, c1 = cols * (p + 1) / pieces;
       if (c1 > c0) score_products(a, q, k, i0, rows, j0, c0, c1, w.s, w.gemm, kt_block);
     }
-    scale_and_mask(a, i0, rows, j0, cols, w.s);
-    online_steps(a, w.s, rows, cols, m, l, alpha);
+    scale_and_mask(a, i0, rows, j0, cols, w.s, rmax);
+    online_steps(a, w.s, rows, cols, m, l, alpha, vector_rows<T>(a) ? rmax : nullptr);
     // p V, its chains continued from piece to piece (the same chains as in one product).
+    T* pv = kb == kb0 ? o : w.c;
     for (int64_t p = 0; p < pieces; ++p) {
       const int64_t r0 = fn * p / pieces, r1 = fn * (p + 1) / pieces;
       if (r1 > r0) prefetch_rows(fv + r0 * v.rs, r1 - r0, D, v.rs);
       const int64_t c0 = cols * p / pieces, c1 = cols * (p + 1) / pieces;
       if (c1 > c0)
-        block_gemm<T>(a, rows, D, c1 - c0, w.s + c0, kBlock, 1, v.row(j0 + c0), v.rs, 1, w.c, D, c0 > 0, w.gemm);
+        block_gemm<T>(a, rows, D, c1 - c0, w.s + c0, kBlock, 1, v.row(j0 + c0), v.rs, 1, pv, D, c0 > 0, w.gemm);
     }
+    if (kb == kb0) continue;
     for (int64_t r = 0; r < rows; ++r) {
       if constexpr (std::is_same_v<T, float>) {
         if (vector_rows<T>(a)) {
-          avx2::scale_add_row(o + r * D, w.c + r * D, D, alpha[r]);
+          a.isa >= 2 ? avx512::scale_add_row(o + r * D, w.c + r * D, D, alpha[r])
+                     : avx2::scale_add_row(o + r * D, w.c + r * D, D, alpha[r]);
           continue;
         }
       }
@@ -458,7 +474,7 @@ void finish_rows(const AttnArgs& a, T* o, const T* l, int64_t rows) {
   for (int64_t r = 0; r < rows; ++r) {
     if constexpr (std::is_same_v<T, float>) {
       if (vector_rows<T>(a)) {
-        avx2::divide_row(o + r * a.D, a.D, l[r]);
+        a.isa >= 2 ? avx512::divide_row(o + r * a.D, a.D, l[r]) : avx2::divide_row(o + r * a.D, a.D, l[r]);
         continue;
       }
     }
@@ -719,12 +735,31 @@ void transpose_keys(const AttnArgs& a, int64_t task) {  // one task per (batch i
                   transposed_keys<T>(a, b) + kb * kBlock * a.D);
 }
 
+// Task `slot` of a.slots runs the batch items slot, slot + a.slots, ...: for each, it transposes
+// the item's key blocks into the slot's part of kt (transposed_keys) and runs the item's query blocks in ascending order. The rows' work is transpose_keys' and
+// forward_task's, so the bits are the same; the transposed keys stay in the cache, where
+// separate passes write them all to memory and read them back.
+template <class T>
+void item_task(const AttnArgs& a, int64_t slot) {
+  for (int64_t b = slot; b < a.batch; b += a.slots) {
+    for (int64_t kb = 0; kb < blocks(a.Tk); ++kb) transpose_keys<T>(a, b * blocks(a.Tk) + kb);
+    for (int64_t qb = 0; qb < blocks(a.Tq); ++qb) forward_task<T>(a, b * blocks(a.Tq) + qb);
+  }
+}
+
 void forward_launch(const void* p, ThreadPool& pool) {
   const AttnArgs& a = *static_cast<const AttnArgs*>(p);
   if (a.partial) {
     pool.run(a.batch * splits(a.Tk), task<split_task<float>, split_task<double>>, p);
     pool.run(a.batch, task<fold_task<float>, fold_task<double>>, p);
     return;
+  }
+  // Whole batch items as tasks where there are enough of them to share among the threads (four
+  // tasks per thread, each with its own part of kt).
+  if (a.kt && a.batch >= 4 * int64_t(pool.size())) {
+    AttnArgs r = a;
+    r.slots = 4 * int64_t(pool.size());
+    return pool.run(r.slots, task<item_task<float>, item_task<double>>, &r);
   }
   if (a.kt) pool.run(a.batch * blocks(a.Tk), task<transpose_keys<float>, transpose_keys<double>>, p);
   pool.run(a.batch * blocks(a.Tq), task<forward_task<float>, forward_task<double>>, p);

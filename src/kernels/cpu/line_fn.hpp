@@ -37,6 +37,9 @@ void divide_row(float* y, int64_t n, float s);
 // y *= s, and y = y a + x (a product and a sum, each rounded): attention's scaling and rescaling.
 void scale_row(float* y, int64_t n, float s);
 void scale_add_row(float* y, const float* x, int64_t n, float a);
+// Attention's score row: y *= s over its first `seen` elements, -inf over the rest (keys after
+// the query); returns the maximum of the scaled elements (NaN skipped), as row_max would.
+float scale_mask_max(float* y, int64_t seen, int64_t n, float s);
 // The canonical float layernorm's steps (composite.cpp): the mean and 1/sqrt(var + eps) of
 // `rows` consecutive rows of n, y = ((x - mean) r) w + b of one row (w and b null: without them),
 // the gradient's two means (of gw = g w and of gw xh) for `rows` rows, and dx of one row.
@@ -60,7 +63,18 @@ void row_dots(const float* a, int64_t a_rs, const float* b, int64_t b_rs, int64_
 namespace avx512 {
 float softmax_exp_sum(const float* x, float* y, int64_t n, float m);
 void softmax_exp_sum4(const float* const* x, float* const* y, int64_t n, const float* m, float* out);
+// avx2's row steps sixteen floats at a time: the same operations on each element, so the same
+// bits (a maximum of zeros may differ in its sign alone, which no consumer's bits depend on:
+// exp(x - m) and (x - m) - log(s) come out the same).
+float row_max(const float* x, int64_t n);
+float scale_mask_max(float* y, int64_t seen, int64_t n, float s);
+void divide_row(float* y, int64_t n, float s);
+void scale_row(float* y, int64_t n, float s);
+void scale_add_row(float* y, const float* x, int64_t n, float a);
 }
+// avx2::row_max and divide_row in the widest build the active instruction set has.
+float row_max_vec(const float* x, int64_t n);
+void divide_row_vec(float* y, int64_t n, float s);
 // avx2::softmax_exp_sum in the widest build the active instruction set has (AVX-512's takes
 // sixteen exps at a time and adds them in AVX2's order: the same bits).
 float softmax_exp_sum_vec(const float* x, float* y, int64_t n, float m);

@@ -19,6 +19,12 @@ void softmax_exp_sum4_vec(const float* const* x, float* const* y, int64_t n, con
   if (active_isa() == Isa::Avx512) return avx512::softmax_exp_sum4(x, y, n, m, out);
   for (int j = 0; j < 4; ++j) out[j] = avx2::softmax_exp_sum(x[j], y[j], n, m[j]);
 }
+float row_max_vec(const float* x, int64_t n) {
+  return active_isa() == Isa::Avx512 ? avx512::row_max(x, n) : avx2::row_max(x, n);
+}
+void divide_row_vec(float* y, int64_t n, float s) {
+  active_isa() == Isa::Avx512 ? avx512::divide_row(y, n, s) : avx2::divide_row(y, n, s);
+}
 }  // namespace synoros::kernels
 namespace synoros::kernels::avx2 {
 // composite.cpp's canonical softmax of one contiguous row: the same bits as its scalar loop.
@@ -71,6 +77,12 @@ void scale_row(float* y, int64_t n, float s) {
   int64_t k = 0;
   for (; k + 8 <= n; k += 8) VecF::store(y + k, VecF::mul(VecF::load(y + k), sv));
   for (; k < n; ++k) y[k] *= s;
+}
+
+float scale_mask_max(float* y, int64_t seen, int64_t n, float s) {
+  scale_row(y, seen, s);
+  std::fill(y + seen, y + n, -INFINITY);
+  return row_max(y, seen);
 }
 
 void scale_add_row(float* y, const float* x, int64_t n, float a) {

@@ -71,6 +71,60 @@ float softmax_exp_sum(const float* x, float* y, int64_t n, float m) {
 void softmax_exp_sum4(const float* const* x, float* const* y, int64_t n, const float* m, float* out) {
   exp_sums<4>(x, y, n, m, out);
 }
+
+namespace {
+__mmask16 first(int64_t r) { return __mmask16((1u << r) - 1); }  // lanes 0 .. r - 1, r < 16
+// The lanes' maximum (none is NaN: the running maxima skip NaN).
+float lanes_max(__m512 mv) { return _mm512_reduce_max_ps(mv); }
+}  // namespace
+
+float row_max(const float* x, int64_t n) {
+  __m512 mv = VecF::set(-INFINITY);
+  int64_t k = 0;
+  for (; k + 16 <= n; k += 16) mv = VecF::max(VecF::load(x + k), mv);  // a NaN x keeps the maximum
+  if (k < n) mv = _mm512_mask_max_ps(mv, first(n - k), VecF::load_n(x + k, n - k), mv);
+  return lanes_max(mv);
+}
+
+float scale_mask_max(float* y, int64_t seen, int64_t n, float s) {
+  const __m512 sv = VecF::set(s);
+  __m512 mv = VecF::set(-INFINITY);
+  int64_t k = 0;
+  for (; k + 16 <= seen; k += 16) {
+    const __m512 v = VecF::mul(VecF::load(y + k), sv);
+    VecF::store(y + k, v);
+    mv = VecF::max(v, mv);
+  }
+  if (k < seen) {
+    const __m512 v = VecF::mul(VecF::load_n(y + k, seen - k), sv);
+    VecF::store_n(y + k, v, seen - k);
+    mv = _mm512_mask_max_ps(mv, first(seen - k), v, mv);
+  }
+  std::fill(y + seen, y + n, -INFINITY);
+  return lanes_max(mv);
+}
+
+void divide_row(float* y, int64_t n, float s) {
+  const __m512 sv = VecF::set(s);
+  int64_t k = 0;
+  for (; k + 16 <= n; k += 16) VecF::store(y + k, VecF::div(VecF::load(y + k), sv));
+  if (k < n) VecF::store_n(y + k, VecF::div(VecF::load_n(y + k, n - k), sv), n - k);
+}
+
+void scale_row(float* y, int64_t n, float s) {
+  const __m512 sv = VecF::set(s);
+  int64_t k = 0;
+  for (; k + 16 <= n; k += 16) VecF::store(y + k, VecF::mul(VecF::load(y + k), sv));
+  if (k < n) VecF::store_n(y + k, VecF::mul(VecF::load_n(y + k, n - k), sv), n - k);
+}
+
+void scale_add_row(float* y, const float* x, int64_t n, float a) {
+  const __m512 av = VecF::set(a);
+  int64_t k = 0;
+  for (; k + 16 <= n; k += 16) VecF::store(y + k, VecF::add(VecF::mul(VecF::load(y + k), av), VecF::load(x + k)));
+  if (k < n)
+    VecF::store_n(y + k, VecF::add(VecF::mul(VecF::load_n(y + k, n - k), av), VecF::load_n(x + k, n - k)), n - k);
+}
 }  // namespace synoros::kernels::avx512
 #pragma GCC pop_options
 #pragma GCC diagnostic pop
