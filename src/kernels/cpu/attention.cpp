@@ -29,8 +29,10 @@
 // single-query decoding step spread its long key range over threads: with at most kSplitRows
 // queries and several splits, one task per (batch item, split) computes the partial states and a
 // second pass folds them in the same order, so the bits are those of a task that walks the splits
-// itself, and the same whatever the thread count. A forward over several query blocks first
-// transposes every key block once into its scratch (the size of K), which each task reads.
+// itself, and the same whatever the thread count. A forward over several query blocks transposes
+// every key block once into its scratch (the size of K), which each task reads: in a pass of its
+// own, or, with at least four batch items per thread, inside tasks that each run whole batch
+// items and reuse their own part of the scratch (item_task).
 //
 // Backward: phase 1 computes the row sums D = sum(g o) (in the reductions' lane order) and takes
 // lse = m + log(l) from the forward, which keeps it when it ran earlier in the plan, or else
@@ -82,7 +84,7 @@ struct AttnArgs {
   void* partial;  // split tasks: per (batch item, split), Tq rows of o_s then m_s and l_s (null: none)
   void* dstore;   // backward: dS blocks of `round` batch items, kBlock x kBlock each (null: recompute)
   int64_t round = 0, item0 = 0;  // batch items per round of phases 2 and 3, and this round's first
-  int64_t slots = 0;  // forward by batch items: tasks, each over the items b = its own + slots j (see item_task)
+  int64_t slots = 0;  // forward by batch items: task t runs items t, t + slots, ... (item_task); 0: by query blocks
 };
 
 // An operand's rows for one batch item: row i at p + i rs.
@@ -161,7 +163,9 @@ void block_gemm(const AttnArgs& a, int64_t M, int64_t N, int64_t K, const T* A, 
   }
 }
 
-// Whether float rows take the AVX2 row helpers.
+// Whether float rows take the vector row steps (row_steps: AVX2's, or AVX-512's for isa 2). They
+// follow a.isa, fixed at lowering, where the exp sums follow the active ISA at run time: the
+// bits are the same either way.
 template <class T>
 bool vector_rows(const AttnArgs& a) {
   return std::is_same_v<T, float> && a.isa >= 1;
@@ -172,7 +176,7 @@ template <class T>
 void scale_rows(const AttnArgs& a, T* x, int64_t n) {
   const T scale = T(a.scale);
   if constexpr (std::is_same_v<T, float>) {
-    if (vector_rows<T>(a)) return a.isa >= 2 ? avx512::scale_row(x, n, scale) : avx2::scale_row(x, n, scale);
+    if (vector_rows<T>(a)) return row_steps(a.isa).scale(x, n, scale);
   }
   for (int64_t i = 0; i < n; ++i) x[i] *= scale;
 }
@@ -195,10 +199,11 @@ void score_products(const AttnArgs& a, Rows<T> q, Rows<T> k, int64_t i0, int64_t
 }
 
 // Scales the scores S (queries i0.., keys j0 .. j0 + cols - 1, rows kBlock apart); a key after its
-// query (causal) scores -inf. rmax (when not null, float rows on a vector build): each row's
-// maximum (row_max's), taken in the same pass.
+// query (causal) scores -inf. rmax (when not null): float rows on a vector build take each row's
+// maximum (row_max's) in the same pass; returns whether they did.
 template <class T>
-void scale_and_mask(const AttnArgs& a, int64_t i0, int64_t rows, int64_t j0, int64_t cols, T* S, T* rmax = nullptr) {
+bool scale_and_mask(const AttnArgs& a, int64_t i0, int64_t rows, int64_t j0, int64_t cols, T* S, T* rmax = nullptr) {
+  bool maxima = false;
   const int64_t off = offset(a);
   for (int64_t r = 0; r < rows; ++r) {
     T* s = S + r * kBlock;
@@ -206,14 +211,15 @@ void scale_and_mask(const AttnArgs& a, int64_t i0, int64_t rows, int64_t j0, int
     const int64_t seen = a.causal ? std::clamp<int64_t>(i0 + r + off - j0 + 1, 0, cols) : cols;
     if constexpr (std::is_same_v<T, float>) {
       if (rmax && vector_rows<T>(a)) {
-        rmax[r] = a.isa >= 2 ? avx512::scale_mask_max(s, seen, cols, float(a.scale))
-                              : avx2::scale_mask_max(s, seen, cols, float(a.scale));
+        rmax[r] = row_steps(a.isa).scale_mask_max(s, seen, cols, float(a.scale));
+        maxima = true;
         continue;
       }
     }
     scale_rows(a, s, seen);
     std::fill(s + seen, s + cols, -std::numeric_limits<T>::infinity());
   }
+  return maxima;
 }
 
 // S = scale q k^T for queries i0.. (rows) and keys j0.. (cols), rows kBlock apart, masked.
@@ -228,7 +234,7 @@ void scores(const AttnArgs& a, Rows<T> q, Rows<T> k, int64_t i0, int64_t rows, i
 template <class T>
 T row_max(const AttnArgs& a, const T* s, int64_t n) {
   if constexpr (std::is_same_v<T, float>) {
-    if (vector_rows<T>(a)) return a.isa >= 2 ? avx512::row_max(s, n) : avx2::row_max(s, n);
+    if (vector_rows<T>(a)) return row_steps(a.isa).max(s, n);
   }
   T m = -std::numeric_limits<T>::infinity();
   for (int64_t c = 0; c < n; ++c) m = std::max(m, s[c]);
@@ -383,7 +389,8 @@ void split_pass(const AttnArgs& a, Rows<T> q, Rows<T> k, Rows<T> v, int64_t i0, 
   std::fill(m, m + rows, -std::numeric_limits<T>::infinity());
   std::fill(l, l + rows, T(0));
   // The first key block's p V is written to o itself: o = 0 alpha + p V would be p V bit for bit
-  // (alpha is finite, and a product's chain from +0 is never -0).
+  // (the first block's alpha is 0 or 1, and a product's chain from +0 never ends at -0 when
+  // rounding to nearest without flushing to zero, as the engine runs). No key block (Tk = 0): 0.
   if (kb0 > kb1) std::fill(o, o + rows * D, T(0));
   // Keys from key_end on are after every query of the block (causal): they are not read at all.
   // Their scores would be -inf and, for finite values, their terms exact zeros, so leaving them
@@ -413,8 +420,8 @@ void split_pass(const AttnArgs& a, Rows<T> q, Rows<T> k, Rows<T> v, int64_t i0, 
       const int64_t c0 = cols * p / pieces, c1 = cols * (p + 1) / pieces;
       if (c1 > c0) score_products(a, q, k, i0, rows, j0, c0, c1, w.s, w.gemm, kt_block);
     }
-    scale_and_mask(a, i0, rows, j0, cols, w.s, rmax);
-    online_steps(a, w.s, rows, cols, m, l, alpha, vector_rows<T>(a) ? rmax : nullptr);
+    const bool maxima = scale_and_mask(a, i0, rows, j0, cols, w.s, rmax);
+    online_steps(a, w.s, rows, cols, m, l, alpha, maxima ? rmax : nullptr);
     // p V, its chains continued from piece to piece (the same chains as in one product).
     T* pv = kb == kb0 ? o : w.c;
     for (int64_t p = 0; p < pieces; ++p) {
@@ -428,8 +435,7 @@ void split_pass(const AttnArgs& a, Rows<T> q, Rows<T> k, Rows<T> v, int64_t i0, 
     for (int64_t r = 0; r < rows; ++r) {
       if constexpr (std::is_same_v<T, float>) {
         if (vector_rows<T>(a)) {
-          a.isa >= 2 ? avx512::scale_add_row(o + r * D, w.c + r * D, D, alpha[r])
-                     : avx2::scale_add_row(o + r * D, w.c + r * D, D, alpha[r]);
+          row_steps(a.isa).scale_add(o + r * D, w.c + r * D, D, alpha[r]);
           continue;
         }
       }
@@ -474,7 +480,7 @@ void finish_rows(const AttnArgs& a, T* o, const T* l, int64_t rows) {
   for (int64_t r = 0; r < rows; ++r) {
     if constexpr (std::is_same_v<T, float>) {
       if (vector_rows<T>(a)) {
-        a.isa >= 2 ? avx512::divide_row(o + r * a.D, a.D, l[r]) : avx2::divide_row(o + r * a.D, a.D, l[r]);
+        row_steps(a.isa).divide(o + r * a.D, a.D, l[r]);
         continue;
       }
     }
@@ -736,9 +742,10 @@ void transpose_keys(const AttnArgs& a, int64_t task) {  // one task per (batch i
 }
 
 // Task `slot` of a.slots runs the batch items slot, slot + a.slots, ...: for each, it transposes
-// the item's key blocks into the slot's part of kt (transposed_keys) and runs the item's query blocks in ascending order. The rows' work is transpose_keys' and
-// forward_task's, so the bits are the same; the transposed keys stay in the cache, where
-// separate passes write them all to memory and read them back.
+// the item's key blocks into the slot's part of kt (transposed_keys) and runs the item's query
+// blocks in ascending order. The rows' work is transpose_keys' and forward_task's, so the bits
+// are the same; the transposed keys stay in the cache, where separate passes write them all to
+// memory and read them back.
 template <class T>
 void item_task(const AttnArgs& a, int64_t slot) {
   for (int64_t b = slot; b < a.batch; b += a.slots) {

@@ -48,7 +48,7 @@ void softmax_line_f32(const LineArgs& a, const float* x, float* y, int64_t st, b
   const int64_t n = a.n;
   float m, s;
   if (st == 1 && a.avx2) {
-    m = row_max_vec(x, n);
+    m = row_steps(int(active_isa())).max(x, n);
     s = softmax_exp_sum_vec(x, log_out ? nullptr : y, n, m);  // y may be x: log-softmax reads x again
   } else {
     m = -INFINITY;
@@ -69,7 +69,7 @@ void softmax_line_f32(const LineArgs& a, const float* x, float* y, int64_t st, b
     const float ls = fn::Log::f(s);
     for (int64_t k = 0; k < n; ++k) y[k * st] = x[k * st] - m - ls;
   } else if (st == 1 && a.avx2) {
-    divide_row_vec(y, n, s);
+    row_steps(int(active_isa())).divide(y, n, s);
   } else {
     for (int64_t k = 0; k < n; ++k) y[k * st] /= s;
   }
@@ -497,7 +497,7 @@ int64_t xent_per_row(const XentArgs& a) { return a.grad ? a.C : a.res_n; }
 // The row's maximum m and the sum s of exp(x - m) (written to e when it is not null).
 void xent_row_f32(const XentArgs& a, const float* x, float* e, float& m, float& s) {
   if (a.avx2) {
-    m = row_max_vec(x, a.C);
+    m = row_steps(int(active_isa())).max(x, a.C);
     s = softmax_exp_sum_vec(x, e, a.C, m);
     return;
   }

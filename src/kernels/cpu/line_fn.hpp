@@ -64,17 +64,24 @@ namespace avx512 {
 float softmax_exp_sum(const float* x, float* y, int64_t n, float m);
 void softmax_exp_sum4(const float* const* x, float* const* y, int64_t n, const float* m, float* out);
 // avx2's row steps sixteen floats at a time: the same operations on each element, so the same
-// bits (a maximum of zeros may differ in its sign alone, which no consumer's bits depend on:
-// exp(x - m) and (x - m) - log(s) come out the same).
+// bits. A maximum of zeros may differ in its sign alone (as the scalar and AVX2 builds' already
+// do), which no consumer's bits depend on: a row holding +0 and -0 sums to at least 2, so
+// exp(x - m), (x - m) - log(s), m + log(l) and the comparisons m == m' come out the same.
 float row_max(const float* x, int64_t n);
 float scale_mask_max(float* y, int64_t seen, int64_t n, float s);
 void divide_row(float* y, int64_t n, float s);
 void scale_row(float* y, int64_t n, float s);
 void scale_add_row(float* y, const float* x, int64_t n, float a);
 }
-// avx2::row_max and divide_row in the widest build the active instruction set has.
-float row_max_vec(const float* x, int64_t n);
-void divide_row_vec(float* y, int64_t n, float s);
+// The row steps above in one vector build: AVX-512's for isa 2 (Isa::Avx512), else AVX2's.
+struct RowSteps {
+  float (*max)(const float* x, int64_t n);
+  float (*scale_mask_max)(float* y, int64_t seen, int64_t n, float s);
+  void (*divide)(float* y, int64_t n, float s);
+  void (*scale)(float* y, int64_t n, float s);
+  void (*scale_add)(float* y, const float* x, int64_t n, float a);
+};
+const RowSteps& row_steps(int isa);
 // avx2::softmax_exp_sum in the widest build the active instruction set has (AVX-512's takes
 // sixteen exps at a time and adds them in AVX2's order: the same bits).
 float softmax_exp_sum_vec(const float* x, float* y, int64_t n, float m);

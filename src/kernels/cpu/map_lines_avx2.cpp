@@ -19,11 +19,12 @@ void softmax_exp_sum4_vec(const float* const* x, float* const* y, int64_t n, con
   if (active_isa() == Isa::Avx512) return avx512::softmax_exp_sum4(x, y, n, m, out);
   for (int j = 0; j < 4; ++j) out[j] = avx2::softmax_exp_sum(x[j], y[j], n, m[j]);
 }
-float row_max_vec(const float* x, int64_t n) {
-  return active_isa() == Isa::Avx512 ? avx512::row_max(x, n) : avx2::row_max(x, n);
-}
-void divide_row_vec(float* y, int64_t n, float s) {
-  active_isa() == Isa::Avx512 ? avx512::divide_row(y, n, s) : avx2::divide_row(y, n, s);
+const RowSteps& row_steps(int isa) {
+  static const RowSteps v512{avx512::row_max, avx512::scale_mask_max, avx512::divide_row, avx512::scale_row,
+                             avx512::scale_add_row};
+  static const RowSteps v256{avx2::row_max, avx2::scale_mask_max, avx2::divide_row, avx2::scale_row,
+                             avx2::scale_add_row};
+  return isa >= int(Isa::Avx512) ? v512 : v256;
 }
 }  // namespace synoros::kernels
 namespace synoros::kernels::avx2 {

@@ -73,7 +73,9 @@ void softmax_exp_sum4(const float* const* x, float* const* y, int64_t n, const f
 }
 
 namespace {
-__mmask16 first(int64_t r) { return __mmask16((1u << r) - 1); }  // lanes 0 .. r - 1, r < 16
+// Lanes 0 .. r - 1 (r < 16); tails compute on these lanes alone, so the lanes past a row's end
+// raise no floating-point flags (0 / s, 0 * inf).
+__mmask16 first(int64_t r) { return __mmask16((1u << r) - 1); }
 // The lanes' maximum (none is NaN: the running maxima skip NaN).
 float lanes_max(__m512 mv) { return _mm512_reduce_max_ps(mv); }
 }  // namespace
@@ -96,7 +98,7 @@ float scale_mask_max(float* y, int64_t seen, int64_t n, float s) {
     mv = VecF::max(v, mv);
   }
   if (k < seen) {
-    const __m512 v = VecF::mul(VecF::load_n(y + k, seen - k), sv);
+    const __m512 v = _mm512_maskz_mul_ps(first(seen - k), VecF::load_n(y + k, seen - k), sv);
     VecF::store_n(y + k, v, seen - k);
     mv = _mm512_mask_max_ps(mv, first(seen - k), v, mv);
   }
@@ -108,14 +110,14 @@ void divide_row(float* y, int64_t n, float s) {
   const __m512 sv = VecF::set(s);
   int64_t k = 0;
   for (; k + 16 <= n; k += 16) VecF::store(y + k, VecF::div(VecF::load(y + k), sv));
-  if (k < n) VecF::store_n(y + k, VecF::div(VecF::load_n(y + k, n - k), sv), n - k);
+  if (k < n) VecF::store_n(y + k, _mm512_maskz_div_ps(first(n - k), VecF::load_n(y + k, n - k), sv), n - k);
 }
 
 void scale_row(float* y, int64_t n, float s) {
   const __m512 sv = VecF::set(s);
   int64_t k = 0;
   for (; k + 16 <= n; k += 16) VecF::store(y + k, VecF::mul(VecF::load(y + k), sv));
-  if (k < n) VecF::store_n(y + k, VecF::mul(VecF::load_n(y + k, n - k), sv), n - k);
+  if (k < n) VecF::store_n(y + k, _mm512_maskz_mul_ps(first(n - k), VecF::load_n(y + k, n - k), sv), n - k);
 }
 
 void scale_add_row(float* y, const float* x, int64_t n, float a) {
