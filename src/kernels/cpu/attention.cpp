@@ -499,11 +499,13 @@ int64_t last_block_of_split(int64_t s, int64_t last_block) {
   return std::min(last_block, (s + 1) * (kSplit / kBlock) - 1);
 }
 
-// The keys and values of batch item b + 1 (nulls after the last one).
+// The keys and values of the batch item the task runs after b: b + 1, or b + a.slots by batch
+// items (nulls after the last one).
 template <class T>
 std::pair<const T*, const T*> next_item(const AttnArgs& a, int64_t b) {
-  if (b + 1 >= a.batch) return {nullptr, nullptr};
-  return {rows_of<T>(a, a.k, kK, b + 1).p, rows_of<T>(a, a.v, kV, b + 1).p};
+  const int64_t next = b + (a.slots ? a.slots : 1);
+  if (next >= a.batch) return {nullptr, nullptr};
+  return {rows_of<T>(a, a.k, kK, next).p, rows_of<T>(a, a.v, kV, next).p};
 }
 
 // One task per (batch, query block): walks the splits in ascending order.
