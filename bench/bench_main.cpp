@@ -425,6 +425,25 @@ void Conv3x3Winograd(benchmark::State& state) {
 }
 BENCHMARK(Conv3x3Winograd)->Name("Conv3x3/winograd")->UseRealTime()->Unit(benchmark::kMillisecond);
 
+// resnet-mini's downsampling convolutions forward: batch 64, 3x3 at stride 2 (padding 1), 16 -> 32
+// channels from 28x28 to 14x14 and 32 -> 64 from 14x14 to 7x7, in the canonical order.
+void ConvForwardStride2(benchmark::State& state, int64_t c, int64_t hw) {
+  Tensor w = Tensor::randn({2 * c, c, 3, 3}, 2, 0.1);
+  CompiledStep step = compile([&](const std::vector<Tensor>& a) { return std::vector<Tensor>{nn::conv2d(a[0], w, {}, 2, 1, 1)}; },
+                              {{DType::F32, {64, c, hw, hw}}});
+  step({Tensor::randn({64, c, hw, hw}, 1).value()});
+  for (auto _ : state) {
+    step.run();
+    benchmark::DoNotOptimize(step.output_ptr(0));
+  }
+  state.SetLabel(step.plan().launch_info().back().kernel);
+  const int64_t out = hw / 2;
+  state.counters["FLOPS"] = benchmark::Counter(double(state.iterations()) * 2.0 * 64 * 2 * c * out * out * c * 9,
+                                               benchmark::Counter::kIsRate);
+}
+BENCHMARK_CAPTURE(ConvForwardStride2, c16, 16, 28)->Name("ConvForward/stride:2/c:16")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(ConvForwardStride2, c32, 32, 14)->Name("ConvForward/stride:2/c:32")->UseRealTime()->Unit(benchmark::kMillisecond);
+
 // The input gradient of resnet-mini's downsampling convolutions: 16 -> 32 channels, 28x28 -> 14x14
 // at stride 2, kernel 3 (padding 1) or the 1x1 shortcut, batch 64, in the canonical order.
 void ConvDataGradStride2(benchmark::State& state, int64_t k) {
