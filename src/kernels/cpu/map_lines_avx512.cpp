@@ -124,8 +124,11 @@ void scale_add_row(float* y, const float* x, int64_t n, float a) {
   const __m512 av = VecF::set(a);
   int64_t k = 0;
   for (; k + 16 <= n; k += 16) VecF::store(y + k, VecF::add(VecF::mul(VecF::load(y + k), av), VecF::load(x + k)));
-  if (k < n)
-    VecF::store_n(y + k, VecF::add(VecF::mul(VecF::load_n(y + k, n - k), av), VecF::load_n(x + k, n - k)), n - k);
+  if (k < n) {
+    const __mmask16 m = first(n - k);
+    VecF::store_n(y + k, _mm512_maskz_add_ps(m, _mm512_maskz_mul_ps(m, VecF::load_n(y + k, n - k), av), VecF::load_n(x + k, n - k)),
+                  n - k);
+  }
 }
 }  // namespace synoros::kernels::avx512
 #pragma GCC pop_options
