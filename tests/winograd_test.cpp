@@ -157,6 +157,103 @@ TEST(WinogradConv2d, TakenWhereItAppliesAndAgreesWithTheContraction) {
   for (int64_t i = 0; i < a.numel(); ++i) EXPECT_NEAR(a.get(i), b.get(i), 1e-4 * (1 + std::fabs(b.get(i)))) << i;
 }
 
+// A weight held in a parameter is transformed (G g G^T) once per version: a plan that runs again
+// with the weight unchanged (inference) reads the transform it made, with the same bits as a
+// fresh plan; a change made through the API is transformed again; a write the engine is not
+// told of is not seen (as for packed GEMM weights); a plan that writes the weight every call (a
+// training step) transforms it every call; and borrowed memory is transformed every call.
+TEST(WinogradConv2d, TransformsAWeightOnlyWhenItsVersionMoves) {
+  auto same = [](const HostTensor& a, const HostTensor& b) {
+    return a.bytes() == b.bytes() && std::memcmp(a.buffer->data(), b.buffer->data(), a.bytes()) == 0;
+  };
+  const HostTensor xv = synoros::testing::random_tensor({DType::F32, {2, 12, 9, 9}}, 51);
+  auto conv_of = [&](std::shared_ptr<HostTensor> w) {
+    auto g = std::make_shared<Graph>();
+    ValueId x = g->input(DType::F32, xv.shape, "x");
+    ValueId y = g->add(Op::Conv3x3, {x, g->param(w, "w")}, attr::Conv3x3{1, false});
+    return std::make_tuple(g, x, y);
+  };
+  auto fresh = [&](const HostTensor& wv) {  // a new plan over a copy of the weight
+    auto copy = std::make_shared<HostTensor>(wv.dtype, wv.shape);
+    std::memcpy(copy->buffer->data(), wv.buffer->data(), wv.bytes());
+    auto [g, x, y] = conv_of(copy);
+    Plan f(*g, {y});
+    f.set_input(x, xv);
+    f.run();
+    return f.read(y);
+  };
+  auto w = std::make_shared<HostTensor>(synoros::testing::random_tensor({DType::F32, {16, 12, 3, 3}}, 52));
+  auto [g, x, y] = conv_of(w);
+  Plan p(*g, {y});
+  p.set_input(x, xv);
+  p.run();
+  ASSERT_EQ(p.launch_info().back().kernel, "winograd");
+  const HostTensor first = p.read(y);
+  EXPECT_TRUE(same(first, fresh(*w)));
+  p.run();
+  EXPECT_TRUE(same(p.read(y), first));
+
+  float* raw = static_cast<float*>(w->buffer->data());
+  const float saved = raw[3];
+  raw[3] = 100.0f;  // not announced: the plan keeps its transform
+  const HostTensor written = fresh(*w);
+  ASSERT_FALSE(same(written, first));  // the write matters to a plan that sees it
+  p.run();
+  EXPECT_TRUE(same(p.read(y), first));
+  raw[3] = saved;
+
+  w->set(3, 100.0);  // the same change through the API: transformed again
+  p.run();
+  EXPECT_TRUE(same(p.read(y), written));
+  w->set(3, double(saved));
+  p.run();
+  EXPECT_TRUE(same(p.read(y), first));
+
+  // Borrowed memory: its owner writes in place without a version; every call transforms it.
+  auto owner = std::make_shared<std::vector<float>>(size_t(w->numel()) + 16);
+  float* b = owner->data();
+  while (reinterpret_cast<uintptr_t>(b) % 64) ++b;
+  std::memcpy(b, w->buffer->data(), w->bytes());
+  auto bw = std::make_shared<HostTensor>();
+  bw->dtype = DType::F32, bw->shape = w->shape;
+  bw->buffer = std::make_shared<Buffer>(b, w->bytes(), owner);
+  auto [bg, bx, by] = conv_of(bw);
+  Plan q(*bg, {by});
+  q.set_input(bx, xv);
+  q.run();
+  EXPECT_TRUE(same(q.read(by), first));
+  b[3] = 100.0f;
+  q.run();
+  EXPECT_TRUE(same(q.read(by), written));
+}
+
+// A training step writes its weights every call: each call's convolutions transform the weights
+// the last update left. Three calls of one step give the bytes of three calls that transform
+// every call (SYNOROS_NO_WEIGHT_PACKS=1).
+TEST(WinogradConv2d, TrainingStepsTransformEachNewWeight) {
+  WinogradOn on;
+  auto params_after = [] {
+    auto m = train::make_classifier("resnet-mini", 10, 4);
+    optim::SGD opt(m->parameters(), 0.05, 0.0, 0.0);
+    HostTensor y(DType::I64, {8});
+    for (int64_t i = 0; i < 8; ++i) y.set(i, double(i % 10));
+    const HostTensor x = Tensor::randn({8, 1, 28, 28}, 5).value();
+    CompiledStep step = train::compile_classifier_train(*m, opt, 8);
+    EXPECT_TRUE(took(step, "winograd"));
+    for (int s = 0; s < 3; ++s) step({x, y});
+    std::vector<char> bytes;
+    for (const Tensor& t : m->parameters()) {
+      const HostTensor h = t.value();
+      const char* d = static_cast<const char*>(h.buffer->data());
+      bytes.insert(bytes.end(), d, d + h.bytes());
+    }
+    return bytes;
+  };
+  const std::vector<char> kept = params_after();
+  config::ScopedOverride every_call("SYNOROS_NO_WEIGHT_PACKS", "1");
+  EXPECT_EQ(kept, params_after());
+}
+
 TEST(WinogradConv2d, BadShapesAreErrors) {
   Graph g;
   ValueId x = g.input(DType::F32, {1, 8, 5, 5}, "x");

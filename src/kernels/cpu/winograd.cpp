@@ -13,6 +13,9 @@
 // (winograd_impl.hpp, built per instruction set); the products are the canonical GEMM's, which
 // gives the same bits on every instruction set. Work is split over groups of images (or bands of
 // tile rows of one large image) and blocks of tiles and output channels, which changes no value.
+// A weight held in a parameter is transformed once per version of its buffer, so an inference
+// plan transforms its weights at its first call only (at batch 1 the transform had been most of
+// the op's time); a training step's weights change every call and are transformed every call.
 // The float64 oracle is the direct sum; the tests hold this to it.
 #include "kernels/cpu/winograd.hpp"
 
@@ -22,6 +25,7 @@
 #include "kernels/cpu/cpu_kernels.hpp"
 #include "kernels/cpu/gemm.hpp"
 #include "kernels/onednn_conv.hpp"
+#include "synoros/config.hpp"
 
 namespace synoros::kernels {
 
@@ -35,6 +39,11 @@ struct WinoArgs {
   const float* w;  // [O, C, 3, 3], or flipped: [C, O, 3, 3] read as w[c][o][2 - a][2 - b]
   float* y;        // [N, O, OH, OW]
   float* u;        // [36][C][O]: the transformed weights
+  // The weights' parameter buffer (null: an input, borrowed memory or a probe), and the version of
+  // it u holds: a weight that has not changed since the last call is not transformed again (an
+  // inference plan's every call; a training step's weights change every call and are).
+  const Buffer* w_src;
+  mutable uint64_t u_version;
   int64_t N, C, H, W, O, OH, OW, p;
   bool flipped;
   int64_t th, tw;                  // tile rows and columns of an image
@@ -157,15 +166,24 @@ void conv_task(const void* p, int64_t task) {
 
 void wino_launch(const void* p, ThreadPool& pool) {
   const WinoArgs& a = *static_cast<const WinoArgs*>(p);
-  pool.run((a.O + 7) / 8, weight_task, p);
+  const uint64_t v = a.w_src ? a.w_src->version() : ~uint64_t(0);
+  if (!a.w_src || a.u_version != v) {
+    a.u_version = ~uint64_t(0);  // until the transform below is done
+    pool.run((a.O + 7) / 8, weight_task, p);
+    a.u_version = v;
+  }
   pool.run(a.tasks, conv_task, p);
 }
 
 // The launch over these buffers (shapes as the op's attrs say).
 Launch make_launch(PlanStorage& storage, ValueId node, const Shape& xs, const Shape& ws, int64_t p,
-                   bool flipped, const float* x, const float* w, float* y) {
+                   bool flipped, const float* x, const float* w, float* y, const Buffer* w_src = nullptr) {
   auto* a = storage.make<WinoArgs>();
   a->x = x, a->w = w, a->y = y;
+  // Not for borrowed memory (a NumPy array, a PyTorch tensor): its owner can change it in place
+  // without moving the version. SYNOROS_NO_WEIGHT_PACKS=1 transforms every call.
+  a->w_src = w_src && !w_src->borrowed() && !config::flag("SYNOROS_NO_WEIGHT_PACKS") ? w_src : nullptr;
+  a->u_version = ~uint64_t(0);
   a->N = xs[0], a->C = xs[1], a->H = xs[2], a->W = xs[3];
   a->O = flipped ? ws[1] : ws[0];
   a->OH = a->H + 2 * p - 2, a->OW = a->W + 2 * p - 2, a->p = p, a->flipped = flipped;
@@ -209,7 +227,8 @@ Launch lower_conv3x3(LowerCtx& c) {
   const bool flipped = n.attr<attr::Conv3x3>().flipped;
   const auto* x = static_cast<const float*>(c.in[0]);
   const auto* w = static_cast<const float*>(c.in[1]);
-  Launch own = make_launch(c.storage, c.id, xs, ws, p, flipped, x, w, static_cast<float*>(c.out));
+  const Buffer* w_src = c.in_param.size() > 1 ? c.in_param[1] : nullptr;
+  Launch own = make_launch(c.storage, c.id, xs, ws, p, flipped, x, w, static_cast<float*>(c.out), w_src);
   c.kernel = "winograd";
   if (!fast_kernels()) return own;
   // Fast mode: oneDNN's convolutions may be chosen instead (they round differently). The flipped
