@@ -61,6 +61,9 @@ struct DirectArgs {
   int64_t plane, nq_max;  // floats per channel plane of the padded copy; positions of a full chunk
   int64_t lanes, rows;    // positions per tile, output channels per tile
   const int64_t* off;     // per tap: its offset from the output's position
+  // With several groups per chunk (a small batch): every chunk's padded copy, made once by
+  // pad_task before the groups' tasks read it; null: each task makes its own.
+  float* shared;
   bool avx512;
 };
 
@@ -71,17 +74,9 @@ void tile(bool wide, int64_t rows, int64_t K, const float* w, int64_t ldw, const
   avx2::conv_tile(rows, K, w, ldw, off, b, c, ldc);
 }
 
-// One task: the output channels of one group for the images of one chunk.
-void direct_task(const void* p, int64_t task) {
-  const DirectArgs& a = *static_cast<const DirectArgs*>(p);
-  const int64_t chunk = task / a.groups, o0 = (task % a.groups) * a.per_group;
-  const int64_t oc = std::min(a.per_group, a.O - o0);
+// The padded copy of chunk `chunk`'s images (a.C planes of a.plane floats) into pad.
+void fill_pad(const DirectArgs& a, int64_t chunk, float* pad) {
   const int64_t n0 = chunk * a.imgs, ni = std::min(a.imgs, a.N - n0);
-  const int64_t nq = ((ni - 1) * a.Rimg + a.OH) * a.Wp;
-  const int64_t nqp = (nq + a.lanes - 1) / a.lanes * a.lanes;
-  float* pad =
-      task_scratch(size_t(a.C * a.plane + oc * nqp));  // the padded copy, then the positions
-  float* out = pad + a.C * a.plane;
   std::memset(pad, 0, sizeof(float) * size_t(a.C * a.plane));
   if (a.phase == 0) {
     for (int64_t ch = 0; ch < a.C; ++ch)
@@ -91,8 +86,8 @@ void direct_task(const void* p, int64_t task) {
         for (int64_t h = 0; h < a.H; ++h)
           std::memcpy(dst + h * a.Wp, src + h * a.W, sizeof(float) * size_t(a.W));
       }
-  } else {  // phase plane (ph, pw), row r of image i, column cc: the padded input's (ph + sh r, pw
-            // + sw cc)
+  } else {  // phase plane (ph, pw), row r of image i, column cc: the padded input's (ph + sh r,
+            // pw + sw cc)
     for (int64_t ch = 0; ch < a.C; ++ch)
       for (int64_t ph = 0; ph < a.sh; ++ph)
         for (int64_t pw = 0; pw < a.sw; ++pw) {
@@ -109,6 +104,29 @@ void direct_task(const void* p, int64_t task) {
             }
         }
   }
+}
+
+void pad_task(const void* p, int64_t chunk) {
+  const DirectArgs& a = *static_cast<const DirectArgs*>(p);
+  fill_pad(a, chunk, a.shared + chunk * a.C * a.plane);
+}
+
+// One task: the output channels of one group for the images of one chunk.
+void direct_task(const void* p, int64_t task) {
+  const DirectArgs& a = *static_cast<const DirectArgs*>(p);
+  const int64_t chunk = task / a.groups, o0 = (task % a.groups) * a.per_group;
+  const int64_t oc = std::min(a.per_group, a.O - o0);
+  const int64_t n0 = chunk * a.imgs, ni = std::min(a.imgs, a.N - n0);
+  const int64_t nq = ((ni - 1) * a.Rimg + a.OH) * a.Wp;
+  const int64_t nqp = (nq + a.lanes - 1) / a.lanes * a.lanes;
+  // The padded copy (unless shared), then the positions.
+  float* out = task_scratch(size_t((a.shared ? 0 : a.C * a.plane) + oc * nqp));
+  const float* pad = a.shared + chunk * a.C * a.plane;
+  if (!a.shared) {
+    fill_pad(a, chunk, out);
+    pad = out;
+    out += a.C * a.plane;
+  }
   for (int64_t q0 = 0; q0 < nqp; q0 += a.lanes)
     for (int64_t r = 0; r < oc; r += a.rows)
       tile(a.avx512, std::min(a.rows, oc - r), a.K, a.w + (o0 + r) * a.K, a.K, a.off, pad + q0,
@@ -122,6 +140,7 @@ void direct_task(const void* p, int64_t task) {
 
 void direct_launch(const void* p, ThreadPool& pool) {
   const DirectArgs& a = *static_cast<const DirectArgs*>(p);
+  if (a.shared) pool.run(a.chunks, pad_task, p);
   pool.run(a.chunks * a.groups, direct_task, p);
 }
 
@@ -333,6 +352,10 @@ std::optional<Launch> lower_conv_direct(LowerCtx& c, const ConvGeom& g, const fl
   const int64_t extent = (std::max(nqp + reach, data_end) + 15) / 16 * 16;
   a->phase = strided ? extent : 0;
   a->plane = extent * g.sh * g.sw;
+  // Several groups of output channels read one chunk's padded copy: made once, not per group (at
+  // batch 1, eight times over had been most of a downsampling convolution's time).
+  a->shared = a->groups > 1 ? static_cast<float*>(c.storage.scratch(size_t(a->chunks * g.C * a->plane) * sizeof(float)))
+                            : nullptr;
   auto* off = static_cast<int64_t*>(c.storage.persistent(size_t(a->K) * sizeof(int64_t)));
   // Taps in the weights' order: (c, kh, kw), or (c, kw, kh) for weights laid out [O, C, KW, KH].
   auto tap = [&](int64_t kh, int64_t kw) {
