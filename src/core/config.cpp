@@ -26,8 +26,8 @@ const std::vector<Variable>& variables() {
       {"SYNOROS_NO_FUSION", Kind::Flag, "0|1", "0", "switch fusion off (one launch per op)"},
       {"SYNOROS_NO_PLAN", Kind::Flag, "0|1", "0", "switch memory planning off (a buffer per value)"},
       {"SYNOROS_NO_WEIGHT_PACKS", Kind::Flag, "0|1", "0",
-       "keep no packed copy of weights that do not change between calls (products pack them per call "
-       "or read them in place)"},
+       "keep no packed or transformed copy of weights that do not change between calls (products pack "
+       "them per call or read them in place; Winograd convolutions transform them every call)"},
       {"SYNOROS_NO_HUGE_PAGES", Kind::Flag, "0|1", "0",
        "no transparent huge pages advised for buffers of 2 MiB and more (weights, caches, arenas)"},
       {"SYNOROS_MAX_PLAN_BYTES", Kind::Bytes, "bytes, with an optional K, M or G suffix",
