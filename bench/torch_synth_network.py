@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """A discovered operator in PyTorch: the small ResNet with its exported modules in place of the
 stride-1 3x3 convolutions of the classes the search replaced, against the convolutional network,
-eval-mode forward at batch 64, timed interleaved in one process (PyTorch eager; with --compile,
+eval-mode forward at batch 64 (at another --batch, the convolutional network alone), timed interleaved in one process (PyTorch eager; with --compile,
 both networks through torch.compile, which needs PyTorch 2.x: run it with .peers/bin/python from
 scripts/install_peers.sh).
 
-usage: torch_synth_network.py PREFIX [--threads N] [--repeats N] [--compile]
+usage: torch_synth_network.py PREFIX [--threads N] [--batch N] [--repeats N] [--compile]
 Reads PREFIX_b64_class<c>.py (written by `synoros trials` for operators on the Pareto front as
 REPORT/op<i>_b64_class<c>.py, or by `synoros export --operator ACTIONS --out DIR` as
 DIR/op_b64_class<c>.py). Prints one JSON line: baseline and candidate ms (medians), speedup.
@@ -65,6 +65,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("prefix")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--batch", type=int, default=64,
+                    help="images per call; the exported modules check for batch 64, so at any other batch only the "
+                         "convolutional network is timed")
     ap.add_argument("--repeats", type=int, default=30)
     ap.add_argument("--compile", action="store_true", help="time both networks through torch.compile")
     a = ap.parse_args()
@@ -78,23 +81,27 @@ def main():
         pass
     torch.manual_seed(0)
     base = ResNetMini().eval()
-    cand, classes = replaced_network(a.prefix)
-    cand.eval()
-    x = torch.randn(64, 1, 28, 28)
+    cand, classes = replaced_network(a.prefix) if a.batch == 64 else (None, [])
+    nets = [base] if cand is None else [base, cand.eval()]
+    x = torch.randn(a.batch, 1, 28, 28)
     if a.compile:  # compiled on the first calls below, which are not timed
-        base, cand = torch.compile(base), torch.compile(cand)
-    tb, tc = [], []
+        nets = [torch.compile(n) for n in nets]
+    times = [[] for _ in nets]
     with torch.no_grad():
         for _ in range(3):
-            base(x), cand(x)
+            for n in nets:
+                n(x)
         for r in range(a.repeats):  # ABBA order
-            for net, out in ((base, tb), (cand, tc)) if r % 2 == 0 else ((cand, tc), (base, tb)):
+            order = list(range(len(nets))) if r % 2 == 0 else list(reversed(range(len(nets))))
+            for k in order:
                 t0 = time.perf_counter()
-                net(x)
-                out.append((time.perf_counter() - t0) * 1e3)
-    b, c = statistics.median(tb), statistics.median(tc)
+                nets[k](x)
+                times[k].append((time.perf_counter() - t0) * 1e3)
+    b = statistics.median(times[0])
+    c = statistics.median(times[1]) if cand is not None else None
     print(json.dumps({"operator": a.prefix, "classes": classes, "threads": a.threads, "torch": torch.__version__,
-                      "compiled": a.compile, "baseline_ms": b, "candidate_ms": c, "speedup": b / c}))
+                      "compiled": a.compile, "batch": a.batch, "baseline_ms": b, "candidate_ms": c,
+                      "speedup": b / c if c else None}))
 
 
 if __name__ == "__main__":
