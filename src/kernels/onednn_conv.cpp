@@ -582,11 +582,11 @@ thread_local bool probing = false;  // lowering the alternative on probe buffers
 
 // The candidates' runs on one probe: each algorithm checked against float64, and the
 // alternative lowered over the same buffers, all made only when the choice is measured. Each
-// timed run prepares the weights again: the plan cannot tell a training step's parameters
-// (updated every run) from constant ones, nor computed weights (such as a data gradient's
-// flipped ones) from either, and Winograd's weight transform costs as much as its gain on small
-// images (64 channels at 7x7: ~1 ms against ~0.8 ms saved); constant weights may thus pass over
-// Winograd where it would win.
+// timed run prepares the weights again: probes run on copies, with no parameter buffer whose
+// version would say the weights are constant (the engine's own Winograd launch transforms a
+// parameter's weights once per version outside probes), and Winograd's weight transform costs as
+// much as its gain on small images (64 channels at 7x7: ~1 ms against ~0.8 ms saved); constant
+// weights may thus pass over Winograd where it would win.
 class ProbeRuns {
  public:
   ProbeRuns(const ConvGeom& g, const ProbeLowering& alt) : g_(g), alt_(alt) {}

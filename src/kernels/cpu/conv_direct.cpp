@@ -121,10 +121,11 @@ void direct_task(const void* p, int64_t task) {
   const int64_t nqp = (nq + a.lanes - 1) / a.lanes * a.lanes;
   // The padded copy (unless shared), then the positions.
   float* out = task_scratch(size_t((a.shared ? 0 : a.C * a.plane) + oc * nqp));
-  const float* pad = a.shared + chunk * a.C * a.plane;
-  if (!a.shared) {
+  const float* pad = out;
+  if (a.shared) {
+    pad = a.shared + chunk * a.C * a.plane;
+  } else {
     fill_pad(a, chunk, out);
-    pad = out;
     out += a.C * a.plane;
   }
   for (int64_t q0 = 0; q0 < nqp; q0 += a.lanes)
