@@ -1,6 +1,7 @@
 // safetensors checkpoints: bit-exact round trips, the on-disk layout, load_into's checks, atomic
 // saves, malformed and fuzzed files, and interchange with Python (struct/json, and torch).
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -192,11 +193,51 @@ TEST(CheckpointSafetensors, FailedSaveKeepsTheExistingFile) {
   fs::remove(tmp);
   EXPECT_EQ(read_bytes(p), before);
 
-  // The rename cannot happen (the target is a non-empty directory): the temporary goes away.
+  // A directory in the target's place is refused before a temporary is made.
   const std::string dir_target = dir.file("occupied");
   fs::create_directories(fs::path(dir_target) / "inside");
-  expect_error([&] { save_safetensors(dir_target, m); }, {dir_target, "rename"});
+  expect_error([&] { save_safetensors(dir_target, m); }, {dir_target, "not a regular file", "a directory"});
   EXPECT_FALSE(fs::exists(dir_target + ".tmp." + std::to_string(::getpid())));
+  EXPECT_TRUE(fs::is_directory(fs::path(dir_target) / "inside"));
+
+  // A FIFO (or a device) in the target's place is refused and left as it was.
+  const std::string fifo = dir.file("pipe");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  expect_error([&] { save_safetensors(fifo, m); }, {fifo, "not a regular file", "a FIFO"});
+  EXPECT_TRUE(fs::is_fifo(fifo));
+
+  // A symbolic link is written through: the file it names is replaced, the link stays.
+  const std::string real = dir.file("real.safetensors"), link = dir.file("link.safetensors");
+  save_safetensors(real, {{"a", &m.at("counts")}});
+  fs::create_symlink(real, link);
+  save_safetensors(link, m);
+  EXPECT_TRUE(fs::is_symlink(link));
+  EXPECT_EQ(read_bytes(real), before);
+  // A relative link, through a second link, from another working directory.
+  fs::create_directory(dir.path / "sub");
+  fs::create_symlink("../real.safetensors", dir.path / "sub" / "rel.safetensors");
+  fs::create_symlink("sub/rel.safetensors", dir.path / "chain.safetensors");
+  save_safetensors(real, {{"a", &m.at("counts")}});
+  save_safetensors(dir.file("chain.safetensors"), m);
+  EXPECT_TRUE(fs::is_symlink(dir.path / "chain.safetensors"));
+  EXPECT_TRUE(fs::is_symlink(dir.path / "sub" / "rel.safetensors"));
+  EXPECT_EQ(read_bytes(real), before);
+  // Another user's link in a sticky directory anyone can write to is not followed (root can make one).
+  if (::geteuid() == 0) {
+    const fs::path shared = dir.path / "shared";
+    fs::create_directory(shared);
+    fs::permissions(shared, fs::perms::all | fs::perms::sticky_bit);
+    const fs::path theirs = shared / "theirs.safetensors";
+    fs::create_symlink(real, theirs);
+    ASSERT_EQ(::lchown(theirs.c_str(), 65534, 65534), 0);
+    expect_error([&] { save_safetensors(theirs.string(), m); }, {"another user's symbolic link", "not followed"});
+  }
+  // A dangling link creates the file it names.
+  const std::string gone = dir.file("gone.safetensors"), dangling = dir.file("dangling.safetensors");
+  fs::create_symlink(gone, dangling);
+  save_safetensors(dangling, m);
+  EXPECT_TRUE(fs::is_symlink(dangling));
+  EXPECT_EQ(read_bytes(gone), before);
 
   // A read-only directory refuses the temporary (unless we are root, who may write anyway).
   if (::geteuid() != 0) {

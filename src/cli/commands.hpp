@@ -46,6 +46,8 @@ std::string read_text_file(const std::string& path, const std::string& what);
 // Creates `dir` (and its parents) and checks that files can be written there, before any work;
 // Error naming WHAT and the cause otherwise. writable_file: the same for a file's directory.
 void writable_dir(const std::string& dir, const std::string& what);
-void writable_file(const std::string& path, const std::string& what);
+// replaced: the file is saved by replacing it (write_file_atomic), so a device or FIFO there is an
+// error too; otherwise it is written in place (a trace to /dev/stdout).
+void writable_file(const std::string& path, const std::string& what, bool replaced = true);
 
 }  // namespace synoros::cli

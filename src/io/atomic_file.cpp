@@ -68,8 +68,38 @@ void remove_stale_temporaries(const std::string& path) {
   }
 }
 
-void write_file_atomic(const std::string& path, const std::string& what,
+std::string save_target(const std::string& path, const std::string& what) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  auto not_regular = [&](const fs::file_status& st, const std::string& named) {
+    return Error(what + " " + named + ": not a regular file (" +
+                 (fs::is_directory(st) ? "a directory" : fs::is_fifo(st) ? "a FIFO" : "a device or socket") +
+                 "); nothing was written");
+  };
+  const fs::file_status given = fs::status(path, ec);  // through any links, as the kernel sees it
+  if (fs::exists(given) && !fs::is_regular_file(given)) throw not_regular(given, path);
+  fs::path target = path;
+  for (int hops = 0; fs::is_symlink(fs::symlink_status(target, ec)); ++hops) {  // a dangling link too
+    // As the kernel's protected_symlinks: a link in a sticky directory that anyone can write to
+    // is followed only when it is this user's (another user's could point anywhere).
+    const fs::path dir = target.parent_path().empty() ? fs::path(".") : target.parent_path();
+    struct stat d {}, l {};
+    if (::stat(dir.c_str(), &d) == 0 && ::lstat(target.c_str(), &l) == 0 && (d.st_mode & S_ISVTX) &&
+        (d.st_mode & S_IWOTH) && l.st_uid != ::geteuid())
+      throw Error(what + " " + path + ": " + target.string() +
+                  " is another user's symbolic link in a directory anyone can write to; it is not followed");
+    fs::path next = fs::read_symlink(target, ec);
+    if (ec || hops == 40) throw Error(what + " " + path + ": cannot resolve the link" + (ec ? ": " + ec.message() : ""));
+    target = next.is_absolute() ? next : target.parent_path() / next;
+  }
+  const fs::file_status st = fs::status(target, ec);
+  if (fs::exists(st) && !fs::is_regular_file(st)) throw not_regular(st, path + " (the link's target " + target.string() + ")");
+  return target.string();
+}
+
+void write_file_atomic(const std::string& given, const std::string& what,
                        const std::function<void(const ByteSink&)>& produce) {
+  const std::string path = save_target(given, what);
   remove_stale_temporaries(path);
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
