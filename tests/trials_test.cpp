@@ -256,25 +256,33 @@ TEST(Trials, EvaluateTrainsAndTimesATinyProxy) {
   EXPECT_NE(b.error.find("output dims"), std::string::npos) << b.error;
 }
 
+// Plans timed by the cost model for the scope (deterministic).
+struct CostModelTimer {
+  CostModelTimer() { set_plan_timer(cost_model_ms); }
+  ~CostModelTimer() { set_plan_timer(nullptr); }
+};
+// A search over a width-4 network at depth 5, in `dir`.
+TrialsConfig small_search(const std::string& dir, uint64_t mcts_iterations, int64_t screened, int64_t candidates, int64_t rounds) {
+  TrialsConfig cfg;
+  cfg.width = 4;
+  cfg.depth = 5;
+  cfg.mcts_iterations = mcts_iterations;
+  cfg.screened = screened;
+  cfg.candidates = candidates;
+  cfg.rounds = rounds;
+  cfg.proxy.width = 4;
+  cfg.dir = dir;
+  return cfg;
+}
+
 // The whole search with the training replaced by a deterministic stand-in (accuracy from the
 // operator's canonical form) and plans timed by the cost model: which candidates are trained,
 // how a worker that dies is recorded, the Pareto front, and a resumed search that trains nothing
 // again and reports the same outcome.
 TEST(Trials, FailedWorkersParetoFrontAndResume) {
-  set_plan_timer(cost_model_ms);
-  struct Restore {
-    ~Restore() { set_plan_timer(nullptr); }
-  } restore;
+  CostModelTimer timer;
   synoros::testing::TempDir dir("trials-e2e");
-  TrialsConfig cfg;
-  cfg.width = 4;
-  cfg.depth = 5;
-  cfg.mcts_iterations = 400;
-  cfg.screened = 12;
-  cfg.candidates = 4;
-  cfg.rounds = 2;
-  cfg.proxy.width = 4;
-  cfg.dir = dir.path.string();
+  TrialsConfig cfg = small_search(dir.path.string(), 400, 12, 4, 2);
   synth::Synthesizer syn(resnet_conv_spec(cfg.width), depth(cfg.depth));
   int64_t jobs_seen = 0;
   std::string failed_key;
@@ -356,6 +364,75 @@ TEST(Trials, FailedWorkersParetoFrontAndResume) {
     EXPECT_EQ(again.evaluations[i].failed, first.evaluations[i].failed);
   }
   EXPECT_EQ(again.pareto, first.pareto);
+}
+
+// A baseline that fails (its data missing, say) stops the search with its cause before anything
+// of the round is recorded. Failed candidates are results, kept on a rerun, unless a baseline failed
+// at their budget (as earlier builds recorded such a run): those are trained again.
+TEST(Trials, AFailedBaselineStopsTheSearchAndIsRetried) {
+  CostModelTimer timer;
+  synoros::testing::TempDir dir("trials-baseline");
+  TrialsConfig cfg = small_search(dir.path.string(), 200, 6, 2, 1);
+  synth::Synthesizer syn(resnet_conv_spec(cfg.width), depth(cfg.depth));
+  bool data_missing = true, candidates_fail = false;
+  int64_t trained = 0;
+  cfg.run_workers = [&](const std::vector<std::vector<std::string>>& jobs) {
+    std::vector<WorkerResult> out;
+    for (const auto& a : jobs) {
+      WorkerResult r;
+      if (data_missing) {
+        r.ok = false, r.error = "IDX file missing/train-images-idx3-ubyte.gz: cannot open";
+        out.push_back(r);
+        continue;
+      }
+      ++trained;
+      Evaluation e;
+      std::string actions;
+      for (size_t i = 0; i + 1 < a.size(); ++i) {
+        if (a[i] == "--actions") actions = a[i + 1];
+        if (a[i] == "--mask") e.class_mask = unsigned(std::stoul(a[i + 1]));
+        if (a[i] == "--epochs") e.trained_epochs = std::stoll(a[i + 1]);
+      }
+      if (actions.empty()) {
+        e.key = "baseline";
+      } else {
+        synth::Operator op = synth::build_from_actions(syn, parse_actions(actions));
+        e.key = op.canonical, e.actions = actions, e.formula = synth::formula(syn.spec(), op);
+        if (candidates_fail) {
+          r.ok = false, r.error = "worker killed by signal 9";
+          out.push_back(r);
+          continue;
+        }
+      }
+      e.accuracy = 0.8;
+      r.ok = true, r.line = to_json(e);
+      out.push_back(r);
+    }
+    return out;
+  };
+  synoros::testing::expect_error([&] { run_trials(cfg); }, {"baseline network failed", "train-images-idx3-ubyte.gz: cannot open"});
+  EXPECT_EQ(trained, 0);
+  // The baseline trains, every candidate's worker dies: failed candidates, kept on a rerun.
+  data_missing = false, candidates_fail = true;
+  TrialsOutcome failed = run_trials(cfg);
+  EXPECT_FALSE(failed.baseline.failed);
+  EXPECT_EQ(failed.baseline.accuracy, 0.8);
+  ASSERT_FALSE(failed.evaluations.empty());
+  for (const Evaluation& e : failed.evaluations) EXPECT_TRUE(e.failed) << e.key;
+  candidates_fail = false;
+  const int64_t after_first = trained;
+  run_trials(cfg);
+  EXPECT_EQ(trained, after_first) << "failed candidates were trained again";
+  {  // A failed baseline at the same budget (as earlier builds recorded a run without data).
+    Evaluation old;
+    old.key = "baseline", old.trained_epochs = cfg.proxy.epochs, old.failed = true, old.error = "data missing";
+    std::ofstream(dir.path / "evaluations.jsonl", std::ios::app) << to_json(old) << "\n";
+  }
+  TrialsOutcome out = run_trials(cfg);
+  EXPECT_EQ(trained, after_first + int64_t(failed.evaluations.size())) << "the failed candidates were not retrained";
+  EXPECT_FALSE(out.baseline.failed);
+  ASSERT_EQ(out.evaluations.size(), failed.evaluations.size());
+  for (const Evaluation& e : out.evaluations) EXPECT_FALSE(e.failed) << e.key << ": " << e.error;
 }
 
 }  // namespace

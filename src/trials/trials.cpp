@@ -89,16 +89,23 @@ class Log {
   explicit Log(const std::string& path) : path_(path) {
     std::ifstream f(path);
     std::string line;
+    std::vector<Evaluation> read;
+    std::set<int64_t> failed_base;  // budgets at which a baseline failed (kept by earlier builds)
     while (std::getline(f, line)) {
       if (line.empty()) continue;
       try {
-        Evaluation e = evaluation_from_json(line);
-        done_[record_key(e.key, e.class_mask, e.trained_epochs)] = e;
-        next_order_ = std::max(next_order_, e.order + 1);
+        read.push_back(evaluation_from_json(line));
+        next_order_ = std::max(next_order_, read.back().order + 1);
+        if (read.back().failed && read.back().key == "baseline") failed_base.insert(read.back().trained_epochs);
       } catch (const Error&) {
         // A line cut by a kill mid-write: everything before it is intact.
       }
     }
+    // A failed candidate is a result (not retried), unless a baseline failed at its budget too (the
+    // same cause, most likely): those, and the failed baseline, are trained again.
+    for (const Evaluation& e : read)
+      if (!e.failed || (e.key != "baseline" && !failed_base.count(e.trained_epochs)))
+        done_[record_key(e.key, e.class_mask, e.trained_epochs)] = e;
   }
   const Evaluation* find(const std::string& key, unsigned mask, int64_t epochs) const {
     auto it = done_.find(record_key(key, mask, epochs));
@@ -373,6 +380,12 @@ TrialsOutcome run_trials(const TrialsConfig& cfg) {
         std::to_string(epochs) + " epoch(s) on " + std::to_string(cfg.proxy.train_images) + " images, " +
         std::to_string(jobs.size()) + " to train");
     std::vector<Evaluation> fresh = run_jobs(cfg, spec, jobs, say);
+    // Without the baseline nothing can be rewarded, and its failure (missing data, say) is most
+    // likely every candidate's too: stop before any of this round is recorded, so that a rerun
+    // once the cause is fixed trains them all.
+    if (!jobs.empty() && !jobs[0].op && fresh[0].failed)
+      throw Error("trials: the baseline network failed, so nothing can be compared with it (nothing of this round "
+                  "was recorded): " + fresh[0].error);
     // Latency is measured here, one candidate at a time, so parallel training never skews it.
     for (size_t i = 0; i < fresh.size(); ++i) {
       Evaluation& e = fresh[i];
