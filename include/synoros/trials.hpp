@@ -43,6 +43,10 @@ std::shared_ptr<nn::ResNetMini> make_network(const synth::Spec& spec, const synt
 // report) in the layer classes of `mask`; the search's own spec at `width`.
 std::shared_ptr<nn::ResNetMini> network_from_actions(const std::string& actions, unsigned mask, uint64_t seed,
                                                      int64_t width = 16, int max_depth = 12);
+// Throws Error unless `mask` names at least one of resnet-mini's layer classes and no other
+// bit: a --mask typed for a classifier's searched operator (network_from_actions itself ignores
+// bits past the classes, as checkpoints that recorded such a mask were trained).
+void check_class_mask(unsigned mask);
 
 // How many spatial positions of the output an impulse at the centre of the input reaches (all
 // channels set, positive weights so nothing cancels), at the spec's binding 0: 9 for a 3x3 or a

@@ -53,8 +53,9 @@ int64_t parse_int(const std::string& cmd, const Opt& o, const std::string& v) {
   errno = 0;
   long long x = std::strtoll(v.c_str(), &end, 10);
   if (v.empty() || *end != 0) throw UsageError(cmd + ": --" + o.name + " expects an integer, got '" + v + "'");
-  if (errno == ERANGE || x < o.imin || x > o.imax)
-    throw UsageError(cmd + ": --" + o.name + " " + v + " is out of range (" + range_text(o) + ")");
+  if (errno == ERANGE || x < o.imin || x > o.imax)  // both ends named: ">= 0" does not say where it stops
+    throw UsageError(cmd + ": --" + o.name + " " + v + " is out of range (" + std::to_string(o.imin) + " to " +
+                     std::to_string(o.imax) + ")");
   return x;
 }
 

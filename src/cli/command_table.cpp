@@ -163,7 +163,8 @@ CommandSpec profile_spec() {
       choice("model", "mlp", "mlp|gpt|gpt2-block|mlp-classifier|lenet|resnet-mini",
              "the model (gpt2-block: one block of gpt2-98m, width 768, over a sequence of 512: its part of a "
              "training step)"),
-      flag("inference", "the eval-mode forward pass at batch 64 (classifiers)"),
+      flag("inference", "the eval-mode forward pass at --batch (classifiers)"),
+      integer("batch", 64, 1, 65536, "images per inference pass (with --inference)"),
       integer("iterations", 200, 1, 1'000'000, "timed runs (at most 5 for the larger models, 20 for inference)"),
       path("trace", "", "also write a Chrome trace here"),
       path("describe", "", "also write the plan's description here (classifiers)"),
@@ -171,7 +172,7 @@ CommandSpec profile_spec() {
            "measure every kernel choice anew (in a temporary tuning cache) and write the selection "
            "certificates here as JSON; prints the roofline model's calibration"),
       text("operator", "", "resnet-mini with a searched operator (an action path), inference"),
-      integer("mask", 7, 1, 255, "layer classes that take --operator"),
+      integer("mask", 7, 1, 7, "layer classes that take --operator (bit i: class i of resnet-mini's 3)"),
       threads_opt(),
       fast_opt(),
   };
@@ -339,7 +340,7 @@ CommandSpec generate_spec() {
 CommandSpec operator_spec(const char* name, const char* summary, std::vector<Opt> extra) {
   CommandSpec s{name, summary, "", {}, {}};
   s.opts = {text("operator", "", "an action path from a trials report (required)"),
-            integer("mask", 7, 1, 255, "layer classes that take the operator (bit i: class i)"),
+            integer("mask", 7, 1, 7, "layer classes that take the operator (bit i: class i of resnet-mini's 3)"),
             integer("width", 16, 1, 4096, "network width")};
   for (Opt& o : extra) s.opts.push_back(std::move(o));
   return s;

@@ -27,7 +27,12 @@ int train_mlp(const Args& a) {
   std::cout << "tiny MLP 16-32-8, MSE on a fixed synthetic regression task, SGD lr=" << lr << ", "
             << steps << " steps, " << num_threads() << " thread(s)\n";
   std::vector<double> losses;
-  for (int64_t i = 0; i < steps; ++i) losses.push_back(step({task.x, task.target})[0].get(0));
+  for (int64_t i = 0; i < steps; ++i) {
+    losses.push_back(step({task.x, task.target})[0].get(0));
+    if (!std::isfinite(losses.back()))
+      throw Error("train-mlp: the loss became " + std::to_string(losses.back()) + " at step " + std::to_string(i + 1) +
+                  " (a lower --lr may help)");
+  }
   double hi = *std::max_element(losses.begin(), losses.end());
   int64_t stride = std::max<int64_t>(1, steps / 20);
   std::cout << "loss curve (every " << stride << " steps):\n";

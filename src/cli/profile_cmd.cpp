@@ -82,11 +82,14 @@ int profile_model(const Args& a) {
   } else {
     a.refuse("mask", "goes with --operator");
   }
+  if (!inference) a.refuse("batch", "goes with --inference");
   if (inference && model != "mlp-classifier" && model != "lenet" && model != "resnet-mini")
     throw UsageError("profile: --inference applies to the classifiers (mlp-classifier, lenet, resnet-mini)");
   if (!describe.empty() && (model == "mlp" || model == "gpt" || model == "gpt2-block" || inference))
     throw UsageError("profile: --describe applies to the classifiers' training step");
   std::string certificates = a.str("certificates");
+  if (!certificates.empty()) writable_file(certificates, "profile: --certificates");
+  if (!trace.empty()) writable_file(trace, "profile: --trace", false);
   FreshTuning fresh(!certificates.empty());
   MachinePeak peak = measure_peak();
   Profile prof;
@@ -125,11 +128,12 @@ int profile_model(const Args& a) {
     } else {
       m = train::make_classifier(model == "mlp-classifier" ? "mlp" : model, 10, 1);
     }
-    if (inference) {  // the eval-mode forward pass at batch 64 (what the operator search times)
+    if (inference) {  // the eval-mode forward pass (at batch 64, what the operator search times)
       m->eval();
+      const int64_t batch = a.integer("batch");
       CompiledStep fwd = compile([&m](const std::vector<Tensor>& in) { return std::vector<Tensor>{m->forward(in[0])}; },
-                                 {{DType::F32, {64, 1, 28, 28}}});
-      fwd.plan().set_input("arg0", Tensor::randn({64, 1, 28, 28}, 3).value());
+                                 {{DType::F32, {batch, 1, 28, 28}}});
+      fwd.plan().set_input("arg0", Tensor::randn({batch, 1, 28, 28}, 3).value());
       prof = measure(fwd.plan(), std::min(iterations, 20), peak);
       std::cout << prof.table();
       certify_plan(fwd.plan());

@@ -260,6 +260,7 @@ int train_classifier(const Args& a, const std::string& model, const MpiRuntime& 
   if (a.has("operator") && model != "resnet-mini")
     throw UsageError("train: --operator replaces resnet-mini's 3x3 convolutions or a GPT's projections, not " + model +
                      "'s layers");
+  if (a.has("operator") && a.has("mask")) trials::check_class_mask(unsigned(a.integer("mask")));
   // Recorded either way, so resuming with or without --operator is checked in both directions.
   c.extra = {{kOperatorKey, a.str("operator", "")},
              {kMaskKey, a.has("operator") ? std::to_string(a.integer("mask", 7)) : ""}};
@@ -611,6 +612,7 @@ int eval_cmd(const Args& a) {
   std::unique_ptr<train::ClassifierTrainer> tp;
   std::string actions = a.str("operator", "");
   int64_t mask = a.integer("mask", 7);
+  if (a.has("operator") && a.has("mask")) trials::check_class_mask(unsigned(mask));
   if (md.count(kOperatorKey)) {  // recorded (empty: the plain network)
     a.refuse("operator", "is recorded in the checkpoint");
     a.refuse("mask", "is recorded in the checkpoint");

@@ -123,6 +123,7 @@ int latency_cmd(const Args& a) {
   int64_t width = a.integer("width");
   unsigned mask = unsigned(a.integer("mask"));
   int rounds = int(a.integer("rounds")), repeats = int(a.integer("repeats"));
+  if (a.has("json")) writable_file(a.str("json"), "latency: --json");
   auto base = trials::make_network(trials::resnet_conv_spec(width), nullptr, 0, 1, width);
   auto cand = trials::network_from_actions(a.str("operator"), mask, 1, width);
   std::printf("%-7s %-7s %-22s %-22s %s\n", "batch", "threads", "baseline ms", "operator ms", "speedup (rounds)");

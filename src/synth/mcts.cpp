@@ -30,11 +30,14 @@ std::string encode_actions(const std::vector<Action>& p) {
 std::vector<Action> decode_actions(const std::string& s) {
   std::istringstream in(s);
   size_t n = 0;
-  if (!(in >> n) || n > 64) throw Error("synth checkpoint: corrupt action path");
+  if (!(in >> n) || n > 64)
+    throw Error("corrupt action path: it starts with the number of actions (at most 64), then that many "
+                "actions separated by spaces, each a comma-separated list of integers, as a trials report writes "
+                "them");
   std::vector<Action> out;
   for (size_t i = 0; i < n; ++i) {
     std::string tok;
-    if (!(in >> tok)) throw Error("synth checkpoint: truncated action path");
+    if (!(in >> tok)) throw Error("truncated action path: " + std::to_string(n) + " actions announced, " + std::to_string(i) + " given");
     std::vector<long> v;
     std::istringstream t(tok);
     std::string f;
@@ -42,11 +45,11 @@ std::vector<Action> decode_actions(const std::string& s) {
       try {
         v.push_back(std::stol(f));
       } catch (...) {
-        throw Error("synth checkpoint: corrupt action '" + tok + "'");
+        throw Error("corrupt action '" + tok + "' in an action path");
       }
     }
     if (v.size() != 5 + 2 * kMaxVars || v[0] < 0 || v[0] > int(ActType::Unfold))
-      throw Error("synth checkpoint: corrupt action '" + tok + "'");
+      throw Error("corrupt action '" + tok + "' in an action path");
     Action a;
     a.type = ActType(v[0]);
     a.a = int16_t(v[1]);

@@ -50,6 +50,14 @@ std::shared_ptr<nn::ResNetMini> network_from_actions(const std::string& actions,
   return make_network(spec, &op, mask, seed, width);  // the layers keep their own copies
 }
 
+void check_class_mask(unsigned mask) {
+  const size_t n = resnet_layer_classes(1).size();
+  if (mask == 0 || mask >> n != 0)
+    throw Error("--mask " + std::to_string(mask) + " names no layer class, or one resnet-mini does not have (its " +
+                std::to_string(n) + " classes are bits 0 to " + std::to_string(n - 1) + ": a mask of 1 to " +
+                std::to_string((1u << n) - 1) + ")");
+}
+
 int64_t spatial_footprint(const synth::Spec& spec, const synth::Operator& op) {
   synth::Binding b = synth::binding(spec, 0);
   Shape xs = spec.shape(spec.input, 0);

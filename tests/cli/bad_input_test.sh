@@ -141,6 +141,27 @@ echo partial > "$dir/s3/checkpoint.safetensors.tmp.$dead"
 expect 0 "3 steps" -- train --model mlp --steps 3 "${small[@]}" --out "$dir/s3"
 [ ! -e "$dir/s3/checkpoint.safetensors.tmp.$dead" ] || fail "a stale temporary was left behind"
 
+# Ranges name both ends; a diverging demo says so; a searched operator's mask names only the
+# network's layer classes; a malformed action path says what an action path is.
+expect 2 "--seed 9223372036854775808 is out of range (0 to 9223372036854775807)" -- generate --model gpt-tiny --seed 9223372036854775808
+expect 1 "the loss became" -- train-mlp --steps 5 --lr 100 --threads 1
+dw="5 0,-1,-1,0,0,0,0,0,0,0,0,0,0,1,0,0,0,0,0,0,0 0,-1,-1,0,0,0,0,0,0,0,0,0,0,1,0,0,0,0,0,0,0 1,-1,-1,50,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0 6,1,2,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0 6,3,2,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0"
+expect 2 "--mask 248 is out of range (1 to 7)" -- latency --operator "$dw" --mask 248 --rounds 1 --repeats 1
+expect 2 "--mask 8 is out of range (1 to 7)" -- export --operator "$dw" --mask 8 --out "$dir/export"
+expect 1 "--mask 8 names no layer class" -- train --model resnet-mini --operator "$dw" --mask 8 --epochs 1 "${small[@]}" --out "$dir/mask-run"
+expect 1 "corrupt action path: it starts with the number of actions" -- export --operator garbage --out "$dir/export"
+
+# A save never replaces what is not a regular file, and writes through a symbolic link.
+mkfifo "$dir/pipe"
+expect 1 "$dir/pipe: not a regular file (a FIFO)" -- train --model gpt-tiny --steps 1 --threads 1 --no-progress --out "$dir/fifo-run" --save "$dir/pipe"
+[ -p "$dir/pipe" ] || fail "the FIFO given as --save was replaced"
+expect 1 "--json $dir/pipe: not a regular file" -- latency --operator "$dw" --rounds 1 --repeats 1 --json "$dir/pipe"
+expect 0 "trace written to /dev/null" -- profile --model mlp --iterations 2 --trace /dev/null  # written in place
+ln -s "$dir/linked.safetensors" "$dir/link.safetensors"
+expect 0 "" -- train --model gpt-tiny --steps 1 --threads 1 --no-progress --sample 0 --out "$dir/link-run" --save "$dir/link.safetensors"
+[ -L "$dir/link.safetensors" ] || fail "the symbolic link given as --save was replaced"
+[ -s "$dir/linked.safetensors" ] || fail "the save did not go through the symbolic link"
+
 # Help: every command has it, it lists the flags the parser reads, and it never does work.
 for cmd in $("$synoros" help | awk '/^commands:/ {on = 1; next} on && /^  [a-z]/ {print $1}'); do
   [ "$cmd" = help ] && continue
