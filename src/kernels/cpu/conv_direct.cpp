@@ -354,9 +354,12 @@ std::optional<Launch> lower_conv_direct(LowerCtx& c, const ConvGeom& g, const fl
   a->phase = strided ? extent : 0;
   a->plane = extent * g.sh * g.sw;
   // Several groups of output channels read one chunk's padded copy: made once, not per group (at
-  // batch 1, eight times over had been most of a downsampling convolution's time).
-  a->shared = a->groups > 1 ? static_cast<float*>(c.storage.scratch(size_t(a->chunks * g.C * a->plane) * sizeof(float)))
-                            : nullptr;
+  // batch 1, eight times over had been most of a downsampling convolution's time). Up to 8 MB of
+  // copies in all (large images keep one copy per task, in the thread's scratch, as before).
+  const int64_t shared_floats = a->chunks * g.C * a->plane;
+  a->shared = a->groups > 1 && shared_floats <= (int64_t(1) << 21)
+                  ? static_cast<float*>(c.storage.scratch(size_t(shared_floats) * sizeof(float)))
+                  : nullptr;
   auto* off = static_cast<int64_t*>(c.storage.persistent(size_t(a->K) * sizeof(int64_t)));
   // Taps in the weights' order: (c, kh, kw), or (c, kw, kh) for weights laid out [O, C, KW, KH].
   auto tap = [&](int64_t kh, int64_t kw) {
