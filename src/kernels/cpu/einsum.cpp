@@ -18,7 +18,6 @@
 #include "kernels/cpu/window_einsum.hpp"
 #include "kernels/onednn_conv.hpp"
 #include "kernels/providers.hpp"
-#include "synoros/config.hpp"
 
 namespace synoros::kernels {
 
@@ -523,10 +522,7 @@ Launch lower_einsum(LowerCtx& c) {
     }
     Selection sel = select_gemm(g->shape, strict_kernels());
     g->provider = sel.provider;
-    // Not for borrowed memory (a NumPy array, a PyTorch tensor): its owner can change it in place
-    // without moving the version.
-    if (B.param && !B.param->borrowed() && !g->pin_src && !B.gather && b_fixed && !c.storage.sizing() &&
-        !config::flag("SYNOROS_NO_WEIGHT_PACKS")) {
+    if (may_keep_derived_copy(B.param) && !g->pin_src && !B.gather && b_fixed && !c.storage.sizing()) {
       g->packs = c.storage.own(std::make_unique<PackedWeight>(packed_weight_for(*g->provider, B.param, g->B, g->shape)));
     }
     g->batch_tasks = g->rows >= 2 && kslices == 1 && !A.gather && !B.gather &&

@@ -6,6 +6,7 @@
 
 #include "kernels/kernel_api.hpp"
 #include "kernels/providers.hpp"
+#include "synoros/config.hpp"
 
 namespace synoros::kernels {
 
@@ -20,6 +21,10 @@ Registry& registry() {
   return *r;
 }
 }  // namespace
+
+bool may_keep_derived_copy(const Buffer* src) {
+  return src && !src->borrowed() && !config::flag("SYNOROS_NO_WEIGHT_PACKS");
+}
 
 PackedWeight packed_weight_for(const GemmProvider& provider, const Buffer* src, const void* B, const GemmShape& s) {
   Registry& r = registry();

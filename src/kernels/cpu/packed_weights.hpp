@@ -41,6 +41,12 @@ struct PackedWeight {
   std::shared_ptr<PackedCopy> copy;
 };
 
+// Whether a launch may keep a copy derived from the weight in `src` (packed panels, a transformed
+// convolution weight) and reuse it while src's version stays: not for borrowed memory (a NumPy
+// array, a PyTorch tensor), whose owner can change it in place without moving the version, nor
+// when SYNOROS_NO_WEIGHT_PACKS=1 asks every call to derive it again.
+bool may_keep_derived_copy(const Buffer* src);
+
 // The launch's record for weight B (which lies in `src`, read with shape's N, K and B strides)
 // packed by `provider`, sharing the copy of every other live launch with the same key. A
 // provider's packed layout may depend only on its class, those of the shape and the instruction

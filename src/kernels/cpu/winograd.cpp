@@ -24,8 +24,8 @@
 
 #include "kernels/cpu/cpu_kernels.hpp"
 #include "kernels/cpu/gemm.hpp"
+#include "kernels/cpu/packed_weights.hpp"
 #include "kernels/onednn_conv.hpp"
-#include "synoros/config.hpp"
 
 namespace synoros::kernels {
 
@@ -180,9 +180,7 @@ Launch make_launch(PlanStorage& storage, ValueId node, const Shape& xs, const Sh
                    bool flipped, const float* x, const float* w, float* y, const Buffer* w_src = nullptr) {
   auto* a = storage.make<WinoArgs>();
   a->x = x, a->w = w, a->y = y;
-  // Not for borrowed memory (a NumPy array, a PyTorch tensor): its owner can change it in place
-  // without moving the version. SYNOROS_NO_WEIGHT_PACKS=1 transforms every call.
-  a->w_src = w_src && !w_src->borrowed() && !config::flag("SYNOROS_NO_WEIGHT_PACKS") ? w_src : nullptr;
+  a->w_src = may_keep_derived_copy(w_src) ? w_src : nullptr;
   a->u_version = ~uint64_t(0);
   a->N = xs[0], a->C = xs[1], a->H = xs[2], a->W = xs[3];
   a->O = flipped ? ws[1] : ws[0];
