@@ -110,6 +110,10 @@ TEST(Gpt, SafetensorsRoundTripAndHuggingFaceVariants) {
   auto loaded = nn::Gpt::load(dir.file("m.safetensors"));
   EXPECT_EQ(loaded->cfg.str(), c.str());
   EXPECT_TRUE(same_logits(*loaded));
+  // The recorded head count holds: the same count is accepted, another one refused by both numbers.
+  EXPECT_TRUE(same_logits(*nn::Gpt::load(dir.file("m.safetensors"), c.heads)));
+  testing::expect_error([&] { nn::Gpt::load(dir.file("m.safetensors"), 1); },
+                        {"records " + std::to_string(c.heads) + " attention heads", "not the 1"});
   // Hugging Face's GPT2Model layout: no prefix, a tied lm_head, mask buffers, no metadata.
   std::map<std::string, HostTensor> hf;
   for (auto& [name, t] : m.named_parameters()) hf[name.substr(std::string("transformer.").size())] = t.value();

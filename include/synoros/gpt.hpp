@@ -98,8 +98,9 @@ class Gpt : public Module {
   // Loads a GPT-2 safetensors file: Hugging Face's (with or without the "transformer." prefix;
   // "lm_head.weight" must equal the embedding, the attention mask buffers are ignored), one
   // written by save(), or a training checkpoint of `synoros train` ("model." prefix). The
-  // configuration comes from the file's metadata or from the tensor shapes; `heads` (when > 0)
-  // overrides, otherwise a file without the count gets width / 64 (GPT-2's head size).
+  // configuration comes from the file's metadata or from the tensor shapes. A file without the
+  // head count takes `heads` (when > 0), otherwise width / 64 (GPT-2's head size); a file that
+  // records it refuses any other `heads` (Error naming both).
   static std::shared_ptr<Gpt> load(const std::string& path, int64_t heads = 0);
 
   GptConfig cfg;

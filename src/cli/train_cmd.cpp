@@ -516,6 +516,7 @@ int finetune_cmd(const Args& a) {
     c.lora = l;
   } else {
     for (const char* k : {"lora-alpha", "lora-targets"}) a.refuse(k, "needs --lora-rank > 0");
+    a.refuse("merge", "needs --lora-rank > 0 (with rank 0 every parameter is trained: the checkpoint is the model)");
   }
   c.sequence = a.integer("sequence", 0);
   c.batch = a.integer("batch", 8);
@@ -551,7 +552,7 @@ int eval_cmd(const Args& a) {
   io::Metadata md = io::load_safetensors(path).metadata;
   std::string model = io::metadata_text(md, "model", path);
   if (a.has("model") && a.str("model") != model)
-    throw Error("eval: checkpoint '" + path + "' holds a " + model + ", not a " + a.str("model"));
+    throw Error("eval: checkpoint '" + path + "' holds a model of kind " + model + ", not " + a.str("model"));
   bool lm = is_gpt(model) || model == "finetune";
   a.require_scope(lm ? "lm" : "classifier", model);
   if (md.count("kernels") && md.at("kernels") == "fast" && !fast_mode() && !config::flag("SYNOROS_STRICT")) {
@@ -605,8 +606,9 @@ int eval_cmd(const Args& a) {
   train::ClassifierConfig c;
   c.model = model;
   c.optimizer = io::metadata_text(md, "optimizer", path);
-  c.train_limit = c.batch = 64;  // the trainer wants a training set; evaluation never reads it
+  c.evaluate_only = true;
   c.test_limit = a.integer("test-limit", 0);
+  c.batch = c.test_limit > 0 ? std::min<int64_t>(64, c.test_limit) : 64;  // a batch the loader can draw
   c.seed = 1;
   c.data_dir = a.str("data-dir", "");
   std::unique_ptr<train::ClassifierTrainer> tp;

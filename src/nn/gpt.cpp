@@ -236,10 +236,14 @@ std::shared_ptr<Gpt> Gpt::load(const std::string& path, int64_t heads) {
   c.vocab = wte.shape[0], c.context = wpe.shape[0], c.width = wte.shape[1];
   c.layers = 0;
   while (t.count("transformer.h." + std::to_string(c.layers) + ".ln_1.weight")) ++c.layers;
-  if (heads > 0)
-    c.heads = heads;
-  else if (ck.metadata.count("heads"))
+  if (ck.metadata.count("heads")) {
     c.heads = io::metadata_int(ck.metadata, "heads", path, 1, c.width);
+    // The weights were trained with the recorded count: another one computes another function.
+    if (heads > 0 && heads != c.heads)
+      throw fail("the file records " + std::to_string(c.heads) + " attention heads, not the " + std::to_string(heads) +
+                 " asked for (leave the count out to use the file's)");
+  } else if (heads > 0)
+    c.heads = heads;
   else if (c.width % 64 == 0)
     c.heads = c.width / 64;
   else
