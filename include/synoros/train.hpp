@@ -70,6 +70,9 @@ struct ClassifierConfig {
   bool augment = false;   // random crop (pad 2) and horizontal flip
   uint64_t seed = 1;
   int64_t train_limit = 0, test_limit = 0;  // 0: the whole split
+  // Evaluation only: the training split is not read (the trainer's loader draws from the test
+  // images instead, and nothing trains), so a directory with the test files alone serves.
+  bool evaluate_only = false;
   std::string data_dir;                       // "": the default Fashion-MNIST directory
   int64_t steps = 0;                          // > 0: the schedule's length in steps (else epochs)
   // Saved with checkpoints and checked on resume, e.g. the searched operator a model was built with.

@@ -132,11 +132,13 @@ CommandSpec finetune_spec() {
 
 CommandSpec eval_spec() {
   CommandSpec s{"eval",
-                "evaluate a checkpoint: test accuracy (classifiers) or validation loss and a sample (gpt-tiny)",
+                "evaluate a checkpoint: test accuracy (classifiers) or validation loss and a sample (GPT models)",
                 "The model, optimizer and configuration are read from the checkpoint's metadata; a checkpoint\n"
-                "trained in fast mode is evaluated in fast mode with the kernels it recorded.",
+                "trained in fast mode is evaluated in fast mode with the kernels it recorded. A classifier's\n"
+                "evaluation reads the test images only.",
                 {},
-                {{"classifier", "mlp, lenet and resnet-mini"}, {"lm", "gpt-tiny"}}};
+                {{"classifier", "mlp, lenet and resnet-mini"},
+                 {"lm", "gpt-tiny, gpt2-11m, gpt2-98m, gpt2-124m and finetune runs"}}};
   s.opts = {
       path("checkpoint", "", "the checkpoint to evaluate (required)"),
       choice("model", "the checkpoint's", "mlp|lenet|resnet-mini|gpt-tiny|gpt2-11m|gpt2-98m|gpt2-124m",

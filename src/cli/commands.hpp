@@ -46,6 +46,9 @@ std::string read_text_file(const std::string& path, const std::string& what);
 // Creates `dir` (and its parents) and checks that files can be written there, before any work;
 // Error naming WHAT and the cause otherwise. writable_file: the same for a file's directory.
 void writable_dir(const std::string& dir, const std::string& what);
+// After a command failed: removes the directories writable_dir created that are still empty (a run
+// directory made by the up-front checks of a command that then stopped), never anything else.
+void remove_empty_created_dirs();
 // replaced: the file is saved by replacing it (write_file_atomic), so a device or FIFO there is an
 // error too; otherwise it is written in place (a trace to /dev/stdout).
 void writable_file(const std::string& path, const std::string& what, bool replaced = true);

@@ -77,11 +77,12 @@ int main(int argc, char** argv) {
     usage(std::cerr);
     return 2;
   }
+  int rc = 1;
   try {
-    return dispatch(argc, argv);
+    rc = dispatch(argc, argv);
   } catch (const synoros::cli::UsageError& e) {
     std::cerr << "synoros: error: " << e.what() << "\n";
-    return 2;
+    rc = 2;
   } catch (const synoros::Error& e) {
     std::cerr << "synoros: error: " << e.what() << "\n";
   } catch (const std::filesystem::filesystem_error& e) {
@@ -93,5 +94,6 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     std::cerr << "synoros: error: " << e.what() << "\n";
   }
-  return 1;
+  if (rc != 0) synoros::cli::remove_empty_created_dirs();  // no empty run directory is left behind
+  return rc;
 }

@@ -63,10 +63,11 @@ ClassifierTrainer::ClassifierTrainer(ClassifierConfig cfg, std::shared_ptr<nn::M
   if (cfg_.epochs < 1 || cfg_.batch < 1) throw Error("train: epochs and batch size must be >= 1");
   if (cfg_.lr <= 0) throw Error("train: the learning rate must be > 0");
   auto limit = [](int64_t l) { return l > 0 ? std::optional<int64_t>(l) : std::nullopt; };
-  train_set_ = std::make_shared<data::ImageDataset>(
-      data::load_fashion_mnist(cfg_.data_dir, data::Split::Train, limit(cfg_.train_limit)));
   test_set_ = std::make_shared<data::ImageDataset>(
       data::load_fashion_mnist(cfg_.data_dir, data::Split::Test, limit(cfg_.test_limit)));
+  train_set_ = cfg_.evaluate_only ? test_set_
+                                  : std::make_shared<data::ImageDataset>(data::load_fashion_mnist(
+                                        cfg_.data_dir, data::Split::Train, limit(cfg_.train_limit)));
   if (train_set_->n < cfg_.batch)
     throw Error("train: batch " + std::to_string(cfg_.batch) + " is larger than the " + std::to_string(train_set_->n) +
                 " training images");
@@ -152,7 +153,7 @@ int64_t ClassifierTrainer::train_steps(int64_t n, const std::function<void(int64
       correct_ += nn::count_correct(out[1], labels_);
     }
     if (!std::isfinite(loss))
-      throw Error("train: the loss became " + std::to_string(loss) + " at step " + std::to_string(step_) +
+      throw Error("train: the loss became " + std::to_string(loss) + " at step " + std::to_string(step_ + 1) +
                   " (lower the learning rate or enable clipping)");
     loss_sum_ += loss * double(cfg_.batch);
     seen_ += cfg_.batch;

@@ -100,7 +100,9 @@ int64_t LmTrainer::train_steps(int64_t n, const std::function<void(int64_t, doub
       windows.fill_random(uint64_t(step_), cfg_.batch, x_, y_);
       loss = (*step_fn_)({x_, y_})[0].get(0);
     }
-    if (!std::isfinite(loss)) throw Error("train: the loss became " + std::to_string(loss) + " at step " + std::to_string(step_));
+    if (!std::isfinite(loss))  // steps count from 1, as the progress lines do
+      throw Error("train: the loss became " + std::to_string(loss) + " at step " + std::to_string(step_ + 1) +
+                  " (lower the learning rate or enable clipping)");
     ++step_;
     if (on_step) on_step(step_, loss);
   }

@@ -68,7 +68,12 @@ expect 1 "SYNOROS_ISA='avx3' is not valid: expected scalar|avx2|avx512" SYNOROS_
 expect 1 "SYNOROS_MAX_PLAN_BYTES='lots' is not valid" SYNOROS_MAX_PLAN_BYTES=lots -- info
 expect 1 "SYNOROS_STRICT='yes' is not valid: expected 0|1" SYNOROS_STRICT=yes -- plan
 expect 2 "--width 100000000 is out of range" -- train --model gpt-tiny --width 100000000
-expect 1 "out of memory" SYNOROS_MAX_MEMORY_BYTES=1G -- train --model gpt-tiny --width 60000 --heads 1 --steps 1 --no-progress --out "$dir/w"
+expect 1 "out of memory" SYNOROS_MAX_MEMORY_BYTES=1G -- train --model gpt-tiny --width 60000 --heads 1 --steps 1 --no-progress --out "$dir/w/x/y"
+# A command that stops early leaves no empty run directory behind, and keeps what was there.
+[ ! -e "$dir/w" ] || fail "the failed run left $(find "$dir/w")"
+mkdir -p "$dir/kept/empty"
+expect 1 "out of memory" SYNOROS_MAX_MEMORY_BYTES=1G -- train --model gpt-tiny --width 60000 --heads 1 --steps 1 --no-progress --out "$dir/kept/empty/run"
+[ -d "$dir/kept/empty" ] && [ ! -e "$dir/kept/empty/run" ] || fail "the failed run removed a directory it did not make, or kept its own"
 expect 1 "cannot open" -- eval --checkpoint "$dir/absent.safetensors"
 expect 1 "cannot read spec file" -- synth --spec-file "$dir/absent.txt"
 
@@ -79,10 +84,15 @@ ck="$run/checkpoint.safetensors"
 [ "$(grep -c . "$run/log.csv")" -eq 3 ] || fail "two epochs should log two rows: $(cat "$run/log.csv")"
 # eval reads model and optimizer from the checkpoint; --data-dir is honoured.
 expect 0 "mlp at step 8" -- eval --checkpoint "$ck" --test-limit 256
-expect 1 "holds a mlp, not a lenet" -- eval --checkpoint "$ck" --model lenet
+expect 1 "holds a model of kind mlp, not lenet" -- eval --checkpoint "$ck" --model lenet
 expect 1 "$dir/no-data" -- eval --checkpoint "$ck" --data-dir "$dir/no-data"
 expect 2 "--sample does not apply to mlp" -- eval --checkpoint "$ck" --sample 5
 expect 2 "--operator is recorded in the checkpoint" -- eval --checkpoint "$ck" --operator "1 x"
+# Evaluation reads the test split alone: a directory with only the test files serves.
+data_dir=${SYNOROS_DATA_DIR:-/usr/share/datasets/fashion-mnist}
+mkdir -p "$dir/test-only"
+ln -s "$data_dir"/t10k-* "$dir/test-only/"
+expect 0 "mlp at step 8" -- eval --checkpoint "$ck" --test-limit 5 --data-dir "$dir/test-only"
 # Resume refuses another configuration, naming the field.
 expect 1 "batch = 64, this command has 32" -- train --model mlp --epochs 2 "${small[@]}" --out "$run" --resume "$ck" --batch 32
 expect 1 "seed = 1, this command has 2" -- train --model mlp --epochs 2 "${small[@]}" --out "$run" --resume "$ck" --seed 2
@@ -145,6 +155,9 @@ expect 0 "3 steps" -- train --model mlp --steps 3 "${small[@]}" --out "$dir/s3"
 # network's layer classes; a malformed action path says what an action path is.
 expect 2 "--seed 9223372036854775808 is out of range (0 to 9223372036854775807)" -- generate --model gpt-tiny --seed 9223372036854775808
 expect 1 "the loss became" -- train-mlp --steps 5 --lr 100 --threads 1
+# The step a loss turns non-finite is counted as the progress lines count them, from 1.
+# (SGD at lr 100: the loss of the fifth step is the first NaN; the progress lines print steps 1 to 4.)
+expect 1 "the loss became nan at step 5 (lower" -- train --model mlp --lr 100 --train-limit 640 --test-limit 64 --no-progress --out "$dir/nan"
 dw="5 0,-1,-1,0,0,0,0,0,0,0,0,0,0,1,0,0,0,0,0,0,0 0,-1,-1,0,0,0,0,0,0,0,0,0,0,1,0,0,0,0,0,0,0 1,-1,-1,50,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0 6,1,2,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0 6,3,2,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0"
 expect 2 "--mask 248 is out of range (1 to 7)" -- latency --operator "$dw" --mask 248 --rounds 1 --repeats 1
 expect 2 "--mask 8 is out of range (1 to 7)" -- export --operator "$dw" --mask 8 --out "$dir/export"
