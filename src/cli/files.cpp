@@ -1,4 +1,5 @@
 // The command line's checks on the files a command reads and writes, made before any work.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -24,37 +25,47 @@ std::string read_text_file(const std::string& path, const std::string& what) {
 }
 
 namespace {
-// The directories writable_dir created, each with the outermost one it made.
-std::vector<std::pair<std::filesystem::path, std::filesystem::path>>& created_dirs() {
-  static std::vector<std::pair<std::filesystem::path, std::filesystem::path>> dirs;
+// The directories writable_dir made (mkdir succeeded), in the order it made them.
+std::vector<std::filesystem::path>& created_dirs() {
+  static std::vector<std::filesystem::path> dirs;
   return dirs;
 }
 }  // namespace
 
 void remove_empty_created_dirs() {
   auto& dirs = created_dirs();
-  for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) {
-    for (std::filesystem::path p = it->first;; p = p.parent_path()) {
-      std::error_code ec;
-      if (!std::filesystem::is_directory(p, ec) || !std::filesystem::is_empty(p, ec) || ec) break;
-      std::filesystem::remove(p, ec);  // removes an empty directory only
-      if (ec || p == it->second || !p.has_parent_path() || p.parent_path() == p) break;
-    }
+  for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) {  // the innermost first
+    std::error_code ec;
+    if (std::filesystem::is_directory(*it, ec) && std::filesystem::is_empty(*it, ec) && !ec)
+      std::filesystem::remove(*it, ec);  // an empty directory only; one that filled meanwhile stays
   }
   dirs.clear();
 }
 
 void writable_dir(const std::string& dir, const std::string& what) {
+  namespace fs = std::filesystem;
   std::error_code ec;
-  // The outermost directory this call makes, so a command that fails can take them away again.
-  std::filesystem::path made, p = std::filesystem::absolute(dir, ec).lexically_normal();
-  if (!p.empty() && !p.has_filename()) p = p.parent_path();  // "runs/x/": the same directory
-  for (std::filesystem::path q = p; !q.empty() && !std::filesystem::exists(q, ec); q = q.parent_path()) {
-    made = q;
-    if (!q.has_parent_path() || q.parent_path() == q) break;
+  // The missing directories, made one at a time so that exactly those this call made are
+  // recorded (a failed command removes them again while they are empty). The path is kept as
+  // given, ".." and links included, so the kernel resolves it as it resolves every other use.
+  fs::path target = fs::absolute(dir, ec);
+  if (!target.empty() && !target.has_filename()) target = target.parent_path();  // "runs/x/"
+  std::vector<fs::path> missing;
+  for (fs::path q = target; !ec && !q.empty(); q = q.parent_path()) {
+    fs::file_status st = fs::status(q, ec);
+    if (st.type() != fs::file_type::not_found) break;  // there, or unreadable: create_directories says why
+    ec.clear();
+    missing.push_back(q);
+    if (!q.has_relative_path()) break;
   }
+  for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
+    if (::mkdir(it->c_str(), 0777) == 0)
+      created_dirs().push_back(*it);
+    else if (errno != EEXIST)
+      break;  // create_directories below reports the cause
+  }
+  ec.clear();
   std::filesystem::create_directories(dir, ec);
-  if (!ec && !made.empty()) created_dirs().emplace_back(p, made);
   if (ec) throw Error(what + " '" + dir + "' cannot be created: " + ec.message());
   if (!std::filesystem::is_directory(dir, ec)) throw Error(what + " '" + dir + "' is not a directory");
   if (::access(dir.c_str(), W_OK | X_OK) != 0)

@@ -94,6 +94,8 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     std::cerr << "synoros: error: " << e.what() << "\n";
   }
-  if (rc != 0) synoros::cli::remove_empty_created_dirs();  // no empty run directory is left behind
+  // A run directory the failed command made and left empty goes again (not under mpirun, whose
+  // abort ends every rank at once).
+  if (rc != 0) synoros::cli::remove_empty_created_dirs();
   return rc;
 }

@@ -608,7 +608,6 @@ int eval_cmd(const Args& a) {
   c.optimizer = io::metadata_text(md, "optimizer", path);
   c.evaluate_only = true;
   c.test_limit = a.integer("test-limit", 0);
-  c.batch = c.test_limit > 0 ? std::min<int64_t>(64, c.test_limit) : 64;  // a batch the loader can draw
   c.seed = 1;
   c.data_dir = a.str("data-dir", "");
   std::unique_ptr<train::ClassifierTrainer> tp;

@@ -1,7 +1,6 @@
 // LoRA adapters for the GPT-2 family: attaching and freezing, merging, and PEFT's file layout.
 #include "synoros/lora.hpp"
 
-#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -112,9 +111,6 @@ GptLora::GptLora(Gpt& model, LoraConfig cfg, uint64_t seed) : m_(model), cfg_(st
       if (layer->lora) throw Error("lora: '" + name + "' already has an adapter");
       if (layer->product) throw Error("lora: '" + name + "' has a synthesized operator, not a dense weight");
       int64_t in = layer->in_features(), out = layer->out_features();
-      if (cfg_.rank > std::min(in, out))  // A and B would hold more than the product they adapt
-        throw Error("lora: rank " + std::to_string(cfg_.rank) + " exceeds '" + name + "''s smaller side (" +
-                    std::to_string(in) + " -> " + std::to_string(out) + "): the adapter would not be low-rank");
       auto a = std::make_shared<LoraAdapter>();
       uint64_t s = seed + 7919 * uint64_t(sites_.size() + 1);
       a->A = Tensor::uniform({cfg_.rank, in}, s, 1.0 / std::sqrt(double(in)));  // kaiming_uniform(a=sqrt(5))

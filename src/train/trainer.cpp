@@ -68,6 +68,7 @@ ClassifierTrainer::ClassifierTrainer(ClassifierConfig cfg, std::shared_ptr<nn::M
   train_set_ = cfg_.evaluate_only ? test_set_
                                   : std::make_shared<data::ImageDataset>(data::load_fashion_mnist(
                                         cfg_.data_dir, data::Split::Train, limit(cfg_.train_limit)));
+  if (cfg_.evaluate_only) cfg_.batch = std::min(cfg_.batch, train_set_->n);  // the loader is never drawn from
   if (train_set_->n < cfg_.batch)
     throw Error("train: batch " + std::to_string(cfg_.batch) + " is larger than the " + std::to_string(train_set_->n) +
                 " training images");
@@ -128,6 +129,7 @@ ClassifierTrainer::~ClassifierTrainer() = default;
 int64_t ClassifierTrainer::steps_per_epoch() const { return loader_->batches_per_epoch(); }
 
 int64_t ClassifierTrainer::train_steps(int64_t n, const std::function<void(int64_t, double)>& on_step) {
+  if (cfg_.evaluate_only) throw Error("train: this trainer evaluates only (it holds no training images)");
   int64_t spe = steps_per_epoch(), done = 0;
   for (; done < n && step_ < total_steps(); ++done) {
     uint64_t epoch = uint64_t(step_ / spe);
@@ -153,8 +155,9 @@ int64_t ClassifierTrainer::train_steps(int64_t n, const std::function<void(int64
       correct_ += nn::count_correct(out[1], labels_);
     }
     if (!std::isfinite(loss))
-      throw Error("train: the loss became " + std::to_string(loss) + " at step " + std::to_string(step_ + 1) +
-                  " (lower the learning rate or enable clipping)");
+      throw Error("train: the loss became " + std::to_string(loss) + " at step " + std::to_string(step_ + 1) + " of " +
+                  std::to_string(total_steps()) +
+                  (cfg_.clip > 0 ? " (lower the learning rate)" : " (lower the learning rate or clip the gradients)"));
     loss_sum_ += loss * double(cfg_.batch);
     seen_ += cfg_.batch;
     ++step_;
@@ -208,6 +211,7 @@ io::Metadata ClassifierTrainer::run_metadata() const {
 }
 
 void ClassifierTrainer::save(const std::string& path) {
+  if (cfg_.evaluate_only) throw Error("train: this trainer evaluates only; it saves nothing");
   std::vector<std::pair<std::string, Tensor>> all;
   for (auto& [name, t] : model_->state_dict()) all.emplace_back("model." + name, t);
   for (auto& [name, t] : opt_->state()) all.emplace_back("optim." + name, t);

@@ -101,8 +101,9 @@ int64_t LmTrainer::train_steps(int64_t n, const std::function<void(int64_t, doub
       loss = (*step_fn_)({x_, y_})[0].get(0);
     }
     if (!std::isfinite(loss))  // steps count from 1, as the progress lines do
-      throw Error("train: the loss became " + std::to_string(loss) + " at step " + std::to_string(step_ + 1) +
-                  " (lower the learning rate or enable clipping)");
+      throw Error("train: the loss became " + std::to_string(loss) + " at step " + std::to_string(step_ + 1) + " of " +
+                  std::to_string(cfg_.steps) +
+                  (cfg_.clip > 0 ? " (lower the learning rate)" : " (lower the learning rate or clip the gradients)"));
     ++step_;
     if (on_step) on_step(step_, loss);
   }

@@ -74,6 +74,10 @@ expect 1 "out of memory" SYNOROS_MAX_MEMORY_BYTES=1G -- train --model gpt-tiny -
 mkdir -p "$dir/kept/empty"
 expect 1 "out of memory" SYNOROS_MAX_MEMORY_BYTES=1G -- train --model gpt-tiny --width 60000 --heads 1 --steps 1 --no-progress --out "$dir/kept/empty/run"
 [ -d "$dir/kept/empty" ] && [ ! -e "$dir/kept/empty/run" ] || fail "the failed run removed a directory it did not make, or kept its own"
+expect 1 "out of memory" SYNOROS_MAX_MEMORY_BYTES=1G -- train --model gpt-tiny --width 60000 --heads 1 --steps 1 --no-progress --out "$dir/kept/empty/"
+[ -d "$dir/kept/empty" ] || fail "the failed run removed the empty --out directory it was given"
+expect 1 "out of memory" SYNOROS_MAX_MEMORY_BYTES=1G -- train --model gpt-tiny --width 60000 --heads 1 --steps 1 --no-progress --out "$dir/w2/x/"
+[ ! -e "$dir/w2" ] || fail "the failed run left $(find "$dir/w2") (a trailing slash)"
 expect 1 "cannot open" -- eval --checkpoint "$dir/absent.safetensors"
 expect 1 "cannot read spec file" -- synth --spec-file "$dir/absent.txt"
 
@@ -157,7 +161,7 @@ expect 2 "--seed 9223372036854775808 is out of range (0 to 9223372036854775807)"
 expect 1 "the loss became" -- train-mlp --steps 5 --lr 100 --threads 1
 # The step a loss turns non-finite is counted as the progress lines count them, from 1.
 # (SGD at lr 100: the loss of the fifth step is the first NaN; the progress lines print steps 1 to 4.)
-expect 1 "the loss became nan at step 5 (lower" -- train --model mlp --lr 100 --train-limit 640 --test-limit 64 --no-progress --out "$dir/nan"
+expect 1 "nan at step 5 of 100 (lower the learning rate or clip" -- train --model mlp --lr 100 --train-limit 640 --test-limit 64 --no-progress --out "$dir/nan"
 dw="5 0,-1,-1,0,0,0,0,0,0,0,0,0,0,1,0,0,0,0,0,0,0 0,-1,-1,0,0,0,0,0,0,0,0,0,0,1,0,0,0,0,0,0,0 1,-1,-1,50,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0 6,1,2,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0 6,3,2,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0"
 expect 2 "--mask 248 is out of range (1 to 7)" -- latency --operator "$dw" --mask 248 --rounds 1 --repeats 1
 expect 2 "--mask 8 is out of range (1 to 7)" -- export --operator "$dw" --mask 8 --out "$dir/export"

@@ -522,7 +522,7 @@ Launch lower_einsum(LowerCtx& c) {
     }
     Selection sel = select_gemm(g->shape, strict_kernels());
     g->provider = sel.provider;
-    if (may_keep_derived_copy(B.param) && !g->pin_src && !B.gather && b_fixed && !c.storage.sizing()) {
+    if (B.param && !g->pin_src && !B.gather && b_fixed && !c.storage.sizing() && may_keep_derived_copy(B.param)) {
       g->packs = c.storage.own(std::make_unique<PackedWeight>(packed_weight_for(*g->provider, B.param, g->B, g->shape)));
     }
     g->batch_tasks = g->rows >= 2 && kslices == 1 && !A.gather && !B.gather &&
