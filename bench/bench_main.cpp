@@ -505,6 +505,28 @@ BENCHMARK_CAPTURE(TrainClassifier, resnet_contraction, "resnet-mini", false)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 
+// A classifier's inference forward (evaluation mode: batch norm with its running statistics) at
+// batch 1 and 64, random images: what `synoros latency` times for resnet-mini.
+void InferClassifier(benchmark::State& state, const char* model, int64_t batch) {
+  auto m = train::make_classifier(model, 10, 1);
+  CompiledStep fwd = train::compile_classifier_eval(*m, batch);
+  HostTensor x = Tensor::randn({batch, 1, 28, 28}, 3).value();
+  fwd({x});
+  fwd({x});  // the second run recompiles: outside the timing
+  for (auto _ : state) {
+    fwd.run();
+    benchmark::DoNotOptimize(fwd.output_ptr(0));
+  }
+}
+BENCHMARK_CAPTURE(InferClassifier, resnet_b1, "resnet-mini", 1)
+    ->Name("Infer/resnet-mini/batch:1")
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(InferClassifier, resnet_b64, "resnet-mini", 64)
+    ->Name("Infer/resnet-mini/batch:64")
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
 // The GPT-2 family at the seed's sizes (random weights, batch 1, one process's threads):
 // prefill (a forward over the prompt), one decoding step against a 512-token cache, and a
 // training step (forward, backward, all gradients).

@@ -18,7 +18,8 @@ sys.path.insert(0, HERE)
 from scenario_list import MATMUL_SHAPES, matmul_name  # noqa: E402
 
 SCENARIOS = ["TinyMLP/FwdBwd", "TinyMLP/SgdStep", "EltwiseChain", "BiasGeluTanh", "Conv3x3", "Conv3x3/winograd", "Depthwise3x3", "Train/mlp/batch:64",
-             "Train/lenet/batch:64", "Train/resnet-mini/batch:64"] + \
+             "Train/lenet/batch:64", "Train/resnet-mini/batch:64", "Infer/resnet-mini/batch:1",
+             "Infer/resnet-mini/batch:64"] + \
     [matmul_name(s) for s in MATMUL_SHAPES]
 # Glibc heap trimming off: otherwise eager PyTorch suffers page-fault storms in some runs.
 TUNABLES = "glibc.malloc.trim_threshold=4294967296:glibc.malloc.mmap_threshold=4294967296"

@@ -79,6 +79,18 @@ def train_classifier(name):
     return step
 
 
+def infer_classifier(name, batch):
+    from torch_models import make
+    torch.manual_seed(0)
+    model = make(name).eval()
+    x = torch.randn(batch, 1, 28, 28)
+
+    def forward():
+        with torch.no_grad():
+            model(x)
+    return forward
+
+
 SCENARIOS = {
     "Conv3x3": conv3x3,
     "Conv3x3/winograd": conv3x3,  # the engine's conv3x3 op; PyTorch's convolution is the same
@@ -90,6 +102,8 @@ SCENARIOS = {
 }
 for _m in ("mlp", "lenet", "resnet-mini"):
     SCENARIOS["Train/%s/batch:64" % _m] = (lambda m: lambda: train_classifier(m))(_m)
+for _b in (1, 64):
+    SCENARIOS["Infer/resnet-mini/batch:%d" % _b] = (lambda b: lambda: infer_classifier("resnet-mini", b))(_b)
 for _s in MATMUL_SHAPES:
     SCENARIOS[matmul_name(_s)] = (lambda s: lambda: matmul(*s))(_s)
 
