@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "synoros/synoros.hpp"
+#include "test_util.hpp"
 
 using namespace synoros;
 
@@ -78,6 +79,30 @@ TEST(Train, CheckpointOfAnotherModelIsRejected) {
   a.save(path);
   train::ClassifierTrainer b(small("lenet", "sgd"));
   EXPECT_THROW(b.load(path), Error);
+  std::remove(path.c_str());
+}
+
+// An evaluation-only trainer evaluates as a training one does, from the same checkpoint, and
+// refuses to train or save (its loader would draw test images).
+TEST(Train, AnEvaluationOnlyTrainerEvaluatesAndRefusesToTrain) {
+  std::string path = (std::filesystem::temp_directory_path() / "synoros-eval-only.safetensors").string();
+  train::ClassifierTrainer trained(small("mlp", "sgd"));
+  trained.train_steps(3);
+  trained.save(path);
+  train::ClassifierConfig c = small("mlp", "sgd");
+  c.evaluate_only = true;
+  c.test_limit = 20;  // fewer images than the batch: clamped
+  c.train_limit = 0;
+  train::ClassifierTrainer eval(c);
+  eval.load(path, false);
+  train::ClassifierConfig same = small("mlp", "sgd");
+  same.test_limit = 20;
+  train::ClassifierTrainer reference(same);
+  reference.load(path);
+  EXPECT_EQ(eval.evaluate(), reference.evaluate());
+  synoros::testing::expect_error([&] { eval.train_steps(1); }, {"evaluates only"});
+  synoros::testing::expect_error([&] { eval.save(path + ".2"); }, {"evaluates only"});
+  EXPECT_FALSE(std::filesystem::exists(path + ".2"));
   std::remove(path.c_str());
 }
 

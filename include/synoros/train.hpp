@@ -70,8 +70,8 @@ struct ClassifierConfig {
   bool augment = false;   // random crop (pad 2) and horizontal flip
   uint64_t seed = 1;
   int64_t train_limit = 0, test_limit = 0;  // 0: the whole split
-  // Evaluation only: the training split is not read (the trainer's loader draws from the test
-  // images instead, and nothing trains), so a directory with the test files alone serves.
+  // Evaluation only: the training split is not read, so a directory with the test files alone
+  // serves. The batch is clamped to the test images; train_steps() and save() throw Error.
   bool evaluate_only = false;
   std::string data_dir;                       // "": the default Fashion-MNIST directory
   int64_t steps = 0;                          // > 0: the schedule's length in steps (else epochs)

@@ -34,11 +34,9 @@ std::vector<std::filesystem::path>& created_dirs() {
 
 void remove_empty_created_dirs() {
   auto& dirs = created_dirs();
-  for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) {  // the innermost first
-    std::error_code ec;
-    if (std::filesystem::is_directory(*it, ec) && std::filesystem::is_empty(*it, ec) && !ec)
-      std::filesystem::remove(*it, ec);  // an empty directory only; one that filled meanwhile stays
-  }
+  // The innermost first. rmdir removes an empty directory only (never a file or a link put in
+  // its place), so one that filled meanwhile, or was replaced, stays.
+  for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) ::rmdir(it->c_str());
   dirs.clear();
 }
 
@@ -68,8 +66,10 @@ void writable_dir(const std::string& dir, const std::string& what) {
   std::filesystem::create_directories(dir, ec);
   if (ec) throw Error(what + " '" + dir + "' cannot be created: " + ec.message());
   if (!std::filesystem::is_directory(dir, ec)) throw Error(what + " '" + dir + "' is not a directory");
-  if (::access(dir.c_str(), W_OK | X_OK) != 0)
-    throw Error(what + " '" + dir + "' is not writable: " + std::strerror(errno));
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+    const int err = errno;
+    throw Error(what + " '" + dir + "' is not writable: " + std::strerror(err));
+  }
 }
 void writable_file(const std::string& path, const std::string& what, bool replaced) {
   std::error_code ec;

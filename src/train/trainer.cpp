@@ -68,6 +68,7 @@ ClassifierTrainer::ClassifierTrainer(ClassifierConfig cfg, std::shared_ptr<nn::M
   train_set_ = cfg_.evaluate_only ? test_set_
                                   : std::make_shared<data::ImageDataset>(data::load_fashion_mnist(
                                         cfg_.data_dir, data::Split::Train, limit(cfg_.train_limit)));
+  if (test_set_->n < 1) throw Error("train: the test split holds no images");
   if (cfg_.evaluate_only) cfg_.batch = std::min(cfg_.batch, train_set_->n);  // the loader is never drawn from
   if (train_set_->n < cfg_.batch)
     throw Error("train: batch " + std::to_string(cfg_.batch) + " is larger than the " + std::to_string(train_set_->n) +
