@@ -33,6 +33,14 @@ using StepCompiler = std::function<void(std::unique_ptr<CompiledStep>&, std::uni
 bool compile_replayed(const io::Metadata& md, const std::string& path, const StepCompiler& compile,
                       std::unique_ptr<CompiledStep>& fused, std::unique_ptr<dist::DataParallelStep>& dp);
 
+// Throws Error "WHO: the loss became L at step S of TOTAL (HINT)" unless `loss` is finite; `step`
+// counts from 1, as progress lines do.
+void check_finite_loss(const std::string& who, double loss, int64_t step, int64_t total, const std::string& hint);
+// The hint for a trainer's non-finite loss: clipping only when gradients are not clipped.
+inline const char* non_finite_hint(double clip) {
+  return clip > 0 ? "lower the learning rate" : "lower the learning rate or clip the gradients";
+}
+
 // "mlp", "lenet", "resnet-mini": classifiers of [N, 1, 28, 28] images into `classes`.
 std::shared_ptr<nn::Module> make_classifier(const std::string& name, int64_t classes, uint64_t seed);
 
@@ -71,7 +79,8 @@ struct ClassifierConfig {
   uint64_t seed = 1;
   int64_t train_limit = 0, test_limit = 0;  // 0: the whole split
   // Evaluation only: the training split is not read, so a directory with the test files alone
-  // serves. The batch is clamped to the test images; train_steps() and save() throw Error.
+  // serves. No training step is compiled, the batch is clamped to the test images, and
+  // train_steps() and save() throw Error.
   bool evaluate_only = false;
   std::string data_dir;                       // "": the default Fashion-MNIST directory
   int64_t steps = 0;                          // > 0: the schedule's length in steps (else epochs)

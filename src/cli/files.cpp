@@ -7,7 +7,6 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-#include <utility>
 #include <vector>
 
 #include "cli/commands.hpp"

@@ -29,9 +29,7 @@ int train_mlp(const Args& a) {
   std::vector<double> losses;
   for (int64_t i = 0; i < steps; ++i) {
     losses.push_back(step({task.x, task.target})[0].get(0));
-    if (!std::isfinite(losses.back()))
-      throw Error("train-mlp: the loss became " + std::to_string(losses.back()) + " at step " + std::to_string(i + 1) +
-                  " (a lower --lr may help)");
+    train::check_finite_loss("train-mlp", losses.back(), i + 1, steps, "a lower --lr may help");
   }
   double hi = *std::max_element(losses.begin(), losses.end());
   int64_t stride = std::max<int64_t>(1, steps / 20);

@@ -34,6 +34,12 @@ void record_kernel_choices(io::Metadata& md) {
   if (fast_mode()) md["kernel_choices"] = kernels::recorded_choices();
 }
 
+void check_finite_loss(const std::string& who, double loss, int64_t step, int64_t total, const std::string& hint) {
+  if (!std::isfinite(loss))
+    throw Error(who + ": the loss became " + std::to_string(loss) + " at step " + std::to_string(step) + " of " +
+                std::to_string(total) + " (" + hint + ")");
+}
+
 void save_run_checkpoint(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
                          io::Metadata md, int64_t step) {
   record_kernel_choices(md);
@@ -92,7 +98,7 @@ ClassifierTrainer::ClassifierTrainer(ClassifierConfig cfg, std::shared_ptr<nn::M
   if (cfg_.shards < 1 || cfg_.batch % cfg_.shards)
     throw Error("train: " + std::to_string(cfg_.shards) + " micro-shards do not divide the batch of " +
                 std::to_string(cfg_.batch));
-  compile_step(step_fn_, dp_);
+  if (!cfg_.evaluate_only) compile_step(step_fn_, dp_);  // evaluation compiles its own forward
 }
 
 void ClassifierTrainer::compile_step(std::unique_ptr<CompiledStep>& fused, std::unique_ptr<dist::DataParallelStep>& dp) {
@@ -155,10 +161,7 @@ int64_t ClassifierTrainer::train_steps(int64_t n, const std::function<void(int64
       loss = out[0].get(0);
       correct_ += nn::count_correct(out[1], labels_);
     }
-    if (!std::isfinite(loss))
-      throw Error("train: the loss became " + std::to_string(loss) + " at step " + std::to_string(step_ + 1) + " of " +
-                  std::to_string(total_steps()) +
-                  (cfg_.clip > 0 ? " (lower the learning rate)" : " (lower the learning rate or clip the gradients)"));
+    check_finite_loss("train", loss, step_ + 1, total_steps(), non_finite_hint(cfg_.clip));
     loss_sum_ += loss * double(cfg_.batch);
     seen_ += cfg_.batch;
     ++step_;

@@ -100,10 +100,7 @@ int64_t LmTrainer::train_steps(int64_t n, const std::function<void(int64_t, doub
       windows.fill_random(uint64_t(step_), cfg_.batch, x_, y_);
       loss = (*step_fn_)({x_, y_})[0].get(0);
     }
-    if (!std::isfinite(loss))  // steps count from 1, as the progress lines do
-      throw Error("train: the loss became " + std::to_string(loss) + " at step " + std::to_string(step_ + 1) + " of " +
-                  std::to_string(cfg_.steps) +
-                  (cfg_.clip > 0 ? " (lower the learning rate)" : " (lower the learning rate or clip the gradients)"));
+    check_finite_loss("train", loss, step_ + 1, cfg_.steps, non_finite_hint(cfg_.clip));
     ++step_;
     if (on_step) on_step(step_, loss);
   }
